@@ -1,0 +1,7 @@
+"""imagent: training-free, agentic image retrieval."""
+
+from imagent.core.types import ImageRecord, Query, Ranking, Result
+from imagent.core.trace import Trace
+
+__all__ = ["ImageRecord", "Query", "Ranking", "Result", "Trace"]
+__version__ = "0.1.0"

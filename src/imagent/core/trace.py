@@ -1,0 +1,140 @@
+"""The trace: what a method did for one query, step by step.
+
+Every method opens named steps (``with trace.step("stage1.describe") as step: ...``). Model and tool
+calls made while a step is open are recorded into it automatically (a context variable carries the
+current step, also into worker threads started through :func:`imagent.core.concurrency.map_threads`),
+so methods never pass the trace around by hand. The CLI's ``--json``, the eval reports and the web UI
+all render this same structure.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+_CURRENT_STEP: contextvars.ContextVar[TraceStep | None] = contextvars.ContextVar(
+    "imagent_current_step", default=None
+)
+
+
+@dataclass
+class CallRecord:
+    """One model or tool call."""
+
+    kind: str  # "chat", "embed", "tool"
+    role: str  # role or tool name
+    model: str
+    seconds: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached: bool = False
+    caption_mode: bool = False
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+@dataclass
+class TraceStep:
+    name: str
+    inputs: dict[str, Any] = field(default_factory=dict)
+    outputs: dict[str, Any] = field(default_factory=dict)
+    calls: list[CallRecord] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add_call(self, call: CallRecord) -> None:
+        with self._lock:
+            self.calls.append(call)
+
+    def note(self, text: str) -> None:
+        """A remark a user should see (a fall-back taken, caption mode used, a parse failure)."""
+        with self._lock:
+            if text not in self.notes:
+                self.notes.append(text)
+
+    @property
+    def model_calls(self) -> int:
+        """Calls that cost something: cache hits excluded."""
+        return sum(1 for c in self.calls if c.kind == "chat" and not c.cached)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "inputs": self.inputs,
+            "outputs": self.outputs,
+            "notes": list(self.notes),
+            "seconds": round(self.seconds, 4),
+            "model_calls": self.model_calls,
+            "cached_calls": sum(1 for c in self.calls if c.cached),
+            "tool_calls": sum(1 for c in self.calls if c.kind == "tool" and not c.cached),
+            "prompt_tokens": sum(c.prompt_tokens for c in self.calls),
+            "completion_tokens": sum(c.completion_tokens for c in self.calls),
+            "calls": [c.to_dict() for c in self.calls],
+        }
+
+
+@dataclass
+class Trace:
+    method: str = ""
+    query: dict[str, Any] = field(default_factory=dict)
+    steps: list[TraceStep] = field(default_factory=list)
+    counters: dict[str, int] = field(default_factory=dict)
+
+    @contextmanager
+    def step(self, name: str, **inputs: Any) -> Iterator[TraceStep]:
+        s = TraceStep(name=name, inputs=inputs)
+        self.steps.append(s)
+        token = _CURRENT_STEP.set(s)
+        t0 = time.perf_counter()
+        try:
+            yield s
+        finally:
+            s.seconds = time.perf_counter() - t0
+            _CURRENT_STEP.reset(token)
+
+    def count(self, key: str, n: int = 1) -> None:
+        """Count an event (parse fall-backs, unanswered questions...) across the whole query."""
+        self.counters[key] = self.counters.get(key, 0) + n
+
+    @property
+    def model_calls(self) -> int:
+        return sum(s.model_calls for s in self.steps)
+
+    @property
+    def seconds(self) -> float:
+        return sum(s.seconds for s in self.steps)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "query": self.query,
+            "model_calls": self.model_calls,
+            "seconds": round(self.seconds, 4),
+            "counters": dict(self.counters),
+            "steps": [s.to_dict() for s in self.steps],
+        }
+
+
+def current_step() -> TraceStep | None:
+    return _CURRENT_STEP.get()
+
+
+def record_call(call: CallRecord) -> None:
+    """Attach a call to the step that is open in this context, if any."""
+    step = _CURRENT_STEP.get()
+    if step is not None:
+        step.add_call(call)
+
+
+def note(text: str) -> None:
+    step = _CURRENT_STEP.get()
+    if step is not None:
+        step.note(text)

@@ -1,0 +1,169 @@
+"""Core value types shared by every layer: records, queries, rankings, results."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from imagent.core.trace import Trace
+
+
+@dataclass
+class ImageRecord:
+    """One gallery image.
+
+    ``id`` is stable: a manifest's own id when it gives one, else the first 16 hex digits of the
+    sha256 of the file's bytes (so a renamed file keeps its id).
+    """
+
+    id: str
+    path: str
+    content_hash: str = ""
+    captions: list[str] = field(default_factory=list)
+    taken_time: datetime | None = None
+    latitude: float | None = None
+    longitude: float | None = None
+    address: str | None = None
+    tags: list[str] = field(default_factory=list)
+    width: int | None = None
+    height: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def caption(self) -> str:
+        return self.captions[0] if self.captions else ""
+
+    def surrogate(self) -> str:
+        """The text that stands in for the pixels when a model cannot see images (caption mode)."""
+        parts = [" ".join(c.strip() for c in self.captions) or "(no caption)"]
+        if self.taken_time is not None:
+            parts.append(f"taken {self.taken_time.isoformat(sep=' ')}")
+        if self.address:
+            parts.append(f"at {self.address}")
+        elif self.latitude is not None and self.longitude is not None:
+            parts.append(f"at lat {self.latitude:.5f}, lon {self.longitude:.5f}")
+        if self.tags:
+            parts.append("tags: " + ", ".join(self.tags))
+        return "; ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "path": self.path,
+            "content_hash": self.content_hash,
+            "captions": list(self.captions),
+            "taken_time": self.taken_time.isoformat() if self.taken_time else None,
+            "latitude": self.latitude,
+            "longitude": self.longitude,
+            "address": self.address,
+            "tags": list(self.tags),
+            "width": self.width,
+            "height": self.height,
+            "extra": dict(self.extra),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ImageRecord:
+        t = d.get("taken_time")
+        return cls(
+            id=d["id"],
+            path=d.get("path", ""),
+            content_hash=d.get("content_hash", ""),
+            captions=list(d.get("captions") or []),
+            taken_time=datetime.fromisoformat(t) if t else None,
+            latitude=d.get("latitude"),
+            longitude=d.get("longitude"),
+            address=d.get("address"),
+            tags=list(d.get("tags") or []),
+            width=d.get("width"),
+            height=d.get("height"),
+            extra=dict(d.get("extra") or {}),
+        )
+
+
+@dataclass
+class MetadataConstraints:
+    """Optional hard filters a query carries (PhotoCraft-style personal search, user filters)."""
+
+    time_from: datetime | None = None
+    time_to: datetime | None = None
+    near_latitude: float | None = None
+    near_longitude: float | None = None
+    within_km: float | None = None
+
+    def is_empty(self) -> bool:
+        return all(v is None for v in vars(self).values())
+
+
+@dataclass
+class DialogueTurn:
+    question: str
+    answer: str
+
+
+@dataclass
+class Query:
+    """What a user asks.
+
+    - text-to-image: ``text`` only;
+    - composed (CIR): ``text`` is the modification, ``reference`` the reference image record;
+    - chat-based: ``text`` is the opening description, ``dialogue`` the question/answer turns so far.
+    """
+
+    text: str
+    id: str = ""
+    reference: ImageRecord | None = None
+    dialogue: list[DialogueTurn] = field(default_factory=list)
+    constraints: MetadataConstraints | None = None
+    # Candidate subset to rank (GeneCIS per-query gallery, CIRR subset); None = whole gallery.
+    candidates: list[str] | None = None
+    # Ids never returned (e.g. the reference image on CIRR).
+    exclude: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def task(self) -> str:
+        if self.dialogue:
+            return "chat"
+        if self.reference is not None:
+            return "cir"
+        return "tir"
+
+
+@dataclass
+class Ranking:
+    """Ranked gallery ids, best first, with the score each method assigned."""
+
+    ids: list[str]
+    scores: list[float]
+
+    def __post_init__(self) -> None:
+        if len(self.ids) != len(self.scores):
+            raise ValueError("Ranking ids and scores differ in length")
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def top(self, k: int) -> Ranking:
+        return Ranking(self.ids[:k], self.scores[:k])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ids": list(self.ids), "scores": [float(s) for s in self.scores]}
+
+
+@dataclass
+class Result:
+    """A method's answer: the final ranking, its trace and any named intermediate rankings
+    (e.g. ``stage1``/``stage2`` for ablations reported side by side, or one per dialogue round)."""
+
+    ranking: Ranking
+    trace: Trace
+    stages: dict[str, Ranking] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ranking": self.ranking.to_dict(),
+            "stages": {k: v.to_dict() for k, v in self.stages.items()},
+            "trace": self.trace.to_dict(),
+        }

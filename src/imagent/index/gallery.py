@@ -1,0 +1,365 @@
+"""The gallery index: records in SQLite, vectors per named space, search with filters.
+
+Layout of an index directory::
+
+    records.sqlite     records, per-record vectors (the source of truth), skipped files, spaces
+    vectors/<space>.npy  dense snapshot of each space, rows aligned with ``ids.json``
+    vectors/ids.json     row order of the snapshot and the generation it was made at
+
+Every write goes through SQLite transactions, so a killed build leaves the database at its last
+committed batch (resume picks up from there) and never half-written. The ``.npy`` snapshots are
+derived data, replaced atomically (write to a temp file, ``os.replace``); when their generation
+does not match the database's, they are rebuilt from SQLite on open.
+
+Vector spaces (names used by every method):
+
+- ``image``: the dual encoder's image vectors (in caption mode, the captions encoded as images are);
+- ``caption_dual``: captions in the dual encoder's text space (CLIP text encoder on both sides);
+- ``caption_text``: captions in the text embedder's space.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from imagent.core.types import ImageRecord, MetadataConstraints, Ranking
+from imagent.index.scoring import cosine_scores, haversine_km, top_k
+
+SPACE_IMAGE = "image"
+SPACE_CAPTION_DUAL = "caption_dual"
+SPACE_CAPTION_TEXT = "caption_text"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS records (
+    id TEXT PRIMARY KEY,
+    row INTEGER UNIQUE NOT NULL,
+    path TEXT NOT NULL,
+    source_key TEXT NOT NULL,       -- what identifies the input (absolute path or manifest row key)
+    fingerprint TEXT NOT NULL,      -- size:mtime:caption-hash; a change triggers re-indexing
+    data TEXT NOT NULL              -- ImageRecord.to_dict() as JSON
+);
+CREATE INDEX IF NOT EXISTS records_source ON records(source_key);
+CREATE TABLE IF NOT EXISTS vectors (
+    space TEXT NOT NULL, id TEXT NOT NULL, vec BLOB NOT NULL, PRIMARY KEY (space, id)
+);
+CREATE TABLE IF NOT EXISTS spaces (name TEXT PRIMARY KEY, model_id TEXT NOT NULL, dim INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS skipped (source_key TEXT PRIMARY KEY, path TEXT, reason TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+class GalleryError(RuntimeError):
+    """The index is missing, built with other models, or lacks a vector space."""
+
+
+@dataclass(frozen=True)
+class SpaceInfo:
+    model_id: str
+    dim: int
+
+
+class Gallery:
+    def __init__(self, root: str | Path, create: bool = False) -> None:
+        self.root = Path(root).expanduser()
+        db = self.root / "records.sqlite"
+        if not db.exists() and not create:
+            raise GalleryError(
+                f"no gallery index at {self.root}; build one with `imagent index PATH --index {self.root}`"
+            )
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / "vectors").mkdir(exist_ok=True)
+        self._db_path = db
+        self._local = threading.local()
+        with self.transaction() as c:
+            c.executescript(SCHEMA)
+        self._load()
+
+    # ------------------------------------------------------------------ storage plumbing
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self._db_path, timeout=60, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            self._local.conn = conn
+        return conn
+
+    class _Tx:
+        def __init__(self, conn: sqlite3.Connection) -> None:
+            self.conn = conn
+
+        def __enter__(self) -> sqlite3.Connection:
+            self.conn.execute("BEGIN IMMEDIATE")
+            return self.conn
+
+        def __exit__(self, exc_type: Any, *_: Any) -> None:
+            self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
+
+    def transaction(self) -> Gallery._Tx:
+        return Gallery._Tx(self._conn())
+
+    def _meta(self, key: str, default: str | None = None) -> str | None:
+        row = self._conn().execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return row[0] if row else default
+
+    def generation(self) -> int:
+        return int(self._meta("generation", "0") or 0)
+
+    def _bump_generation(self, c: sqlite3.Connection) -> None:
+        c.execute(
+            "INSERT INTO meta(key, value) VALUES('generation', '1') ON CONFLICT(key) "
+            "DO UPDATE SET value = CAST(value AS INTEGER) + 1"
+        )
+
+    def _load(self) -> None:
+        c = self._conn()
+        rows = c.execute("SELECT id, data FROM records ORDER BY row").fetchall()
+        self.ids: list[str] = [r[0] for r in rows]
+        self._records = {r[0]: ImageRecord.from_dict(json.loads(r[1])) for r in rows}
+        self._row_of = {i: n for n, i in enumerate(self.ids)}
+        self._spaces = {
+            name: SpaceInfo(model_id, dim)
+            for name, model_id, dim in c.execute("SELECT name, model_id, dim FROM spaces")
+        }
+        self._vectors: dict[str, np.ndarray] = {}
+        self._meta_arrays: dict[str, np.ndarray] | None = None
+
+    def reload(self) -> None:
+        self._load()
+
+    # ------------------------------------------------------------------ reading
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __contains__(self, image_id: object) -> bool:
+        return image_id in self._row_of
+
+    def record(self, image_id: str) -> ImageRecord:
+        try:
+            return self._records[image_id]
+        except KeyError:
+            raise KeyError(f"image id {image_id!r} is not in the gallery at {self.root}") from None
+
+    def records(self, ids: Iterable[str] | None = None) -> list[ImageRecord]:
+        return [self._records[i] for i in (self.ids if ids is None else ids)]
+
+    def row(self, image_id: str) -> int:
+        return self._row_of[image_id]
+
+    def rows(self, ids: Iterable[str]) -> np.ndarray:
+        return np.fromiter((self._row_of[i] for i in ids if i in self._row_of), dtype=np.int64)
+
+    def spaces(self) -> dict[str, SpaceInfo]:
+        return dict(self._spaces)
+
+    def has_space(self, space: str) -> bool:
+        return space in self._spaces
+
+    def skipped(self) -> list[tuple[str, str]]:
+        return [(p or k, r) for k, p, r in self._conn().execute("SELECT source_key, path, reason FROM skipped")]
+
+    def vectors(self, space: str) -> np.ndarray:
+        """(N, dim) float32 rows aligned with :attr:`ids`, loaded from the snapshot (rebuilt if stale)."""
+        if space not in self._spaces:
+            raise GalleryError(
+                f"the index at {self.root} has no {space!r} vectors (it has: "
+                f"{', '.join(sorted(self._spaces)) or 'none'}); re-index with an encoder that provides them"
+            )
+        arr = self._vectors.get(space)
+        if arr is None:
+            arr = self._load_snapshot(space)
+            self._vectors[space] = arr
+        return arr
+
+    def _snapshot_ok(self) -> bool:
+        info = self.root / "vectors" / "ids.json"
+        if not info.exists():
+            return False
+        try:
+            meta = json.loads(info.read_text())
+        except (OSError, json.JSONDecodeError):
+            return False
+        return meta.get("generation") == self.generation() and meta.get("ids") == self.ids
+
+    def _load_snapshot(self, space: str) -> np.ndarray:
+        path = self.root / "vectors" / f"{space}.npy"
+        if self._snapshot_ok() and path.exists():
+            try:
+                arr = np.load(path, mmap_mode="r")
+                if arr.shape == (len(self.ids), self._spaces[space].dim):
+                    return arr
+            except (OSError, ValueError):
+                pass
+        self.write_snapshot()
+        return np.load(path, mmap_mode="r")
+
+    def _vectors_from_db(self, space: str) -> np.ndarray:
+        dim = self._spaces[space].dim
+        out = np.zeros((len(self.ids), dim), dtype=np.float32)
+        for image_id, blob in self._conn().execute("SELECT id, vec FROM vectors WHERE space=?", (space,)):
+            r = self._row_of.get(image_id)
+            if r is not None:
+                out[r] = np.frombuffer(blob, dtype=np.float32)
+        return out
+
+    def write_snapshot(self) -> None:
+        """Rewrite every space's ``.npy`` and ``ids.json`` atomically from SQLite."""
+        self._load()
+        vec_dir = self.root / "vectors"
+        for space in self._spaces:
+            arr = self._vectors_from_db(space)
+            tmp = vec_dir / f".{space}.npy.tmp"
+            with open(tmp, "wb") as f:
+                np.save(f, arr)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, vec_dir / f"{space}.npy")
+        tmp = vec_dir / ".ids.json.tmp"
+        tmp.write_text(json.dumps({"generation": self.generation(), "ids": self.ids}))
+        os.replace(tmp, vec_dir / "ids.json")
+        manifest = {
+            "count": len(self.ids),
+            "generation": self.generation(),
+            "spaces": {k: {"model_id": v.model_id, "dim": v.dim} for k, v in self._spaces.items()},
+        }
+        tmp = self.root / ".manifest.json.tmp"
+        tmp.write_text(json.dumps(manifest, indent=2))
+        os.replace(tmp, self.root / "manifest.json")
+        self._vectors = {}
+
+    # ------------------------------------------------------------------ writing (the builder uses these)
+    def ensure_space(self, c: sqlite3.Connection, space: str, model_id: str, dim: int) -> None:
+        """Declare a space; an existing space with another model or dim is an error (re-index anew)."""
+        row = c.execute("SELECT model_id, dim FROM spaces WHERE name=?", (space,)).fetchone()
+        if row is None:
+            c.execute("INSERT INTO spaces(name, model_id, dim) VALUES (?,?,?)", (space, model_id, dim))
+            self._spaces[space] = SpaceInfo(model_id, dim)
+        elif (row[0], row[1]) != (model_id, dim):
+            raise GalleryError(
+                f"index {self.root} holds {space!r} vectors from {row[0]} (dim {row[1]}), but the "
+                f"configured encoder is {model_id} (dim {dim}); use another --index or delete this one"
+            )
+
+    def upsert(
+        self,
+        c: sqlite3.Connection,
+        record: ImageRecord,
+        source_key: str,
+        fingerprint: str,
+        vectors: dict[str, np.ndarray],
+    ) -> None:
+        """Insert or replace one record and its vectors inside the caller's transaction."""
+        existing = c.execute("SELECT row FROM records WHERE id=?", (record.id,)).fetchone()
+        if existing is None:
+            nxt = c.execute("SELECT COALESCE(MAX(row), -1) + 1 FROM records").fetchone()[0]
+            row = int(nxt)
+        else:
+            row = int(existing[0])
+        c.execute(
+            "INSERT OR REPLACE INTO records(id, row, path, source_key, fingerprint, data) VALUES (?,?,?,?,?,?)",
+            (record.id, row, record.path, source_key, fingerprint, json.dumps(record.to_dict())),
+        )
+        c.execute("DELETE FROM skipped WHERE source_key=?", (source_key,))
+        for space, vec in vectors.items():
+            v = np.asarray(vec, dtype=np.float32).reshape(-1)
+            c.execute(
+                "INSERT OR REPLACE INTO vectors(space, id, vec) VALUES (?,?,?)", (space, record.id, v.tobytes())
+            )
+        self._bump_generation(c)
+
+    def remove(self, c: sqlite3.Connection, ids: Sequence[str]) -> None:
+        for i in ids:
+            c.execute("DELETE FROM records WHERE id=?", (i,))
+            c.execute("DELETE FROM vectors WHERE id=?", (i,))
+        if ids:
+            self._bump_generation(c)
+
+    def mark_skipped(self, c: sqlite3.Connection, source_key: str, path: str, reason: str) -> None:
+        c.execute(
+            "INSERT OR REPLACE INTO skipped(source_key, path, reason) VALUES (?,?,?)", (source_key, path, reason)
+        )
+
+    def fingerprints(self) -> dict[str, tuple[str, str]]:
+        """source_key -> (id, fingerprint) for every stored record (what an incremental run compares)."""
+        return {k: (i, f) for i, k, f in self._conn().execute("SELECT id, source_key, fingerprint FROM records")}
+
+    # ------------------------------------------------------------------ search
+    def _metadata_arrays(self) -> dict[str, np.ndarray]:
+        if self._meta_arrays is None:
+            recs = self.records()
+            self._meta_arrays = {
+                "time": np.array(
+                    [r.taken_time.timestamp() if r.taken_time else np.nan for r in recs], dtype=np.float64
+                ),
+                "lat": np.array([np.nan if r.latitude is None else r.latitude for r in recs], dtype=np.float64),
+                "lon": np.array([np.nan if r.longitude is None else r.longitude for r in recs], dtype=np.float64),
+            }
+        return self._meta_arrays
+
+    def candidate_rows(
+        self,
+        constraints: MetadataConstraints | None = None,
+        subset: Iterable[str] | None = None,
+        exclude: Iterable[str] | None = None,
+    ) -> np.ndarray | None:
+        """Rows allowed by the filters, in row order; ``None`` means every row (no filter given).
+
+        Images with no time (or no GPS) never pass a time (or distance) filter."""
+        mask: np.ndarray | None = None
+        if subset is not None:
+            mask = np.zeros(len(self.ids), dtype=bool)
+            mask[self.rows(subset)] = True
+        if constraints is not None and not constraints.is_empty():
+            m = self._metadata_arrays()
+            keep = np.ones(len(self.ids), dtype=bool)
+            if constraints.time_from is not None:
+                keep &= m["time"] >= constraints.time_from.timestamp()
+            if constraints.time_to is not None:
+                keep &= m["time"] <= constraints.time_to.timestamp()
+            if constraints.within_km is not None:
+                if constraints.near_latitude is None or constraints.near_longitude is None:
+                    raise ValueError("a distance filter needs near_latitude and near_longitude")
+                with np.errstate(invalid="ignore"):
+                    d = haversine_km(constraints.near_latitude, constraints.near_longitude, m["lat"], m["lon"])
+                    keep &= d <= constraints.within_km
+            mask = keep if mask is None else (mask & keep)
+        if exclude is not None:
+            ex = self.rows(exclude)
+            if ex.size:
+                if mask is None:
+                    mask = np.ones(len(self.ids), dtype=bool)
+                mask[ex] = False
+        return None if mask is None else np.flatnonzero(mask)
+
+    def scores(self, query: np.ndarray, space: str, rows: np.ndarray | None = None) -> np.ndarray:
+        """Cosine of ``query`` (d,) with every row (or the given rows) of ``space``."""
+        mat = self.vectors(space)
+        if rows is not None:
+            mat = mat[rows]
+        return cosine_scores(mat, query)
+
+    def search(
+        self,
+        query: np.ndarray,
+        space: str,
+        k: int,
+        constraints: MetadataConstraints | None = None,
+        subset: Iterable[str] | None = None,
+        exclude: Iterable[str] | None = None,
+    ) -> Ranking:
+        """Exact cosine top-k of ``query`` in ``space`` among the rows the filters allow."""
+        rows = self.candidate_rows(constraints, subset, exclude)
+        s = self.scores(query, space, rows)
+        best = top_k(s, k)
+        ids_ = self.ids
+        picked = best if rows is None else rows[best]
+        return Ranking([ids_[int(r)] for r in picked], [float(x) for x in s[best]])

@@ -1,0 +1,174 @@
+"""Small protocols every backend implements, and the message types they exchange.
+
+Methods depend on these protocols only; backends register in :mod:`imagent.models.registry`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from imagent.core.types import ImageRecord
+
+# --------------------------------------------------------------------------- encoders
+
+
+@runtime_checkable
+class TextEmbedder(Protocol):
+    """Text -> L2-normalised float32 vectors of shape (n, dim)."""
+
+    model_id: str
+    dim: int
+
+    def encode_texts(self, texts: list[str]) -> np.ndarray: ...
+
+
+@runtime_checkable
+class DualEncoder(Protocol):
+    """A CLIP-like encoder: texts and images into one space, L2-normalised float32 rows.
+
+    ``encode_images`` takes records (not paths) so that a caption-mode encoder can use the captions.
+    ``sees_pixels`` is False for the caption-mode encoder.
+    """
+
+    model_id: str
+    dim: int
+    sees_pixels: bool
+
+    def encode_texts(self, texts: list[str]) -> np.ndarray: ...
+
+    def encode_images(self, records: list[ImageRecord]) -> np.ndarray: ...
+
+
+# --------------------------------------------------------------------------- chat
+
+
+@dataclass
+class ImagePart:
+    """An image inside a chat message. ``record`` carries the surrogate text for caption mode."""
+
+    path: str | None = None
+    record: ImageRecord | None = None
+    data: bytes | None = None  # raw bytes (e.g. a tool's visual proxy not on disk)
+    mime: str = "image/jpeg"
+    # Text that stands in for the pixels when no record is attached (e.g. a web result's title).
+    description: str | None = None
+
+    def surrogate(self) -> str:
+        """The text a model that cannot see images receives instead of this image."""
+        if self.record is not None:
+            return self.record.surrogate()
+        return self.description or "(an image with no description)"
+
+    def resolved_path(self) -> str | None:
+        if self.path:
+            return self.path
+        return self.record.path if self.record is not None else None
+
+    def content_id(self) -> str:
+        """What identifies this image in a cache key: its content hash when known."""
+        if self.record is not None and self.record.content_hash:
+            return "sha256:" + self.record.content_hash
+        if self.data is not None:
+            import hashlib
+
+            return "sha256:" + hashlib.sha256(self.data).hexdigest()
+        p = self.resolved_path()
+        if p and Path(p).is_file():
+            from imagent.core.hashing import file_sha256
+
+            return "sha256:" + file_sha256(p)
+        return f"path:{p}"
+
+
+@dataclass
+class Message:
+    """One chat message: role plus an ordered list of parts (strings and images)."""
+
+    role: str  # "system" | "user" | "assistant"
+    parts: list[str | ImagePart]
+
+    @classmethod
+    def system(cls, text: str) -> Message:
+        return cls("system", [text])
+
+    @classmethod
+    def user(cls, *parts: str | ImagePart) -> Message:
+        return cls("user", list(parts))
+
+    @property
+    def text(self) -> str:
+        return "".join(p for p in self.parts if isinstance(p, str))
+
+    def has_images(self) -> bool:
+        return any(isinstance(p, ImagePart) for p in self.parts)
+
+
+@dataclass
+class TokenLogprob:
+    token: str
+    logprob: float
+
+
+@dataclass
+class ChatResponse:
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    # For each generated position, the top alternatives (first position is what yes/no scoring reads).
+    top_logprobs: list[list[TokenLogprob]] = field(default_factory=list)
+    finish_reason: str = ""
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "top_logprobs": [[[t.token, t.logprob] for t in pos] for pos in self.top_logprobs],
+            "finish_reason": self.finish_reason,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ChatResponse:
+        return cls(
+            text=d.get("text", ""),
+            prompt_tokens=int(d.get("prompt_tokens", 0)),
+            completion_tokens=int(d.get("completion_tokens", 0)),
+            top_logprobs=[[TokenLogprob(t, float(lp)) for t, lp in pos] for pos in d.get("top_logprobs", [])],
+            finish_reason=d.get("finish_reason", ""),
+        )
+
+
+@dataclass
+class ChatParams:
+    """Generation parameters. ``json_schema`` asks for JSON output (constrained where the backend can)."""
+
+    max_tokens: int = 512
+    temperature: float = 0.0
+    json_schema: dict[str, Any] | None = None
+    top_logprobs: int = 0  # > 0: return that many alternatives per generated token
+    stop: list[str] = field(default_factory=list)
+    repeat_penalty: float | None = None
+    seed: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+class ChatError(RuntimeError):
+    """A chat call failed after the backend's retries (network, HTTP status, timeout)."""
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    """A chat backend. ``sees_images``: whether image parts reach the model as pixels."""
+
+    backend: str
+    model_id: str
+    sees_images: bool
+
+    def chat(self, messages: list[Message], params: ChatParams) -> ChatResponse: ...

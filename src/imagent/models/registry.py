@@ -1,0 +1,70 @@
+"""Backend registry: config entries -> backend instances.
+
+Built-in backends are named here by import path and imported only when used, so the base install
+does not need torch, transformers, open_clip or llama-cpp-python until a config asks for them.
+Third-party backends register with :func:`register`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from imagent.core.config import ChatModelConfig, EncoderConfig
+
+# kind -> backend name -> "module:factory" (or a callable after registration)
+_BACKENDS: dict[str, dict[str, str | Callable[..., Any]]] = {
+    "chat": {
+        "openai": "imagent.models.chat_openai:OpenAIChatModel.from_config",
+        "llama.cpp": "imagent.models.chat_llamacpp:LlamaCppChatModel.from_config",
+        "scripted": "imagent.models.chat_scripted:ScriptedChatModel.from_config",
+    },
+    "dual": {
+        "hf": "imagent.models.encoders:HFDualEncoder.from_config",
+        "open_clip": "imagent.models.encoders:OpenCLIPDualEncoder.from_config",
+        "caption": "imagent.models.encoders:CaptionDualEncoder.from_config",
+    },
+    "text": {
+        "sentence-transformers": "imagent.models.encoders:SentenceTransformerEmbedder.from_config",
+    },
+}
+
+
+class BackendError(ValueError):
+    pass
+
+
+def register(kind: str, name: str, factory: Callable[..., Any]) -> None:
+    """Register a backend factory: ``factory(config, **kw) -> instance``."""
+    _BACKENDS.setdefault(kind, {})[name] = factory
+
+
+def backends(kind: str) -> list[str]:
+    return sorted(_BACKENDS.get(kind, {}))
+
+
+def _resolve(kind: str, name: str) -> Callable[..., Any]:
+    entry = _BACKENDS.get(kind, {}).get(name)
+    if entry is None:
+        raise BackendError(f"unknown {kind} backend {name!r}; known: {', '.join(backends(kind))}")
+    if callable(entry):
+        return entry
+    module, _, attr = entry.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def build_chat_model(config: ChatModelConfig, **kw: Any) -> Any:
+    return _resolve("chat", config.backend)(config, **kw)
+
+
+def build_text_embedder(config: EncoderConfig, **kw: Any) -> Any:
+    return _resolve("text", config.backend)(config, **kw)
+
+
+def build_dual_encoder(config: EncoderConfig, **kw: Any) -> Any:
+    """``kw`` may carry ``text_embedder`` (the caption-mode encoder reuses it)."""
+    return _resolve("dual", config.backend)(config, **kw)

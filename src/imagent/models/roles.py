@@ -1,0 +1,200 @@
+"""Roles: what methods talk to. A role wraps a chat backend with caption mode, the call cache,
+trace recording and the structured-output helpers (JSON, yes/no score).
+
+A method asks for ``roles["verifier"]``; the config maps role names to model entries, and one
+backend instance is shared by every role that names the same entry.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from imagent.core.cache import DiskCache, stable_key
+from imagent.core.trace import CallRecord, note, record_call
+from imagent.models.base import ChatError, ChatModel, ChatParams, ChatResponse, ImagePart, Message
+from imagent.models.json_output import JSONParseError, parse_json
+from imagent.models.yesno import yes_no_probability
+
+# Bump when the meaning of a cached response changes (so old entries are not reused).
+CACHE_VERSION = 1
+
+
+def to_caption_mode(messages: list[Message]) -> list[Message]:
+    """Replace every image part by its text surrogate, marked so the model knows it is an image."""
+    out = []
+    for m in messages:
+        parts: list[str | ImagePart] = []
+        for p in m.parts:
+            if isinstance(p, ImagePart):
+                parts.append(f"[Image, described in text: {p.surrogate()}]")
+            else:
+                parts.append(p)
+        out.append(Message(m.role, parts))
+    return out
+
+
+def _message_key(messages: list[Message]) -> list[Any]:
+    return [
+        [m.role, [p if isinstance(p, str) else {"image": p.content_id()} for p in m.parts]]
+        for m in messages
+    ]
+
+
+@dataclass
+class YesNo:
+    """A verifier's answer: ``answer`` is True/False, or None when the reply was neither."""
+
+    answer: bool | None
+    probability: float | None  # P(yes) from token logprobs, when the backend gives them
+    text: str
+
+
+class Role:
+    def __init__(self, name: str, model: ChatModel, cache: DiskCache | None = None) -> None:
+        self.name = name
+        self.model = model
+        self.cache = cache
+
+    @property
+    def caption_mode(self) -> bool:
+        return not self.model.sees_images
+
+    def chat(self, messages: list[Message], params: ChatParams | None = None) -> ChatResponse:
+        params = params or ChatParams()
+        has_images = any(m.has_images() for m in messages)
+        caption_mode = has_images and not self.model.sees_images
+        if caption_mode:
+            messages = to_caption_mode(messages)
+            note(f"caption mode: role {self.name!r} received image captions instead of pixels")
+        key = stable_key(
+            "chat", CACHE_VERSION, self.model.backend, self.model.model_id,
+            _message_key(messages), params.to_dict(),
+        )
+        t0 = time.perf_counter()
+        error: str | None = None
+
+        def compute() -> dict[str, Any]:
+            return self.model.chat(messages, params).to_dict()
+
+        try:
+            if self.cache is not None:
+                data, cached = self.cache.get_or_compute(key, compute, namespace="chat")
+            else:
+                data, cached = compute(), False
+        except ChatError as exc:
+            error = str(exc)
+            raise
+        finally:
+            if error is not None:
+                record_call(CallRecord("chat", self.name, self.model.model_id,
+                                       time.perf_counter() - t0, error=error,
+                                       caption_mode=caption_mode))
+        resp = ChatResponse.from_dict(data)
+        record_call(
+            CallRecord(
+                "chat", self.name, self.model.model_id, time.perf_counter() - t0,
+                resp.prompt_tokens, resp.completion_tokens, cached, caption_mode,
+            )
+        )
+        return resp
+
+    def text(self, messages: list[Message], **params: Any) -> str:
+        return self.chat(messages, ChatParams(**params)).text.strip()
+
+    def json(
+        self,
+        messages: list[Message],
+        schema: dict[str, Any],
+        *,
+        fallback: Callable[[], Any] | None = None,
+        retries: int = 2,
+        validate: Callable[[Any], Any] | None = None,
+        **params: Any,
+    ) -> tuple[Any, bool]:
+        """Ask for JSON matching ``schema``; parse robustly; retry; then fall back.
+
+        Returns ``(value, ok)``. ``ok`` is False when every attempt failed and ``fallback()`` was
+        used (the failure is noted in the trace). Without a fallback the last error is raised.
+        ``validate`` may coerce the parsed value or raise ``ValueError`` to trigger a retry.
+        Retries vary the seed so a deterministic backend does not return the same broken text.
+        """
+        params.setdefault("max_tokens", 512)
+        params.setdefault("repeat_penalty", 1.1)
+        last_error: Exception | None = None
+        for attempt in range(retries + 1):
+            p = ChatParams(json_schema=schema, **params)
+            if attempt:
+                p.seed = (p.seed or 0) + attempt
+            try:
+                resp = self.chat(messages, p)
+            except ChatError as exc:
+                last_error = exc
+                continue
+            try:
+                value = parse_json(resp.text, schema)
+                if validate is not None:
+                    value = validate(value)
+                return value, True
+            except (JSONParseError, ValueError) as exc:
+                last_error = exc
+        if fallback is None:
+            raise JSONParseError(f"role {self.name!r}: no usable JSON after {retries + 1} tries: {last_error}")
+        note(f"role {self.name!r}: output unusable after {retries + 1} tries ({last_error}); fell back")
+        return fallback(), False
+
+    def yes_no(self, messages: list[Message], **params: Any) -> YesNo:
+        """Ask a yes/no question. The answer is parsed strictly from the reply's first word;
+        the probability is sigmoid(logprob_yes - logprob_no) over the first token's alternatives
+        (case and space variants summed), when the backend returns logprobs."""
+        params.setdefault("max_tokens", 3)
+        params.setdefault("top_logprobs", 20)
+        resp = self.chat(messages, ChatParams(**params))
+        prob = yes_no_probability(resp.top_logprobs[0] if resp.top_logprobs else [])
+        return YesNo(parse_yes_no(resp.text), prob, resp.text)
+
+
+def parse_yes_no(text: str) -> bool | None:
+    """Strict: the first word must be yes/no (or true/false); anything else is unanswered."""
+    import re
+
+    m = re.match(r"\W*([A-Za-z]+)", text or "")
+    if not m:
+        return None
+    word = m.group(1).lower()
+    if word in {"yes", "true"}:
+        return True
+    if word in {"no", "false"}:
+        return False
+    return None
+
+
+class Roles:
+    """Role name -> :class:`Role`, built lazily from the settings; backends shared per model entry."""
+
+    def __init__(self, factory: Callable[[str], tuple[str, ChatModel]], cache: DiskCache | None) -> None:
+        self._factory = factory
+        self._cache = cache
+        self._roles: dict[str, Role] = {}
+
+    def __getitem__(self, name: str) -> Role:
+        role = self._roles.get(name)
+        if role is None:
+            _entry, model = self._factory(name)
+            role = self._roles[name] = Role(name, model, self._cache)
+        return role
+
+    @classmethod
+    def from_models(cls, models: dict[str, ChatModel], cache: DiskCache | None = None) -> Roles:
+        """Direct mapping (tests, Python API): ``{"default": m}`` serves every role."""
+
+        def factory(name: str) -> tuple[str, ChatModel]:
+            if name in models:
+                return name, models[name]
+            if "default" in models:
+                return "default", models["default"]
+            raise KeyError(f"no model for role {name!r}")
+
+        return cls(factory, cache)
