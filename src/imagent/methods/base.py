@@ -81,6 +81,30 @@ class MethodContext:
     def pool_ids(self, rows: np.ndarray | None) -> list[str]:
         return list(self.gallery.ids) if rows is None else [self.gallery.ids[int(r)] for r in rows]
 
+    def rank(self, query: Query, query_vec: np.ndarray, space: str, top_k: int) -> Ranking:
+        """Exact cosine top-k of one query vector over the query's pool (subset, filters, exclusions)."""
+        return self.gallery.search(query_vec, space, top_k, query.constraints, query.candidates, query.exclude)
+
+    def describe_image(self, record: ImageRecord, role: str = "captioner") -> str:
+        """An image's description: its stored caption when it has one (no model call), else the
+        ``role`` model's one-sentence description. Which one was used goes into the trace."""
+        if record.captions:
+            note(f"image {record.id}: used its stored caption")
+            return record.caption
+        from imagent.models.base import ImagePart, Message
+
+        prompt = load_prompt("common/describe_image.txt")
+        text = self.roles[role].text([Message.user(prompt, ImagePart(record=record))], max_tokens=80)
+        note(f"image {record.id}: described by the {role} role")
+        return text or ""
+
+
+def load_prompt(relative: str) -> str:
+    """A prompt template shipped in ``imagent/methods/prompts/`` (prompts live in their own files)."""
+    from importlib.resources import files
+
+    return (files("imagent.methods") / "prompts" / relative).read_text(encoding="utf-8").strip()
+
 
 def ranking_from_scores(ids: list[str], scores: np.ndarray, k: int | None = None) -> Ranking:
     """Stable descending ranking of ``ids`` by ``scores``; ``k=None`` keeps every id."""
@@ -172,14 +196,15 @@ def get_method(name: str) -> type[Method]:
 
 
 __all__ = [
+    "METHODS",
     "SPACE_CAPTION_DUAL",
     "SPACE_CAPTION_TEXT",
     "SPACE_IMAGE",
-    "METHODS",
     "Method",
     "MethodConfig",
     "MethodContext",
     "get_method",
+    "load_prompt",
     "ranking_from_scores",
     "register_method",
     "text_score_vector",

@@ -1,0 +1,134 @@
+"""The plain baselines the papers compare against.
+
+- ``clip``: zero-shot dual-encoder retrieval. Text-to-image: the text vector against image vectors.
+  Composed: the normalised weighted sum of the text vector and the reference image vector (the
+  "image + text" late-fusion baseline of the CIR papers). Chat: the dialogue folded into the text.
+- ``caption``: the query text against caption vectors in the text embedder's space.
+- ``cirevl``: CIReVL-style caption-then-retrieve. The reference is described (its stored caption, or
+  the captioner role), a reasoner rewrites that description by the modification into a target
+  description, and the target description is retrieved against image vectors with the dual encoder.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from imagent.core.trace import Trace
+from imagent.core.types import Query, Ranking
+from imagent.index.gallery import SPACE_CAPTION_TEXT, SPACE_IMAGE
+from imagent.index.scoring import l2_normalize
+from imagent.methods.base import Method, MethodConfig, load_prompt, register_method
+from imagent.models.base import Message
+
+
+def fold_dialogue(query: Query) -> str:
+    """Chat retrieval: the opening description and every answered question, comma-joined
+    (the PlugIR/ChatIR convention: ``", ".join(dialog[:r+1])``)."""
+    parts = [query.text.strip()]
+    parts += [f"{t.question.strip()} {t.answer.strip()}".strip() for t in query.dialogue]
+    return ", ".join(p for p in parts if p)
+
+
+class ClipConfig(MethodConfig):
+    text_weight: float = Field(0.5, ge=0.0, le=1.0, description="CIR fusion: weight of the text vector")
+
+
+@register_method
+class ClipBaseline(Method):
+    name = "clip"
+    tasks = frozenset({"tir", "cir", "chat"})
+    Config = ClipConfig
+    description = "dual-encoder zero-shot retrieval (text, or text + reference image fused)"
+
+    def run(self, query: Query, top_k: int, trace: Trace) -> Ranking:
+        cfg: ClipConfig = self.config  # type: ignore[assignment]
+        text = fold_dialogue(query) if query.task == "chat" else query.text
+        with trace.step("encode_query", text=text) as step:
+            vec = self.ctx.encode([text], SPACE_IMAGE)[0]
+            if query.reference is not None:
+                ref = self.ctx.image_vector(query.reference)
+                vec = l2_normalize(cfg.text_weight * vec + (1.0 - cfg.text_weight) * ref)
+                step.outputs["fused_with_reference"] = query.reference.id
+            if self.ctx.caption_mode:
+                step.note("caption mode: image vectors are caption embeddings")
+        with trace.step("retrieve", space=SPACE_IMAGE, k=top_k) as step:
+            ranking = self.ctx.rank(query, vec, SPACE_IMAGE, top_k)
+            step.outputs["top"] = ranking.ids[:5]
+        return ranking
+
+
+class CaptionConfig(MethodConfig):
+    include_reference_caption: bool = Field(
+        False, description="CIR: prepend the reference caption to the modification text"
+    )
+
+
+@register_method
+class CaptionBaseline(Method):
+    name = "caption"
+    tasks = frozenset({"tir", "cir", "chat"})
+    Config = CaptionConfig
+    description = "query text against gallery captions in the text embedder's space"
+
+    def run(self, query: Query, top_k: int, trace: Trace) -> Ranking:
+        cfg: CaptionConfig = self.config  # type: ignore[assignment]
+        text = fold_dialogue(query) if query.task == "chat" else query.text
+        if query.reference is not None and cfg.include_reference_caption:
+            text = f"{query.reference.caption} {text}".strip()
+        with trace.step("retrieve", text=text, space=SPACE_CAPTION_TEXT, k=top_k) as step:
+            vec = self.ctx.encode([text], SPACE_CAPTION_TEXT)[0]
+            ranking = self.ctx.rank(query, vec, SPACE_CAPTION_TEXT, top_k)
+            step.outputs["top"] = ranking.ids[:5]
+        return ranking
+
+
+class CIReVLConfig(MethodConfig):
+    max_tokens: int = Field(80, ge=8, description="length cap of the edited description")
+
+
+@register_method
+class CIReVL(Method):
+    name = "cirevl"
+    tasks = frozenset({"cir"})
+    Config = CIReVLConfig
+    description = "caption the reference, LLM-edit the caption by the modification, retrieve the result"
+
+    def run(self, query: Query, top_k: int, trace: Trace) -> Ranking:
+        cfg: CIReVLConfig = self.config  # type: ignore[assignment]
+        assert query.reference is not None
+        with trace.step("describe_reference", reference=query.reference.id) as step:
+            reference = self.ctx.describe_image(query.reference)
+            step.outputs["reference_description"] = reference
+        with trace.step("edit_description", modification=query.text) as step:
+            prompt = load_prompt("cirevl/user.txt").format(reference=reference, modification=query.text)
+            target = self.ctx.roles["reasoner"].text(
+                [Message.system(load_prompt("cirevl/system.txt")), Message.user(prompt)],
+                max_tokens=cfg.max_tokens, repeat_penalty=1.1,
+            )
+            target = clean_description(target)
+            if not target:
+                # An empty edit would retrieve nothing meaningful: keep the information we have.
+                target = f"{reference} {query.text}".strip()
+                trace.count("edit_fallback")
+                step.note("empty edit: fell back to reference description + modification")
+            step.outputs["target_description"] = target
+        with trace.step("retrieve", space=SPACE_IMAGE, k=top_k) as step:
+            vec = self.ctx.encode([target], SPACE_IMAGE)[0]
+            ranking = self.ctx.rank(query, vec, SPACE_IMAGE, top_k)
+            step.outputs["top"] = ranking.ids[:5]
+        return ranking
+
+
+def clean_description(text: str) -> str:
+    """First non-empty line, without a leading label or surrounding quotes."""
+    for line in (text or "").splitlines():
+        line = line.strip().strip('"').strip()
+        for label in ("edited description:", "target description:", "description:"):
+            if line.lower().startswith(label):
+                line = line[len(label):].strip().strip('"')
+        if line:
+            return line
+    return ""
+
+
+__all__ = ["CIReVL", "CaptionBaseline", "ClipBaseline", "fold_dialogue"]
