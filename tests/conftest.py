@@ -100,3 +100,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if reporter:
             reporter.write_line(f"IMAGENT_REQUIRE_REAL_MODELS: {skipped} test(s) skipped; failing the run", red=True)
         session.exitstatus = 1
+
+
+@pytest.fixture(scope="session")
+def stamps_dir() -> Path:
+    """../shared/data/stamps: 627 real images with captions.jsonl (id, file, caption, category)."""
+    assert (STAMPS / "captions.jsonl").is_file(), f"test data missing: {STAMPS}"
+    return STAMPS
