@@ -107,3 +107,37 @@ def stamps_dir() -> Path:
     """../shared/data/stamps: 627 real images with captions.jsonl (id, file, caption, category)."""
     assert (STAMPS / "captions.jsonl").is_file(), f"test data missing: {STAMPS}"
     return STAMPS
+
+
+def shared_test_cache_dir() -> Path:
+    """Where the real Qwen GGUF is assembled once for all test sessions (491 MB)."""
+    return Path(os.environ.get("IMAGENT_TEST_CACHE_DIR") or Path.home() / ".cache" / "imagent-test").expanduser()
+
+
+@pytest.fixture(scope="session")
+def qwen_path() -> Path:
+    from imagent.models.offline import ensure_offline_qwen
+
+    return ensure_offline_qwen(shared_test_cache_dir())
+
+
+@pytest.fixture(scope="session")
+def qwen_local(qwen_path: Path):
+    from imagent.models.chat_llamacpp import LlamaCppChatModel
+
+    model = LlamaCppChatModel(qwen_path, model_id="offline:qwen2.5-0.5b-instruct", n_ctx=2048, n_threads=2)
+    model.load()
+    yield model
+    model.close()
+
+
+@pytest.fixture
+def offline_model_cache(tmp_path: Path) -> Path:
+    """A fresh IMAGENT_CACHE_DIR (empty call cache) whose models/ is the shared assembled GGUF."""
+    from imagent.models.offline import ensure_offline_qwen
+
+    ensure_offline_qwen(shared_test_cache_dir())
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "models").symlink_to(shared_test_cache_dir() / "models", target_is_directory=True)
+    return cache

@@ -76,6 +76,12 @@ class ChatModelConfig(_Strict):
     seed: int = 0
     # llama.cpp needs all logits kept to return token logprobs (yes/no scores).
     logprobs: bool = True
+    # openai backend only. How JSON output is requested: "json_schema" (OpenAI / vLLM structured outputs),
+    # "json_object" (llama.cpp server: {"type": "json_object", "schema": S}; also sends repeat_penalty),
+    # "none" (prompt only; the reply is parsed leniently).
+    json_mode: Literal["json_schema", "json_object", "none"] = "json_schema"
+    # openai backend only: extra fields merged into every request body (e.g. {"repetition_penalty": 1.1} for vLLM).
+    extra_body: dict[str, Any] = Field(default_factory=dict)
 
 
 class IndexOptions(_Strict):
@@ -83,6 +89,18 @@ class IndexOptions(_Strict):
     max_file_bytes: int = Field(200 * 1024 * 1024, ge=1)
     caption_missing: bool = False  # caption uncaptioned images with the captioner role
     batch_size: int = Field(32, ge=1)
+
+
+class ToolConfig(_Strict):
+    """A tool entry (``[tools.<name>]``): an agent tool such as TaCIR's ``search`` or ``edit``.
+
+    ``backend``: a name from :mod:`imagent.tools.registry` (``exemplar``, ``google``, ``brave`` for image
+    search; ``openai``, ``diffusers`` for image editing). ``options`` are that backend's own settings,
+    validated by the backend's options class when the tool is built (like method hyper-parameters).
+    """
+
+    backend: str
+    options: dict[str, Any] = Field(default_factory=dict)
 
 
 def _default_models() -> dict[str, ChatModelConfig]:
@@ -106,6 +124,8 @@ class Settings(_Strict):
     roles: dict[str, str] = Field(default_factory=lambda: {"default": "offline"})
     methods: dict[str, dict[str, Any]] = Field(default_factory=dict)
     indexing: IndexOptions = Field(default_factory=IndexOptions)
+    # tool name -> entry; none by default (tools that need the network or GPUs are opt-in).
+    tools: dict[str, ToolConfig] = Field(default_factory=dict)
     log_level: Literal["debug", "info", "warning", "error"] = "warning"
 
     @field_validator("index", "cache_dir", mode="after")
@@ -174,10 +194,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file not found: {path}")
     text = path.read_text(encoding="utf-8")
     try:
-        if path.suffix.lower() in {".yaml", ".yml"}:
-            data = yaml.safe_load(text) or {}
-        else:
-            data = tomllib.loads(text)
+        data = yaml.safe_load(text) or {} if path.suffix.lower() in {".yaml", ".yml"} else tomllib.loads(text)
     except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
         raise ConfigError(f"cannot parse config file {path}: {exc}") from exc
     if not isinstance(data, dict):

@@ -165,7 +165,10 @@ class ChatError(RuntimeError):
 
 @runtime_checkable
 class ChatModel(Protocol):
-    """A chat backend. ``sees_images``: whether image parts reach the model as pixels."""
+    """A chat backend. ``sees_images``: whether image parts reach the model as pixels.
+
+    A backend may also set ``cache_tag``: a string naming whatever else changes its answers (server
+    URL, request options); the call cache keys on it beside backend and model id."""
 
     backend: str
     model_id: str

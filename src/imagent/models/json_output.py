@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import re
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -20,6 +22,11 @@ class JSONParseError(ValueError):
 
 
 _FENCE = re.compile(r"```(?:json|JSON|javascript)?\s*(.*?)```", re.S)
+# Reasoning models put drafts inside <think>...</think>; the answer follows it.
+_THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
+# How many top-level bracketed values of one candidate are tried before giving up (bounds the work).
+_MAX_VALUES = 16
+_NOTHING = object()
 
 
 def _candidates(text: str) -> list[str]:
@@ -30,18 +37,17 @@ def _candidates(text: str) -> list[str]:
     # An unclosed fence (truncated output).
     if "```" in text and not out:
         out.append(text.split("```", 1)[1].removeprefix("json"))
-    start = min((i for i in (text.find("{"), text.find("[")) if i >= 0), default=-1)
-    if start >= 0:
-        out.append(text[start:])
     out.append(text)
     return out
 
 
-def _scan_value(s: str) -> str | None:
-    """The first balanced {...} or [...] in ``s`` (string-aware); if unbalanced, the rest of ``s``."""
-    start = min((i for i in (s.find("{"), s.find("[")) if i >= 0), default=-1)
-    if start < 0:
-        return None
+def _first_bracket(s: str, pos: int = 0) -> int:
+    return min((i for i in (s.find("{", pos), s.find("[", pos)) if i >= 0), default=-1)
+
+
+def _scan_value(s: str, start: int) -> tuple[str, bool]:
+    """The balanced {...} or [...] starting at ``start`` (string-aware) and True; if it never closes
+    (output cut short), the rest of ``s`` and False."""
     depth = 0
     in_str: str | None = None
     esc = False
@@ -62,84 +68,184 @@ def _scan_value(s: str) -> str | None:
         elif ch in "}]":
             depth -= 1
             if depth == 0:
-                return s[start : i + 1]
-    return s[start:]
+                return s[start : i + 1], True
+    return s[start:], False
+
+
+def _segments(s: str) -> list[tuple[str | None, str]]:
+    """Split into ``(quote, text)`` pieces: quote is ``"`` or ``'`` for a string literal (text with its
+    quotes; an unterminated last string lacks the closing one), None for the code between strings.
+    Every repair below edits code pieces only, so text inside strings is never rewritten."""
+    out: list[tuple[str | None, str]] = []
+    i, n, code_start = 0, len(s), 0
+    while i < n:
+        ch = s[i]
+        if ch in "\"'":
+            if code_start < i:
+                out.append((None, s[code_start:i]))
+            j, esc = i + 1, False
+            while j < n:
+                c = s[j]
+                if esc:
+                    esc = False
+                elif c == "\\":
+                    esc = True
+                elif c == ch:
+                    break
+                j += 1
+            out.append((ch, s[i : j + 1]))
+            i = code_start = j + 1
+        else:
+            i += 1
+    if code_start < n:
+        out.append((None, s[code_start:]))
+    return out
+
+
+_PY_WORDS = {"True": "true", "TRUE": "true", "False": "false", "FALSE": "false",
+             "None": "null", "NULL": "null", "Null": "null"}
+
+
+def _fix_code(code: str) -> str:
+    code = re.sub(r"//[^\n]*", "", code)  # line comments
+    code = re.sub(r"\b(True|TRUE|False|FALSE|None|NULL|Null)\b", lambda m: _PY_WORDS[m.group(1)], code)
+    code = re.sub(r"([{,]\s*)([A-Za-z_][A-Za-z0-9_]*)(\s*):", r'\1"\2"\3:', code)  # unquoted keys
+    return re.sub(r",(\s*[}\]])", r"\1", code)  # trailing commas
+
+
+def _json_string(quote: str, text: str) -> str:
+    """One string literal as a JSON string; an unterminated one is closed (output cut short)."""
+    closed = len(text) >= 2 and text.endswith(quote) and not _ends_in_escape(text[:-1])
+    inner = text[1:-1] if closed else text[1:]
+    if _ends_in_escape(inner):
+        inner = inner[:-1]  # a dangling backslash would escape the closing quote
+    if quote == '"':
+        # JSON has no \' escape; models write it anyway.
+        return '"' + re.sub(r"\\(.)", lambda m: "'" if m.group(1) == "'" else m.group(0), inner, flags=re.S) + '"'
+
+    def swap(m: re.Match[str]) -> str:
+        tok = m.group(0)
+        if tok == '"':
+            return '\\"'
+        return "'" if tok == "\\'" else tok
+
+    return '"' + re.sub(r'\\.|"', swap, inner, flags=re.S) + '"'
+
+
+def _ends_in_escape(s: str) -> bool:
+    return (len(s) - len(s.rstrip("\\"))) % 2 == 1
+
+
+def _normalize(body: str) -> str:
+    """Rewrite JSON-ish text as JSON: Python literals, single quotes, comments, unquoted keys,
+    trailing commas, a missing comma between two strings, unterminated strings closed.
+    Valid JSON comes out unchanged."""
+    segs = _segments(body)
+    out: list[str] = []
+    for i, (quote, text) in enumerate(segs):
+        if quote is None:
+            between_strings = 0 < i < len(segs) - 1 and segs[i - 1][0] and segs[i + 1][0]
+            if between_strings and text.strip() == "":
+                text = "," + text  # `"a" "b"`: two strings with only space between lack a comma
+            out.append(_fix_code(text))
+        else:
+            out.append(_json_string(quote, text))
+    return "".join(out)
+
+
+def _open_brackets(s: str) -> list[str]:
+    """Closers still owed by ``s`` (which has no unterminated string), innermost last."""
+    stack: list[str] = []
+    for quote, text in _segments(s):
+        if quote is None:
+            for ch in text:
+                if ch in "{[":
+                    stack.append("}" if ch == "{" else "]")
+                elif ch in "}]" and stack:
+                    stack.pop()
+    return stack
+
+
+_CUT_LITERAL = re.compile(r"(?<![\w.])(?:t|tr|tru|f|fa|fal|fals|n|nu|nul)$")
+_DANGLING_KEY = re.compile(r'([{,])\s*"(?:[^"\\]|\\.)*"$')
 
 
 def _close_truncated(s: str) -> str:
-    """Close an unterminated string and any open brackets (output cut by max_tokens)."""
-    stack: list[str] = []
-    in_str = False
-    esc = False
-    for ch in s:
-        if in_str:
-            if esc:
-                esc = False
-            elif ch == "\\":
-                esc = True
-            elif ch == '"':
-                in_str = False
-            continue
-        if ch == '"':
-            in_str = True
-        elif ch in "{[":
-            stack.append("}" if ch == "{" else "]")
-        elif ch in "}]" and stack:
-            stack.pop()
-    out = s + ('"' if in_str else "")
-    out = re.sub(r"[,:\s]+$", "", out)
-    # A dangling key without value: `{"a": 1, "b"` -> drop it.
-    out = re.sub(r',\s*"[^"]*"$', "", out)
-    return out + "".join(reversed(stack))
+    """Close the open brackets of JSON cut by max_tokens (strings are already closed by
+    :func:`_normalize`), dropping what is cut mid-token: a partial ``true``/``false``/``null``,
+    a number's dangling ``.``/``e``/``-``, a key without its value."""
+    s = s.rstrip()
+    for _ in range(8):
+        prev = s
+        s = re.sub(r"[,:\s]+$", "", s)
+        s = _CUT_LITERAL.sub("", s)
+        s = re.sub(r"(\d)[.eE+-]+$", r"\1", s)
+        s = re.sub(r"(?<=[\[{,:\s])-$", "", s)
+        stack = _open_brackets(s)
+        if stack and stack[-1] == "}":
+            # Inside an object, a trailing string right after `{` or `,` is a key whose value was cut.
+            s = _DANGLING_KEY.sub(lambda m: "{" if m.group(1) == "{" else "", s)
+        if s == prev:
+            break
+    return s + "".join(reversed(_open_brackets(s)))
 
 
-def _repairs(s: str) -> list[str]:
-    s = s.strip()
-    fixed = re.sub(r",\s*([}\]])", r"\1", s)  # trailing commas
-    fixed = re.sub(r"//[^\n\"]*\n", "\n", fixed)  # line comments outside strings (best effort)
-    variants = [s, fixed]
-    variants.append(_close_truncated(fixed))
-    variants.append(re.sub(r",\s*([}\]])", r"\1", _close_truncated(fixed)))
-    return variants
+def _loads(s: str) -> Any:
+    # strict=False: raw newlines and tabs inside strings are common in model output.
+    return json.loads(s, strict=False)
 
 
-def _loads_lenient(s: str) -> Any:
+def _parse_value(body: str, balanced: bool) -> Any:
+    """Parse one bracketed value, repairing in increasing order of boldness."""
+    body = body.strip()
     try:
-        return json.loads(s)
-    except json.JSONDecodeError:
+        return _loads(body)
+    except (json.JSONDecodeError, RecursionError):  # absurd nesting is unusable too
         pass
-    # Python literals: single quotes, True/False/None.
+    fixed = _normalize(body)
+    attempts = [fixed] if balanced else [fixed, _close_truncated(fixed)]
+    for variant in attempts:
+        try:
+            return _loads(variant)
+        except (json.JSONDecodeError, RecursionError):  # absurd nesting is unusable too
+            pass
+    # Last resort for Python reprs the rewrite above cannot express (e.g. tuples).
     try:
-        value = ast.literal_eval(s)
+        value = ast.literal_eval(body)
         if isinstance(value, dict | list):
             return value
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        pass
-    # JSON words inside a Python-ish literal.
-    try:
-        py = re.sub(r"\btrue\b", "True", re.sub(r"\bfalse\b", "False", re.sub(r"\bnull\b", "None", s)))
-        value = ast.literal_eval(py)
-        if isinstance(value, dict | list):
-            return value
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
+    except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
         pass
     raise JSONParseError("not JSON")
+
+
+def _values(text: str) -> Iterator[Any]:
+    """Every JSON value found in ``text``, in order of likelihood: fenced blocks first, then
+    top-level bracketed values left to right. A value cut short ends its candidate."""
+    text = _THINK.sub("", text)
+    for cand in _candidates(text):
+        pos = _first_bracket(cand)
+        tried = 0
+        while pos >= 0 and tried < _MAX_VALUES:
+            tried += 1
+            body, balanced = _scan_value(cand, pos)
+            try:
+                value = _parse_value(body, balanced)
+            except JSONParseError:
+                value = _NOTHING
+            if value is not _NOTHING:
+                yield value
+            if not balanced:
+                break  # everything after is inside this value; an inner fragment is not the answer
+            pos = _first_bracket(cand, pos + len(body))
 
 
 def extract_json(text: str) -> Any:
     """The first JSON object or array in ``text``, repaired where safe."""
     if not text or not text.strip():
         raise JSONParseError("empty output")
-    errors = 0
-    for cand in _candidates(text):
-        body = _scan_value(cand)
-        if body is None:
-            continue
-        for variant in _repairs(body):
-            try:
-                return _loads_lenient(variant)
-            except JSONParseError:
-                errors += 1
+    for value in _values(text):
+        return value
     raise JSONParseError(f"no JSON value found in output: {text[:120]!r}")
 
 
@@ -165,10 +271,13 @@ def coerce(value: Any, schema: dict[str, Any] | None, path: str = "$") -> Any:
         out = dict(value)
         # Keys in another case or with spaces ("Target Description") map to the schema's names.
         norm = {re.sub(r"[\s_-]+", "_", k.strip().lower()): k for k in value}
+        required = set(schema.get("required", []))
         for name, sub in props.items():
             key = name if name in value else norm.get(re.sub(r"[\s_-]+", "_", name.lower()))
             if key is not None:
                 out.pop(key, None)
+                if value[key] is None and name not in required:
+                    continue  # `"tags": null` for an optional field means "not given"
                 out[name] = coerce(value[key], sub, f"{path}.{name}")
         missing = [r for r in schema.get("required", []) if r not in out]
         if missing:
@@ -207,6 +316,8 @@ def coerce(value: Any, schema: dict[str, Any] | None, path: str = "$") -> Any:
             return True
         if isinstance(value, str) and value.strip().lower() in {"false", "no"}:
             return False
+        if isinstance(value, int | float) and value in (0, 1):
+            return bool(value)
         raise JSONParseError(f"{path}: expected a boolean, got {value!r}")
     if typ in {"integer", "number"}:
         if isinstance(value, bool):
@@ -215,6 +326,8 @@ def coerce(value: Any, schema: dict[str, Any] | None, path: str = "$") -> Any:
             num = float(value)
         except (TypeError, ValueError):
             raise JSONParseError(f"{path}: expected a number, got {value!r}") from None
+        if not math.isfinite(num):
+            raise JSONParseError(f"{path}: expected a finite number, got {value!r}")  # NaN would poison rankings
         if typ == "integer":
             if num != int(num):
                 raise JSONParseError(f"{path}: expected an integer, got {value!r}")
@@ -224,8 +337,18 @@ def coerce(value: Any, schema: dict[str, Any] | None, path: str = "$") -> Any:
 
 
 def parse_json(text: str, schema: dict[str, Any] | None = None) -> Any:
-    """Extract, repair and coerce. Raises JSONParseError when the output is unusable."""
-    value = extract_json(text)
-    if schema and schema.get("type") == "object" and isinstance(value, list) and len(value) == 1:
-        value = value[0]
-    return coerce(value, schema)
+    """Extract, repair and coerce: the first value in ``text`` that fits ``schema``.
+    Raises JSONParseError when the output is unusable."""
+    if not text or not text.strip():
+        raise JSONParseError("empty output")
+    first_error: JSONParseError | None = None
+    for value in _values(text):
+        if schema and schema.get("type") == "object" and isinstance(value, list) and len(value) == 1:
+            value = value[0]  # `[{...}]` where one object was asked
+        try:
+            return coerce(value, schema)
+        except JSONParseError as exc:
+            first_error = first_error or exc
+    if first_error is not None:
+        raise first_error
+    raise JSONParseError(f"no JSON value found in output: {text[:120]!r}")

@@ -70,7 +70,7 @@ class Role:
             messages = to_caption_mode(messages)
             note(f"caption mode: role {self.name!r} received image captions instead of pixels")
         key = stable_key(
-            "chat", CACHE_VERSION, self.model.backend, self.model.model_id,
+            "chat", CACHE_VERSION, self.model.backend, self.model.model_id, getattr(self.model, "cache_tag", ""),
             _message_key(messages), params.to_dict(),
         )
         t0 = time.perf_counter()

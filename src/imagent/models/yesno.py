@@ -17,7 +17,8 @@ NO_WORDS = frozenset({"no", "false"})
 
 
 def _side(token: str) -> str | None:
-    t = token.strip().strip(".,:;!\"'").lower()
+    # Raw vocabulary pieces mark a leading space with "▁" (SentencePiece) or "Ġ" (byte-level BPE).
+    t = token.replace("\u2581", " ").replace("\u0120", " ").strip().strip(".,:;!\"'*").lower()
     if t in YES_WORDS:
         return "yes"
     if t in NO_WORDS:
@@ -25,17 +26,30 @@ def _side(token: str) -> str | None:
     return None
 
 
+def _logsumexp(xs: list[float]) -> float:
+    m = max(xs)
+    if m == -math.inf:
+        return -math.inf
+    return m + math.log(sum(math.exp(x - m) for x in xs))
+
+
+# A side absent from the alternatives is below the last one shown; ~0 stands in for it.
+_ABSENT = math.log(1e-12)
+
+
 def yes_no_logits(alternatives: Iterable[TokenLogprob]) -> tuple[float, float] | None:
-    """(log p_yes, log p_no) summed over variants; None if either side is absent."""
-    p = {"yes": 0.0, "no": 0.0}
+    """(log p_yes, log p_no), each side's variants summed (in log space, so very small
+    probabilities do not underflow); None when neither side appears. A missing side (or one
+    whose probability is exactly 0) is taken as log(1e-12)."""
+    sides: dict[str, list[float]] = {"yes": [], "no": []}
     for alt in alternatives:
         side = _side(alt.token)
-        if side is not None:
-            p[side] += math.exp(alt.logprob)
-    if p["yes"] == 0.0 and p["no"] == 0.0:
+        if side is not None and not math.isnan(alt.logprob):
+            sides[side].append(float(alt.logprob))
+    lp = {k: (_logsumexp(v) if v else -math.inf) for k, v in sides.items()}
+    if lp["yes"] == -math.inf and lp["no"] == -math.inf:
         return None
-    tiny = 1e-12
-    return math.log(max(p["yes"], tiny)), math.log(max(p["no"], tiny))
+    return (lp["yes"] if lp["yes"] > -math.inf else _ABSENT), (lp["no"] if lp["no"] > -math.inf else _ABSENT)
 
 
 def yes_no_probability(alternatives: Iterable[TokenLogprob]) -> float | None:

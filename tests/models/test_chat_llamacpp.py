@@ -1,0 +1,190 @@
+"""LlamaCppChatModel: model resolution and load errors, the arguments handed to llama.cpp, then real Qwen
+in-process (``qwen_local``)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from imagent.core.cache import DiskCache
+from imagent.core.config import ChatModelConfig
+from imagent.core.trace import Trace
+from imagent.models import chat_llamacpp
+from imagent.models.base import ChatParams, ImagePart, Message
+from imagent.models.chat_llamacpp import LlamaCppChatModel, ModelLoadError, resolve_model_path
+from imagent.models.registry import build_chat_model
+from imagent.models.roles import Role
+
+# --------------------------------------------------------------------------- without loading weights
+
+
+def test_missing_gguf_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ModelLoadError, match="GGUF model file not found"):
+        resolve_model_path(str(tmp_path / "nope.gguf"))
+
+
+def test_unknown_offline_name_lists_the_known_ones() -> None:
+    with pytest.raises(ModelLoadError, match=r"offline:qwen2\.5-0\.5b-instruct"):
+        resolve_model_path("offline:llama-70b")
+
+
+def test_offline_name_resolves_through_the_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "models" / "q.gguf"
+    seen: list[Path] = []
+    monkeypatch.setattr(chat_llamacpp, "ensure_offline_qwen", lambda d: seen.append(d) or fake)
+    cfg = ChatModelConfig(backend="llama.cpp", model="offline:qwen2.5-0.5b-instruct", n_ctx=1024, n_threads=1,
+                          logprobs=False)
+    model = build_chat_model(cfg, cache_dir=tmp_path)  # the registry's call; nothing is loaded yet
+    assert isinstance(model, LlamaCppChatModel)
+    assert seen == [tmp_path] and model.model_path == fake
+    assert model.model_id == "offline:qwen2.5-0.5b-instruct"  # machine-independent cache key
+    assert (model.n_ctx, model.n_threads, model.logprobs, model.sees_images) == (1024, 1, False, False)
+
+
+def test_path_model_with_prefix_and_default_threads(tmp_path: Path) -> None:
+    import os
+
+    f = tmp_path / "tiny.gguf"
+    f.write_bytes(b"x")
+    model = LlamaCppChatModel.from_config(ChatModelConfig(backend="llama.cpp", model=f"llama.cpp:{f}"))
+    assert model.model_path == f and model.model_id == "tiny.gguf"
+    assert model.n_threads == (os.cpu_count() or 1)
+
+
+def test_corrupt_gguf_fails_to_load_clearly(tmp_path: Path) -> None:
+    f = tmp_path / "broken.gguf"
+    f.write_bytes(b"GGUF" + b"\0" * 64)
+    model = LlamaCppChatModel(f, n_ctx=256, n_threads=1)
+    with pytest.raises(ModelLoadError, match="could not load"):
+        model.chat([Message.user("hi")], ChatParams(max_tokens=1))
+
+
+def test_missing_llama_cpp_package_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"x")
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # makes `import llama_cpp` raise ImportError
+    with pytest.raises(ModelLoadError, match=r"pip install 'imagent\[offline\]'"):
+        LlamaCppChatModel(f).load()
+
+
+def test_request_kwargs_map_params(tmp_path: Path) -> None:
+    model = LlamaCppChatModel(tmp_path / "m.gguf", seed=5)
+    schema = {"type": "object", "properties": {"a": {"type": "string", "maxLength": 4}}}
+    kw = model.request_kwargs(
+        [Message.system("sys"), Message.user("a ", ImagePart(description="a cat"), " b")],
+        ChatParams(max_tokens=7, json_schema=schema, top_logprobs=5, stop=["\n"], repeat_penalty=1.1),
+    )
+    assert kw["messages"] == [{"role": "system", "content": "sys"},
+                              {"role": "user", "content": "a [Image, described in text: a cat] b"}]
+    assert kw["max_tokens"] == 7 and kw["temperature"] == 0.0 and kw["seed"] == 5
+    assert kw["response_format"] == {"type": "json_object", "schema": schema}
+    assert kw["logprobs"] is True and kw["top_logprobs"] == 5
+    assert kw["stop"] == ["\n"] and kw["repeat_penalty"] == 1.1
+    plain = model.request_kwargs([Message.user("q")], ChatParams(seed=2))
+    assert plain["seed"] == 2
+    assert not {"response_format", "logprobs", "top_logprobs", "repeat_penalty", "stop"} & set(plain)
+
+
+def test_no_logprobs_requested_of_a_model_loaded_without_them(tmp_path: Path) -> None:
+    # llama.cpp raises on logprobs without logits_all; the call must still answer, just unscored.
+    model = LlamaCppChatModel(tmp_path / "m.gguf", logprobs=False)
+    kw = model.request_kwargs([Message.user("q")], ChatParams(top_logprobs=20))
+    assert "logprobs" not in kw and "top_logprobs" not in kw
+
+
+# --------------------------------------------------------------------------- real Qwen, in-process
+
+SKY = [Message.user("Is the sky blue on a clear day? Answer yes or no.")]
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 30},
+        "colors": {"type": "array", "items": {"type": "string", "maxLength": 15}, "maxItems": 3},
+    },
+    "required": ["name", "colors"],
+}
+
+
+@pytest.mark.real_model
+def test_real_plain_chat(qwen_local: LlamaCppChatModel) -> None:
+    resp = qwen_local.chat([Message.user("What is the capital of France? Answer in one word.")],
+                           ChatParams(max_tokens=8))
+    assert "paris" in resp.text.lower()
+    assert resp.prompt_tokens > 0 and resp.completion_tokens > 0 and resp.finish_reason in {"stop", "length"}
+
+
+@pytest.mark.real_model
+def test_real_json(qwen_local: LlamaCppChatModel) -> None:
+    value, ok = Role("describer", qwen_local).json(
+        [Message.user("Describe a ripe banana as JSON: its name and up to 3 colors.")], SCHEMA, max_tokens=80)
+    assert ok and isinstance(value, dict)
+    assert isinstance(value["name"], str) and value["name"]
+    assert isinstance(value["colors"], list) and len(value["colors"]) <= 3
+
+
+@pytest.mark.real_model
+def test_real_yes_no(qwen_local: LlamaCppChatModel) -> None:
+    yn = Role("verifier", qwen_local).yes_no(SKY)
+    assert yn.answer is True
+    assert yn.probability is not None and 0.0 < yn.probability < 1.0
+
+
+@pytest.mark.real_model
+def test_real_top_logprobs_per_position(qwen_local: LlamaCppChatModel) -> None:
+    resp = qwen_local.chat(SKY, ChatParams(max_tokens=2, top_logprobs=5))
+    assert 1 <= len(resp.top_logprobs) <= 2
+    first = resp.top_logprobs[0]
+    assert 1 <= len(first) <= 5 and all(t.logprob <= 0.0 for t in first)
+    assert {"yes", "no"} <= {t.token.strip().lower() for t in first}
+
+
+class Spy:
+    """Delegates to a model and counts calls, to prove a cache hit never reaches it."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.backend, self.model_id, self.sees_images = model.backend, model.model_id, model.sees_images
+        self.calls = 0
+
+    def chat(self, messages: list[Message], params: ChatParams):
+        self.calls += 1
+        return self.model.chat(messages, params)
+
+
+@pytest.mark.real_model
+def test_real_call_cache(qwen_local: LlamaCppChatModel, tmp_path: Path) -> None:
+    spy = Spy(qwen_local)
+    role = Role("reasoner", spy, DiskCache(tmp_path / "calls.sqlite"))
+    trace = Trace()
+    with trace.step("twice") as step:
+        first = role.chat([Message.user("Name one fruit.")], ChatParams(max_tokens=6))
+        second = role.chat([Message.user("Name one fruit.")], ChatParams(max_tokens=6))
+    assert spy.calls == 1
+    assert [c.cached for c in step.calls] == [False, True]
+    assert second.text == first.text and second.completion_tokens == first.completion_tokens
+
+
+@pytest.mark.real_model
+def test_real_concurrent_calls_are_serialised(qwen_local: LlamaCppChatModel) -> None:
+    # One Llama is not thread-safe; the backend's lock must make parallel callers safe.
+    out: list[str] = []
+    errors: list[BaseException] = []
+
+    def ask() -> None:
+        try:
+            out.append(qwen_local.chat([Message.user("Say the word 'blue'.")], ChatParams(max_tokens=4)).text)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=ask) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(out) == 3
+    assert len(set(out)) == 1  # greedy decoding of one prompt: the same text every time
