@@ -54,7 +54,8 @@ class Workspace:
         cfg = self.settings.dual_encoder
         if cfg.backend == "caption":
             return build_dual_encoder(cfg, text_embedder=self._text_embedder_for(cfg))
-        return build_dual_encoder(cfg)
+        limits = self.settings.indexing
+        return build_dual_encoder(cfg, max_pixels=limits.max_pixels, max_bytes=limits.max_file_bytes)
 
     def _text_embedder_for(self, cfg: Any) -> Any:
         """Caption mode with the configured text embedder's model shares the loaded instance."""

@@ -1,10 +1,12 @@
 """Robust JSON from model output.
 
 Small models wrap JSON in prose or code fences, leave trailing commas, use single quotes or Python
-literals, stop mid-object, or give a string where a list was asked. ``parse_json`` extracts the
-first JSON value, repairs what can be repaired safely, then coerces it to the schema (a subset of
-JSON Schema: type, properties, required, items, enum, maxItems, maxLength). What cannot be
-repaired raises :class:`JSONParseError` so the caller can retry and then fall back.
+literals, stop mid-object, or give a string where a list was asked. ``parse_json`` finds the JSON
+values in the output (fenced blocks first, then bracketed values left to right, after dropping
+``<think>`` blocks), repairs what can be repaired safely, and returns the first one that coerces to
+the schema (a subset of JSON Schema: type, properties, required, items, enum, maxItems, maxLength).
+Repairs only ever edit text outside string literals, so valid JSON comes through unchanged. What
+cannot be repaired raises :class:`JSONParseError` so the caller can retry and then fall back.
 """
 
 from __future__ import annotations
