@@ -4,12 +4,15 @@ Layout of an index directory::
 
     records.sqlite     records, per-record vectors (the source of truth), skipped files, spaces
     vectors/<space>.npy  dense snapshot of each space, rows aligned with ``ids.json``
-    vectors/ids.json     row order of the snapshot and the generation it was made at
+    vectors/ids.json     row order of the snapshot, the generation it was made at and the index's uuid
 
 Every write goes through SQLite transactions, so a killed build leaves the database at its last
 committed batch (resume picks up from there) and never half-written. The ``.npy`` snapshots are
-derived data, replaced atomically (write to a temp file, ``os.replace``); when their generation
-does not match the database's, they are rebuilt from SQLite on open.
+derived data, replaced atomically (write to a temp file, ``os.replace``); when their generation,
+row order or index uuid does not match the database's, they are rebuilt from SQLite on first use.
+Every record write bumps the generation in the same transaction, so a snapshot can never be
+mistaken for current after a write (a killed build included). The uuid is drawn when the database
+is created, so a snapshot left beside a re-created database is not mistaken for its own either.
 
 Vector spaces (names used by every method):
 
@@ -24,6 +27,7 @@ import json
 import os
 import sqlite3
 import threading
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,7 +83,11 @@ class Gallery:
         (self.root / "vectors").mkdir(exist_ok=True)
         self._db_path = db
         self._local = threading.local()
-        self._conn().executescript(SCHEMA)
+        conn = self._conn()
+        conn.executescript(SCHEMA)
+        if conn.execute("SELECT 1 FROM meta WHERE key='uuid'").fetchone() is None:
+            # Only written once, so opening an existing index stays a read.
+            conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES('uuid', ?)", (uuid.uuid4().hex,))
         self._load()
 
     # ------------------------------------------------------------------ storage plumbing
@@ -101,7 +109,17 @@ class Gallery:
             return self.conn
 
         def __exit__(self, exc_type: Any, *_: Any) -> None:
-            self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
+            if exc_type is not None:
+                self.conn.execute("ROLLBACK")
+                return
+            try:
+                self.conn.execute("COMMIT")
+            except BaseException:
+                # A failed COMMIT (disk full, I/O error) leaves the transaction open; end it so the
+                # connection stays usable and nothing half-done can be committed later.
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                raise
 
     def transaction(self) -> Gallery._Tx:
         return Gallery._Tx(self._conn())
@@ -113,6 +131,9 @@ class Gallery:
     def generation(self) -> int:
         return int(self._meta("generation", "0") or 0)
 
+    def uuid(self) -> str:
+        return self._meta("uuid", "") or ""
+
     def _bump_generation(self, c: sqlite3.Connection) -> None:
         c.execute(
             "INSERT INTO meta(key, value) VALUES('generation', '1') ON CONFLICT(key) "
@@ -121,6 +142,17 @@ class Gallery:
 
     def _load(self) -> None:
         c = self._conn()
+        if c.in_transaction:
+            self._load_from(c)
+            return
+        # One read transaction: records and spaces from the same committed state.
+        c.execute("BEGIN")
+        try:
+            self._load_from(c)
+        finally:
+            c.execute("COMMIT")
+
+    def _load_from(self, c: sqlite3.Connection) -> None:
         rows = c.execute("SELECT id, data FROM records ORDER BY row").fetchall()
         self.ids: list[str] = [r[0] for r in rows]
         self._records = {r[0]: ImageRecord.from_dict(json.loads(r[1])) for r in rows}
@@ -131,6 +163,7 @@ class Gallery:
         }
         self._vectors: dict[str, np.ndarray] = {}
         self._meta_arrays: dict[str, np.ndarray] | None = None
+        self._by_hash: dict[str, str] | None = None
 
     def reload(self) -> None:
         self._load()
@@ -163,8 +196,22 @@ class Gallery:
     def has_space(self, space: str) -> bool:
         return space in self._spaces
 
+    def record_by_hash(self, content_hash: str) -> ImageRecord | None:
+        """The record whose file has this sha256, if any (a reference image that is in the gallery)."""
+        if self._by_hash is None:
+            self._by_hash = {}
+            for i in self.ids:
+                h = self._records[i].content_hash
+                if h:
+                    self._by_hash.setdefault(h, i)
+        found = self._by_hash.get(content_hash)
+        return self._records[found] if found is not None else None
+
     def skipped(self) -> list[tuple[str, str]]:
         return [(p or k, r) for k, p, r in self._conn().execute("SELECT source_key, path, reason FROM skipped")]
+
+    def skipped_keys(self) -> list[str]:
+        return [k for (k,) in self._conn().execute("SELECT source_key FROM skipped")]
 
     def vectors(self, space: str) -> np.ndarray:
         """(N, dim) float32 rows aligned with :attr:`ids`, loaded from the snapshot (rebuilt if stale)."""
@@ -185,9 +232,23 @@ class Gallery:
             return False
         try:
             meta = json.loads(info.read_text())
-        except (OSError, json.JSONDecodeError):
+        except (OSError, ValueError):
             return False
-        return meta.get("generation") == self.generation() and meta.get("ids") == self.ids
+        if not isinstance(meta, dict):
+            return False
+        spaces = {k: [v.model_id, v.dim] for k, v in self._spaces.items()}
+        return (
+            meta.get("generation") == self.generation()
+            and meta.get("uuid") == self.uuid()
+            and meta.get("ids") == self.ids
+            and meta.get("spaces", spaces) == spaces
+        )
+
+    def snapshot_is_current(self) -> bool:
+        """Whether every space's ``.npy`` matches the database as it is now (nothing to rebuild)."""
+        if not self._snapshot_ok():
+            return False
+        return all((self.root / "vectors" / f"{s}.npy").exists() for s in self._spaces)
 
     def _load_snapshot(self, space: str) -> np.ndarray:
         path = self.root / "vectors" / f"{space}.npy"
@@ -198,7 +259,12 @@ class Gallery:
                     return arr
             except (OSError, ValueError):
                 pass
-        self.write_snapshot()
+        try:
+            self.write_snapshot()
+        except OSError:
+            # A read-only index folder (shared, mounted read-only): rebuild in memory instead.
+            self._load()
+            return self._vectors_from_db(space)
         return np.load(path, mmap_mode="r")
 
     def _vectors_from_db(self, space: str) -> np.ndarray:
@@ -211,23 +277,36 @@ class Gallery:
         return out
 
     def write_snapshot(self) -> None:
-        """Rewrite every space's ``.npy`` and ``ids.json`` atomically from SQLite."""
-        self._load()
+        """Rewrite every space's ``.npy`` and ``ids.json`` atomically from SQLite.
+
+        Records, vectors and generation are read in one read transaction, so a writer committing
+        meanwhile (another process) cannot make the snapshot mix two states under one generation.
+        ``ids.json`` is replaced last: until then the old one names an older generation and
+        readers keep treating the snapshot as stale."""
+        c = self._conn()
+        c.execute("BEGIN")
+        try:
+            self._load_from(c)
+            generation = int(self._meta("generation", "0") or 0)
+            index_uuid = self._meta("uuid", "") or ""
+            arrays = {space: self._vectors_from_db(space) for space in self._spaces}
+        finally:
+            c.execute("COMMIT")
         vec_dir = self.root / "vectors"
-        for space in self._spaces:
-            arr = self._vectors_from_db(space)
+        for space, arr in arrays.items():
             tmp = vec_dir / f".{space}.npy.tmp"
             with open(tmp, "wb") as f:
                 np.save(f, arr)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, vec_dir / f"{space}.npy")
+        spaces = {k: [v.model_id, v.dim] for k, v in self._spaces.items()}
         tmp = vec_dir / ".ids.json.tmp"
-        tmp.write_text(json.dumps({"generation": self.generation(), "ids": self.ids}))
+        tmp.write_text(json.dumps({"generation": generation, "uuid": index_uuid, "spaces": spaces, "ids": self.ids}))
         os.replace(tmp, vec_dir / "ids.json")
         manifest = {
             "count": len(self.ids),
-            "generation": self.generation(),
+            "generation": generation,
             "spaces": {k: {"model_id": v.model_id, "dim": v.dim} for k, v in self._spaces.items()},
         }
         tmp = self.root / ".manifest.json.tmp"
@@ -286,6 +365,10 @@ class Gallery:
         c.execute(
             "INSERT OR REPLACE INTO skipped(source_key, path, reason) VALUES (?,?,?)", (source_key, path, reason)
         )
+
+    def forget_skipped(self, c: sqlite3.Connection, source_keys: Iterable[str]) -> None:
+        """Drop skipped entries (files that are gone from the source, or fine now)."""
+        c.executemany("DELETE FROM skipped WHERE source_key=?", [(k,) for k in source_keys])
 
     def fingerprints(self) -> dict[str, tuple[str, str]]:
         """source_key -> (id, fingerprint) for every stored record (what an incremental run compares)."""

@@ -1,0 +1,250 @@
+"""``imagent score`` and ``imagent eval``: official benchmark metrics from the command line.
+
+The main CLI calls :func:`register` with its app and its ``get_workspace(config_file, sets)``.
+
+``--set`` keys are routed by their first part: ``<benchmark>.key`` is a loader option (e.g.
+``circo.shared_concept=true``, ``fashioniq.caption_join=first``); a registered method's name
+(``imagescope.tau``) and a bare key (``tau``, meaning the ``--method``'s field) go to
+``methods.<method>.<key>``; anything else is a settings key (``roles.default=vllm``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from imagent.core.config import ConfigError, Settings, parse_value
+
+console = Console()
+err_console = Console(stderr=True)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", "-s", help="key=value (repeatable): <benchmark>.key sets a loader option, a bare key "
+                 "the method's field (tau=0.2 -> methods.<method>.tau), a dotted key any setting"),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable JSON output")]
+
+
+def _user_errors(fn: F) -> F:
+    """Errors a user can fix: one red line, exit status 2 (``IMAGENT_DEBUG=1`` shows the traceback)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from imagent.eval.datasets import BenchmarkError
+        from imagent.eval.runner import RunError
+        from imagent.index.gallery import GalleryError
+
+        known: tuple[type[BaseException], ...] = (ConfigError, BenchmarkError, RunError, GalleryError,
+                                                   FileNotFoundError, KeyError, ValueError)
+        try:
+            from imagent.models.encoders import EncoderLoadError
+
+            known += (EncoderLoadError,)
+        except ImportError:  # pragma: no cover
+            pass
+        try:
+            return fn(*args, **kwargs)
+        except known as exc:
+            if os.environ.get("IMAGENT_DEBUG"):
+                raise
+            msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+            err_console.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def route_sets(sets: list[str] | None, benchmark: str | None, method: str | None
+               ) -> tuple[dict[str, Any], list[str]]:
+    """Split ``--set`` items into loader options and fully-qualified settings keys."""
+    from imagent.eval.datasets import canonical_name
+    from imagent.methods.base import METHODS, get_method
+
+    if method:
+        get_method(method)  # registers the built-ins, and names an unknown method clearly
+    chosen = canonical_name(benchmark) if benchmark else None
+    options: dict[str, Any] = {}
+    settings_sets: list[str] = []
+    fields = set(Settings.model_fields)
+    for item in sets or []:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"--set takes key=value, got {item!r}")
+        head, dot, rest = key.partition(".")
+        if dot and canonical_name(head) is not None and head not in fields:
+            if chosen is not None and canonical_name(head) != chosen:
+                raise ConfigError(f"--set {key}: an option of {head}, but the benchmark is {benchmark}")
+            options[rest] = parse_value(value.strip())
+        elif head in fields:
+            settings_sets.append(f"{key}={value}")
+        elif dot and head in METHODS:
+            settings_sets.append(f"methods.{key}={value}")
+        elif method:
+            settings_sets.append(f"methods.{method}.{key}={value}")
+        elif benchmark:
+            options[key] = parse_value(value.strip())
+        else:
+            raise ConfigError(f"--set {key}: not a setting; name a method or a benchmark option")
+    return options, settings_sets
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TimeRemainingColumn(), TextColumn("{task.fields[item]}"), console=err_console, transient=False,
+    )
+
+
+def _print_json(data: Any, json_out: bool) -> None:
+    text = json.dumps(data, indent=2, default=str, ensure_ascii=False)
+    if json_out:
+        print(text)
+    else:
+        console.print_json(text)
+
+
+def _metrics_table(title: str, columns: dict[str, dict[str, Any]], delta: bool = False) -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column("metric")
+    for name in columns:
+        table.add_column(name, justify="right")
+    if delta:
+        table.add_column("delta", justify="right")
+    keys: list[str] = []
+    for col in columns.values():
+        keys += [k for k in col if k not in keys]
+
+    def fmt(v: Any) -> str:
+        if isinstance(v, float):
+            return "nan" if v != v else f"{v:.2f}"
+        return "-" if v is None else str(v)
+
+    for k in keys:
+        vals = [col.get(k) for col in columns.values()]
+        row = [k] + [fmt(v) for v in vals]
+        if delta:
+            a, b = vals
+            row.append(f"{b - a:+.2f}" if isinstance(a, (int, float)) and isinstance(b, (int, float)) else "")
+        table.add_row(*row)
+    return table
+
+
+def register(app: typer.Typer, get_workspace: Callable[..., Any]) -> None:
+    """Add ``score`` and ``eval`` to ``app``; ``get_workspace(config_file, sets)`` builds the workspace."""
+
+    @app.command()
+    @_user_errors
+    def score(
+        benchmark: Annotated[str, typer.Argument(help="cirr, circo, fashioniq, genecis, flickr30k, mscoco, "
+                                                 "visdial, disbench or stamps")],
+        annotations: Annotated[Path, typer.Option("--annotations", "-a", help="annotation file (or folder) "
+                                                  "with ground truth")],
+        predictions: Annotated[Path, typer.Option("--predictions", "-p", help="predictions: the server "
+                                                  "format (CIRR, CIRCO) or {query id: [ranked ids]}")],
+        split: Annotated[str | None, typer.Option(help="split (default: read from the file name)")] = None,
+        partial: Annotated[bool, typer.Option(help="score only the predicted queries")] = False,
+        set_: SetOpt = None,
+        json_out: JsonOpt = False,
+    ) -> None:
+        """Score a predictions file against annotations with the official metrics; prints them as JSON
+        (with --json: also the benchmark, split, number of queries and warnings)."""
+        from imagent.eval.scoring import score_file
+
+        options, _ = route_sets(set_, benchmark, None)
+        result = score_file(benchmark, annotations, predictions, split=split, partial=partial, **options)
+        for w in result["warnings"]:
+            err_console.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
+        _print_json(result["metrics"] if not json_out else result, json_out)
+
+    @app.command("eval")
+    @_user_errors
+    def eval_(
+        benchmark: Annotated[str | None, typer.Argument(help="benchmark (see `imagent score --help`)")] = None,
+        method: Annotated[str, typer.Option("--method", "-m", help="retrieval method")] = "clip",
+        split: Annotated[str | None, typer.Option(help="split (default: the benchmark's own)")] = None,
+        limit: Annotated[int | None, typer.Option(help="run only the first N queries (dialogues)", min=1)] = None,
+        annotations: Annotated[Path | None, typer.Option("--annotations", "-a", help="annotation file or "
+                                                         "folder")] = None,
+        images_root: Annotated[Path | None, typer.Option("--images-root", help="folder with the benchmark's "
+                                                         "images (layout shown if wrong)")] = None,
+        index_dir: Annotated[Path | None, typer.Option("--index", "-i", help="gallery index to build once "
+                                                       "and share (default: <run-dir>/index)")] = None,
+        run_dir: Annotated[Path | None, typer.Option("--run-dir", help="run directory (default: "
+                                                     "runs/<bench>-<split>-<method>-<config hash>)")] = None,
+        top_k: Annotated[int, typer.Option("--top-k", help="ranking depth kept and scored", min=1)] = 50,
+        workers: Annotated[int, typer.Option(help="queries run in parallel", min=1)] = 1,
+        allow_missing: Annotated[bool, typer.Option(help="index the images found, skip the rest")] = False,
+        compare: Annotated[tuple[Path, Path] | None, typer.Option("--compare", help="print two runs' metrics "
+                                                                  "side by side (RUN_A RUN_B)")] = None,
+        config: Annotated[Path | None, typer.Option("--config", "-c", help="config file (TOML or YAML)")] = None,
+        set_: SetOpt = None,
+        json_out: JsonOpt = False,
+    ) -> None:
+        """Run a method over a benchmark (resumable) and write metrics, report, plots and server files."""
+        if compare:
+            _compare(list(compare), json_out)
+            return
+        if not benchmark:
+            raise ConfigError("name a benchmark (imagent eval BENCH --method M) or use --compare RUN_A RUN_B")
+        from imagent.eval.runner import RunSpec, run_eval
+
+        options, settings_sets = route_sets(set_, benchmark, method)
+        ws = get_workspace(config, settings_sets)
+        spec = RunSpec(benchmark=benchmark, method=method, split=split, annotations=annotations,
+                       images_root=images_root, bench_options=options, top_k=top_k, limit=limit,
+                       run_dir=run_dir, index=index_dir, workers=workers, allow_missing=allow_missing)
+        with _progress() as bar:
+            tasks: dict[str, Any] = {}
+
+            def on_progress(phase: str, done: int, total: int, label: str) -> None:
+                if phase not in tasks:
+                    tasks[phase] = bar.add_task("indexing" if phase == "index" else "queries", total=total or None,
+                                                item="")
+                bar.update(tasks[phase], completed=done, total=total or None, item=str(label)[:40])
+
+            summary = run_eval(ws, spec, progress=on_progress,
+                               log=lambda m: err_console.print(m, highlight=False, soft_wrap=True))
+        if json_out:
+            _print_json(summary.to_dict(), True)
+            return
+        m = summary.metrics
+        console.print(
+            f"[bold]{summary.method}[/] on {summary.benchmark} {summary.split}: {summary.total} queries "
+            f"({summary.already_done} resumed, {summary.new} run, {summary.errors} failed) -> {summary.run_dir}"
+        )
+        if m.get("metrics"):
+            console.print(_metrics_table("metrics (%)", {"final": m["metrics"], **m.get("stages", {})}))
+        for name, path in summary.files.items():
+            if name.startswith("submission:") or name in ("report",):
+                console.print(f"{name}: {path}")
+
+    def _compare(run_dirs: list[Path], json_out: bool) -> None:
+        from imagent.eval.compare import compare_runs
+
+        result = compare_runs(run_dirs)
+        for w in result["warnings"]:
+            err_console.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
+        if json_out:
+            _print_json(result, True)
+            return
+        labels = list(result["runs"])
+        columns = {lab: {r["metric"]: r.get(lab) for r in result["rows"]} for lab in labels}
+        console.print(_metrics_table("comparison", columns, delta=len(labels) == 2))
+        for lab, info in result["runs"].items():
+            console.print(f"{lab}: {info['run_dir']} ({info['benchmark']} {info['split']}, {info['queries']} queries)")
+
+
+__all__ = ["register", "route_sets"]

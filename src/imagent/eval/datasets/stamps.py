@@ -1,0 +1,114 @@
+"""The stamps mini benchmark: text-to-image and composed queries over the 627 Tux Paint stamps.
+
+Queries: ``queries.json`` (shipped in ``imagent/eval/data/stamps_mini/``; ``--annotations`` replaces
+it), a list of ``{"pairid", "task": "tir" | "cir", "reference": id | null, "caption", "target_hard",
+"target_soft": {id: weight}}``; ``target_soft`` lists every acceptable target (weight > 0).
+Gallery: every row of ``<images-root>/captions.jsonl`` (``id, file, caption, category``); in caption
+mode the captions stand in for the pixels.
+
+Metrics, overall and per task: Recall@1/5/10/50 (hit = any acceptable target in the top K; for CIR the
+reference is removed from the ranking, as on CIRR) and mAP@5/10/25/50 (CIRCO's AP over the acceptable
+targets).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from imagent.core.types import ImageRecord, Query
+from imagent.eval import metrics as M
+from imagent.eval.datasets.base import (
+    Benchmark,
+    BenchmarkError,
+    EvalItem,
+    MissingImagesError,
+    Predictions,
+    read_json,
+    read_jsonl,
+    require_fields,
+)
+
+DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "stamps_mini"
+RECALL_KS = (1, 5, 10, 50)
+MAP_KS = (5, 10, 25, 50)
+
+
+class Stamps(Benchmark):
+    name = "stamps"
+    splits = ("all", "tir", "cir")
+    default_split = "all"
+    layout = "<images-root>/captions.jsonl (rows: id, file, caption, category) and the files it names"
+
+    def split_from_file(self, path):
+        return "all"
+
+    def _file(self) -> Path:
+        if self.annotations is not None:
+            return self.annotations if self.annotations.is_file() else self.annotations / "queries.json"
+        path = DATA_DIR / "queries.json"
+        if not path.is_file():
+            raise BenchmarkError(f"stamps: the shipped queries file {path} is missing; pass --annotations FILE")
+        return path
+
+    def queries(self, split: str | None = None) -> list[EvalItem]:
+        split = self.check_split(split)
+        data = read_json(self._file())
+        if not isinstance(data, list):
+            raise BenchmarkError("stamps queries must be a JSON list")
+        items = []
+        for e in data:
+            require_fields(e, ["pairid", "task", "caption", "target_hard"], "stamps query")
+            task = e["task"]
+            if task not in ("tir", "cir"):
+                raise BenchmarkError(f"stamps query {e['pairid']}: task must be tir or cir, not {task!r}")
+            if split != "all" and task != split:
+                continue
+            ref = e.get("reference")
+            if task == "cir" and not ref:
+                raise BenchmarkError(f"stamps query {e['pairid']}: a cir query needs a reference")
+            targets = [str(k) for k, v in (e.get("target_soft") or {}).items() if float(v) > 0]
+            if str(e["target_hard"]) not in targets:
+                targets.insert(0, str(e["target_hard"]))
+            q = Query(
+                text=str(e["caption"]),
+                id=str(e["pairid"]),
+                reference=ImageRecord(id=str(ref), path="") if task == "cir" else None,
+                exclude=[str(ref)] if task == "cir" else [],
+                extra={"task": task},
+            )
+            items.append(EvalItem(q, {"task": task, "targets": targets, "target_hard": str(e["target_hard"])},
+                                  targets, q.id))
+        return items
+
+    def gallery_manifest(self, split=None, images_root=None, work_dir=None, allow_missing=False):
+        self.check_split(split)
+        root = self.root(images_root)
+        src = root / "captions.jsonl"
+        if not src.is_file():
+            raise MissingImagesError(f"stamps: {src} not found.\nExpected layout: {self.layout}")
+        rows = []
+        for r in read_jsonl(src):
+            rows.append({
+                "id": str(r["id"]),
+                "file": str((root / r["file"]).resolve()),
+                "caption": r.get("caption", ""),
+                "category": r.get("category", ""),
+                "tags": [r["category"]] if r.get("category") else [],
+            })
+        return self.check_files(rows, root, allow_missing)
+
+    def metrics(self, predictions: Predictions, items: Sequence[EvalItem]) -> dict[str, float]:
+        out: dict[str, float] = {}
+        groups = {"overall": [it for it in items if it.has_truth]}
+        for task in ("tir", "cir"):
+            groups[task] = [it for it in groups["overall"] if it.truth["task"] == task]
+        for name, sel in groups.items():
+            if not sel:
+                continue
+            rankings = [M.without(predictions.get(it.id), it.query.exclude) for it in sel]
+            targets = [it.truth["targets"] for it in sel]
+            scores = M.recall_any(rankings, targets, RECALL_KS)
+            scores.update(M.circo_map(rankings, targets, MAP_KS))
+            out.update({f"{name}/{k}": v for k, v in scores.items()})
+        return out

@@ -1,0 +1,290 @@
+"""Turn a run's ``results.jsonl`` into ``metrics.json``, ``report.md``, the plots and server files.
+
+Everything here reads only the run directory's records, so a report can be rebuilt at any time
+(``imagent eval`` does it after each run, also when nothing new ran).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from imagent.eval import metrics as M
+from imagent.eval.datasets import Benchmark, EvalItem, Predictions
+from imagent.eval.runner import METRICS, predictions_from_results, stage_names, write_json_atomic
+
+CURVE_PNG = "recall_at_k.png"
+TIME_PNG = "time_per_stage.png"
+REPORT_MD = "report.md"
+
+
+# --------------------------------------------------------------------------- aggregation
+
+
+def step_stats(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per trace-step name: how often it ran, its latency (mean, p50, p95, total seconds) and what it
+    cost (model calls not served from cache, cache hits, tool calls, tokens). Order: first seen."""
+    acc: dict[str, dict[str, Any]] = {}
+    for rec in records:
+        for step in (rec.get("trace") or {}).get("steps", []):
+            a = acc.setdefault(step["name"], {"seconds": [], "model_calls": 0, "cached_calls": 0, "tool_calls": 0,
+                                              "prompt_tokens": 0, "completion_tokens": 0})
+            a["seconds"].append(float(step.get("seconds", 0.0)))
+            for k in ("model_calls", "cached_calls", "tool_calls", "prompt_tokens", "completion_tokens"):
+                a[k] += int(step.get(k, 0) or 0)
+    out = []
+    for name, a in acc.items():
+        s = np.asarray(a["seconds"], dtype=np.float64)
+        out.append({
+            "step": name,
+            "runs": int(s.size),
+            "mean_s": float(s.mean()),
+            "p50_s": float(np.percentile(s, 50)),
+            "p95_s": float(np.percentile(s, 95)),
+            "total_s": float(s.sum()),
+            **{k: a[k] for k in ("model_calls", "cached_calls", "tool_calls", "prompt_tokens", "completion_tokens")},
+        })
+    return out
+
+
+def run_stats(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    ok = [r for r in records if r.get("error") is None]
+    secs = np.asarray([float(r.get("seconds", 0.0)) for r in ok], dtype=np.float64)
+    calls = sum(int(r.get("model_calls", 0) or 0) for r in ok)
+    cached = sum(
+        int(s.get("cached_calls", 0) or 0) for r in ok for s in (r.get("trace") or {}).get("steps", [])
+    )
+    counters: Counter[str] = Counter()
+    notes: Counter[str] = Counter()
+    for r in ok:
+        counters.update((r.get("trace") or {}).get("counters", {}))
+        for s in (r.get("trace") or {}).get("steps", []):
+            notes.update(set(s.get("notes", [])))
+    return {
+        "queries_scored": len(ok),
+        "errors": len(records) - len(ok),
+        "seconds_per_query_mean": float(secs.mean()) if secs.size else 0.0,
+        "seconds_per_query_p50": float(np.percentile(secs, 50)) if secs.size else 0.0,
+        "seconds_per_query_p95": float(np.percentile(secs, 95)) if secs.size else 0.0,
+        "seconds_total": float(secs.sum()),
+        "model_calls": calls,
+        "model_calls_per_query": calls / len(ok) if ok else 0.0,
+        "cached_calls": cached,
+        "cache_hit_rate": cached / (cached + calls) if (cached + calls) else None,
+        "counters": dict(counters),
+        "notes": dict(notes.most_common(20)),
+    }
+
+
+def score_run(bench: Benchmark, items: Sequence[EvalItem], records: dict[str, dict[str, Any]]
+              ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """Official metrics of the final ranking and of each named stage."""
+    final = bench.metrics(predictions_from_results(records), items)
+    stages = {s: bench.metrics(predictions_from_results(records, s), items) for s in stage_names(records.values())}
+    return final, stages
+
+
+# --------------------------------------------------------------------------- plots
+
+
+def _figure(width: float = 6.4, height: float = 4.2) -> Any:
+    # The object API with the Agg canvas: no global pyplot state, no display needed.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=110)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def plot_recall_curve(curves: dict[str, dict[int, float]], title: str, path: Path) -> None:
+    fig = _figure()
+    ax = fig.add_subplot(1, 1, 1)
+    for label, curve in curves.items():
+        ks = sorted(curve)
+        ax.plot(ks, [curve[k] for k in ks], marker="." if len(ks) <= 60 else None, label=label)
+    ax.set_xlabel("k")
+    ax.set_ylabel("recall@k (%)")
+    ax.set_ylim(0, 100)
+    ax.set_xscale("log")
+    ticks = sorted({k for c in curves.values() for k in c})
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([str(k) for k in ticks], fontsize=8)
+    ax.minorticks_off()
+    ax.grid(True, alpha=0.3)
+    ax.set_title(title)
+    if len(curves) > 1:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+
+
+def plot_time_per_stage(steps: list[dict[str, Any]], title: str, path: Path) -> None:
+    height = max(2.5, 0.45 * len(steps) + 1.5)
+    fig = _figure(6.4, height)
+    ax = fig.add_subplot(1, 1, 1)
+    names = [s["step"] for s in steps] or ["(no steps)"]
+    means = [s["mean_s"] for s in steps] or [0.0]
+    y = np.arange(len(names))
+    ax.barh(y, means, color="#4c72b0")
+    ax.set_yticks(y)
+    ax.set_yticklabels(names, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("mean seconds per query")
+    for i, s in enumerate(steps):
+        if s["model_calls"]:
+            ax.text(means[i], i, f"  {s['model_calls'] / max(s['runs'], 1):.1f} calls", va="center", fontsize=7)
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+
+
+# --------------------------------------------------------------------------- markdown
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return "nan" if v != v else f"{v:.2f}"
+    return str(v)
+
+
+def metrics_table(columns: dict[str, dict[str, float]]) -> str:
+    """Markdown table: one row per metric key, one column per ranking (final, stages, runs)."""
+    keys: list[str] = []
+    for col in columns.values():
+        for k in col:
+            if k not in keys:
+                keys.append(k)
+    lines = ["| metric | " + " | ".join(columns) + " |", "| --- |" + " ---: |" * len(columns)]
+    for k in keys:
+        lines.append(f"| {k} | " + " | ".join(_fmt(col.get(k)) for col in columns.values()) + " |")
+    return "\n".join(lines)
+
+
+def render_report(config: dict[str, Any], metrics: dict[str, Any], steps: list[dict[str, Any]],
+                  files: dict[str, str]) -> str:
+    method = config["method"]
+    out = [
+        f"# {method['name']} on {config['benchmark']} ({config['split']})",
+        "",
+        f"- queries: {metrics['queries']} ({metrics['completed']} completed, {metrics['errors']} failed, "
+        f"{metrics['missing']} not run){' - limited run' if metrics.get('limited') else ''}",
+        f"- top-k kept per query: {config['top_k']}",
+        f"- method parameters: `{method['params']}`",
+        f"- models: roles `{config['settings'].get('roles')}`; dual encoder "
+        f"`{config['settings'].get('dual_encoder', {}).get('model')}` "
+        f"({config['settings'].get('dual_encoder', {}).get('backend')})",
+        "",
+        "## Metrics",
+        "",
+    ]
+    if metrics["metrics"] or metrics["stages"]:
+        out.append(metrics_table({"final": metrics["metrics"], **metrics["stages"]}))
+        out.append("")
+        out.append("Percentages; computed as the benchmark's official evaluation code does (see imagent.eval.metrics).")
+    else:
+        out.append("No ground truth for this split: see the server files below.")
+    run = metrics["run"]
+    out += [
+        "",
+        "## Cost",
+        "",
+        f"- seconds per query: mean {run['seconds_per_query_mean']:.3f}, p50 {run['seconds_per_query_p50']:.3f}, "
+        f"p95 {run['seconds_per_query_p95']:.3f} (total {run['seconds_total']:.1f})",
+        f"- model calls: {run['model_calls']} ({run['model_calls_per_query']:.2f} per query), "
+        f"cache hits {run['cached_calls']}"
+        + (f" (hit rate {100 * run['cache_hit_rate']:.1f}%)" if run["cache_hit_rate"] is not None else ""),
+        "",
+        "| step | runs | mean s | p50 s | p95 s | total s | model calls | cached | tool calls | tokens in/out |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for s in steps:
+        out.append(
+            f"| {s['step']} | {s['runs']} | {s['mean_s']:.3f} | {s['p50_s']:.3f} | {s['p95_s']:.3f} | "
+            f"{s['total_s']:.2f} | {s['model_calls']} | {s['cached_calls']} | {s['tool_calls']} | "
+            f"{s['prompt_tokens']}/{s['completion_tokens']} |"
+        )
+    if run["counters"]:
+        out += ["", "Counters: " + ", ".join(f"{k}={v}" for k, v in sorted(run["counters"].items()))]
+    if run["notes"]:
+        out += ["", "Most frequent trace notes:", ""]
+        out += [f"- {n} ({c} queries)" for n, c in run["notes"].items()]
+    out += ["", "## Plots", ""]
+    if "recall_curve" in files:
+        out.append(f"![recall at k]({CURVE_PNG})")
+    out.append(f"![time per stage]({TIME_PNG})")
+    subs = [v for k, v in files.items() if k.startswith("submission:")]
+    if subs:
+        out += ["", "## Server files", ""] + [f"- `{s}`" for s in subs]
+    return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------- everything
+
+
+def write_outputs(run_dir: Path, bench: Benchmark, split: str, items: Sequence[EvalItem],
+                  records: dict[str, dict[str, Any]], config: dict[str, Any], top_k: int,
+                  split_size: int | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+    """Write metrics.json, the plots, report.md and server files; return (metrics.json content, files)."""
+    ids = {it.id for it in items}
+    recs = {q: r for q, r in records.items() if q in ids}
+    final, stages = score_run(bench, items, recs)
+    completed = sum(1 for r in recs.values() if r.get("error") is None)
+    errors = sum(1 for r in recs.values() if r.get("error") is not None)
+    ordered = [recs[it.id] for it in items if it.id in recs]
+    steps = step_stats([r for r in ordered if r.get("error") is None])
+    dup = sum(1 for r in ordered if M.duplicate_count(r.get("ids", [])))
+    metrics: dict[str, Any] = {
+        "benchmark": bench.name,
+        "split": split,
+        "method": config["method"]["name"],
+        "queries": len(items),
+        "completed": completed,
+        "errors": errors,
+        "missing": len(items) - completed - errors,
+        "limited": split_size is not None and len(items) < split_size,
+        "metrics": final,
+        "stages": stages,
+        "run": run_stats(ordered),
+        "rankings_with_duplicates": dup,
+    }
+    files: dict[str, str] = {}
+    # Plots
+    kmax = max(1, top_k)
+    ks = sorted({k for k in (1, 2, 3, 5, 10, 20, 25, 50, 100) if k <= kmax} | {kmax})
+    preds = predictions_from_results(recs)
+    title = f"{config['method']['name']} on {bench.name} {split}"
+    if any(it.positives for it in items):
+        curves = {"final": _curve(bench, preds, items, ks)}
+        for s in stages:
+            curves[s] = _curve(bench, predictions_from_results(recs, s), items, ks)
+        metrics["recall_curve"] = {name: {str(k): v for k, v in c.items()} for name, c in curves.items()}
+        plot_recall_curve(curves, title, run_dir / CURVE_PNG)
+        files["recall_curve"] = str(run_dir / CURVE_PNG)
+    plot_time_per_stage(steps, title + ": time per step", run_dir / TIME_PNG)
+    files["time_per_stage"] = str(run_dir / TIME_PNG)
+    metrics["steps"] = steps
+    # Server files
+    from imagent.eval.submission import write_submissions
+
+    for path in write_submissions(run_dir / "submissions", bench, split, preds, items):
+        files[f"submission:{path.name}"] = str(path)
+    write_json_atomic(run_dir / METRICS, metrics)
+    files["metrics"] = str(run_dir / METRICS)
+    (run_dir / REPORT_MD).write_text(render_report(config, metrics, steps, files), encoding="utf-8")
+    files["report"] = str(run_dir / REPORT_MD)
+    return metrics, files
+
+
+def _curve(bench: Benchmark, preds: Predictions, items: Sequence[EvalItem], ks: list[int]) -> dict[int, float]:
+    c = bench.curve(preds, items, ks)
+    return {k: c[f"recall@{k}"] for k in ks}
+
+
+__all__ = ["metrics_table", "render_report", "run_stats", "score_run", "step_stats", "write_outputs"]

@@ -1,0 +1,437 @@
+"""Safe image reading: refuse what is not a real, complete, reasonably sized image, and read EXIF.
+
+Every function here treats the file as untrusted input:
+
+- the path must be an existing regular file (not a directory, FIFO or broken symlink), non-empty
+  and at most ``max_bytes`` long;
+- PIL must identify it (the extension is ignored: a PNG named ``.jpg`` is a PNG);
+- ``width * height`` is checked against ``max_pixels`` from the header, before any pixel is
+  decoded (decompression bombs); PIL's own bomb error is refused the same way;
+- the pixels must decode completely: truncated or corrupt files are refused (we never set
+  ``ImageFile.LOAD_TRUNCATED_IMAGES``, which would hide them behind grey padding).
+
+Failures raise :class:`ImageLoadError` (a ``ValueError``) with a short reason a report can show.
+:func:`read_exif` never raises: wrong EXIF is common in the wild and only loses the metadata.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+import os
+import re
+import stat
+import warnings
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Any
+
+from PIL import Image, ImageOps
+
+IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"})
+
+DEFAULT_MAX_PIXELS = 100_000_000
+DEFAULT_MAX_BYTES = 200 * 1024 * 1024
+
+# EXIF tag numbers (IFD0, the Exif sub-IFD and the GPS IFD).
+_TAG_ORIENTATION = 0x0112
+_TAG_DATETIME = 0x0132
+_IFD_EXIF = 0x8769
+_IFD_GPS = 0x8825
+_TAG_DATETIME_ORIGINAL = 0x9003
+_TAG_DATETIME_DIGITIZED = 0x9004
+_GPS_LAT_REF, _GPS_LAT, _GPS_LON_REF, _GPS_LON, _GPS_STATUS = 1, 2, 3, 4, 9
+
+# Photography starts in the 1820s; a year outside this window is a camera's placeholder, not a date.
+_MIN_YEAR, _MAX_YEAR = 1826, 2200
+
+
+# Process-wide, targeted filters instead of ``warnings.catch_warnings()`` around each call, which is
+# not thread-safe (concurrent use can leave every warning silenced, or none):
+# - PIL warns above ~89 M pixels; our own ``max_pixels`` decides (PIL's hard error above twice
+#   its threshold still fires and is refused as a bomb);
+# - corrupt EXIF only costs metadata, which :func:`read_exif` already reports as missing.
+warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
+warnings.filterwarnings("ignore", message=r"(?i).*corrupt exif", category=UserWarning)
+
+
+class ImageLoadError(ValueError):
+    """The file is not a usable image; ``str(exc)`` is the reason (shown in index reports)."""
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """Size after EXIF orientation (what a viewer shows) and PIL's format name."""
+
+    width: int
+    height: int
+    format: str
+
+
+@dataclass(frozen=True)
+class FileProbe:
+    """What indexing needs from one file, read from a single pass over its bytes."""
+
+    info: ImageInfo
+    content_hash: str
+    size: int
+    taken_time: datetime | None
+    latitude: float | None
+    longitude: float | None
+
+
+def is_image_name(path: str | Path) -> bool:
+    return Path(path).suffix.lower() in IMAGE_EXTENSIONS
+
+
+# --------------------------------------------------------------------------- file checks
+
+
+def check_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES) -> os.stat_result:
+    """stat ``path`` and refuse anything that is not a non-empty regular file within ``max_bytes``."""
+    p = Path(path)
+    try:
+        st = os.stat(p)  # follows symlinks: a broken one raises FileNotFoundError
+    except FileNotFoundError:
+        if os.path.islink(p):
+            raise ImageLoadError("broken symbolic link") from None
+        raise ImageLoadError("file not found") from None
+    except OSError as exc:
+        raise ImageLoadError(f"cannot access file: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise ImageLoadError("is a directory, not an image file")
+    if not stat.S_ISREG(st.st_mode):
+        # FIFOs and devices would block or never end when read.
+        raise ImageLoadError("not a regular file")
+    if st.st_size == 0:
+        raise ImageLoadError("empty file (0 bytes)")
+    if st.st_size > max_bytes:
+        raise ImageLoadError(f"file too large ({st.st_size} bytes; limit {max_bytes})")
+    return st
+
+
+def _read_bytes(path: str | Path) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise ImageLoadError(f"cannot read file: {exc.strerror or exc}") from None
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+def _open_checked(fp: IO[bytes], max_pixels: int) -> Image.Image:
+    """Open the header only and refuse unknown formats and too many pixels, before decoding."""
+    try:
+        im = Image.open(fp)
+    except Image.DecompressionBombError as exc:
+        raise _bomb(exc, max_pixels) from None
+    except Image.UnidentifiedImageError:
+        fp.seek(0)
+        kind = _sniff(fp.read(16))
+        if kind:
+            # PIL swallows the plugin's error; the signature tells us it was meant to be an image.
+            raise ImageLoadError(f"corrupt {kind} image (its header does not parse)") from None
+        raise ImageLoadError("not an image (unrecognised format)") from None
+    except Exception as exc:  # PIL raises many types for broken headers (SyntaxError, struct.error, ...)
+        raise _broken(exc, "corrupt image header") from None
+    w, h = im.size
+    if w <= 0 or h <= 0:
+        im.close()
+        raise ImageLoadError(f"invalid image size {w}x{h}")
+    if w * h > max_pixels:
+        im.close()
+        raise ImageLoadError(f"too many pixels ({w}x{h} = {w * h}; limit {max_pixels})")
+    return im
+
+
+_SIGNATURES = (
+    (b"\x89PNG\r\n\x1a\n", "PNG"),
+    (b"\xff\xd8\xff", "JPEG"),
+    (b"GIF87a", "GIF"),
+    (b"GIF89a", "GIF"),
+    (b"BM", "BMP"),
+    (b"II*\x00", "TIFF"),
+    (b"MM\x00*", "TIFF"),
+)
+
+
+def _sniff(head: bytes) -> str | None:
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "WEBP"
+    return next((kind for magic, kind in _SIGNATURES if head.startswith(magic)), None)
+
+
+def _bomb(exc: Exception, max_pixels: int | None) -> ImageLoadError:
+    """PIL's DecompressionBombError (raised from the header, above twice PIL's own threshold)."""
+    m = re.search(r"\((\d+) pixels\)", str(exc))
+    count = m.group(1) if m else "too many"
+    limit = f"; limit {max_pixels}" if max_pixels is not None else ""
+    return ImageLoadError(f"too many pixels ({count}{limit}; refused as a possible decompression bomb)")
+
+
+def _broken(exc: BaseException, what: str) -> ImageLoadError:
+    """A decoder's error as a reason: truncation is told apart from other corruption."""
+    if isinstance(exc, EOFError) or "truncated" in str(exc).lower():
+        return ImageLoadError(f"truncated image ({_describe(exc)})")
+    return ImageLoadError(f"{what} ({_describe(exc)})")
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _decode(im: Image.Image, draft: bool = False) -> None:
+    """Decode every pixel, refusing truncation and corruption.
+
+    Only the first frame of an animation is decoded: it is what gets embedded and shown, and
+    walking every frame of a hostile GIF could take unbounded time."""
+    if draft and im.format == "JPEG":
+        # DCT scaling decodes at 1/8 size but still reads the whole entropy-coded stream, so a
+        # truncated file is still caught, at a fraction of the cost (probing only, no pixels kept).
+        im.draft(im.mode, (max(1, im.width // 8), max(1, im.height // 8)))
+    try:
+        im.load()
+    except Image.DecompressionBombError as exc:
+        raise _bomb(exc, None) from None
+    except MemoryError:
+        raise ImageLoadError("image too large to decode in memory") from None
+    except Exception as exc:
+        raise _broken(exc, "corrupt image data") from None
+
+
+def _verify(data: bytes, max_pixels: int) -> None:
+    """PIL's structural check (chunk CRCs for PNG), which a plain decode does not always do."""
+    im = _open_checked(io.BytesIO(data), max_pixels)
+    try:
+        im.verify()
+    except Exception as exc:
+        raise _broken(exc, "corrupt image") from None
+    finally:
+        im.close()
+
+
+def _oriented_size(im: Image.Image, size: tuple[int, int]) -> tuple[int, int]:
+    try:
+        orientation = int(im.getexif().get(_TAG_ORIENTATION, 1))
+    except Exception:
+        orientation = 1
+    w, h = size
+    return (h, w) if orientation in (5, 6, 7, 8) else (w, h)
+
+
+def _to_rgb(im: Image.Image) -> Image.Image:
+    try:
+        oriented = ImageOps.exif_transpose(im)
+    except Exception:
+        # A broken orientation tag must not cost us the image; show it as stored.
+        oriented = im.copy()
+    if oriented is None:  # only with in_place=True; keeps type checkers honest
+        oriented = im.copy()
+    has_alpha = oriented.mode in ("RGBA", "LA", "PA") or (
+        oriented.mode == "P" and "transparency" in oriented.info
+    )
+    if has_alpha:
+        # Flatten on white: black behind transparent pixels (convert's default) misleads encoders.
+        rgba = oriented.convert("RGBA")
+        background = Image.new("RGB", rgba.size, (255, 255, 255))
+        background.paste(rgba, mask=rgba.getchannel("A"))
+        return background
+    return oriented.convert("RGB")
+
+
+def open_image(
+    path: str | Path, max_pixels: int = DEFAULT_MAX_PIXELS, max_bytes: int = DEFAULT_MAX_BYTES
+) -> Image.Image:
+    """The image at ``path`` as a fully decoded RGB image, EXIF orientation applied.
+
+    Raises :class:`ImageLoadError` for anything that is not a complete image within the limits."""
+    check_file(path, max_bytes)
+    data = _read_bytes(path)
+    return image_from_bytes(data, max_pixels)
+
+
+def image_from_bytes(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image.Image:
+    """:func:`open_image` for bytes already in memory (size limits are the caller's)."""
+    if not data:
+        raise ImageLoadError("empty file (0 bytes)")
+    _verify(data, max_pixels)
+    with _open_checked(io.BytesIO(data), max_pixels) as im:
+        _decode(im)
+        return _to_rgb(im)
+
+
+def _probe_bytes(data: bytes, max_pixels: int) -> tuple[ImageInfo, Image.Image]:
+    _verify(data, max_pixels)
+    im = _open_checked(io.BytesIO(data), max_pixels)
+    size = im.size  # before decoding: a JPEG draft decode shrinks ``im.size``
+    try:
+        _decode(im, draft=True)
+    except ImageLoadError:
+        im.close()
+        raise
+    w, h = _oriented_size(im, size)
+    return ImageInfo(w, h, str(im.format or "unknown")), im
+
+
+def probe_image(
+    path: str | Path, max_pixels: int = DEFAULT_MAX_PIXELS, max_bytes: int = DEFAULT_MAX_BYTES
+) -> ImageInfo:
+    """Check that ``path`` is a complete image within the limits, without keeping its pixels."""
+    check_file(path, max_bytes)
+    info, im = _probe_bytes(_read_bytes(path), max_pixels)
+    im.close()
+    return info
+
+
+def probe_file(
+    path: str | Path, max_pixels: int = DEFAULT_MAX_PIXELS, max_bytes: int = DEFAULT_MAX_BYTES
+) -> FileProbe:
+    """One read of the file: verify it (as :func:`probe_image`), hash its bytes, read its EXIF.
+
+    Hash and checks come from the same bytes, so a file rewritten meanwhile cannot pair one
+    version's hash with another's validity."""
+    st = check_file(path, max_bytes)
+    data = _read_bytes(path)
+    if len(data) > max_bytes:  # grew between stat and read
+        raise ImageLoadError(f"file too large ({len(data)} bytes; limit {max_bytes})")
+    info, im = _probe_bytes(data, max_pixels)
+    try:
+        taken, lat, lon = read_exif(im)
+    finally:
+        im.close()
+    return FileProbe(info, hashlib.sha256(data).hexdigest(), st.st_size, taken, lat, lon)
+
+
+# --------------------------------------------------------------------------- EXIF
+
+
+def read_exif(img_or_path: Image.Image | str | Path) -> tuple[datetime | None, float | None, float | None]:
+    """``(taken_time, latitude, longitude)`` from EXIF; ``None`` for anything missing or implausible.
+
+    Time: DateTimeOriginal, else DateTimeDigitized, else DateTime (camera local time, naive).
+    Position: the GPS IFD's degree/minute/second rationals with their N/S/E/W references.
+    Never raises."""
+    try:
+        if isinstance(img_or_path, Image.Image):
+            return _exif_of(img_or_path)
+        check_file(img_or_path)
+        with _open_checked(io.BytesIO(_read_bytes(img_or_path)), DEFAULT_MAX_PIXELS) as im:
+            return _exif_of(im)
+    except Exception:
+        return None, None, None
+
+
+def _exif_of(im: Image.Image) -> tuple[datetime | None, float | None, float | None]:
+    try:
+        exif = im.getexif()
+    except Exception:
+        return None, None, None
+    return (_taken_time(exif), *_gps(exif))
+
+
+def _sub_ifd(exif: Image.Exif, tag: int) -> dict[int, Any]:
+    try:
+        return dict(exif.get_ifd(tag))
+    except Exception:
+        return {}
+
+
+def _taken_time(exif: Image.Exif) -> datetime | None:
+    sub = _sub_ifd(exif, _IFD_EXIF)
+    for value in (sub.get(_TAG_DATETIME_ORIGINAL), sub.get(_TAG_DATETIME_DIGITIZED), _safe_get(exif, _TAG_DATETIME)):
+        parsed = parse_exif_datetime(value)
+        if parsed is not None:
+            return parsed
+    return None
+
+
+def _safe_get(exif: Image.Exif, tag: int) -> Any:
+    try:
+        return exif.get(tag)
+    except Exception:
+        return None
+
+
+_EXIF_DT = re.compile(
+    r"^\s*(\d{4})[:\-/.](\d{1,2})[:\-/.](\d{1,2})(?:[ T]+(\d{1,2}):(\d{1,2})(?::(\d{1,2}))?)?"
+)
+
+
+def parse_exif_datetime(value: Any) -> datetime | None:
+    """``"YYYY:MM:DD HH:MM:SS"`` (and close variants) -> naive datetime; placeholders -> None."""
+    if isinstance(value, bytes):
+        value = value.decode("ascii", "replace")
+    if not isinstance(value, str):
+        return None
+    m = _EXIF_DT.match(value.replace("\x00", " "))
+    if not m:
+        return None
+    year, month, day = int(m.group(1)), int(m.group(2)), int(m.group(3))
+    hour, minute, second = (int(m.group(i)) if m.group(i) else 0 for i in (4, 5, 6))
+    if not _MIN_YEAR <= year <= _MAX_YEAR:
+        return None
+    try:
+        return datetime(year, month, day, hour, minute, second)
+    except ValueError:  # month 13, day 0, hour 25, ...
+        return None
+
+
+def _number(value: Any) -> float | None:
+    try:
+        if isinstance(value, tuple) and len(value) == 2:  # (numerator, denominator) as some writers store it
+            num, den = float(value[0]), float(value[1])
+            if den == 0:
+                return None
+            x = num / den
+        else:
+            x = float(value)
+    except (TypeError, ValueError, ZeroDivisionError, OverflowError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def _dms(value: Any, limit: float) -> float | None:
+    """Degrees/minutes/seconds (1 to 3 rationals) -> non-negative decimal degrees, or None."""
+    parts = list(value) if isinstance(value, (tuple, list)) else [value]
+    if not 1 <= len(parts) <= 3:
+        return None
+    nums = [_number(p) for p in parts]
+    if any(n is None or n < 0 for n in nums):
+        return None
+    deg = nums[0]
+    minutes = nums[1] if len(nums) > 1 else 0.0
+    seconds = nums[2] if len(nums) > 2 else 0.0
+    assert deg is not None and minutes is not None and seconds is not None
+    if minutes >= 60 or seconds >= 60:
+        return None
+    out = deg + minutes / 60.0 + seconds / 3600.0
+    return out if out <= limit else None
+
+
+def _ref(value: Any) -> str:
+    if isinstance(value, bytes):
+        value = value.decode("ascii", "replace")
+    return str(value or "").strip("\x00 ").upper()[:1]
+
+
+def _gps(exif: Image.Exif) -> tuple[float | None, float | None]:
+    gps = _sub_ifd(exif, _IFD_GPS)
+    if not gps:
+        return None, None
+    if _ref(gps.get(_GPS_STATUS)) == "V":  # "void": the receiver had no fix
+        return None, None
+    lat = _dms(gps.get(_GPS_LAT), 90.0)
+    lon = _dms(gps.get(_GPS_LON), 180.0)
+    lat_ref, lon_ref = _ref(gps.get(_GPS_LAT_REF)), _ref(gps.get(_GPS_LON_REF))
+    # Without a valid reference the hemisphere is unknown; a wrong sign is worse than no position.
+    if lat is None or lon is None or lat_ref not in ("N", "S") or lon_ref not in ("E", "W"):
+        return None, None
+    if lat == 0.0 and lon == 0.0:
+        # (0, 0) is what many devices write when they have no fix ("null island"), not a place.
+        return None, None
+    return (-lat if lat_ref == "S" else lat), (-lon if lon_ref == "W" else lon)
