@@ -10,60 +10,16 @@ The main CLI calls :func:`register` with its app and its ``get_workspace(config_
 
 from __future__ import annotations
 
-import functools
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from imagent.cli.common import JsonOpt, SetOpt, console, err_console, progress_bar, user_errors
 from imagent.core.config import ConfigError, Settings, parse_value
-
-console = Console()
-err_console = Console(stderr=True)
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-SetOpt = Annotated[
-    list[str] | None,
-    typer.Option("--set", "-s", help="key=value (repeatable): <benchmark>.key sets a loader option, a bare key "
-                 "the method's field (tau=0.2 -> methods.<method>.tau), a dotted key any setting"),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable JSON output")]
-
-
-def _user_errors(fn: F) -> F:
-    """Errors a user can fix: one red line, exit status 2 (``IMAGENT_DEBUG=1`` shows the traceback)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from imagent.eval.datasets import BenchmarkError
-        from imagent.eval.runner import RunError
-        from imagent.index.gallery import GalleryError
-
-        known: tuple[type[BaseException], ...] = (ConfigError, BenchmarkError, RunError, GalleryError,
-                                                   FileNotFoundError, KeyError, ValueError)
-        try:
-            from imagent.models.encoders import EncoderLoadError
-
-            known += (EncoderLoadError,)
-        except ImportError:  # pragma: no cover
-            pass
-        try:
-            return fn(*args, **kwargs)
-        except known as exc:
-            if os.environ.get("IMAGENT_DEBUG"):
-                raise
-            msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-            err_console.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2) from None
-
-    return wrapper  # type: ignore[return-value]
 
 
 def route_sets(sets: list[str] | None, benchmark: str | None, method: str | None
@@ -99,13 +55,6 @@ def route_sets(sets: list[str] | None, benchmark: str | None, method: str | None
         else:
             raise ConfigError(f"--set {key}: not a setting; name a method or a benchmark option")
     return options, settings_sets
-
-
-def _progress() -> Progress:
-    return Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        TimeRemainingColumn(), TextColumn("{task.fields[item]}"), console=err_console, transient=False,
-    )
 
 
 def _print_json(data: Any, json_out: bool) -> None:
@@ -146,7 +95,7 @@ def register(app: typer.Typer, get_workspace: Callable[..., Any]) -> None:
     """Add ``score`` and ``eval`` to ``app``; ``get_workspace(config_file, sets)`` builds the workspace."""
 
     @app.command()
-    @_user_errors
+    @user_errors
     def score(
         benchmark: Annotated[str, typer.Argument(help="cirr, circo, fashioniq, genecis, flickr30k, mscoco, "
                                                  "visdial, disbench or stamps")],
@@ -170,7 +119,7 @@ def register(app: typer.Typer, get_workspace: Callable[..., Any]) -> None:
         _print_json(result["metrics"] if not json_out else result, json_out)
 
     @app.command("eval")
-    @_user_errors
+    @user_errors
     def eval_(
         benchmark: Annotated[str | None, typer.Argument(help="benchmark (see `imagent score --help`)")] = None,
         method: Annotated[str, typer.Option("--method", "-m", help="retrieval method")] = "clip",
@@ -206,7 +155,7 @@ def register(app: typer.Typer, get_workspace: Callable[..., Any]) -> None:
         spec = RunSpec(benchmark=benchmark, method=method, split=split, annotations=annotations,
                        images_root=images_root, bench_options=options, top_k=top_k, limit=limit,
                        run_dir=run_dir, index=index_dir, workers=workers, allow_missing=allow_missing)
-        with _progress() as bar:
+        with progress_bar() as bar:
             tasks: dict[str, Any] = {}
 
             def on_progress(phase: str, done: int, total: int, label: str) -> None:

@@ -7,23 +7,20 @@ index, unreachable model server, unreadable image) print one clear line and exit
 
 from __future__ import annotations
 
-import functools
 import json
-import os
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
 import yaml
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 from imagent.api import Workspace
-from imagent.core.config import ConfigError, Settings, load_settings
+from imagent.cli import eval_cmd
+from imagent.cli.common import ConfigOpt, IndexOpt, JsonOpt, SetOpt, console, progress_bar, user_errors
+from imagent.core.config import load_settings
 
 app = typer.Typer(
     name="imagent",
@@ -34,85 +31,16 @@ app = typer.Typer(
 config_app = typer.Typer(help="Show or check the resolved configuration.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 
-console = Console()
-err_console = Console(stderr=True)
-
-ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="config file (TOML or YAML)")]
-SetOpt = Annotated[
-    list[str] | None,
-    typer.Option("--set", "-s", help="override a setting: dotted.key=value (repeatable); "
-                 "a bare key means the chosen method's field, e.g. --set tau=0.2"),
-]
-IndexOpt = Annotated[Path | None, typer.Option("--index", "-i", help="gallery index directory")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable JSON output")]
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def user_errors(fn: F) -> F:
-    """Turn the errors a user can act on into one red line and exit status 2
-    (``IMAGENT_DEBUG=1`` shows the full traceback instead)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from imagent.index.gallery import GalleryError
-        from imagent.models.base import ChatError
-
-        known: tuple[type[BaseException], ...] = (ConfigError, GalleryError, ChatError, FileNotFoundError,
-                                                   KeyError, ValueError)
-        try:
-            from imagent.models.encoders import EncoderLoadError
-
-            known += (EncoderLoadError,)
-        except ImportError:  # pragma: no cover
-            pass
-        try:
-            return fn(*args, **kwargs)
-        except known as exc:
-            if os.environ.get("IMAGENT_DEBUG"):
-                raise
-            msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-            err_console.print(f"[bold red]error:[/] {msg}")
-            raise typer.Exit(2) from None
-
-    return wrapper  # type: ignore[return-value]
-
-
-_SETTINGS_FIELDS = set(Settings.model_fields)
-
 
 def expand_sets(sets: list[str] | None, method: str | None) -> list[str]:
     """``tau=0.2`` -> ``methods.<method>.tau=0.2``; ``imagescope.tau=0.2`` -> ``methods.imagescope.tau``."""
-    from imagent.methods.base import METHODS, get_method
+    from imagent.cli.eval_cmd import route_sets
 
-    if method:
-        get_method(method)  # registers built-ins and validates the name
-    out = []
-    for item in sets or []:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ConfigError(f"--set takes key=value, got {item!r}")
-        head = key.split(".", 1)[0]
-        if head in _SETTINGS_FIELDS:
-            out.append(item)
-        elif head in METHODS and "." in key:
-            out.append(f"methods.{key}={value}")
-        elif method:
-            out.append(f"methods.{method}.{key}={value}")
-        else:
-            raise ConfigError(f"--set {key}: not a setting; name a method (e.g. imagescope.{key}) or use --method")
-    return out
+    return route_sets(sets, None, method)[1]
 
 
 def get_workspace(config: Path | None, sets: list[str] | None, method: str | None = None) -> Workspace:
     return Workspace(load_settings(config, sets=expand_sets(sets, method)))
-
-
-def progress_bar() -> Progress:
-    return Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        TimeRemainingColumn(), TextColumn("{task.fields[item]}"), console=err_console, transient=False,
-    )
 
 
 # --------------------------------------------------------------------------- index
@@ -310,16 +238,7 @@ def demo(
     run_demo(get_workspace(config, set_), console, json_out=json_out)
 
 
-def _register_optional() -> None:
-    """Sub-commands that live in their own modules (evaluation)."""
-    try:
-        from imagent.cli import eval_cmd
-    except ImportError:
-        return
-    eval_cmd.register(app, get_workspace)
-
-
-_register_optional()
+eval_cmd.register(app, get_workspace)
 
 
 if __name__ == "__main__":  # pragma: no cover
