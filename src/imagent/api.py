@@ -95,7 +95,7 @@ class Workspace:
             dual=self.dual_encoder,
             text=self.text_embedder,
             roles=self.roles,
-            tools=build_tools(self.settings, self.call_cache),
+            tools=build_tools(self.settings, self.call_cache, text_embedder=self.text_embedder),
         )
 
     def method(self, name: str, index: str | Path | None = None, **overrides: Any) -> Method:
