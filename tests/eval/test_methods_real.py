@@ -53,7 +53,7 @@ def test_cirevl(user_env, stamps_dir, shared_index, tmp_path):
 def test_imagescope_tir_and_cir(user_env, stamps_dir, shared_index, tmp_path):
     for split in ("tir", "cir"):
         run = tmp_path / split
-        out, report = run_eval(stamps_dir, shared_index, run, "--method", "imagescope", "--split", split,
+        _out, report = run_eval(stamps_dir, shared_index, run, "--method", "imagescope", "--split", split,
                                "--limit", "1", "--set", "k=3", "--set", "alpha=1")
         # stage-1/2/3 rankings scored side by side
         for stage in ("stage1", "stage2", "stage3"):
@@ -63,7 +63,7 @@ def test_imagescope_tir_and_cir(user_env, stamps_dir, shared_index, tmp_path):
 
 
 def test_xr_coarse_vs_full(user_env, stamps_dir, shared_index, tmp_path):
-    out, report = run_eval(stamps_dir, shared_index, tmp_path / "run", "--method", "xr", "--split", "cir",
+    _out, report = run_eval(stamps_dir, shared_index, tmp_path / "run", "--method", "xr", "--split", "cir",
                            "--limit", "1", "--set", "k_prime=3", "--set", "num_questions=2")
     assert "coarse" in report and "full" in report
     steps = {s["name"]: s for s in steps_of(tmp_path / "run")[0]}
@@ -77,7 +77,7 @@ def test_tacir_with_offline_exemplar_search(user_env, stamps_dir, shared_index, 
     # The exemplar collection: a held-apart quarter of the stamps, indexed on its own.
     exemplars = tmp_path / "exemplars"
     gallery_from_records(str(exemplars), stamp_records[1::4], None, minilm)
-    out, report = run_eval(
+    _out, _report = run_eval(
         stamps_dir, shared_index, tmp_path / "run", "--method", "tacir", "--split", "cir", "--limit", "1",
         "--set", "tools.search.backend=exemplar", "--set", f"tools.search.options.source={exemplars}",
         "--set", "tool_policy=always_search",
