@@ -123,9 +123,10 @@ def qwen_path() -> Path:
 
 @pytest.fixture(scope="session")
 def qwen_local(qwen_path: Path):
+    """The real Qwen2.5 0.5B in-process, loaded once per session and shared by every real-model test."""
     from imagent.models.chat_llamacpp import LlamaCppChatModel
 
-    model = LlamaCppChatModel(qwen_path, model_id="offline:qwen2.5-0.5b-instruct", n_ctx=2048, n_threads=2)
+    model = LlamaCppChatModel(qwen_path, model_id="offline:qwen2.5-0.5b-instruct", n_ctx=4096, n_threads=2)
     model.load()
     yield model
     model.close()

@@ -9,9 +9,7 @@ poorly, so this checks structure, counts and plumbing, not quality.
 
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
 
 import pytest
 
@@ -26,22 +24,6 @@ pytestmark = [pytest.mark.real_model, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def qwen():
-    pytest.importorskip("llama_cpp")
-    from imagent.core.config import ChatModelConfig
-    from imagent.models.registry import build_chat_model
-
-    # A stable cache dir shared across runs, so the 491 MB GGUF is assembled once.
-    cache = Path(os.environ.get("IMAGENT_TEST_CACHE_DIR") or Path.home() / ".cache" / "imagent-test").expanduser()
-    model = build_chat_model(
-        ChatModelConfig(backend="llama.cpp", model="offline:qwen2.5-0.5b-instruct", n_ctx=4096, n_threads=2),
-        cache_dir=cache,
-    )
-    yield model
-    model.close()
-
-
-@pytest.fixture(scope="module")
 def split(tmp_path_factory, stamp_records, caption_dual, minilm):
     """(gallery, exemplar index dir, exemplar records): disjoint halves/quarters of the stamps."""
     from imagent.index.embedding import gallery_from_records
@@ -53,12 +35,12 @@ def split(tmp_path_factory, stamp_records, caption_dual, minilm):
     return gallery, root / "exemplars", held_apart
 
 
-def test_tacir_search_with_real_qwen_and_exemplar_search(split, qwen, caption_dual, minilm, tmp_path):
+def test_tacir_search_with_real_qwen_and_exemplar_search(split, qwen_local, caption_dual, minilm, tmp_path):
     gallery, exemplar_dir, held_apart = split
     search = CachedTool(ExemplarSearchTool(exemplar_dir, embedder=minilm), DiskCache(None), tmp_path / "tools",
                         name="search")
-    ctx = MethodContext(gallery=gallery, dual=caption_dual, text=minilm, roles=Roles.from_models({"default": qwen}),
-                        tools={"search": search})
+    ctx = MethodContext(gallery=gallery, dual=caption_dual, text=minilm,
+                        roles=Roles.from_models({"default": qwen_local}), tools={"search": search})
     ref = next(gallery.record(i) for i in gallery.ids if gallery.record(i).caption == "A frog.")
     query = Query("show a penguin instead of the frog", reference=ref, exclude=[ref.id])
     t0 = time.perf_counter()

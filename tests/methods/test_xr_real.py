@@ -6,9 +6,6 @@ on two cores). A 0.5B model reasons poorly, so this checks structure, counts and
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
 from imagent.core.types import Query
@@ -19,26 +16,10 @@ pytestmark = [pytest.mark.real_model, pytest.mark.slow]
 K_PRIME = 3
 
 
-@pytest.fixture(scope="module")
-def qwen():
-    pytest.importorskip("llama_cpp")
-    from imagent.core.config import ChatModelConfig
-    from imagent.models.registry import build_chat_model
-
-    # A stable cache dir shared across runs, so the 491 MB GGUF is assembled once.
-    cache = Path(os.environ.get("IMAGENT_TEST_CACHE_DIR") or Path.home() / ".cache" / "imagent-test").expanduser()
-    model = build_chat_model(
-        ChatModelConfig(backend="llama.cpp", model="offline:qwen2.5-0.5b-instruct", n_ctx=4096, n_threads=2),
-        cache_dir=cache,
-    )
-    yield model
-    model.close()
-
-
-def test_xr_search_with_real_qwen(make_context, stamps_gallery, qwen):
+def test_xr_search_with_real_qwen(make_context, stamps_gallery, qwen_local):
     ref = next(stamps_gallery.record(i) for i in stamps_gallery.ids if stamps_gallery.record(i).caption == "A frog.")
     query = Query("show a penguin instead of the frog", reference=ref, exclude=[ref.id])
-    method = get_method("xr")(make_context(qwen), {"k_prime": K_PRIME})
+    method = get_method("xr")(make_context(qwen_local), {"k_prime": K_PRIME})
     result = method.search(query, top_k=10)
 
     names = [s.name for s in result.trace.steps]
