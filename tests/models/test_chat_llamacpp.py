@@ -5,18 +5,14 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from imagent.core.cache import DiskCache
 from imagent.core.config import ChatModelConfig
-from imagent.core.trace import Trace
 from imagent.models import chat_llamacpp
 from imagent.models.base import ChatParams, ImagePart, Message
 from imagent.models.chat_llamacpp import LlamaCppChatModel, ModelLoadError, resolve_model_path
 from imagent.models.registry import build_chat_model
-from imagent.models.roles import Role
 
 # --------------------------------------------------------------------------- without loading weights
 
@@ -100,38 +96,6 @@ def test_no_logprobs_requested_of_a_model_loaded_without_them(tmp_path: Path) ->
 # --------------------------------------------------------------------------- real Qwen, in-process
 
 SKY = [Message.user("Is the sky blue on a clear day? Answer yes or no.")]
-SCHEMA = {
-    "type": "object",
-    "properties": {
-        "name": {"type": "string", "maxLength": 30},
-        "colors": {"type": "array", "items": {"type": "string", "maxLength": 15}, "maxItems": 3},
-    },
-    "required": ["name", "colors"],
-}
-
-
-@pytest.mark.real_model
-def test_real_plain_chat(qwen_local: LlamaCppChatModel) -> None:
-    resp = qwen_local.chat([Message.user("What is the capital of France? Answer in one word.")],
-                           ChatParams(max_tokens=8))
-    assert "paris" in resp.text.lower()
-    assert resp.prompt_tokens > 0 and resp.completion_tokens > 0 and resp.finish_reason in {"stop", "length"}
-
-
-@pytest.mark.real_model
-def test_real_json(qwen_local: LlamaCppChatModel) -> None:
-    value, ok = Role("describer", qwen_local).json(
-        [Message.user("Describe a ripe banana as JSON: its name and up to 3 colors.")], SCHEMA, max_tokens=80)
-    assert ok and isinstance(value, dict)
-    assert isinstance(value["name"], str) and value["name"]
-    assert isinstance(value["colors"], list) and len(value["colors"]) <= 3
-
-
-@pytest.mark.real_model
-def test_real_yes_no(qwen_local: LlamaCppChatModel) -> None:
-    yn = Role("verifier", qwen_local).yes_no(SKY)
-    assert yn.answer is True
-    assert yn.probability is not None and 0.0 < yn.probability < 1.0
 
 
 @pytest.mark.real_model
@@ -141,32 +105,6 @@ def test_real_top_logprobs_per_position(qwen_local: LlamaCppChatModel) -> None:
     first = resp.top_logprobs[0]
     assert 1 <= len(first) <= 5 and all(t.logprob <= 0.0 for t in first)
     assert {"yes", "no"} <= {t.token.strip().lower() for t in first}
-
-
-class Spy:
-    """Delegates to a model and counts calls, to prove a cache hit never reaches it."""
-
-    def __init__(self, model: Any) -> None:
-        self.model = model
-        self.backend, self.model_id, self.sees_images = model.backend, model.model_id, model.sees_images
-        self.calls = 0
-
-    def chat(self, messages: list[Message], params: ChatParams):
-        self.calls += 1
-        return self.model.chat(messages, params)
-
-
-@pytest.mark.real_model
-def test_real_call_cache(qwen_local: LlamaCppChatModel, tmp_path: Path) -> None:
-    spy = Spy(qwen_local)
-    role = Role("reasoner", spy, DiskCache(tmp_path / "calls.sqlite"))
-    trace = Trace()
-    with trace.step("twice") as step:
-        first = role.chat([Message.user("Name one fruit.")], ChatParams(max_tokens=6))
-        second = role.chat([Message.user("Name one fruit.")], ChatParams(max_tokens=6))
-    assert spy.calls == 1
-    assert [c.cached for c in step.calls] == [False, True]
-    assert second.text == first.text and second.completion_tokens == first.completion_tokens
 
 
 @pytest.mark.real_model

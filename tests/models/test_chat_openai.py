@@ -16,13 +16,10 @@ from typing import Any
 
 import pytest
 
-from imagent.core.cache import DiskCache
 from imagent.core.config import ChatModelConfig, ConfigError
-from imagent.core.trace import Trace
 from imagent.models.base import ChatError, ChatParams, ImagePart, Message
 from imagent.models.chat_openai import OpenAIChatModel, _retry_after_seconds, guess_image_mime
 from imagent.models.registry import build_chat_model
-from imagent.models.roles import Role
 
 # --------------------------------------------------------------------------- a real local HTTP server
 
@@ -320,66 +317,3 @@ def test_retry_after_parsing() -> None:
     assert _retry_after_seconds(None) is None and _retry_after_seconds("soon") is None
     in_10s = _retry_after_seconds(formatdate(time.time() + 10, usegmt=True))
     assert in_10s is not None and 8 <= in_10s <= 11
-
-
-# --------------------------------------------------------------------------- real Qwen behind a real llama.cpp server
-
-SKY = [Message.user("Is the sky blue on a clear day? Answer yes or no.")]
-SCHEMA = {
-    "type": "object",
-    "properties": {
-        "name": {"type": "string", "maxLength": 30},
-        "colors": {"type": "array", "items": {"type": "string", "maxLength": 15}, "maxItems": 3},
-    },
-    "required": ["name", "colors"],
-}
-
-
-@pytest.mark.real_model
-def test_real_server_plain_chat(qwen_http: OpenAIChatModel) -> None:
-    resp = qwen_http.chat([Message.user("What is the capital of France? Answer in one word.")],
-                          ChatParams(max_tokens=8))
-    assert "paris" in resp.text.lower()
-    assert resp.prompt_tokens > 0 and resp.completion_tokens > 0
-
-
-@pytest.mark.real_model
-def test_real_server_json(qwen_http: OpenAIChatModel) -> None:
-    value, ok = Role("describer", qwen_http).json(
-        [Message.user("Describe a ripe banana as JSON: its name and up to 3 colors.")], SCHEMA, max_tokens=80)
-    assert ok and isinstance(value, dict)
-    assert isinstance(value["name"], str) and value["name"]
-    assert isinstance(value["colors"], list) and len(value["colors"]) <= 3
-
-
-@pytest.mark.real_model
-def test_real_server_yes_no(qwen_http: OpenAIChatModel) -> None:
-    yn = Role("verifier", qwen_http).yes_no(SKY)
-    assert yn.answer is True
-    assert yn.probability is not None and 0.0 < yn.probability < 1.0
-
-
-class Spy:
-    """Delegates to a model and counts calls, to prove a cache hit never reaches it."""
-
-    def __init__(self, model: Any) -> None:
-        self.model = model
-        self.backend, self.model_id, self.sees_images = model.backend, model.model_id, model.sees_images
-        self.calls = 0
-
-    def chat(self, messages: list[Message], params: ChatParams):
-        self.calls += 1
-        return self.model.chat(messages, params)
-
-
-@pytest.mark.real_model
-def test_real_server_call_cache(qwen_http: OpenAIChatModel, tmp_path: Path) -> None:
-    spy = Spy(qwen_http)
-    role = Role("reasoner", spy, DiskCache(tmp_path / "calls.sqlite"))
-    trace = Trace()
-    with trace.step("twice") as step:
-        first = role.chat([Message.user("Name one fruit.")], ChatParams(max_tokens=6))
-        second = role.chat([Message.user("Name one fruit.")], ChatParams(max_tokens=6))
-    assert spy.calls == 1
-    assert [c.cached for c in step.calls] == [False, True]
-    assert second.text == first.text and second.completion_tokens == first.completion_tokens
