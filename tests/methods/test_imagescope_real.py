@@ -7,9 +7,6 @@ through a real model (its JSON, its yes/no replies, its ANSWER line), not retrie
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
 from imagent.core.types import Query
@@ -18,22 +15,6 @@ from imagent.methods.imagescope import ATOMIC_TYPES, ImageScope
 pytestmark = [pytest.mark.real_model, pytest.mark.slow]
 
 K, ALPHA, TOP_K = 3, 1, 10
-
-
-@pytest.fixture(scope="module")
-def qwen():
-    pytest.importorskip("llama_cpp")
-    from imagent.core.config import ChatModelConfig
-    from imagent.models.registry import build_chat_model
-
-    # A stable cache dir shared across runs, so the 491 MB GGUF is assembled once.
-    cache = Path(os.environ.get("IMAGENT_TEST_CACHE_DIR") or Path.home() / ".cache" / "imagent-test").expanduser()
-    model = build_chat_model(
-        ChatModelConfig(backend="llama.cpp", model="offline:qwen2.5-0.5b-instruct", n_ctx=4096, n_threads=2),
-        cache_dir=cache,
-    )
-    yield model
-    model.close()
 
 
 def check_pipeline(result, parse_retries: int = 2) -> dict:
@@ -71,17 +52,17 @@ def check_pipeline(result, parse_retries: int = 2) -> dict:
     return steps
 
 
-def test_text_to_image_with_real_qwen(make_context, stamps_gallery, qwen):
-    method = ImageScope(make_context(qwen), {"k": K, "alpha": ALPHA})
+def test_text_to_image_with_real_qwen(make_context, stamps_gallery, qwen_local):
+    method = ImageScope(make_context(qwen_local), {"k": K, "alpha": ALPHA})
     result = method.search(Query("a penguin"), top_k=TOP_K)
     steps = check_pipeline(result)
     assert steps["reference"].outputs == {"reference_description": "", "source": "none (no reference image)"}
     assert steps["stage1.reason"].inputs["reference"] == ""
 
 
-def test_composed_with_real_qwen(make_context, stamps_gallery, qwen):
+def test_composed_with_real_qwen(make_context, stamps_gallery, qwen_local):
     frog = next(stamps_gallery.record(i) for i in stamps_gallery.ids if stamps_gallery.record(i).caption == "A frog.")
-    method = ImageScope(make_context(qwen), {"k": K, "alpha": ALPHA})
+    method = ImageScope(make_context(qwen_local), {"k": K, "alpha": ALPHA})
     result = method.search(Query("show a penguin instead of the frog", reference=frog, exclude=[frog.id]),
                            top_k=TOP_K)
     steps = check_pipeline(result)

@@ -1,0 +1,493 @@
+"""ImageScope: training-free language-guided image retrieval in three stages (TIR, CIR, Chat-IR).
+
+Paper: "ImageScope: Unifying Language-Guided Image Retrieval via Large Multimodal Model Collective
+Reasoning" (shared/papers/imagescope.txt, §3 and Figures 10-12). Every task becomes text-to-image
+retrieval of target descriptions written by a reasoner, then two reflection stages refine the top:
+
+1. **Semantic synthesis** (§3.3). The reasoner splits the instruction into atomic instructions of five
+   types (addition, removal, modification, comparison, retention) and writes three target descriptions
+   (core elements, enhanced details, comprehensive synthesis) from the instruction and the reference
+   description (Prompt 1, ``prompts/imagescope/stage1_reasoner.txt``; JSON ``{"step1": [[type, text],
+   ...], "step2": [three descriptions]}`` as in the authors' prompts). Each gallery image scores
+   ``s = mean over the descriptions of tau * cos(d, caption) + (1 - tau) * cos(d, image)`` (Eq. 7):
+   the caption term uses the ``caption_dual`` vectors, so both terms live in the dual encoder's space.
+   An index without image vectors is scored by the caption term alone, and the trace says so.
+2. **Predicate verification** (§3.4). The reasoner turns the atomic instructions into statements,
+   yes/no questions and truth values (Prompt 2; ``{"step1": [statements], "step2": [[question,
+   "True"|"False"], ...]}``). The verifier answers every question for each of the
+   top ``k`` candidates; a candidate's count is the number of answers equal to the truth value, and
+   the top ``k`` are re-sorted by count with a *stable* sort (ties keep the stage-1 order).
+3. **Overall evaluation** (§3.5). The evaluator compares the reference image with each of the top
+   ``alpha`` candidates in order (Prompt 3) and stops at the first "Yes", which moves to rank 1.
+
+Roles: ``captioner`` (reference description, only when no stored caption exists), ``reasoner``,
+``verifier`` and ``evaluator``. Map them to models under ``[roles]`` to mirror the paper's four models
+(e.g. ``reasoner = "llama3"``, ``verifier = "paligemma"``, ``evaluator = "internvl2"``) or let
+``roles.default`` serve all of them. Model calls per query: 1 + 1 reasoner calls, ``k * M`` verifier
+calls (M = number of propositions), at most ``alpha`` evaluator calls, plus one captioner call for a
+reference image with no stored caption that the captioner can see, plus reasoner retries
+(``parse_retries``) when an output does not parse.
+
+Hyper-parameters (all fields of :class:`ImageScopeConfig`, paper defaults): ``tau=0.15``, ``k=20``,
+``alpha=3``, ``stages=[1, 2, 3]``. ``--set methods.imagescope.stages=1,2`` reproduces the paper's
+stage ablation; each run also returns the stage snapshots ``stage1``/``stage2``/``stage3`` in
+``Result.stages`` so one run reports every stage side by side.
+
+Tasks (paper §3.2, decision 4 of papers/README.md):
+
+- **TIR**: no reference image, the reference description is empty (shown to the reasoner as ``(none)``).
+- **CIR**: the reference description is the reference's stored caption when it (or the gallery record
+  with its id) has one, else the captioner's description; the trace records which was used.
+- **Chat-IR**: round ``r`` (``r`` answered turns) folds the dialogue so far into the instruction
+  (``", ".join([caption] + ["question answer", ...])``, the PlugIR convention) and uses the previous
+  round's comprehensive-synthesis description as the reference description; round 0 is the caption
+  alone, i.e. TIR. :meth:`ImageScope.search_rounds` returns one :class:`Result` per round (round ``r``
+  at index ``r``) for per-round metrics such as VisDial's Hits@K; :meth:`Method.search` returns the last
+  round and computes the earlier rounds' descriptions on the way. ``chat_instruction="last_turn"``
+  gives only the newest turn as the instruction (the authors' script).
+
+Where this differs from the authors' script (faults fixed):
+
+- Stage 3 moves only the *first* candidate judged "Yes" to rank 1. The script collected every "Yes"
+  index and popped them one after another from the same list, so every pop after the first took the
+  wrong image (indices shift after a pop); see :func:`promote_to_top`.
+- Verifier answers are parsed strictly: the reply's first word must be yes/no (or true/false). The
+  script counted any reply *containing* "yes" as yes ("eyes", "yes and no"). Other replies count as
+  unanswered (``verifier_unanswered`` in the trace counters) and match no truth value.
+- The stage-2 re-sort and the stage-1 ranking are stable (the script's stage-1 ``torch.argsort`` was not).
+- An unparsable stage-1 output (or one without three descriptions) falls back, like the script, to
+  the reference description as the only target description and to the whole instruction as one
+  "modification"; with no reference description (TIR) the instruction itself is the description (the
+  script's "A blank image." would retrieve blank images). Each fall-back is counted
+  (``stage1_fallback``); an unusable stage-2 output skips verification (``stage2_fallback``) instead
+  of dropping the query.
+- The evaluator sees the reference and the candidate as two labelled images (the script pasted them
+  side by side into one picture, "left"/"right"); with no reference image it is told so instead of
+  being shown a black square.
+
+Scores: ``Ranking.scores`` stay non-increasing down every ranking. Stage 1: the similarity ``s``.
+Stage 2: ``TIER * matches + s`` for the verified top ``k`` and ``s - TIER`` below them
+(``TIER = 10`` exceeds the width of the cosine range, so the count decides and ``s`` breaks ties).
+Stage 3: the promoted candidate scores ``TIER`` above the previous best.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from string import Template
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from imagent.core.concurrency import map_threads
+from imagent.core.trace import Trace, note
+from imagent.core.types import ImageRecord, Query, Ranking, Result
+from imagent.index.gallery import SPACE_CAPTION_DUAL, SPACE_IMAGE
+from imagent.methods.base import (
+    Method,
+    MethodConfig,
+    load_prompt,
+    ranking_from_scores,
+    register_method,
+    summarize_query,
+    text_score_vector,
+)
+from imagent.methods.baselines import fold_dialogue
+from imagent.models.base import ImagePart, Message
+from imagent.models.roles import parse_yes_no
+
+ATOMIC_TYPES = ("addition", "removal", "modification", "comparison", "retention")
+# Shown to the reasoner in place of an empty reference description (TIR, chat round 0).
+NO_REFERENCE = "(none)"
+# Bounds for constrained JSON decoding (small models loop without them); the paper gives no limit.
+MAX_ITEMS = 8
+MAX_CHARS = 300
+# Separates stage-2 count tiers in the scores; larger than the width (2) of the cosine range.
+TIER = 10.0
+
+_PAIRS = {"type": "array", "maxItems": MAX_ITEMS,
+          "items": {"type": "array", "maxItems": 2, "items": {"type": "string", "maxLength": MAX_CHARS}}}
+STAGE1_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "step1": _PAIRS,  # [type, atomic instruction]
+        # Exactly three (core elements, enhanced details, comprehensive synthesis): with free choice
+        # the 0.5B offline model often wrote one.
+        "step2": {"type": "array", "minItems": 3, "maxItems": 3,
+                  "items": {"type": "string", "maxLength": MAX_CHARS}},
+    },
+    "required": ["step1", "step2"],
+}
+STAGE2_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "step1": {"type": "array", "maxItems": MAX_ITEMS, "items": {"type": "string", "maxLength": MAX_CHARS}},
+        "step2": _PAIRS,  # [question, "True" | "False"]
+    },
+    "required": ["step1", "step2"],
+}
+
+
+class ImageScopeConfig(MethodConfig):
+    tau: float = Field(0.15, ge=0.0, le=1.0,
+                       description="stage 1: weight of the text-to-text (description vs caption) similarity")
+    k: int = Field(20, ge=1, description="stage 2: how many top stage-1 candidates the verifier checks")
+    alpha: int = Field(3, ge=0, description="stage 3: the evaluator checks at most this many top candidates")
+    stages: list[int] = Field(default_factory=lambda: [1, 2, 3],
+                              description="stages to run (1 always): 1 / 1,2 / 1,2,3 is the paper's ablation")
+    chat_instruction: Literal["dialogue", "last_turn"] = Field(
+        "dialogue", description="Chat-IR instruction: the dialogue so far, or only the newest turn")
+    parse_retries: int = Field(2, ge=0, description="extra reasoner attempts when its JSON does not parse")
+
+    @field_validator("stages", mode="before")
+    @classmethod
+    def _parse_stages(cls, value: Any) -> list[int]:
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple | set):
+            items = [items]
+        stages = set()
+        for item in items:
+            text = str(item).strip().lower().removeprefix("stage").removeprefix("s")
+            if not text.isdigit():
+                raise ValueError(f"stages: {item!r} is not a stage number")
+            stages.add(int(text))
+        if 1 not in stages or not stages <= {1, 2, 3}:
+            raise ValueError(f"stages must include 1 and be among 1, 2, 3; got {sorted(stages)}")
+        return sorted(stages)
+
+
+@dataclass
+class Synthesis:
+    """Stage-1 reasoner output: atomic instructions as (type, text) and the target descriptions
+    (core elements, enhanced details, comprehensive synthesis)."""
+
+    atomic: list[tuple[str, str]]
+    descriptions: list[str]
+
+
+@dataclass
+class Proposition:
+    statement: str
+    question: str
+    truth: bool
+
+
+@register_method
+class ImageScope(Method):
+    name = "imagescope"
+    tasks = frozenset({"tir", "cir", "chat"})
+    Config = ImageScopeConfig
+    description = "3-granularity target descriptions, predicate verification of the top k, pairwise evaluation"
+
+    config: ImageScopeConfig
+
+    # ------------------------------------------------------------------ entry points
+    def run(self, query: Query, top_k: int, trace: Trace) -> tuple[Ranking, dict[str, Ranking]]:
+        with trace.step("reference", task=query.task) as step:
+            reference, source = self._reference_description(query)
+            step.outputs.update(reference_description=reference, source=source)
+        # Chat-IR: each earlier round's comprehensive synthesis is the next round's reference.
+        for r in range(len(query.dialogue)):
+            synthesis = self._synthesize(self.round_instruction(query, r), reference, trace,
+                                         step_name=f"chat.round{r}.stage1.reason")
+            reference = synthesis.descriptions[-1]
+        instruction = self.round_instruction(query, len(query.dialogue))
+        ranking, stages, _ = self._pipeline(query, instruction, reference, top_k, trace)
+        return ranking, stages
+
+    def search_rounds(self, query: Query, top_k: int = 50) -> list[Result]:
+        """Chat-IR, one result per dialogue round: index ``r`` ranks after ``r`` answered turns
+        (index 0: the opening caption alone). ``search_rounds(q)[r]`` ranks like ``search(q')`` where
+        ``q'`` keeps the first ``r`` turns; the rounds share their stage-1 work instead of redoing it."""
+        results: list[Result] = []
+        reference, source = "", ""
+        for r in range(len(query.dialogue) + 1):
+            round_query = replace(query, dialogue=query.dialogue[:r])
+            trace = Trace(method=self.name, query={**summarize_query(round_query), "round": r})
+            with trace.step("reference", task=round_query.task) as step:
+                if r == 0:
+                    reference, source = self._reference_description(round_query)
+                step.outputs.update(reference_description=reference, source=source)
+            instruction = self.round_instruction(query, r)
+            ranking, stages, synthesis = self._pipeline(round_query, instruction, reference, top_k, trace)
+            results.append(Result(ranking=ranking, trace=trace, stages=stages))
+            reference, source = synthesis.descriptions[-1], f"round {r} comprehensive synthesis"
+        return results
+
+    def round_instruction(self, query: Query, r: int) -> str:
+        """The instruction after ``r`` answered turns (non-chat queries: the query text)."""
+        if r == 0 or self.config.chat_instruction == "dialogue":
+            return fold_dialogue(replace(query, dialogue=query.dialogue[:r]))
+        turn = query.dialogue[r - 1]
+        return f"{turn.question.strip()} {turn.answer.strip()}".strip()
+
+    # ------------------------------------------------------------------ the three stages
+    def _pipeline(self, query: Query, instruction: str, reference: str, top_k: int,
+                  trace: Trace) -> tuple[Ranking, dict[str, Ranking], Synthesis]:
+        cfg = self.config
+        synthesis = self._synthesize(instruction, reference, trace)
+        with trace.step("stage1.retrieve", tau=cfg.tau) as step:
+            ranking = self._retrieve(query, synthesis.descriptions, max(top_k, cfg.k, cfg.alpha))
+            step.outputs["top"] = _head(ranking)
+        stages = {"stage1": ranking.top(top_k)}
+        if 2 in cfg.stages:
+            propositions = self._propositions(instruction, synthesis.atomic, trace)
+            with trace.step("stage2.verify", k=cfg.k, propositions=len(propositions)) as step:
+                ranking = self._verify(ranking, propositions, trace, step.outputs)
+                step.outputs["top"] = _head(ranking)
+            stages["stage2"] = ranking.top(top_k)
+        if 3 in cfg.stages:
+            with trace.step("stage3.evaluate", alpha=cfg.alpha, instruction=instruction) as step:
+                ranking = self._evaluate(ranking, instruction, self._reference_record(query), trace, step.outputs)
+                step.outputs["top"] = _head(ranking)
+            stages["stage3"] = ranking.top(top_k)
+        return ranking.top(top_k), stages, synthesis
+
+    def _synthesize(self, instruction: str, reference: str, trace: Trace,
+                    step_name: str = "stage1.reason") -> Synthesis:
+        """Stage 1, reasoning: atomic instructions and three target descriptions (Prompt 1)."""
+        with trace.step(step_name, instruction=instruction, reference=reference) as step:
+            prompt = render("stage1_reasoner.txt", instruction=instruction, reference=reference or NO_REFERENCE)
+
+            def validate(value: dict[str, Any]) -> tuple[Synthesis, int]:
+                atomic, dropped = parse_atomic(value["step1"])
+                descriptions = [d.strip() for d in value["step2"] if d.strip()]
+                if not descriptions:
+                    raise ValueError("no target description")
+                return Synthesis(atomic, descriptions), dropped
+
+            def fallback() -> tuple[Synthesis, int]:
+                trace.count("stage1_fallback")
+                step.note("reasoner output unusable: the reference description (or, without one, the "
+                          "instruction) is the target description; the instruction is one modification")
+                return Synthesis([("modification", instruction)], [reference or instruction]), 0
+
+            (synthesis, dropped), _ok = self.ctx.roles["reasoner"].json(
+                [Message.user(prompt)], STAGE1_SCHEMA, fallback=fallback, validate=validate,
+                retries=self.config.parse_retries, max_tokens=768,
+            )
+            if dropped:
+                trace.count("stage1_invalid_items", dropped)
+                step.note(f"dropped {dropped} atomic instruction(s) that were not [type, text] of the five types")
+            if not synthesis.atomic:
+                synthesis.atomic = [("modification", instruction)]
+                step.note("no atomic instruction: the whole instruction is one modification")
+            if len(synthesis.descriptions) < 3:
+                step.note(f"only {len(synthesis.descriptions)} of the 3 target descriptions were non-empty")
+            step.outputs.update(atomic=[list(a) for a in synthesis.atomic], descriptions=synthesis.descriptions)
+        return synthesis
+
+    def _retrieve(self, query: Query, descriptions: list[str], depth: int) -> Ranking:
+        """Stage 1, retrieval (Eq. 7): mean over descriptions of tau*cos(caption) + (1-tau)*cos(image)."""
+        tau = self.config.tau
+        if self.ctx.caption_mode:
+            note("caption mode: image vectors are caption embeddings, so the two stage-1 terms are the same "
+                 "cosine and tau has no effect")
+        rows = self.ctx.pool(query)
+        scores = text_score_vector(self.ctx, descriptions, [(SPACE_CAPTION_DUAL, tau), (SPACE_IMAGE, 1.0 - tau)],
+                                   rows)
+        return ranking_from_scores(self.ctx.pool_ids(rows), scores, depth)
+
+    def _propositions(self, instruction: str, atomic: list[tuple[str, str]], trace: Trace) -> list[Proposition]:
+        """Stage 2, reasoning: statements, yes/no questions and truth values (Prompt 2)."""
+        with trace.step("stage2.propositions", instruction=instruction) as step:
+            listed = "\n".join(f"   ({i}) {kind.capitalize()}: {text}" for i, (kind, text) in enumerate(atomic, 1))
+            prompt = render("stage2_reasoner.txt", instruction=instruction, atomic_instructions=listed)
+
+            def validate(value: dict[str, Any]) -> tuple[list[Proposition], int]:
+                props, dropped = parse_propositions(value["step1"], value["step2"])
+                if not props:
+                    raise ValueError("no usable [question, True/False] pair")
+                return props, dropped
+
+            def fallback() -> tuple[list[Proposition], int]:
+                trace.count("stage2_fallback")
+                step.note("reasoner output unusable: no propositions, stage 2 keeps the stage-1 order")
+                return [], 0
+
+            (props, dropped), _ok = self.ctx.roles["reasoner"].json(
+                [Message.user(prompt)], STAGE2_SCHEMA, fallback=fallback, validate=validate,
+                retries=self.config.parse_retries, max_tokens=768,
+            )
+            if dropped:
+                trace.count("stage2_invalid_items", dropped)
+                step.note(f"dropped {dropped} item(s) that were not [question, True/False]")
+            step.outputs["propositions"] = [
+                {"statement": p.statement, "question": p.question, "truth": p.truth} for p in props
+            ]
+        return props
+
+    def _verify(self, ranking: Ranking, props: list[Proposition], trace: Trace,
+                outputs: dict[str, Any]) -> Ranking:
+        """Stage 2, verification: the verifier answers every question for each of the top k; the top k
+        are stably re-sorted by the number of answers equal to the truth values (Eqs. 10-11)."""
+        head = ranking.ids[: self.config.k]
+        if not props:
+            return ranking
+        verifier = self.ctx.roles["verifier"]
+
+        questions = [render("stage2_verifier.txt", question=p.question) for p in props]
+
+        def ask(job: tuple[str, str]) -> bool | None:
+            image_id, question = job
+            image = ImagePart(record=self.ctx.gallery.record(image_id))
+            return verifier.yes_no([Message.user(image, "\n", question)]).answer
+
+        jobs = [(image_id, q) for image_id in head for q in questions]
+        answers = map_threads(ask, jobs, self.config.concurrency)
+        unanswered = sum(a is None for a in answers)
+        if unanswered:
+            trace.count("verifier_unanswered", unanswered)
+            note(f"{unanswered} verifier answer(s) were neither yes nor no: counted as not matching")
+        m = len(props)
+        matches = [sum(a is not None and a == p.truth for a, p in zip(answers[i * m:(i + 1) * m], props, strict=True))
+                   for i in range(len(head))]
+        outputs["candidates"] = [
+            {"id": image_id, "answers": [_yes_no_text(a) for a in answers[i * m:(i + 1) * m]], "matches": matches[i]}
+            for i, image_id in enumerate(head)
+        ]
+        return rerank_by_matches(ranking, matches)
+
+    def _evaluate(self, ranking: Ranking, instruction: str, reference: ImageRecord | None, trace: Trace,
+                  outputs: dict[str, Any]) -> Ranking:
+        """Stage 3: pairwise evaluation of the top alpha, in order; the first "Yes" moves to rank 1."""
+        evaluator = self.ctx.roles["evaluator"]
+        prompt = render("stage3_evaluator.txt", instruction=instruction)
+        reference_parts: list[str | ImagePart] = (
+            ["\n\nReference image: ", ImagePart(record=reference)] if reference is not None
+            else ["\n\nReference image: none; judge the candidate image by itself."]
+        )
+        verdicts: list[dict[str, Any]] = []
+        for position, image_id in enumerate(ranking.ids[: self.config.alpha]):
+            candidate = ImagePart(record=self.ctx.gallery.record(image_id))
+            reply = evaluator.text([Message.user(prompt, *reference_parts, "\nCandidate image: ", candidate)],
+                                   max_tokens=128)
+            verdict = parse_evaluator_answer(reply)
+            if verdict is None:
+                trace.count("evaluator_unparsed")
+                note("an evaluator reply had no ANSWER: Yes/No line: taken as No")
+            verdicts.append({"id": image_id, "answer": _yes_no_text(verdict), "reply": reply})
+            if verdict:
+                outputs.update(verdicts=verdicts, promoted=image_id, from_rank=position + 1)
+                return promote_to_top(ranking, position)
+        outputs.update(verdicts=verdicts, promoted=None)
+        return ranking
+
+    # ------------------------------------------------------------------ reference
+    def _reference_record(self, query: Query) -> ImageRecord | None:
+        """The query's reference, with the gallery's stored captions when the query's copy has none."""
+        ref = query.reference
+        if ref is not None and not ref.captions and ref.id in self.ctx.gallery:
+            return self.ctx.gallery.record(ref.id)
+        return ref
+
+    def _reference_description(self, query: Query) -> tuple[str, str]:
+        """(description, where it came from) of the query's reference image; empty without one."""
+        record = self._reference_record(query)
+        if record is None:
+            return "", "none (no reference image)"
+        if record.captions:
+            return record.caption, "stored caption"
+        if self.ctx.roles["captioner"].caption_mode:
+            note(f"reference {record.id} has no stored caption and the captioner cannot see images: "
+                 "empty reference description")
+            return "", "none (no caption, and the captioner sees no pixels)"
+        return self.ctx.describe_image(record), "captioner"
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+
+def render(template: str, **values: str) -> str:
+    """A prompt from ``prompts/imagescope/<template>`` with its ``${name}`` placeholders filled."""
+    return Template(load_prompt(f"imagescope/{template}")).substitute(values)
+
+
+def atomic_type(text: str) -> str | None:
+    """One of the five atomic instruction types, accepting case and verb forms ("Add", "keep")."""
+    word = text.strip().lower()
+    for kind, stems in (("addition", ("add",)), ("removal", ("remov",)), ("modification", ("modif",)),
+                        ("comparison", ("compar",)), ("retention", ("retain", "retention", "keep"))):
+        if word.startswith(stems):
+            return kind
+    return None
+
+
+def parse_atomic(items: list[Any]) -> tuple[list[tuple[str, str]], int]:
+    """Valid ``[type, text]`` pairs as (type, text) and how many items were dropped."""
+    out = []
+    for item in items:
+        if isinstance(item, list) and len(item) == 2 and (kind := atomic_type(item[0])) and item[1].strip():
+            out.append((kind, item[1].strip()))
+    return out, len(items) - len(out)
+
+
+def parse_propositions(statements: list[str], pairs: list[Any]) -> tuple[list[Proposition], int]:
+    """Valid ``[question, truth]`` pairs (truth True/False or Yes/No), paired with the statements by
+    position, and how many pairs were dropped."""
+    out = []
+    for i, pair in enumerate(pairs):
+        if not (isinstance(pair, list) and len(pair) == 2 and pair[0].strip()):
+            continue
+        truth = parse_yes_no(pair[1])
+        if truth is None:
+            continue
+        statement = statements[i].strip() if i < len(statements) else ""
+        out.append(Proposition(statement, pair[0].strip(), truth))
+    return out, len(pairs) - len(out)
+
+
+_ANSWER_LINE = re.compile(r"^[\W_]*answer[\W_]*(yes|no)\b", re.I)
+
+
+def parse_evaluator_answer(reply: str) -> bool | None:
+    """The evaluator's verdict from its first non-empty line: ``ANSWER: Yes`` / ``ANSWER: No``
+    (markdown and brackets tolerated) or a bare leading yes/no; None for anything else."""
+    line = next((ln for ln in (reply or "").splitlines() if ln.strip()), "")
+    m = _ANSWER_LINE.match(line)
+    if m:
+        return m.group(1).lower() == "yes"
+    return parse_yes_no(line)
+
+
+def rerank_by_matches(ranking: Ranking, matches: list[int]) -> Ranking:
+    """Stably re-sort the first ``len(matches)`` entries by descending match count; the rest keep
+    their order. Scores: ``TIER * matches + score`` in the head, ``score - TIER`` below it."""
+    n = len(matches)
+    order = sorted(range(n), key=lambda i: -matches[i])  # sorted() is stable: ties keep stage-1 order
+    ids = [ranking.ids[i] for i in order] + ranking.ids[n:]
+    scores = [TIER * matches[i] + ranking.scores[i] for i in order] + [s - TIER for s in ranking.scores[n:]]
+    return Ranking(ids, scores)
+
+
+def promote_to_top(ranking: Ranking, position: int) -> Ranking:
+    """Move the entry at ``position`` to rank 1; every other entry keeps its relative order.
+
+    This is the fix for the authors' stage 3, which popped several indices from one list in turn:
+    after the first pop every later index pointed one image too far."""
+    ids = list(ranking.ids)
+    scores = list(ranking.scores)
+    image_id = ids.pop(position)
+    scores.pop(position)
+    return Ranking([image_id, *ids], [max(ranking.scores) + TIER, *scores])
+
+
+def _head(ranking: Ranking, n: int = 10) -> list[list[Any]]:
+    return [[i, round(s, 4)] for i, s in zip(ranking.ids[:n], ranking.scores[:n], strict=True)]
+
+
+def _yes_no_text(answer: bool | None) -> str | None:
+    return None if answer is None else ("yes" if answer else "no")
+
+
+__all__ = [
+    "ATOMIC_TYPES",
+    "ImageScope",
+    "ImageScopeConfig",
+    "Proposition",
+    "Synthesis",
+    "parse_evaluator_answer",
+    "promote_to_top",
+    "rerank_by_matches",
+]
