@@ -112,6 +112,14 @@ def ranking_from_scores(ids: list[str], scores: np.ndarray, k: int | None = None
     return Ranking([ids[int(i)] for i in order], [float(scores[int(i)]) for i in order])
 
 
+def fold_dialogue(query: Query) -> str:
+    """Chat retrieval: the opening description and every answered question, comma-joined
+    (the PlugIR/ChatIR convention: ``", ".join(dialog[:r+1])``)."""
+    parts = [query.text.strip()]
+    parts += [f"{t.question.strip()} {t.answer.strip()}".strip() for t in query.dialogue]
+    return ", ".join(p for p in parts if p)
+
+
 def text_score_vector(ctx: MethodContext, texts: list[str], spaces_weights: list[tuple[str, float]],
                       rows: np.ndarray | None) -> np.ndarray:
     """Mean over ``texts`` of the weighted sum over spaces of cosine scores (ImageScope-style
@@ -126,8 +134,14 @@ def text_score_vector(ctx: MethodContext, texts: list[str], spaces_weights: list
     total_w = sum(w for _, w in present)
     n = len(ctx.gallery) if rows is None else len(rows)
     out = np.zeros(n, dtype=np.float32)
+    encoded: dict[str, np.ndarray] = {}  # image and caption_dual share the dual encoder: encode once
     for space, w in present:
-        q = ctx.encode(texts, space)
+        enc_id = ctx.encoder_for(space).model_id
+        if enc_id not in encoded:
+            encoded[enc_id] = ctx.encode(texts, space)
+        else:
+            ctx.check_space(space)
+        q = encoded[enc_id]
         s = ctx.gallery.scores(q, space, rows)  # (len(texts), n)
         out += (w / total_w) * np.asarray(s, dtype=np.float32).reshape(len(texts), n).mean(axis=0)
     return out
@@ -203,6 +217,7 @@ __all__ = [
     "Method",
     "MethodConfig",
     "MethodContext",
+    "fold_dialogue",
     "get_method",
     "load_prompt",
     "ranking_from_scores",

@@ -17,16 +17,8 @@ from imagent.core.trace import Trace
 from imagent.core.types import Query, Ranking
 from imagent.index.gallery import SPACE_CAPTION_TEXT, SPACE_IMAGE
 from imagent.index.scoring import l2_normalize
-from imagent.methods.base import Method, MethodConfig, load_prompt, register_method
+from imagent.methods.base import Method, MethodConfig, fold_dialogue, load_prompt, register_method
 from imagent.models.base import Message
-
-
-def fold_dialogue(query: Query) -> str:
-    """Chat retrieval: the opening description and every answered question, comma-joined
-    (the PlugIR/ChatIR convention: ``", ".join(dialog[:r+1])``)."""
-    parts = [query.text.strip()]
-    parts += [f"{t.question.strip()} {t.answer.strip()}".strip() for t in query.dialogue]
-    return ", ".join(p for p in parts if p)
 
 
 class ClipConfig(MethodConfig):

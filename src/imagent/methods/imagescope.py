@@ -87,13 +87,13 @@ from imagent.index.gallery import SPACE_CAPTION_DUAL, SPACE_IMAGE
 from imagent.methods.base import (
     Method,
     MethodConfig,
+    fold_dialogue,
     load_prompt,
     ranking_from_scores,
     register_method,
     summarize_query,
     text_score_vector,
 )
-from imagent.methods.baselines import fold_dialogue
 from imagent.models.base import ImagePart, Message
 from imagent.models.roles import parse_yes_no
 
