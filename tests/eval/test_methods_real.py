@@ -77,7 +77,7 @@ def test_tacir_with_offline_exemplar_search(user_env, stamps_dir, shared_index, 
     # The exemplar collection: a held-apart quarter of the stamps, indexed on its own.
     exemplars = tmp_path / "exemplars"
     gallery_from_records(str(exemplars), stamp_records[1::4], None, minilm)
-    _out, _report = run_eval(
+    _out, report = run_eval(
         stamps_dir, shared_index, tmp_path / "run", "--method", "tacir", "--split", "cir", "--limit", "1",
         "--set", "tools.search.backend=exemplar", "--set", f"tools.search.options.source={exemplars}",
         "--set", "tool_policy=always_search",
@@ -86,3 +86,5 @@ def test_tacir_with_offline_exemplar_search(user_env, stamps_dir, shared_index, 
     tool_step = next(s for n, s in steps.items() if n.startswith("tacir.tool"))
     assert tool_step["tool_calls"] == 1 and tool_step["outputs"]["proxy"]["backend"] == "exemplar"
     assert "tacir.refine" in steps
+    assert "tacir.chose_search=1" in report  # how often each tool was chosen
+    assert "initial" in report  # T_t^(0) alone, scored beside the final ranking: the tool's effect

@@ -20,6 +20,11 @@ from imagent.methods.tacir import parse_tool_decision
 from imagent.tools import CachedTool, Provenance, ToolError, ToolImage
 
 
+def problem_counters(result):
+    """The trace counters minus the per-query tool-choice tally (``tacir.chose_*``)."""
+    return {k: v for k, v in result.trace.counters.items() if not k.startswith("tacir.chose_")}
+
+
 def png(color=(10, 200, 10)) -> bytes:
     from PIL import Image
 
@@ -234,7 +239,7 @@ def test_budget_k1_runs_no_tool(make_context, scripted, query, tmp_path):
     result = get_method("tacir")(ctx, {"max_iterations": 1}).search(query, top_k=5)
     assert result.trace.model_calls == 1 and search.calls == []
     assert "No tools are available for this query." in model.prompts()[0]
-    assert result.trace.counters == {"tacir.budget_exhausted": 1}
+    assert problem_counters(result) == {"tacir.budget_exhausted": 1}
     assert step_names(result) == ["tacir.select", "tacir.retrieve"]
 
 
@@ -245,7 +250,7 @@ def test_default_early_exit_ignores_a_second_tool_request(make_context, scripted
     ctx = make_context(model, tools=tools_for(tmp_path, search, edit))
     result = get_method("tacir")(ctx).search(query, top_k=5)
     assert result.trace.model_calls == 2 and len(search.calls) == 1 and edit.calls == []
-    assert result.trace.counters == {"tacir.budget_exhausted": 1}
+    assert problem_counters(result) == {"tacir.budget_exhausted": 1}
 
 
 def test_multi_step_until_k_exhausted(make_context, scripted, query, tmp_path):
@@ -264,7 +269,7 @@ def test_multi_step_until_k_exhausted(make_context, scripted, query, tmp_path):
     # Round 1 could still call a tool; round 2 (the last, t = K-1) could not.
     assert "<edit>your edit instruction here</edit>" in model.prompts()[1]
     assert "No tool can be called now" in model.prompts()[2]
-    assert result.trace.counters == {"tacir.budget_exhausted": 1}
+    assert problem_counters(result) == {"tacir.budget_exhausted": 1}
     retrieve = result.trace.steps[-1].outputs
     assert retrieve["final_description"] == "A small penguin." and retrieve["proxy"]["title"] == "A small penguin."
 
@@ -314,7 +319,7 @@ def test_tool_policies(make_context, scripted, query, tmp_path, policy, answer, 
     if expect is None:
         assert search.calls == [] and edit.calls == [] and result.trace.model_calls == 1
         assert "No tools are available for this query." in prompt
-        assert result.trace.counters == {"tacir.tool_unavailable": 1}
+        assert problem_counters(result) == {"tacir.tool_unavailable": 1}
         return
     tool, instruction = expect
     calls = search.calls if tool == "search" else [(i, 1) for _, i in edit.calls]
@@ -329,20 +334,20 @@ def test_disabled_or_missing_tools_are_not_offered(make_context, scripted, query
     search = FakeSearch()
     ctx = make_context(model, tools=tools_for(tmp_path, search, FakeEdit()))
     result = get_method("tacir")(ctx, {"enabled_tools": ["edit"]}).search(query, top_k=5)
-    assert search.calls == [] and result.trace.counters == {"tacir.tool_unavailable": 1}
+    assert search.calls == [] and problem_counters(result) == {"tacir.tool_unavailable": 1}
     assert "<search>your query" not in model.prompts()[0] and "<edit>your edit" in model.prompts()[0]
     # No tools configured at all (the offline default): the agent is told so.
     model2 = script(scripted, select_answer("<edit>x</edit>"))
     result2 = get_method("tacir")(make_context(model2)).search(query, top_k=5)
     assert "No tools are available for this query." in model2.prompts()[0]
-    assert result2.trace.model_calls == 1 and result2.trace.counters == {"tacir.tool_unavailable": 1}
+    assert result2.trace.model_calls == 1 and problem_counters(result2) == {"tacir.tool_unavailable": 1}
 
 
 def test_unusable_answers_fall_back_after_retries(make_context, scripted, query):
     model = scripted(default="I would rather not answer in JSON.")
     result = get_method("tacir")(make_context(model)).search(query, top_k=5)
     assert result.trace.model_calls == 3  # 1 + json_retries (2)
-    assert result.trace.counters == {"tacir.parse_fallback": 1}
+    assert problem_counters(result) == {"tacir.parse_fallback": 1}
     out = result.trace.steps[-1].outputs
     assert out["final_description"] == "A frog, show a penguin instead" and out["proxy_used"] is False
     model0 = scripted(default="no")
@@ -430,7 +435,7 @@ def test_tool_chosen_without_instruction_gets_one(make_context, scripted, query,
     ctx = make_context(model, tools=tools_for(tmp_path, search, edit))
     result = get_method("tacir")(ctx).search(query, top_k=5)
     assert search.calls == [("A penguin stamp", 1)] and result.trace.model_calls == 2
-    assert result.trace.counters == {"tacir.instruction_filled": 1}
+    assert problem_counters(result) == {"tacir.instruction_filled": 1}
     model = script(scripted, select_answer("<edit></edit>"), refine_answer("A penguin."))
     result = get_method("tacir")(make_context(model, tools=tools_for(tmp_path, search, edit))).search(query, 5)
     assert [i for _, i in edit.calls] == ["show a penguin instead"]

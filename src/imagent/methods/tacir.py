@@ -260,6 +260,8 @@ class TaCIR(Method):
                                              step=step)
             step.outputs.update(current.outputs())
             step.outputs["decision"] = {"tool": tool, "instruction": instruction}
+            # The eval report sums counters over queries: how often each tool was chosen.
+            trace.count(f"tacir.chose_{tool}")
         initial = current.target
         proxy: ToolImage | None = None
         proxy_instruction = ""
