@@ -52,7 +52,13 @@ def test_index_then_reindex_then_search_the_stamps(runner, tmp_path, stamps_dir)
     cir = runner.invoke(app, ["search", "but in red", "--ref", ref_id, "--index", index, "--json",
                               "--set", "text_weight=0.7"])
     assert cir.exit_code == 0, cir.output
-    assert json.loads(cir.stdout)["trace"]["steps"][0]["outputs"]["fused_with_reference"] == ref_id
+    cir_payload = json.loads(cir.stdout)
+    assert cir_payload["trace"]["steps"][0]["outputs"]["fused_with_reference"] == ref_id
+    # the reference is left out of its own results unless asked for
+    assert ref_id not in [r["id"] for r in cir_payload["results"]]
+    kept = runner.invoke(app, ["search", "a penguin", "--ref", ref_id, "--index", index, "--json",
+                               "--keep-reference", "-k", "3"])
+    assert ref_id in [r["id"] for r in json.loads(kept.stdout)["results"]]
 
 
 def test_user_errors_are_one_clear_line(runner, tmp_path):

@@ -112,10 +112,16 @@ class Workspace:
         top_k: int = 10,
         reference: str | Path | ImageRecord | None = None,
         index: str | Path | None = None,
+        keep_reference: bool = False,
     ) -> Result:
+        """Rank the gallery for ``text`` (with ``reference``: a composed query).
+
+        A reference that is itself in the gallery is left out of the results unless ``keep_reference``:
+        "this, but red" asks for other images, and CIRR's evaluation removes it the same way."""
         m = self.method(method, index)
         ref = self.resolve_reference(reference, index) if reference is not None else None
-        return m.search(Query(text=text, reference=ref), top_k=top_k)
+        exclude = [ref.id] if ref is not None and not keep_reference and ref.id in self.gallery(index) else []
+        return m.search(Query(text=text, reference=ref, exclude=exclude), top_k=top_k)
 
     def resolve_reference(self, reference: str | Path | ImageRecord, index: str | Path | None = None) -> ImageRecord:
         """A reference given as a gallery id, a path inside the gallery, or any image file."""

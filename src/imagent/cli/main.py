@@ -102,6 +102,8 @@ def search(
     ref: Annotated[str | None, typer.Option("--ref", help="reference image: a gallery id or an image file")] = None,
     method: Annotated[str, typer.Option("--method", "-m", help="retrieval method")] = "clip",
     top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="results to return")] = 10,
+    keep_reference: Annotated[bool, typer.Option(
+        "--keep-reference", help="let a gallery reference appear in its own results")] = False,
     index_dir: IndexOpt = None,
     config: ConfigOpt = None,
     set_: SetOpt = None,
@@ -111,7 +113,8 @@ def search(
     from imagent.cli.render import print_result, result_json
 
     ws = get_workspace(config, set_, method)
-    result = ws.search(text, method=method, top_k=top_k, reference=ref, index=index_dir)
+    result = ws.search(text, method=method, top_k=top_k, reference=ref, index=index_dir,
+                       keep_reference=keep_reference)
     gallery = ws.gallery(index_dir)
     if json_out:
         sys.stdout.write(result_json(result, gallery) + "\n")
