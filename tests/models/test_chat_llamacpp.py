@@ -83,6 +83,11 @@ def test_request_kwargs_map_params(tmp_path: Path) -> None:
     assert kw["stop"] == ["\n"] and kw["repeat_penalty"] == 1.1
     plain = model.request_kwargs([Message.user("q")], ChatParams(seed=2))
     assert plain["seed"] == 2
+    # the model entry's temperature applies unless a call sets its own; it is part of the cache tag
+    warm = LlamaCppChatModel(tmp_path / "m.gguf", temperature=0.7)
+    assert warm.request_kwargs([Message.user("q")], ChatParams())["temperature"] == 0.7
+    assert warm.request_kwargs([Message.user("q")], ChatParams(temperature=0.0))["temperature"] == 0.0
+    assert warm.cache_tag != model.cache_tag
     assert not {"response_format", "logprobs", "top_logprobs", "repeat_penalty", "stop"} & set(plain)
 
 

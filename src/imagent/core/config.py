@@ -72,7 +72,7 @@ class ChatModelConfig(_Strict):
     concurrency: int = Field(4, ge=1)
     n_ctx: int = Field(4096, ge=256)
     n_threads: int | None = None
-    temperature: float = 0.0
+    temperature: float = Field(0.0, ge=0.0, description="decoding temperature when a call does not set one")
     seed: int = 0
     # llama.cpp needs all logits kept to return token logprobs (yes/no scores).
     logprobs: bool = True

@@ -148,7 +148,7 @@ class ChatParams:
     """Generation parameters. ``json_schema`` asks for JSON output (constrained where the backend can)."""
 
     max_tokens: int = 512
-    temperature: float = 0.0
+    temperature: float | None = None  # None: the model entry's configured temperature
     json_schema: dict[str, Any] | None = None
     top_logprobs: int = 0  # > 0: return that many alternatives per generated token
     stop: list[str] = field(default_factory=list)

@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from imagent.core.cache import stable_key
 from imagent.models.base import ChatError, ChatParams, ChatResponse, Message
 from imagent.models.chat_openai import parse_openai_logprobs
 from imagent.models.offline import INSTALL_HINT, OFFLINE_QWEN_NAME, ensure_offline_qwen
@@ -64,6 +65,7 @@ class LlamaCppChatModel:
         n_ctx: int = 4096,
         n_threads: int | None = None,
         seed: int = 0,
+        temperature: float = 0.0,
         logprobs: bool = True,
         verbose: bool = False,
     ) -> None:
@@ -72,6 +74,9 @@ class LlamaCppChatModel:
         self.n_ctx = n_ctx
         self.n_threads = n_threads or os.cpu_count() or 1
         self.seed = seed
+        self.temperature = temperature
+        # The call cache keys on this beside the model id: another default temperature or seed answers differently.
+        self.cache_tag = stable_key(seed, temperature)
         self.logprobs = logprobs
         self.verbose = verbose
         self._llama: Any = None
@@ -81,7 +86,7 @@ class LlamaCppChatModel:
     def from_config(cls, config: Any, cache_dir: Path | None = None, **_: Any) -> LlamaCppChatModel:
         path, model_id = resolve_model_path(config.model, cache_dir)
         return cls(path, model_id=model_id, n_ctx=config.n_ctx, n_threads=config.n_threads,
-                   seed=config.seed, logprobs=config.logprobs)
+                   seed=config.seed, temperature=config.temperature, logprobs=config.logprobs)
 
     def __repr__(self) -> str:
         return f"LlamaCppChatModel({str(self.model_path)!r}, n_ctx={self.n_ctx}, n_threads={self.n_threads})"
@@ -135,7 +140,7 @@ class LlamaCppChatModel:
         kw: dict[str, Any] = {
             "messages": [{"role": m.role, "content": m.text} for m in messages],
             "max_tokens": params.max_tokens,
-            "temperature": params.temperature,
+            "temperature": params.temperature if params.temperature is not None else self.temperature,
             "seed": params.seed if params.seed is not None else self.seed,
         }
         if params.stop:

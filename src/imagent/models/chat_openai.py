@@ -182,6 +182,7 @@ class OpenAIChatModel:
         max_retries: int = 4,
         concurrency: int = 4,
         seed: int | None = 0,
+        temperature: float = 0.0,
         json_mode: JsonMode = "json_schema",
         extra_body: dict[str, Any] | None = None,
         backoff_s: float = 0.5,
@@ -200,12 +201,13 @@ class OpenAIChatModel:
         self.timeout_s = timeout_s
         self.max_retries = max_retries
         self.seed = seed
+        self.temperature = temperature
         self.json_mode: JsonMode = json_mode
         self.extra_body = dict(extra_body or {})
         self.backoff_s = backoff_s
         # What besides the model name changes the answers: the call cache keys on it, so the same
         # model name on two servers, or another JSON mode / extra body, never shares entries.
-        self.cache_tag = stable_key(self.base_url, json_mode, self.extra_body)
+        self.cache_tag = stable_key(self.base_url, json_mode, self.extra_body, seed, temperature)
         self._semaphore = threading.BoundedSemaphore(concurrency)
         headers = {"Content-Type": "application/json"}
         if api_key:
@@ -228,6 +230,7 @@ class OpenAIChatModel:
             max_retries=config.max_retries,
             concurrency=config.concurrency,
             seed=config.seed,
+            temperature=config.temperature,
             json_mode=config.json_mode,
             extra_body=config.extra_body,
         )
@@ -251,7 +254,7 @@ class OpenAIChatModel:
             "model": self.model_id,
             "messages": [{"role": m.role, "content": message_content(m, self.sees_images)} for m in messages],
             "max_tokens": params.max_tokens,
-            "temperature": params.temperature,
+            "temperature": params.temperature if params.temperature is not None else self.temperature,
         }
         seed = params.seed if params.seed is not None else self.seed
         if seed is not None:
