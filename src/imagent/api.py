@@ -11,6 +11,7 @@ serves many queries (and an eval run) without reloading models.
 
 from __future__ import annotations
 
+import json
 import threading
 from functools import cached_property
 from pathlib import Path
@@ -24,6 +25,17 @@ from imagent.methods.base import Method, MethodContext, get_method
 from imagent.models.base import ChatModel
 from imagent.models.registry import build_chat_model, build_dual_encoder, build_text_embedder
 from imagent.models.roles import Roles
+
+
+def user_error_types() -> tuple[type[BaseException], ...]:
+    """Errors a user can act on (bad config or method, missing index or file, unreachable model server):
+    interfaces report them as one clear message instead of a traceback."""
+    from imagent.core.config import ConfigError
+    from imagent.index.gallery import GalleryError
+    from imagent.models.base import ChatError
+    from imagent.models.encoders import EncoderLoadError
+
+    return (ConfigError, GalleryError, ChatError, EncoderLoadError, FileNotFoundError, KeyError, ValueError)
 
 
 class Workspace:
@@ -113,12 +125,14 @@ class Workspace:
         reference: str | Path | ImageRecord | None = None,
         index: str | Path | None = None,
         keep_reference: bool = False,
+        **overrides: Any,
     ) -> Result:
-        """Rank the gallery for ``text`` (with ``reference``: a composed query).
+        """Rank the gallery for ``text`` (with ``reference``: a composed query). ``overrides`` are the
+        method's hyper-parameters for this search (``k=10``), on top of the configured ones.
 
         A reference that is itself in the gallery is left out of the results unless ``keep_reference``:
         "this, but red" asks for other images, and CIRR's evaluation removes it the same way."""
-        m = self.method(method, index)
+        m = self.method(method, index, **overrides)
         ref = self.resolve_reference(reference, index) if reference is not None else None
         exclude = [ref.id] if ref is not None and not keep_reference and ref.id in self.gallery(index) else []
         return m.search(Query(text=text, reference=ref, exclude=exclude), top_k=top_k)
@@ -134,3 +148,24 @@ class Workspace:
         if ref in g:
             return g.record(ref)
         return record_for_file(Path(ref), g)
+
+
+# --------------------------------------------------------------------- results as data
+
+
+def result_rows(result: Result, gallery: Gallery) -> list[dict[str, Any]]:
+    """One row per result: ``{rank, id, score, path, caption}`` (what ``--json`` and the web API return)."""
+    rows = []
+    for rank, (image_id, score) in enumerate(zip(result.ranking.ids, result.ranking.scores, strict=True), 1):
+        rec = gallery.record(image_id)
+        rows.append({"rank": rank, "id": image_id, "score": round(float(score), 6), "path": rec.path,
+                     "caption": rec.caption})
+    return rows
+
+
+def result_json(result: Result, gallery: Gallery) -> str:
+    """The result rows, the trace and any per-stage rankings as one JSON document."""
+    payload = {"results": result_rows(result, gallery), "trace": result.trace.to_dict()}
+    if result.stages:
+        payload["stages"] = {k: v.to_dict() for k, v in result.stages.items()}
+    return json.dumps(payload, indent=2, ensure_ascii=False, default=str)

@@ -74,7 +74,8 @@ def prepare_demo_gallery(root: Path) -> Path:
 
 
 def run_demo(ws: Workspace, console: Console, json_out: bool = False) -> dict[str, Any]:
-    from imagent.cli.render import print_result, result_rows
+    from imagent.api import result_rows
+    from imagent.cli.render import print_result
     from imagent.index.builder import build_index
 
     root = demo_root()

@@ -14,11 +14,11 @@ import pytest
 
 from imagent.core.config import IndexOptions
 from imagent.core.hashing import short_id
+from imagent.core.imageio import ImageLoadError
 from imagent.core.types import MetadataConstraints
 from imagent.index.builder import SourceError, build_index, record_for_file
 from imagent.index.embedding import gallery_from_records
 from imagent.index.gallery import SPACE_CAPTION_TEXT, Gallery, GalleryError
-from imagent.index.imageio import ImageLoadError
 from imagent.models.chat_scripted import ScriptedChatModel
 from imagent.models.roles import Role
 

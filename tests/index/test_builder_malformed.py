@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from imagent.core import imageio
 from imagent.core.config import IndexOptions
-from imagent.index import imageio
 from imagent.index.builder import build_index
 from imagent.index.gallery import Gallery
 

@@ -112,9 +112,10 @@ def test_kill_then_resume_equals_clean_build(tmp_path, copy_stamps_to, caption_d
     assert g.vectors("caption_text").shape == (committed, minilm.dim)
     assert g.snapshot_is_current()
 
-    # 4. Resume with the module entry point; it carries on from the committed batches.
-    run = subprocess.run([sys.executable, "-m", "imagent.index.builder", str(manifest), "--index", str(idx),
-                          "--batch-size", str(BATCH)], cwd=tmp_path, env=env, capture_output=True, timeout=300)
+    # 4. Resume with the command users run; it carries on from the committed batches.
+    run = subprocess.run([sys.executable, "-m", "imagent.cli.main", "index", str(manifest), "--index", str(idx),
+                          "--set", f"indexing.batch_size={BATCH}", "--json"],
+                         cwd=tmp_path, env=env, capture_output=True, timeout=300)
     assert run.returncode == 0, run.stderr.decode()[-3000:]
     report = json.loads(run.stdout)
     assert (report["added"], report["unchanged"], report["removed"]) == (N_ALL - committed, committed, 0)

@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pytest
 
+from imagent.core.vectors import l2_normalize
 from imagent.index import scoring
 from imagent.index.scoring import (
     cosine_scores,
     haversine_km,
-    l2_normalize,
     minmax,
     ranks_from_scores,
     reciprocal_rank_fusion,

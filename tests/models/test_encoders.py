@@ -18,8 +18,8 @@ import pytest
 from PIL import Image
 
 from imagent.core.config import EncoderConfig
+from imagent.core.imageio import ImageLoadError
 from imagent.core.types import ImageRecord
-from imagent.index.imageio import ImageLoadError
 from imagent.models.base import DualEncoder, TextEmbedder
 from imagent.models.encoders import (
     CaptionDualEncoder,

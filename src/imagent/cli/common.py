@@ -29,15 +29,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _user_error_types() -> tuple[type[BaseException], ...]:
-    from imagent.core.config import ConfigError
+    from imagent.api import user_error_types
     from imagent.eval.datasets import BenchmarkError
     from imagent.eval.runner import RunError
-    from imagent.index.gallery import GalleryError
-    from imagent.models.base import ChatError
-    from imagent.models.encoders import EncoderLoadError
 
-    return (ConfigError, BenchmarkError, RunError, GalleryError, ChatError, EncoderLoadError,
-            FileNotFoundError, KeyError, ValueError)
+    return (*user_error_types(), BenchmarkError, RunError)
 
 
 def user_errors(fn: F) -> F:

@@ -26,10 +26,11 @@ def route_sets(sets: list[str] | None, benchmark: str | None, method: str | None
                ) -> tuple[dict[str, Any], list[str]]:
     """Split ``--set`` items into loader options and fully-qualified settings keys."""
     from imagent.eval.datasets import canonical_name
-    from imagent.methods.base import METHODS, get_method
+    from imagent.methods.base import get_method, list_methods
 
+    methods = list_methods()
     if method:
-        get_method(method)  # registers the built-ins, and names an unknown method clearly
+        get_method(method)  # names an unknown method clearly
     chosen = canonical_name(benchmark) if benchmark else None
     options: dict[str, Any] = {}
     settings_sets: list[str] = []
@@ -46,7 +47,7 @@ def route_sets(sets: list[str] | None, benchmark: str | None, method: str | None
             options[rest] = parse_value(value.strip())
         elif head in fields:
             settings_sets.append(f"{key}={value}")
-        elif dot and head in METHODS:
+        elif dot and head in methods:
             settings_sets.append(f"methods.{key}={value}")
         elif method:
             settings_sets.append(f"methods.{method}.{key}={value}")

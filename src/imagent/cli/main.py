@@ -110,7 +110,8 @@ def search(
     json_out: JsonOpt = False,
 ) -> None:
     """Search the gallery with a text query, or a reference image plus modification text."""
-    from imagent.cli.render import print_result, result_json
+    from imagent.api import result_json
+    from imagent.cli.render import print_result
 
     ws = get_workspace(config, set_, method)
     result = ws.search(text, method=method, top_k=top_k, reference=ref, index=index_dir,
@@ -214,15 +215,35 @@ def config_show(config: ConfigOpt = None, set_: SetOpt = None, json_out: JsonOpt
 @user_errors
 def config_methods(json_out: JsonOpt = False) -> None:
     """Every method's hyper-parameters with their defaults (the papers')."""
-    from imagent.methods.base import METHODS, get_method
+    from imagent.methods.base import list_methods
 
-    get_method("clip")
     data = {name: {"description": cls.description, "tasks": sorted(cls.tasks),
-                   "defaults": cls.Config().model_dump(mode="json")} for name, cls in sorted(METHODS.items())}
+                   "defaults": cls.Config().model_dump(mode="json")} for name, cls in list_methods().items()}
     if json_out:
         console.print_json(json.dumps(data))
     else:
         sys.stdout.write(yaml.safe_dump(data, sort_keys=False))
+
+
+# --------------------------------------------------------------------------- serve
+
+
+@app.command()
+@user_errors
+def serve(
+    host: Annotated[str, typer.Option("--host", help="address to listen on (127.0.0.1: this machine only)")]
+    = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", "-p", min=1, max=65535)] = 8765,
+    index_dir: IndexOpt = None,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+) -> None:
+    """The web UI: search the gallery in a browser and see every step of the method's trace."""
+    from imagent.server import serve as run_server
+
+    ws = get_workspace(config, set_)
+    console.print(f"imagent web UI on http://{host}:{port}/  (Ctrl-C stops)")
+    run_server(ws, index_dir, host=host, port=port)
 
 
 # --------------------------------------------------------------------------- demo

@@ -1,4 +1,4 @@
-"""Rendering results and traces for people (Rich) and machines (JSON). One renderer for all commands."""
+"""Rendering results and traces for people (Rich); the JSON form is :func:`imagent.api.result_json`."""
 
 from __future__ import annotations
 
@@ -9,24 +9,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.tree import Tree
 
+from imagent.api import result_rows
 from imagent.core.types import Result
 from imagent.index.gallery import Gallery
-
-
-def result_rows(result: Result, gallery: Gallery) -> list[dict[str, Any]]:
-    rows = []
-    for rank, (image_id, score) in enumerate(zip(result.ranking.ids, result.ranking.scores, strict=True), 1):
-        rec = gallery.record(image_id)
-        rows.append({"rank": rank, "id": image_id, "score": round(float(score), 6), "path": rec.path,
-                     "caption": rec.caption})
-    return rows
-
-
-def result_json(result: Result, gallery: Gallery) -> str:
-    payload = {"results": result_rows(result, gallery), "trace": result.trace.to_dict()}
-    if result.stages:
-        payload["stages"] = {k: v.to_dict() for k, v in result.stages.items()}
-    return json.dumps(payload, indent=2, ensure_ascii=False, default=str)
 
 
 def _short(value: Any, limit: int = 300) -> str:

@@ -148,6 +148,10 @@ class Ranking:
     def top(self, k: int) -> Ranking:
         return Ranking(self.ids[:k], self.scores[:k])
 
+    def head(self, n: int = 10) -> list[list[Any]]:
+        """The first ``n`` as ``[id, score]`` pairs: how traces show a ranking (the web UI draws them)."""
+        return [[i, round(float(s), 4)] for i, s in zip(self.ids[:n], self.scores[:n], strict=True)]
+
     def to_dict(self) -> dict[str, Any]:
         return {"ids": list(self.ids), "scores": [float(s) for s in self.scores]}
 

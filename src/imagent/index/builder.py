@@ -21,12 +21,11 @@ Incremental and resumable
     sources can share one index.
 
 Bad inputs
-    Anything that is not a complete image within the limits (:mod:`imagent.index.imageio`), and
+    Anything that is not a complete image within the limits (:mod:`imagent.core.imageio`), and
     manifest rows with unusable values, are skipped with a reason: listed in the report and stored
     with :meth:`Gallery.mark_skipped`. One bad file never stops a build.
 
-Run ``python -m imagent.index.builder SOURCE --index DIR`` for a build from the configured encoders
-(the ``imagent index`` command does the same with a progress bar).
+``imagent index SOURCE`` runs it with the configured encoders and a progress bar.
 """
 
 from __future__ import annotations
@@ -36,9 +35,8 @@ import io
 import json
 import math
 import os
-import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -47,10 +45,7 @@ from typing import Any
 from imagent.core.cache import stable_key
 from imagent.core.config import IndexOptions
 from imagent.core.hashing import short_id
-from imagent.core.types import ImageRecord
-from imagent.index.embedding import PendingRecord, add_records, space_models
-from imagent.index.gallery import Gallery, GalleryError
-from imagent.index.imageio import (
+from imagent.core.imageio import (
     IMAGE_EXTENSIONS,
     FileProbe,
     ImageLoadError,
@@ -59,6 +54,9 @@ from imagent.index.imageio import (
     parse_exif_datetime,
     probe_file,
 )
+from imagent.core.types import ImageRecord
+from imagent.index.embedding import PendingRecord, add_records, space_models
+from imagent.index.gallery import Gallery, GalleryError
 from imagent.models.base import DualEncoder, ImagePart, Message, TextEmbedder
 
 __all__ = [
@@ -66,7 +64,6 @@ __all__ = [
     "IndexReport",
     "SourceError",
     "build_index",
-    "main",
     "record_for_file",
 ]
 
@@ -640,47 +637,3 @@ def build_index(
         gallery.reload()
     report.seconds = time.perf_counter() - t0
     return report
-
-
-# --------------------------------------------------------------------------- command line
-
-
-def main(argv: Iterable[str] | None = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m imagent.index.builder",
-                                     description="Build or update a gallery index from a folder or a manifest.")
-    parser.add_argument("source", help="a folder of images, or a manifest (.json/.jsonl/.csv)")
-    parser.add_argument("--index", required=True, help="index directory (created if missing)")
-    parser.add_argument("--config", default=None, help="config file (TOML or YAML)")
-    parser.add_argument("--set", action="append", default=[], help="dotted.key=value (repeatable)")
-    parser.add_argument("--batch-size", type=int, default=None)
-    parser.add_argument("--max-pixels", type=int, default=None)
-    parser.add_argument("--max-file-bytes", type=int, default=None)
-    parser.add_argument("--caption-missing", action="store_true")
-    args = parser.parse_args(list(argv) if argv is not None else None)
-
-    from imagent.api import Workspace
-    from imagent.core.config import load_settings
-
-    try:
-        settings = load_settings(args.config, sets=args.set)
-        update = {k: v for k, v in (("batch_size", args.batch_size), ("max_pixels", args.max_pixels),
-                                    ("max_file_bytes", args.max_file_bytes)) if v is not None}
-        if args.caption_missing:
-            update["caption_missing"] = True
-        options = IndexOptions.model_validate({**settings.indexing.model_dump(), **update})
-        ws = Workspace(settings)
-        captioner = ws.roles["captioner"] if options.caption_missing else None
-        report = build_index(args.source, args.index, ws.dual_encoder, ws.text_embedder, options, captioner)
-    except (ValueError, RuntimeError, OSError) as exc:  # bad source or config, other index, model load
-        if os.environ.get("IMAGENT_DEBUG"):
-            raise
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(json.dumps({"index": str(args.index), **report.to_dict()}, indent=2, default=str))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

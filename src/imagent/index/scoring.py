@@ -14,12 +14,6 @@ from typing import Any
 import numpy as np
 
 
-def l2_normalize(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float32)
-    norm = np.linalg.norm(x, axis=axis, keepdims=True)
-    return x / np.maximum(norm, 1e-12)
-
-
 def cosine_scores(matrix: np.ndarray, query: np.ndarray) -> np.ndarray:
     """Cosine of each row of ``matrix`` with ``query`` (rows and query assumed L2-normalised).
     ``query`` of shape (d,) gives (n,); of shape (q, d) gives (q, n). Returned as float32.

@@ -200,13 +200,19 @@ def register_method(cls: type[Method]) -> type[Method]:
     return cls
 
 
-def get_method(name: str) -> type[Method]:
+def list_methods() -> dict[str, type[Method]]:
+    """Every registered method by name, the built-in ones included."""
     import imagent.methods  # noqa: F401  (registers the built-in methods)
 
+    return dict(sorted(METHODS.items()))
+
+
+def get_method(name: str) -> type[Method]:
+    methods = list_methods()
     try:
-        return METHODS[name]
+        return methods[name]
     except KeyError:
-        raise KeyError(f"unknown method {name!r}; known: {', '.join(sorted(METHODS))}") from None
+        raise KeyError(f"unknown method {name!r}; known: {', '.join(methods)}") from None
 
 
 __all__ = [
@@ -219,6 +225,7 @@ __all__ = [
     "MethodContext",
     "fold_dialogue",
     "get_method",
+    "list_methods",
     "load_prompt",
     "ranking_from_scores",
     "register_method",

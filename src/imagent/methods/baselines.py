@@ -15,8 +15,8 @@ from pydantic import Field
 
 from imagent.core.trace import Trace
 from imagent.core.types import Query, Ranking
+from imagent.core.vectors import l2_normalize
 from imagent.index.gallery import SPACE_CAPTION_TEXT, SPACE_IMAGE
-from imagent.index.scoring import l2_normalize
 from imagent.methods.base import Method, MethodConfig, fold_dialogue, load_prompt, register_method
 from imagent.models.base import Message
 
@@ -45,7 +45,7 @@ class ClipBaseline(Method):
                 step.note("caption mode: image vectors are caption embeddings")
         with trace.step("retrieve", space=SPACE_IMAGE, k=top_k) as step:
             ranking = self.ctx.rank(query, vec, SPACE_IMAGE, top_k)
-            step.outputs["top"] = ranking.ids[:5]
+            step.outputs["top"] = ranking.head(5)
         return ranking
 
 
@@ -70,7 +70,7 @@ class CaptionBaseline(Method):
         with trace.step("retrieve", text=text, space=SPACE_CAPTION_TEXT, k=top_k) as step:
             vec = self.ctx.encode([text], SPACE_CAPTION_TEXT)[0]
             ranking = self.ctx.rank(query, vec, SPACE_CAPTION_TEXT, top_k)
-            step.outputs["top"] = ranking.ids[:5]
+            step.outputs["top"] = ranking.head(5)
         return ranking
 
 
@@ -107,7 +107,7 @@ class CIReVL(Method):
         with trace.step("retrieve", space=SPACE_IMAGE, k=top_k) as step:
             vec = self.ctx.encode([target], SPACE_IMAGE)[0]
             ranking = self.ctx.rank(query, vec, SPACE_IMAGE, top_k)
-            step.outputs["top"] = ranking.ids[:5]
+            step.outputs["top"] = ranking.head(5)
         return ranking
 
 

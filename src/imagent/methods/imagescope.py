@@ -229,18 +229,18 @@ class ImageScope(Method):
         synthesis = self._synthesize(instruction, reference, trace)
         with trace.step("stage1.retrieve", tau=cfg.tau) as step:
             ranking = self._retrieve(query, synthesis.descriptions, max(top_k, cfg.k, cfg.alpha))
-            step.outputs["top"] = _head(ranking)
+            step.outputs["top"] = ranking.head()
         stages = {"stage1": ranking.top(top_k)}
         if 2 in cfg.stages:
             propositions = self._propositions(instruction, synthesis.atomic, trace)
             with trace.step("stage2.verify", k=cfg.k, propositions=len(propositions)) as step:
                 ranking = self._verify(ranking, propositions, trace, step.outputs)
-                step.outputs["top"] = _head(ranking)
+                step.outputs["top"] = ranking.head()
             stages["stage2"] = ranking.top(top_k)
         if 3 in cfg.stages:
             with trace.step("stage3.evaluate", alpha=cfg.alpha, instruction=instruction) as step:
                 ranking = self._evaluate(ranking, instruction, self._reference_record(query), trace, step.outputs)
-                step.outputs["top"] = _head(ranking)
+                step.outputs["top"] = ranking.head()
             stages["stage3"] = ranking.top(top_k)
         return ranking.top(top_k), stages, synthesis
 
@@ -471,10 +471,6 @@ def promote_to_top(ranking: Ranking, position: int) -> Ranking:
     image_id = ids.pop(position)
     scores.pop(position)
     return Ranking([image_id, *ids], [max(ranking.scores) + TIER, *scores])
-
-
-def _head(ranking: Ranking, n: int = 10) -> list[list[Any]]:
-    return [[i, round(s, 4)] for i, s in zip(ranking.ids[:n], ranking.scores[:n], strict=True)]
 
 
 def _yes_no_text(answer: bool | None) -> str | None:

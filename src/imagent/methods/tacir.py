@@ -52,8 +52,9 @@ from pydantic import Field
 
 from imagent.core.trace import Trace, TraceStep
 from imagent.core.types import ImageRecord, Query, Ranking
+from imagent.core.vectors import l2_normalize
 from imagent.index.gallery import SPACE_IMAGE
-from imagent.index.scoring import l2_normalize, weighted_sum
+from imagent.index.scoring import weighted_sum
 from imagent.methods.base import Method, MethodConfig, load_prompt, ranking_from_scores, register_method
 from imagent.models.base import ImagePart, Message
 from imagent.tools.base import ToolError, ToolImage, safe_text
@@ -316,7 +317,7 @@ class TaCIR(Method):
             step.outputs["initial_description"] = initial
             step.outputs["final_description"] = final
             step.outputs["proxy_used"] = use_proxy
-            step.outputs["top"] = ranking.ids[:5]
+            step.outputs["top"] = ranking.head(5)
             # Eq. 1 with T_t^(0) alone: what the query would get without tools (for side-by-side reports).
             init_scores = text_scores if initial == final else self.ctx.gallery.scores(
                 self.ctx.encode([initial], SPACE_IMAGE)[0], SPACE_IMAGE, rows)

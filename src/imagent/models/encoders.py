@@ -15,7 +15,7 @@ import numpy as np
 
 from imagent.core.config import OFFLINE_TEXT_EMBEDDER, EncoderConfig
 from imagent.core.types import ImageRecord
-from imagent.index.scoring import l2_normalize
+from imagent.core.vectors import l2_normalize
 
 
 class EncoderLoadError(RuntimeError):
@@ -166,7 +166,7 @@ def _feature_tensor(out: Any) -> Any:
 
 def load_images(records: list[ImageRecord], max_pixels: int, max_bytes: int) -> list[Any]:
     """Open every record's file as an RGB PIL image; a file that cannot be read raises an error naming it."""
-    from imagent.index.imageio import ImageLoadError, open_image
+    from imagent.core.imageio import ImageLoadError, open_image
 
     images = []
     for r in records:

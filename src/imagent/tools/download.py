@@ -1,6 +1,6 @@
 """Untrusted images in: HTTP downloads with hard limits, and the image check every tool result passes.
 
-A downloaded file is only ever *decoded* (by PIL, through :mod:`imagent.index.imageio`): never
+A downloaded file is only ever *decoded* (by PIL, through :mod:`imagent.core.imageio`): never
 rendered as HTML, never executed, never written anywhere but the tool cache under a hash name.
 
 :func:`fetch_image` enforces, in order:
@@ -50,7 +50,7 @@ def verify_image_bytes(data: bytes, max_bytes: int = DEFAULT_MAX_BYTES,
     """Refuse anything that is not a complete image of an allowed format within the limits."""
     from PIL import Image
 
-    from imagent.index.imageio import ImageLoadError, image_from_bytes
+    from imagent.core.imageio import ImageLoadError, image_from_bytes
 
     if not data:
         raise ToolRejected("empty image")

@@ -97,7 +97,7 @@ class DiffusersImageEditTool:
         return pipe
 
     def edit(self, image: EditInput, instruction: str) -> ToolImage:
-        from imagent.index.imageio import ImageLoadError, image_from_bytes
+        from imagent.core.imageio import ImageLoadError, image_from_bytes
 
         try:
             src = image_from_bytes(input_bytes(image))

@@ -72,7 +72,7 @@ class OpenAIImageEditTool:
 
     def _png(self, data: bytes) -> bytes:
         """The input as a verified PNG no larger than ``max_input_side`` (what every edits endpoint takes)."""
-        from imagent.index.imageio import ImageLoadError, image_from_bytes
+        from imagent.core.imageio import ImageLoadError, image_from_bytes
 
         try:
             im = image_from_bytes(data, self.options.max_pixels)

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 from PIL.TiffImagePlugin import IFDRational
 
-from imagent.index.imageio import (
+from imagent.core.imageio import (
     IMAGE_EXTENSIONS,
     ImageInfo,
     ImageLoadError,
