@@ -125,14 +125,14 @@ class Workspace:
         reference: str | Path | ImageRecord | None = None,
         index: str | Path | None = None,
         keep_reference: bool = False,
-        **overrides: Any,
+        params: dict[str, Any] | None = None,
     ) -> Result:
-        """Rank the gallery for ``text`` (with ``reference``: a composed query). ``overrides`` are the
-        method's hyper-parameters for this search (``k=10``), on top of the configured ones.
+        """Rank the gallery for ``text`` (with ``reference``: a composed query). ``params`` are the
+        method's hyper-parameters for this search (``{"k": 10}``), on top of the configured ones.
 
         A reference that is itself in the gallery is left out of the results unless ``keep_reference``:
         "this, but red" asks for other images, and CIRR's evaluation removes it the same way."""
-        m = self.method(method, index, **overrides)
+        m = self.method(method, index, **(params or {}))
         ref = self.resolve_reference(reference, index) if reference is not None else None
         exclude = [ref.id] if ref is not None and not keep_reference and ref.id in self.gallery(index) else []
         return m.search(Query(text=text, reference=ref, exclude=exclude), top_k=top_k)

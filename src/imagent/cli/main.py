@@ -215,10 +215,9 @@ def config_show(config: ConfigOpt = None, set_: SetOpt = None, json_out: JsonOpt
 @user_errors
 def config_methods(json_out: JsonOpt = False) -> None:
     """Every method's hyper-parameters with their defaults (the papers')."""
-    from imagent.methods.base import list_methods
+    from imagent.methods.base import describe_methods
 
-    data = {name: {"description": cls.description, "tasks": sorted(cls.tasks),
-                   "defaults": cls.Config().model_dump(mode="json")} for name, cls in list_methods().items()}
+    data = describe_methods()
     if json_out:
         console.print_json(json.dumps(data))
     else:

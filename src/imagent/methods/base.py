@@ -207,6 +207,12 @@ def list_methods() -> dict[str, type[Method]]:
     return dict(sorted(METHODS.items()))
 
 
+def describe_methods() -> dict[str, dict[str, Any]]:
+    """Each method's description, tasks and hyper-parameter defaults (the papers'), by name."""
+    return {name: {"description": cls.description, "tasks": sorted(cls.tasks),
+                   "defaults": cls.Config().model_dump(mode="json")} for name, cls in list_methods().items()}
+
+
 def get_method(name: str) -> type[Method]:
     methods = list_methods()
     try:
@@ -223,6 +229,7 @@ __all__ = [
     "Method",
     "MethodConfig",
     "MethodContext",
+    "describe_methods",
     "fold_dialogue",
     "get_method",
     "list_methods",

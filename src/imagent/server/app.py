@@ -46,7 +46,7 @@ def create_app(workspace: Workspace, index: str | Path | None = None) -> Any:
                           'pip install "imagent[web]"') from exc
 
     from imagent.api import result_json
-    from imagent.methods.base import list_methods
+    from imagent.methods.base import describe_methods
 
     app = FastAPI(title="imagent", docs_url="/api/docs", openapi_url="/api/openapi.json")
     gallery = workspace.gallery(index)  # opened once: a missing index fails at start, not per request
@@ -75,8 +75,7 @@ def create_app(workspace: Workspace, index: str | Path | None = None) -> Any:
 
     @app.get("/api/info")
     def info() -> dict[str, Any]:
-        methods = [{"name": name, "description": cls.description, "tasks": sorted(cls.tasks),
-                    "defaults": cls.Config().model_dump(mode="json")} for name, cls in list_methods().items()]
+        methods = [{"name": name, **about} for name, about in describe_methods().items()]
         return {"gallery": {"root": str(gallery.root), "size": len(gallery)}, "methods": methods}
 
     @app.get("/api/records/{image_id}")
@@ -102,7 +101,7 @@ def create_app(workspace: Workspace, index: str | Path | None = None) -> Any:
             # Only gallery ids: a reference given as a path would let a page read any file on this machine.
             raise HTTPException(400, f"reference {req.reference!r} is not an image id in the gallery")
         result = workspace.search(req.text, method=req.method, top_k=req.top_k, reference=req.reference or None,
-                                  index=index, keep_reference=req.keep_reference, **req.params)
+                                  index=index, keep_reference=req.keep_reference, params=req.params)
         return Response(result_json(result, gallery), media_type="application/json")
 
     return app
