@@ -85,31 +85,24 @@ class TaCIRConfig(MethodConfig):
 
 
 # JSON answers. Every string is bounded: small models loop inside unbounded strings.
-SELECT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "original_image_description": {"type": "string", "maxLength": 300},
-        "thoughts": {"type": "string", "maxLength": 400},
-        "reflections": {"type": "string", "maxLength": 300},
-        "tool_usage": {"type": "string", "maxLength": 240},
-        "target_image_description": {"type": "string", "maxLength": 250},
-    },
-    "required": ["original_image_description", "thoughts", "reflections", "tool_usage",
-                 "target_image_description"],
+_FIELD_MAX_CHARS = {
+    "original_image_description": 300, "tool_evidence_description": 300, "thoughts": 400, "reflections": 300,
+    "tool_usage": 240, "target_image_description": 250,
 }
-REFINE_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "original_image_description": {"type": "string", "maxLength": 300},
-        "tool_evidence_description": {"type": "string", "maxLength": 300},
-        "thoughts": {"type": "string", "maxLength": 400},
-        "reflections": {"type": "string", "maxLength": 300},
-        "tool_usage": {"type": "string", "maxLength": 240},
-        "target_image_description": {"type": "string", "maxLength": 250},
-    },
-    "required": ["original_image_description", "tool_evidence_description", "thoughts", "reflections",
-                 "tool_usage", "target_image_description"],
-}
+
+
+def _answer_schema(*fields: str) -> dict[str, Any]:
+    """An object of the given string fields, all required, in this order (constrained decoding follows it)."""
+    return {"type": "object",
+            "properties": {f: {"type": "string", "maxLength": _FIELD_MAX_CHARS[f]} for f in fields},
+            "required": list(fields)}
+
+
+SELECT_SCHEMA = _answer_schema("original_image_description", "thoughts", "reflections", "tool_usage",
+                               "target_image_description")
+# The refinement answer adds what the tool's visual proxy showed.
+REFINE_SCHEMA = _answer_schema("original_image_description", "tool_evidence_description", "thoughts",
+                               "reflections", "tool_usage", "target_image_description")
 
 
 # --------------------------------------------------------------------------- parsing the tool decision
