@@ -14,12 +14,13 @@ ALLOWED: dict[str, set[str]] = {
     "models": {"core"},
     "index": {"core", "models"},
     "tools": {"core", "models", "index"},
-    "methods": {"core", "models", "index", "tools"},
-    "eval": {"__init__", "core", "models", "index", "tools", "methods"},
-    "api": {"core", "models", "index", "tools", "methods"},
-    "server": {"core", "models", "index", "tools", "methods", "api"},
+    "agents": {"core", "models", "index", "tools"},
+    "methods": {"core", "models", "index", "tools", "agents"},
+    "eval": {"__init__", "core", "models", "index", "tools", "agents", "methods"},
+    "api": {"core", "models", "index", "tools", "agents", "methods"},
+    "server": {"core", "models", "index", "tools", "agents", "methods", "api"},
     "demo": {"core", "models", "index", "methods", "api", "cli"},
-    "cli": {"__init__", "core", "models", "index", "tools", "methods", "eval", "api", "server", "demo"},
+    "cli": {"__init__", "core", "models", "index", "tools", "agents", "methods", "eval", "api", "server", "demo"},
     "__init__": {"core"},
 }
 

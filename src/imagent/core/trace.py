@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +20,16 @@ from typing import Any
 _CURRENT_STEP: contextvars.ContextVar[TraceStep | None] = contextvars.ContextVar(
     "imagent_current_step", default=None
 )
+_CURRENT_TRACE: contextvars.ContextVar[Trace | None] = contextvars.ContextVar("imagent_current_trace", default=None)
+
+# A listener receives ``(event, payload)``: ``("step_start", {"index", "name", "inputs"})``,
+# ``("step_end", step.to_dict() + {"index"})``, ``("call", call.to_dict() + {"step"})``. It runs in the
+# thread that made the event and must be quick (the web UI puts events on a queue; the CLI redraws a line).
+Listener = Callable[[str, dict[str, Any]], None]
+
+
+class SearchCancelled(RuntimeError):
+    """The caller cancelled the search (the web page's cancel button, a closed connection)."""
 
 
 @dataclass
@@ -49,10 +59,13 @@ class TraceStep:
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _trace: Trace | None = field(default=None, repr=False, compare=False)
 
     def add_call(self, call: CallRecord) -> None:
         with self._lock:
             self.calls.append(call)
+        if self._trace is not None and self._trace.listeners:
+            self._trace.emit("call", {"step": self.name, **call.to_dict()})
 
     def note(self, text: str) -> None:
         """A remark a user should see (a fall-back taken, caption mode used, a parse failure)."""
@@ -87,18 +100,51 @@ class Trace:
     query: dict[str, Any] = field(default_factory=dict)
     steps: list[TraceStep] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)
+    # Cap on model calls (cache hits excluded) for this query; None = no cap. Roles enforce it.
+    max_calls: int | None = field(default=None, compare=False)
+    # Live observers (CLI status line, web UI stream) and a cancel flag checked at every step and call.
+    listeners: list[Listener] = field(default_factory=list, repr=False, compare=False)
+    cancel_event: threading.Event | None = field(default=None, repr=False, compare=False)
+
+    def emit(self, event: str, payload: dict[str, Any]) -> None:
+        for listener in list(self.listeners):
+            try:
+                listener(event, payload)
+            except Exception:  # an observer never breaks a search
+                pass
+
+    def check_cancelled(self) -> None:
+        if self.cancel_event is not None and self.cancel_event.is_set():
+            raise SearchCancelled("search cancelled")
+
+    @contextmanager
+    def activate(self) -> Iterator[Trace]:
+        """Make this the current trace of this context (what roles read the call cap and cancel flag from)."""
+        token = _CURRENT_TRACE.set(self)
+        try:
+            yield self
+        finally:
+            _CURRENT_TRACE.reset(token)
 
     @contextmanager
     def step(self, name: str, **inputs: Any) -> Iterator[TraceStep]:
+        self.check_cancelled()
         s = TraceStep(name=name, inputs=inputs)
+        s._trace = self
         self.steps.append(s)
+        index = len(self.steps) - 1
+        self.emit("step_start", {"index": index, "name": name, "inputs": inputs})
         token = _CURRENT_STEP.set(s)
+        trace_token = _CURRENT_TRACE.set(self)
         t0 = time.perf_counter()
         try:
             yield s
         finally:
             s.seconds = time.perf_counter() - t0
             _CURRENT_STEP.reset(token)
+            _CURRENT_TRACE.reset(trace_token)
+            if self.listeners:
+                self.emit("step_end", {"index": index, **s.to_dict()})
 
     def count(self, key: str, n: int = 1) -> None:
         """Count an event (parse fall-backs, unanswered questions...) across the whole query."""
@@ -125,6 +171,11 @@ class Trace:
 
 def current_step() -> TraceStep | None:
     return _CURRENT_STEP.get()
+
+
+def current_trace() -> Trace | None:
+    """The trace of the search running in this context (set by ``Trace.step`` / ``Trace.activate``)."""
+    return _CURRENT_TRACE.get()
 
 
 def record_call(call: CallRecord) -> None:

@@ -29,14 +29,26 @@ class ImageRecord:
     width: int | None = None
     height: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # Where ``captions`` came from: "given" (manifest / imported file), "captioner:<model id>" (a model
+    # described the pixels), or "" when the record has none. Only these count as captions.
+    caption_source: str = ""
+    # Words known without any model (folder and file-name words, EXIF date, place) for an image with no
+    # caption: what caption spaces embed instead. Never counted as a caption (methods that read captions
+    # refuse an index of these); traces say when it was used.
+    derived_text: str = ""
+    device: str | None = None  # camera / phone model (EXIF Model or a manifest's device field)
 
     @property
     def caption(self) -> str:
         return self.captions[0] if self.captions else ""
 
+    @property
+    def has_caption(self) -> bool:
+        return bool(self.captions)
+
     def surrogate(self) -> str:
         """The text that stands in for the pixels when a model cannot see images (caption mode)."""
-        parts = [" ".join(c.strip() for c in self.captions) or "(no caption)"]
+        parts = [" ".join(c.strip() for c in self.captions) or self.derived_text or "(no caption)"]
         if self.taken_time is not None:
             parts.append(f"taken {self.taken_time.isoformat(sep=' ')}")
         if self.address:
@@ -61,6 +73,9 @@ class ImageRecord:
             "width": self.width,
             "height": self.height,
             "extra": dict(self.extra),
+            "caption_source": self.caption_source,
+            "derived_text": self.derived_text,
+            "device": self.device,
         }
 
     @classmethod
@@ -79,6 +94,9 @@ class ImageRecord:
             width=d.get("width"),
             height=d.get("height"),
             extra=dict(d.get("extra") or {}),
+            caption_source=d.get("caption_source") or ("given" if d.get("captions") else ""),
+            derived_text=d.get("derived_text") or "",
+            device=d.get("device"),
         )
 
 
@@ -159,15 +177,22 @@ class Ranking:
 @dataclass
 class Result:
     """A method's answer: the final ranking, its trace and any named intermediate rankings
-    (e.g. ``stage1``/``stage2`` for ablations reported side by side, or one per dialogue round)."""
+    (e.g. ``stage1``/``stage2`` for ablations reported side by side, or one per dialogue round).
+
+    ``answer_set``: for methods that answer with a *set* (PhotoCraft, ImageSeeker on DISBench), the
+    set itself, apart from any ranking; set-valued benchmarks score it. ``None`` for ranking methods."""
 
     ranking: Ranking
     trace: Trace
     stages: dict[str, Ranking] = field(default_factory=dict)
+    answer_set: list[str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "ranking": self.ranking.to_dict(),
             "stages": {k: v.to_dict() for k, v in self.stages.items()},
             "trace": self.trace.to_dict(),
         }
+        if self.answer_set is not None:
+            d["answer_set"] = list(self.answer_set)
+        return d

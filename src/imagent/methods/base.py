@@ -163,18 +163,26 @@ class Method(ABC):
             config = self.Config.model_validate(config)
         self.config = config
 
-    def search(self, query: Query, top_k: int = 50) -> Result:
+    def search(self, query: Query, top_k: int = 50, trace: Trace | None = None) -> Result:
+        """Run the method on one query. ``trace`` may be given to observe the search while it runs
+        (listeners), cancel it (``cancel_event``) or cap its model calls (``max_calls``)."""
         if query.task not in self.tasks:
             raise ValueError(f"method {self.name!r} handles {sorted(self.tasks)} queries, not {query.task!r}")
-        trace = Trace(method=self.name, query=summarize_query(query))
-        out = self.run(query, top_k, trace)
+        if trace is None:
+            trace = Trace()
+        trace.method, trace.query = self.name, summarize_query(query)
+        with trace.activate():
+            out = self.run(query, top_k, trace)
+        if isinstance(out, Result):
+            return out
         ranking, stages = out if isinstance(out, tuple) else (out, {})
         return Result(ranking=ranking, trace=trace, stages=stages)
 
     @abstractmethod
-    def run(self, query: Query, top_k: int, trace: Trace) -> Ranking | tuple[Ranking, dict[str, Ranking]]:
+    def run(self, query: Query, top_k: int, trace: Trace) -> Ranking | tuple[Ranking, dict[str, Ranking]] | Result:
         """The pipeline. Return the final ranking (at least ``top_k`` long when the pool allows),
-        optionally with named intermediate rankings for stage-wise reports."""
+        optionally with named intermediate rankings for stage-wise reports, or a whole
+        :class:`Result` (set-valued methods fill ``answer_set``)."""
 
 
 def summarize_query(query: Query) -> dict[str, Any]:
