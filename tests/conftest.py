@@ -142,3 +142,49 @@ def offline_model_cache(tmp_path: Path) -> Path:
     cache.mkdir()
     (cache / "models").symlink_to(shared_test_cache_dir() / "models", target_is_directory=True)
     return cache
+
+
+# (id, stamp, taken, lat, lon, address, device): a small personal album with known metadata, real photos.
+ALBUM_ROWS = [
+    ("penguin", "animals__birds__little-penguin", "2013-06-09 10:15:00", -34.1966, 18.4515,
+     "Boulders Beach, Cape Town, South Africa", "Canon EOS 5D"),
+    ("heron", "animals__birds__heron_greatblue", "2013-06-09 11:40:00", -34.1980, 18.4490,
+     "Simon's Town, Cape Town, South Africa", "Canon EOS 5D"),
+    ("duck", "animals__birds__duck", "2013-06-09 16:05:00", -33.9249, 18.4241, "Cape Town, South Africa",
+     "iPhone 5"),
+    ("frog", "animals__amphibians__frog", "2013-06-09 17:30:00", -33.9249, 18.4241, "Cape Town, South Africa",
+     "iPhone 5"),
+    ("blackbird", "animals__birds__blackbird", "2013-06-10 09:00:00", -33.9249, 18.4241, "Cape Town, South Africa",
+     "Canon EOS 5D"),
+    ("crow", "animals__birds__crow", "2013-07-01 12:00:00", 48.8566, 2.3522, "Paris, France", "iPhone 5"),
+    ("tux", "animals__birds__cartoon__tux", "2012-12-31 23:00:00", -33.8568, 151.2153,
+     "Sydney Opera House, Sydney, Australia", None),
+    ("hen", "animals__birds__hen", None, None, None, None, None),
+]
+
+
+@pytest.fixture(scope="session")
+def album_records(stamp_records):
+    """Eight real stamp photos as one user's album with known time, place and device (one with none)."""
+    from datetime import datetime
+
+    from imagent.core.types import ImageRecord
+
+    by_id = {r.id: r for r in stamp_records}
+    out = []
+    for pid, stamp, taken, lat, lon, address, device in ALBUM_ROWS:
+        src = by_id[stamp]
+        out.append(ImageRecord(id=pid, path=src.path, captions=list(src.captions), caption_source="given",
+                               taken_time=datetime.fromisoformat(taken) if taken else None, latitude=lat,
+                               longitude=lon, address=address, device=device))
+    return out
+
+
+@pytest.fixture(scope="session")
+def known_album(tmp_path_factory, album_records, caption_dual, minilm):
+    """:class:`imagent.tools.album.Album` over ``album_records`` in caption mode (MiniLM). Read-only."""
+    from imagent.index.embedding import gallery_from_records
+    from imagent.tools.album import Album
+
+    gallery = gallery_from_records(str(tmp_path_factory.mktemp("known-album")), album_records, caption_dual, minilm)
+    return Album(gallery, caption_dual, minilm)

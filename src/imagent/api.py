@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from imagent.core.cache import DiskCache
-from imagent.core.config import Settings, load_settings
+from imagent.core.config import Settings, load_settings, register_secret_env_names
+from imagent.core.trace import Trace
 from imagent.core.types import ImageRecord, Query, Result
 from imagent.index.gallery import Gallery
 from imagent.methods.base import Method, MethodContext, get_method
@@ -30,17 +31,20 @@ from imagent.models.roles import Roles
 def user_error_types() -> tuple[type[BaseException], ...]:
     """Errors a user can act on (bad config or method, missing index or file, unreachable model server):
     interfaces report them as one clear message instead of a traceback."""
+    from imagent.core.cache import CacheError
     from imagent.core.config import ConfigError
     from imagent.index.gallery import GalleryError
     from imagent.models.base import ChatError
     from imagent.models.encoders import EncoderLoadError
 
-    return (ConfigError, GalleryError, ChatError, EncoderLoadError, FileNotFoundError, KeyError, ValueError)
+    return (ConfigError, GalleryError, ChatError, EncoderLoadError, CacheError, FileNotFoundError, KeyError,
+            ValueError)
 
 
 class Workspace:
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or Settings()
+        register_secret_env_names(self.settings)  # settings built in code skip load_settings
         self._chat_models: dict[str, ChatModel] = {}
         self._lock = threading.Lock()
 
@@ -97,6 +101,7 @@ class Workspace:
         g = self.__dict__.get(key)
         if g is None:
             g = self.__dict__[key] = Gallery(root, create=create)
+            g.configure_ann(self.settings.indexing)
         return g
 
     def context(self, index: str | Path | None = None) -> MethodContext:
@@ -126,16 +131,19 @@ class Workspace:
         index: str | Path | None = None,
         keep_reference: bool = False,
         params: dict[str, Any] | None = None,
+        trace: Trace | None = None,
     ) -> Result:
         """Rank the gallery for ``text`` (with ``reference``: a composed query). ``params`` are the
         method's hyper-parameters for this search (``{"k": 10}``), on top of the configured ones.
+        ``trace`` (optional) observes the search while it runs (listeners), caps its model calls
+        (``max_calls``) or cancels it (``cancel_event``).
 
         A reference that is itself in the gallery is left out of the results unless ``keep_reference``:
         "this, but red" asks for other images, and CIRR's evaluation removes it the same way."""
         m = self.method(method, index, **(params or {}))
         ref = self.resolve_reference(reference, index) if reference is not None else None
         exclude = [ref.id] if ref is not None and not keep_reference and ref.id in self.gallery(index) else []
-        return m.search(Query(text=text, reference=ref, exclude=exclude), top_k=top_k)
+        return m.search(Query(text=text, reference=ref, exclude=exclude), top_k=top_k, trace=trace)
 
     def resolve_reference(self, reference: str | Path | ImageRecord, index: str | Path | None = None) -> ImageRecord:
         """A reference given as a gallery id, a path inside the gallery, or any image file."""
@@ -154,13 +162,24 @@ class Workspace:
 
 
 def result_rows(result: Result, gallery: Gallery) -> list[dict[str, Any]]:
-    """One row per result: ``{rank, id, score, path, caption}`` (what ``--json`` and the web API return)."""
+    """One row per result: ``{rank, id, score, path, caption, taken, place}`` (what ``--json`` and the web
+    API return); ``taken`` (ISO date-time) and ``place`` (address, else "lat, lon") are None when unknown."""
     rows = []
     for rank, (image_id, score) in enumerate(zip(result.ranking.ids, result.ranking.scores, strict=True), 1):
         rec = gallery.record(image_id)
         rows.append({"rank": rank, "id": image_id, "score": round(float(score), 6), "path": rec.path,
-                     "caption": rec.caption})
+                     "caption": rec.caption, "taken": rec.taken_time.isoformat() if rec.taken_time else None,
+                     "place": record_place(rec)})
     return rows
+
+
+def record_place(rec: ImageRecord) -> str | None:
+    """Where a photo was taken, in words when the index has an address, else its coordinates."""
+    if rec.address:
+        return rec.address
+    if rec.latitude is not None and rec.longitude is not None:
+        return f"{rec.latitude:.5f}, {rec.longitude:.5f}"
+    return None
 
 
 def result_json(result: Result, gallery: Gallery) -> str:

@@ -102,10 +102,28 @@ def run_demo(ws: Workspace, console: Console, json_out: bool = False) -> dict[st
                            "results": result_rows(composed_result, gallery),
                            "trace": composed_result.trace.to_dict()},
     }
+    out["index"] = str(index_dir)
+    out["next_commands"] = next_commands(index_dir)
     if json_out:
         console.print_json(json.dumps(out, default=str))
     else:
         print_result(console, text_result, gallery, title=f"text query (clip): {TEXT_QUERY!r}")
         print_result(console, composed_result, gallery,
                      title=f"composed query (cirevl): {COMPOSED_REFERENCE} + {COMPOSED_TEXT!r}")
+        console.print(f"\n[bold]the demo index is[/] {index_dir}", highlight=False)
+        console.print("try next:", highlight=False)
+        for cmd in out["next_commands"]:
+            console.print(f"  {cmd}", markup=False, highlight=False)
     return out
+
+
+def next_commands(index_dir: Path) -> list[str]:
+    """Three commands that work as printed on the demo index (a test runs them)."""
+    import shlex
+
+    idx = shlex.quote(str(index_dir))
+    return [
+        f'imagent search "a cup of coffee" --index {idx} --method caption',
+        f'imagent search "the same, but a cat instead" --ref {COMPOSED_REFERENCE} --index {idx} --method cirevl',
+        f"imagent serve --index {idx}",
+    ]

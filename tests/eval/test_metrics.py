@@ -79,9 +79,21 @@ def test_circo_ap_all_found_none_found_and_short():
     assert M.average_precision_at_k(["g0", "x", "g1"], many, 5) == pytest.approx((1 + 2 / 3) / 5)
 
 
-def test_circo_ap_duplicates_count_twice_like_np_isin():
-    # The official script counts a repeated ground truth at every position it appears.
-    assert M.average_precision_at_k(["g1", "g1"], ["g1"], 5) == pytest.approx(2.0)
+def test_circo_ap_refuses_duplicates_like_the_official_script():
+    # Scored as given, a repeated ground truth would count twice (AP 2.0 here); the official script refuses it.
+    with pytest.raises(M.DuplicatePredictionError, match="repeats g1"):
+        M.average_precision_at_k(["g1", "g1"], ["g1"], 5)
+    with pytest.raises(ValueError, match="duplicate"):
+        M.circo_map([["g1", "x"], ["x", "y", "x"]], [["g1"], ["h1"]])
+
+
+def test_circo_ids_are_cast_like_the_official_int():
+    for value in (123, 123.0, "123", "000123", " 123 ", "123.0"):
+        assert M.circo_id(value) == "123"
+    assert M.circo_id(0) == "0" and M.circo_id("000") == "0"
+    for bad in (12.5, "12.5", "abc", "", True):
+        with pytest.raises(ValueError):
+            M.circo_id(bad)
 
 
 def test_circo_map_and_semantic_aspects():
@@ -123,6 +135,16 @@ def test_tir_recall_with_ties_uses_the_stable_order():
     ranking = ranking_from_scores(["a", "t", "b", "c"], np.array([0.5, 0.5, 0.5, 0.1], dtype=np.float32))
     assert ranking.ids == ["a", "t", "b", "c"]
     assert M.tir_recall([ranking.ids], ["t"]) == {"recall@1": 0.0, "recall@5": 100.0, "recall@10": 100.0}
+
+
+def test_tir_recall_accepts_several_ground_truths_per_query():
+    rankings = [["x", "t2", "t1"], ["y", "z", "u"], ["s"]]
+    targets = [["t1", "t2"], ["u"], "s"]  # several, one in a list, and a plain id
+    r = M.tir_recall(rankings, targets, ks=(1, 2, 3))
+    assert r == {"recall@1": pytest.approx(100 / 3), "recall@2": pytest.approx(200 / 3),
+                 "recall@3": pytest.approx(100.0)}
+    with pytest.raises(ValueError, match="at least one ground truth"):
+        M.tir_recall([["a"]], [[]])
 
 
 # ----------------------------------------------------------------------------- VisDial

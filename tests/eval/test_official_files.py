@@ -98,6 +98,28 @@ def test_circo_strictness_and_partial(bench_dir, tmp_path):
         score_file("circo", bench_dir / "circo" / "val.json", bad, partial=True)
 
 
+def test_circo_ids_cast_as_the_official_int_and_duplicates_refused(bench_dir, tmp_path):
+    sub = json.loads((bench_dir / "circo" / "submission_val.json").read_text())
+    maps, _, _ = circo_official(json.loads((bench_dir / "circo" / "val.json").read_text()), sub)
+    # Floats, zero-padded strings and "123.0" strings are the ids the official int cast reads.
+    styles = [lambda x: float(x), lambda x: f"{int(x):012d}", lambda x: f"{int(x)}.0"]
+    recast = {f"{int(k):03d}": [styles[n % 3](x) for n, x in enumerate(v)] for k, v in sub.items()}
+    p = tmp_path / "recast.json"
+    p.write_text(json.dumps(recast))
+    m = score_file("circo", bench_dir / "circo" / "val.json", p)["metrics"]
+    assert [m[f"map@{k}"] for k in (5, 10, 25, 50)] == [maps[k] * 100 for k in (5, 10, 25, 50)]
+    # A repeated ground truth would push AP@k above 1; the official script raises, and so does score.
+    first = next(iter(sub))
+    gt = json.loads((bench_dir / "circo" / "val.json").read_text())[int(first)]["gt_img_ids"][0]
+    dup = dict(sub, **{first: [gt, str(gt).zfill(12), *sub[first][:48]]})
+    p.write_text(json.dumps(dup))
+    with pytest.raises(ValueError, match=f"query '{first}' lists image {gt} more than once"):
+        score_file("circo", bench_dir / "circo" / "val.json", p)
+    res = CliRunner().invoke(make_app(), ["score", "circo", "--annotations", str(bench_dir / "circo" / "val.json"),
+                                          "--predictions", str(p)])
+    assert res.exit_code != 0 and "duplicate predictions" in res.output
+
+
 def test_circo_loader_and_shared_concept_flag(bench_dir):
     plain = load_benchmark("circo", bench_dir / "circo")
     items = plain.queries("val")

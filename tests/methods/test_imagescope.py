@@ -268,21 +268,39 @@ def test_unparsable_reasoner_without_reference_uses_the_instruction(roles_contex
     assert len(r.calls) == 1
 
 
-def test_fewer_than_three_descriptions_is_unusable(roles_context):
-    r = reasoner(stage1_reply(["A penguin.", "A black and white penguin."]))
+@pytest.mark.parametrize("descriptions", [["A penguin."], ["A penguin.", "A black and white penguin."]])
+def test_one_or_two_descriptions_are_used_as_given(roles_context, descriptions):
+    # The authors' VisDial prompt asks for one description: 1-3 is a valid answer, not a parse failure.
+    r = reasoner(stage1_reply(descriptions))
     _, result = search(roles_context(reasoner=r), Query("a penguin"), stages=[1], parse_retries=1)
-    assert result.trace.steps[1].outputs["descriptions"] == ["a penguin"]
-    assert result.trace.counters == {"stage1_fallback": 1} and len(r.calls) == 2
+    reason = result.trace.steps[1]
+    assert reason.outputs["descriptions"] == descriptions
+    assert result.trace.counters == {} and len(r.calls) == 1
+    assert f"{len(descriptions)} target description(s) instead of 3: used as given" in reason.notes
+
+
+def test_unknown_atomic_types_are_kept_and_long_outputs_are_noted(roles_context):
+    long = "A penguin " + "standing on the ice " * 60  # 1210 characters: over the 1000-character bound
+    stage1 = stage1_reply(["A penguin.", long], [["Addition", "a penguin"], ["Counting", "two penguins"]])
+    r = reasoner(stage1)
+    ctx = roles_context(reasoner=r, verifier=ScriptedChatModel(default="Yes"))
+    _, result = search(ctx, Query("two penguins"), k=2, stages=[1, 2])
+    reason = next(s for s in result.trace.steps if s.name == "stage1.reason")
+    assert reason.outputs["atomic"] == [["addition", "a penguin"], ["counting", "two penguins"]]
+    assert any("outside the paper's five kept as given: counting" in n for n in reason.notes)
+    assert any("step2[1] (1000 chars)" in n and "may have been cut" in n for n in reason.notes)
+    # Prompt 2 lists the kept instruction under its own type.
+    assert "(2) Counting: two penguins" in [p for p in r.prompts() if STAGE2_MARK in p][0]
 
 
 def test_invalid_items_are_dropped_and_counted(roles_context):
-    stage1 = stage1_reply(["A penguin.", "", "  "], [["Addition", "a penguin"], ["Teleport", "x"], ["lonely"]])
+    stage1 = stage1_reply(["A penguin.", "", "  "], [["Addition", "a penguin"], ["", "x"], ["lonely"]])
     stage2 = stage2_reply([["Is there a penguin?", "True"], ["Is it blue?", "perhaps"], ["no answer"]])
     ctx = roles_context(reasoner=reasoner(stage1, stage2), verifier=ScriptedChatModel(default="Yes"))
     _, result = search(ctx, Query("a penguin"), k=2, stages=[1, 2])
     steps = {s.name: s for s in result.trace.steps}
     assert steps["stage1.reason"].outputs["atomic"] == [["addition", "a penguin"]]
-    assert any("only 1 of the 3 target descriptions" in n for n in steps["stage1.reason"].notes)
+    assert any("1 target description(s) instead of 3" in n for n in steps["stage1.reason"].notes)
     assert steps["stage2.propositions"].outputs["propositions"] == [
         {"statement": "statement 0", "question": "Is there a penguin?", "truth": True}]
     assert result.trace.counters == {"stage1_invalid_items": 2, "stage2_invalid_items": 2}
@@ -463,11 +481,38 @@ def stage1_prompts(model: ScriptedChatModel) -> list[str]:
     return [p for p in model.prompts() if STAGE1_MARK in p and STAGE2_MARK not in p]
 
 
-def test_search_rounds_folds_the_dialogue_and_carries_the_description(roles_context):
+def test_chat_default_is_the_papers_previous_description_plus_current_turn(roles_context):
+    # Sec. 3.2 / the authors' start_dialog: round 1 reads the opening caption and turn 1; round r reads
+    # round r-1's description and turn r alone. Round 0 (scored by the PlugIR protocol) is TIR on the caption.
     r = chat_reasoner()
     ctx = roles_context(reasoner=r, verifier=ScriptedChatModel(default="Yes"),
                         evaluator=ScriptedChatModel(default="ANSWER: No"))
     method = ImageScope(ctx, {"k": 2, "alpha": 1})
+    query = Query("an animal", dialogue=DIALOGUE)
+    rounds = method.search_rounds(query, top_k=5)
+    instructions = ["an animal", "does it live in the cold? yes, on ice", "is it a bird? yes"]
+    references = ["(none)", "an animal", "A penguin after 1 turns."]
+    assert stage1_prompts(r) == [template("stage1_reasoner.txt", instruction=i, reference=ref)
+                                 for i, ref in zip(instructions, references, strict=True)]
+    assert rounds[1].trace.steps[0].outputs == {"reference_description": "an animal",
+                                                "source": "the opening caption (round 1 of Sec. 3.2)"}
+    assert rounds[2].trace.steps[0].outputs["source"] == "round 1 comprehensive synthesis"
+
+    # search() reasons through round 1 only (round 0's description is not used by the paper's round 1).
+    r2 = chat_reasoner()
+    ctx2 = roles_context(reasoner=r2, verifier=ScriptedChatModel(default="Yes"),
+                         evaluator=ScriptedChatModel(default="ANSWER: No"))
+    final = ImageScope(ctx2, {"k": 2, "alpha": 1}).search(query, top_k=5)
+    assert final.ranking.ids == rounds[-1].ranking.ids
+    assert stage1_prompts(r2) == stage1_prompts(r)[1:]
+    assert [s.name for s in final.trace.steps][:3] == ["reference", "chat.round1.stage1.reason", "stage1.reason"]
+
+
+def test_search_rounds_folds_the_dialogue_and_carries_the_description(roles_context):
+    r = chat_reasoner()
+    ctx = roles_context(reasoner=r, verifier=ScriptedChatModel(default="Yes"),
+                        evaluator=ScriptedChatModel(default="ANSWER: No"))
+    method = ImageScope(ctx, {"k": 2, "alpha": 1, "chat_mode": "fold"})
     query = Query("an animal", dialogue=DIALOGUE)
     rounds = method.search_rounds(query, top_k=5)
 
@@ -488,16 +533,13 @@ def test_search_rounds_folds_the_dialogue_and_carries_the_description(roles_cont
     r2 = chat_reasoner()
     ctx2 = roles_context(reasoner=r2, verifier=ScriptedChatModel(default="Yes"),
                          evaluator=ScriptedChatModel(default="ANSWER: No"))
-    final = ImageScope(ctx2, {"k": 2, "alpha": 1}).search(query, top_k=5)
+    final = ImageScope(ctx2, {"k": 2, "alpha": 1, "chat_mode": "fold"}).search(query, top_k=5)
     assert final.ranking.ids == rounds[-1].ranking.ids
     assert stage1_prompts(r2) == stage1_prompts(r)
     names = [s.name for s in final.trace.steps]
     assert names[:4] == ["reference", "chat.round0.stage1.reason", "chat.round1.stage1.reason", "stage1.reason"]
 
 
-def test_chat_last_turn_mode_uses_only_the_newest_turn(roles_context):
-    r = chat_reasoner()
-    method = ImageScope(roles_context(reasoner=r), {"stages": [1], "chat_instruction": "last_turn"})
-    method.search(Query("an animal", dialogue=DIALOGUE), top_k=3)
-    assert [p.rsplit(" - Instruction: ", 1)[1].split("\n")[0] for p in stage1_prompts(r)] == [
-        "an animal", "does it live in the cold? yes, on ice", "is it a bird? yes"]
+def test_chat_mode_is_validated(roles_context):
+    with pytest.raises(ValidationError):
+        ImageScope(roles_context(reasoner=chat_reasoner()), {"chat_mode": "last_turn"})

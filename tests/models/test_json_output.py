@@ -107,15 +107,29 @@ def test_repaired(text: str, expected: dict[str, Any]) -> None:
     assert parse_json(text, SCHEMA) == expected
 
 
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ('{"target": "abcdefgh", "tags": ["abcd", "b", "c", "d"]}', {"target": "abcde", "tags": ["abc", "b"]}),
-        ('{"target": "ab"}', {"target": "ab"}),
-    ],
-)
-def test_max_items_and_max_length_truncate(text: str, expected: dict[str, Any]) -> None:
-    assert parse_json(text, BOUNDED) == expected
+def test_max_length_is_a_generation_bound_strings_are_never_cut_below_the_hard_cap() -> None:
+    # maxLength bounds generation (grammars); after it a cut only loses content (issue 12: a tool tag at the
+    # end of a rationale). Strings are kept whole; extra list items are dropped; both are noted and counted.
+    trace = Trace()
+    with trace.step("parse") as step:
+        value = parse_json('{"target": "abcdefgh", "tags": ["abcd", "b", "c", "d"]}', BOUNDED)
+    assert value == {"target": "abcdefgh", "tags": ["abcd", "b"]}
+    assert trace.counters["json_cuts"] == 3
+    assert any("$.target: 8 characters, over maxLength 5: kept whole" in n for n in step.notes)
+    assert any("$.tags: kept the first 2 of 4 items" in n for n in step.notes)
+    with trace.step("parse2") as step2:
+        assert parse_json('{"target": "ab"}', BOUNDED) == {"target": "ab"}
+    assert step2.notes == []
+
+
+def test_runaway_strings_are_cut_at_the_hard_cap_and_the_cut_recorded() -> None:
+    from imagent.models.json_output import MAX_FIELD_CHARS
+
+    trace = Trace()
+    with trace.step("parse") as step:
+        value = parse_json('{"target": "' + "a" * (MAX_FIELD_CHARS + 10) + '"}', SCHEMA)
+    assert len(value["target"]) == MAX_FIELD_CHARS
+    assert any(f"cut from {MAX_FIELD_CHARS + 10} to {MAX_FIELD_CHARS}" in n for n in step.notes)
 
 
 def test_snake_case_schema_matches_spaced_keys() -> None:

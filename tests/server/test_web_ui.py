@@ -28,7 +28,7 @@ def workspace(stamps_gallery, monkeypatch, offline_model_cache):
 
 @pytest.fixture
 def client(workspace):
-    return TestClient(create_app(workspace))
+    return TestClient(create_app(workspace), base_url="http://127.0.0.1:8765")
 
 
 def test_api_search_and_trace(client):

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
+import json
 import os
-from collections.abc import Callable
+import sys
+import typing
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.text import Text
 
 console = Console()
 err_console = Console(stderr=True)
@@ -33,12 +38,117 @@ def _user_error_types() -> tuple[type[BaseException], ...]:
     from imagent.eval.datasets import BenchmarkError
     from imagent.eval.runner import RunError
 
-    return (*user_error_types(), BenchmarkError, RunError)
+    return (*user_error_types(), BenchmarkError, RunError, HintedError)
+
+
+class HintedError(ValueError):
+    """A user error with a hint saying what to do (``error``/``hint`` in ``--json`` output)."""
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'tau'?)`` when ``word`` is close to one of ``choices``, else ``""``."""
+    close = difflib.get_close_matches(word, [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _model_at(model: Any, loc: tuple[Any, ...]) -> Any:
+    """The pydantic class that holds the last key of ``loc`` (walking fields, dict values, lists)."""
+    from pydantic import BaseModel
+
+    cls = model
+    i = 0
+    while i < len(loc) - 1:
+        field = getattr(cls, "model_fields", {}).get(loc[i]) if isinstance(cls, type) else None
+        if field is None:
+            return None
+        ann = field.annotation
+        i += 1
+        # unwrap dict[str, X] / list[X] / X | None until a model class is reached
+        while ann is not None and not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            origin, args = typing.get_origin(ann), typing.get_args(ann)
+            if origin is dict and len(args) == 2:
+                ann = args[1]
+                i += 1  # the dict key is part of loc
+            elif args:
+                ann = next((a for a in args if isinstance(a, type) and issubclass(a, BaseModel)), None)
+            else:
+                ann = None
+        cls = ann
+        if cls is None:
+            return None
+    return cls
+
+
+def format_validation_error(exc: Any, model: Any = None, prefix: str = "") -> str:
+    """A pydantic ValidationError as one line per field: where, what is wrong, and for an unknown
+    key the valid keys of that class with a did-you-mean (never the raw pydantic dump)."""
+    model = model or getattr(exc, "title", None)
+    lines = []
+    for err in exc.errors():
+        loc = tuple(err.get("loc", ()))
+        where = ".".join(str(p) for p in (prefix.split(".") if prefix else []) + list(loc)) or "(top level)"
+        if err.get("type") == "extra_forbidden" and loc:
+            owner = _model_at(model, loc) if isinstance(model, type) else None
+            valid = sorted(getattr(owner, "model_fields", {})) if owner is not None else []
+            line = f"{where}: unknown key{did_you_mean(str(loc[-1]), valid)}"
+            if valid:
+                line += f"; valid keys of {owner.__name__}: {', '.join(valid)}"
+        else:
+            msg = err.get("msg", "invalid")
+            given = err.get("input")
+            shown = "" if isinstance(given, dict) or given is None else f" (got {given!r})"
+            line = f"{where}: {msg}{shown}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def explain(exc: BaseException) -> tuple[str, str]:
+    """``(message, hint)`` for a user error: pydantic dumps become one line per field."""
+    from pydantic import ValidationError
+
+    hint = getattr(exc, "hint", "") or ""
+    cause = exc.__cause__
+    if isinstance(exc, ValidationError):
+        from imagent.methods.base import list_methods
+
+        # Method hyper-parameters are the usual source: name the method and its class's keys.
+        owner = next(((n, c.Config) for n, c in list_methods().items() if c.Config.__name__ == exc.title),
+                     (None, None))
+        prefix = f"methods.{owner[0]}" if owner[0] else ""
+        return "invalid parameters:\n" + format_validation_error(exc, owner[1], prefix), hint or \
+            "see `imagent config methods` for every method's keys and defaults"
+    if isinstance(cause, ValidationError) and str(exc).startswith("invalid configuration"):
+        from imagent.core.config import Settings
+
+        return "invalid configuration:\n" + format_validation_error(cause, Settings), hint or \
+            "see `imagent config show` for the resolved configuration"
+    msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+    if not hint:
+        from imagent.models.presets import load_error_hint
+
+        hint = load_error_hint(exc)
+    return str(msg), hint
+
+
+def print_error(exc: BaseException, json_out: bool = False) -> None:
+    msg, hint = explain(exc)
+    if json_out:
+        sys.stdout.write(json.dumps({"error": msg, "hint": hint or None}, ensure_ascii=False) + "\n")
+        return
+    # Text, not markup: messages quote user input and lists like ['cir'] that markup would eat.
+    err_console.print(Text.assemble(("error:", "bold red"), " ", msg), highlight=False, soft_wrap=True)
+    if hint:
+        err_console.print(Text.assemble(("hint:", "bold"), " ", hint), highlight=False, soft_wrap=True)
 
 
 def user_errors(fn: F) -> F:
     """Errors a user can act on (bad config, missing index or file, unreachable server): one red line
-    and exit status 2. ``IMAGENT_DEBUG=1`` shows the full traceback instead."""
+    (and a hint line) and exit status 2; with ``--json``, ``{"error": ..., "hint": ...}`` on stdout.
+    ``IMAGENT_DEBUG=1`` shows the full traceback instead."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -47,8 +157,7 @@ def user_errors(fn: F) -> F:
         except _user_error_types() as exc:
             if os.environ.get("IMAGENT_DEBUG"):
                 raise
-            msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-            err_console.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
+            print_error(exc, json_out=bool(kwargs.get("json_out")))
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]

@@ -18,7 +18,15 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from imagent.cli.common import JsonOpt, SetOpt, console, err_console, progress_bar, user_errors
+from imagent.cli.common import (
+    JsonOpt,
+    SetOpt,
+    console,
+    did_you_mean,
+    err_console,
+    progress_bar,
+    user_errors,
+)
 from imagent.core.config import ConfigError, Settings, parse_value
 
 
@@ -49,6 +57,17 @@ def route_sets(sets: list[str] | None, benchmark: str | None, method: str | None
             settings_sets.append(f"{key}={value}")
         elif dot and head in methods:
             settings_sets.append(f"methods.{key}={value}")
+        elif dot:
+            # A dotted key must start with a settings section, a method or a benchmark: blaming the
+            # chosen method's class for an unknown section would send the user to the wrong place.
+            from imagent.eval.datasets import BENCHMARKS
+
+            choices = [*fields, *methods, *BENCHMARKS]
+            raise ConfigError(
+                f"--set {key}: {head!r} is not a settings section, a method or a benchmark"
+                f"{did_you_mean(head, choices)}; sections: {', '.join(sorted(fields))}; "
+                f"methods: {', '.join(methods)}"
+            )
         elif method:
             settings_sets.append(f"methods.{method}.{key}={value}")
         elif benchmark:
@@ -131,14 +150,16 @@ def register(app: typer.Typer, get_workspace: Callable[..., Any]) -> None:
         images_root: Annotated[Path | None, typer.Option("--images-root", help="folder with the benchmark's "
                                                          "images (layout shown if wrong)")] = None,
         index_dir: Annotated[Path | None, typer.Option("--index", "-i", help="gallery index to build once "
-                                                       "and share (default: <run-dir>/index)")] = None,
+                                                       "and share (default: one per benchmark, "
+                                                       "split and encoders under the cache dir)")] = None,
         run_dir: Annotated[Path | None, typer.Option("--run-dir", help="run directory (default: "
                                                      "runs/<bench>-<split>-<method>-<config hash>)")] = None,
         top_k: Annotated[int, typer.Option("--top-k", help="ranking depth kept and scored", min=1)] = 50,
         workers: Annotated[int, typer.Option(help="queries run in parallel", min=1)] = 1,
         allow_missing: Annotated[bool, typer.Option(help="index the images found, skip the rest")] = False,
-        compare: Annotated[tuple[Path, Path] | None, typer.Option("--compare", help="print two runs' metrics "
-                                                                  "side by side (RUN_A RUN_B)")] = None,
+        compare: Annotated[tuple[Path, Path] | None, typer.Option("--compare", help="two runs' metrics side by "
+                                                                  "side, per-query wins/losses and a paired "
+                                                                  "significance test (RUN_A RUN_B)")] = None,
         config: Annotated[Path | None, typer.Option("--config", "-c", help="config file (TOML or YAML)")] = None,
         set_: SetOpt = None,
         json_out: JsonOpt = False,
@@ -177,6 +198,8 @@ def register(app: typer.Typer, get_workspace: Callable[..., Any]) -> None:
         )
         if m.get("metrics"):
             console.print(_metrics_table("metrics (%)", {"final": m["metrics"], **m.get("stages", {})}))
+        for key, value in (m.get("benchmark_info") or {}).items():  # how a metric was computed (CIRR subset mode)
+            console.print(f"{key}: {value}", highlight=False, soft_wrap=True)
         for name, path in summary.files.items():
             if name.startswith("submission:") or name in ("report",):
                 console.print(f"{name}: {path}")
@@ -195,6 +218,17 @@ def register(app: typer.Typer, get_workspace: Callable[..., Any]) -> None:
         console.print(_metrics_table("comparison", columns, delta=len(labels) == 2))
         for lab, info in result["runs"].items():
             console.print(f"{lab}: {info['run_dir']} ({info['benchmark']} {info['split']}, {info['queries']} queries)")
+        pq = result.get("per_query")
+        if pq:
+            a, b = pq["labels"]
+            console.print(
+                f"per query ({pq['score']}, {pq['queries']} queries both answered): {b} wins {pq['wins']}, "
+                f"loses {pq['losses']}, ties {pq['ties']} against {a}; mean {pq['mean_a']:.3f} -> {pq['mean_b']:.3f}",
+                highlight=False)
+            console.print(f"paired tests of no difference: sign test p = {pq['sign_test_p']:.3g}, "
+                          f"permutation test p = {pq['permutation_p']:.3g}"
+                          + ("" if min(pq["sign_test_p"], pq["permutation_p"]) < 0.05 else
+                             " (not significant at 0.05)"), highlight=False)
 
 
 __all__ = ["register", "route_sets"]

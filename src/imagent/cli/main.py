@@ -18,8 +18,19 @@ import yaml
 from rich.table import Table
 
 from imagent.api import Workspace
-from imagent.cli import eval_cmd
-from imagent.cli.common import ConfigOpt, IndexOpt, JsonOpt, SetOpt, console, progress_bar, user_errors
+from imagent.cli import eval_cmd, oscar_cmd, skills_cmd
+from imagent.cli.common import (
+    ConfigOpt,
+    HintedError,
+    IndexOpt,
+    JsonOpt,
+    SetOpt,
+    console,
+    err_console,
+    progress_bar,
+    user_errors,
+)
+from imagent.cli.render import SCORE_HELP
 from imagent.core.config import load_settings
 
 app = typer.Typer(
@@ -30,6 +41,9 @@ app = typer.Typer(
 )
 config_app = typer.Typer(help="Show or check the resolved configuration.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
+models_app = typer.Typer(help="Configured models, which see pixels, and ready presets.")
+app.add_typer(models_app, name="models")
+app.add_typer(skills_cmd.app, name="skills")
 
 
 def expand_sets(sets: list[str] | None, method: str | None) -> list[str]:
@@ -52,50 +66,84 @@ def index(
     source: Annotated[Path, typer.Argument(help="a folder of images, or a manifest (.json/.jsonl/.csv)")],
     index_dir: IndexOpt = None,
     caption_missing: Annotated[bool, typer.Option(help="caption uncaptioned images with the captioner role")] = False,
+    captions: Annotated[Path | None, typer.Option(
+        "--captions", help="import captions: JSONL/JSON/CSV rows {id|file|path, caption} (stored as given)")] = None,
     config: ConfigOpt = None,
     set_: SetOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Index a gallery: records, metadata (EXIF time/GPS), embeddings. Incremental and resumable."""
+    from rich.markup import escape
+    from rich.text import Text
+
+    from imagent.core.text import display_path
     from imagent.index.builder import build_index
+    from imagent.index.embedding import LazyEncoder
+    from imagent.models.registry import model_id_for
 
     if not source.exists():
-        raise FileNotFoundError(f"no such file or folder: {source}")
+        raise FileNotFoundError(f"no such file or folder: {display_path(source)}")
+    if captions is not None and not captions.is_file():
+        raise FileNotFoundError(f"no such caption file: {display_path(captions)}")
     ws = get_workspace(config, set_)
-    root = index_dir or ws.settings.index
-    options = ws.settings.indexing.model_copy(update={"caption_missing": caption_missing or
-                                                      ws.settings.indexing.caption_missing})
-    captioner = ws.roles["captioner"] if options.caption_missing else None
+    s = ws.settings
+    root = index_dir or s.index
+    options = s.indexing.model_copy(update={"caption_missing": caption_missing or s.indexing.caption_missing})
+    refusal = ""
+    captioner = None
+    if options.caption_missing:
+        entry, model_cfg = s.model_for_role("captioner")
+        if model_cfg.vision:
+            captioner = ws.roles["captioner"]
+        else:
+            # Checked from the config, so the blind model is not even loaded.
+            refusal = (f"captioning refused: the captioner role uses model entry {entry!r} ({model_cfg.model}), "
+                       "which does not see images (vision = false); a model that cannot see an image must not "
+                       "describe it. Configure a captioner with vision (an OpenAI-compatible vision model, "
+                       "vision = true) or import captions with --captions FILE")
+            options = options.model_copy(update={"caption_missing": False})
+    # Loaded only when something must be embedded: a run that finds nothing new never loads a model.
+    text = LazyEncoder(lambda: ws.text_embedder, model_id_for("text", s.text_embedder))
+    dual = LazyEncoder(lambda: ws.dual_encoder, model_id_for("dual", s.dual_encoder, s.text_embedder),
+                       sees_pixels=False if s.dual_encoder.backend == "caption" else None)
     with progress_bar() as bar:
         task = bar.add_task("indexing", total=None, item="")
 
         def on_progress(done: int, total: int, path: str) -> None:
-            bar.update(task, completed=done, total=total, item=Path(path).name[:40])
+            bar.update(task, completed=done, total=total, item=escape(Path(path).name[:40]))
 
-        report = build_index(source, root, ws.dual_encoder, ws.text_embedder, options, captioner=captioner,
-                             progress=on_progress)
+        report = build_index(source, root, dual, text, options, captioner=captioner, progress=on_progress,
+                             captions=captions)
+    if refusal:
+        report.warnings.insert(0, refusal)
     if json_out:
-        console.print_json(json.dumps({"index": str(root), **report.to_dict()}, default=str))
+        console.print_json(json.dumps({"index": display_path(root), **report.to_dict()}, default=str))
         return
+    imported = f", {report.imported} captions imported" if captions is not None else ""
     console.print(
-        f"[bold]{root}[/]: {report.added} new, {report.updated} changed, {report.unchanged} unchanged, "
-        f"{report.removed} removed, {len(report.skipped)} skipped ({report.seconds:.1f} s)"
+        f"[bold]{escape(display_path(root))}[/]: {report.added} new, {report.updated} changed, "
+        f"{report.unchanged} unchanged, {report.removed} removed, {len(report.skipped)} skipped{imported} "
+        f"({report.seconds:.1f} s)"
     )
     if report.skipped:
         table = Table(title="skipped files")
         table.add_column("file", overflow="fold")
         table.add_column("reason", overflow="fold")
         for path, reason in report.skipped[:50]:
-            table.add_row(str(path), reason)
+            table.add_row(Text(str(path)), Text(reason))
         console.print(table)
         if len(report.skipped) > 50:
             console.print(f"... and {len(report.skipped) - 50} more (use --json for all)")
+    for warning in report.warnings:
+        console.print(Text(f"warning: {warning}", style="yellow"))
+    if report.caption_note():
+        console.print(Text(report.caption_note()))
 
 
 # --------------------------------------------------------------------------- search
 
 
-@app.command()
+@app.command(epilog=SCORE_HELP)
 @user_errors
 def search(
     text: Annotated[str, typer.Argument(help="the query, or the modification text with --ref")],
@@ -104,65 +152,228 @@ def search(
     top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="results to return")] = 10,
     keep_reference: Annotated[bool, typer.Option(
         "--keep-reference", help="let a gallery reference appear in its own results")] = False,
+    max_calls: Annotated[int | None, typer.Option(
+        "--max-calls", min=0, help="cap on this search's model calls (cache hits are free)")] = None,
+    paths: Annotated[bool, typer.Option("--paths", help="print only the result files, one per line "
+                                        "(pipe into a viewer)")] = False,
+    no_server: Annotated[bool, typer.Option(
+        "--no-server", help="search in this process even when `imagent serve` runs on this index")] = False,
     index_dir: IndexOpt = None,
     config: ConfigOpt = None,
     set_: SetOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Search the gallery with a text query, or a reference image plus modification text."""
-    from imagent.api import result_json
-    from imagent.cli.render import print_result
+    """Search the gallery with a text query, or a reference image plus modification text.
 
+    Before it starts, the method's estimated model calls are printed (stderr); while it runs, a live
+    line shows the step, calls so far and time (on a terminal)."""
+    from imagent.api import result_json
+    from imagent.cli.progress import SearchStatus
+    from imagent.cli.render import print_result
+    from imagent.core.trace import Trace
+    from imagent.core.types import Query
+    from imagent.methods.base import get_method
+
+    # Everything a user can get wrong is checked before any model loads.
+    cls = get_method(method)
+    task = "cir" if ref is not None else "tir"
+    if task not in cls.tasks:
+        if task == "tir":
+            raise HintedError(f"method {method!r} needs a reference image (it handles composed queries)",
+                              "add --ref IMAGE (a gallery id or an image file)")
+        raise HintedError(f"method {method!r} takes no reference image", "drop --ref, or use --method clip")
     ws = get_workspace(config, set_, method)
-    result = ws.search(text, method=method, top_k=top_k, reference=ref, index=index_dir,
-                       keep_reference=keep_reference)
+    params = check_method_params(ws, method)
     gallery = ws.gallery(index_dir)
+    if ref is not None:
+        check_reference(ref, gallery)
+    estimate = cls.estimate_calls(params, Query(text=text, reference=None))
+    if estimate and not json_out and not paths:
+        cap = f", capped at {max_calls}" if max_calls is not None else ""
+        err_console.print(f"{method}: up to ~{estimate} model calls at the current settings{cap}",
+                          highlight=False)
+    status = SearchStatus(err_console, method, estimate if max_calls is None else min(estimate, max_calls))
+    trace = Trace(listeners=[status], max_calls=max_calls)
+    with status:
+        result = served_search(ws, index_dir, config, set_, no_server, text, method, top_k, ref, keep_reference,
+                               max_calls, status)
+        if result is None:  # no server on this index (or --no-server): search in this process
+            result = ws.search(text, method=method, top_k=top_k, reference=ref, index=index_dir,
+                               keep_reference=keep_reference, trace=trace)
     if json_out:
         sys.stdout.write(result_json(result, gallery) + "\n")
+    elif paths:
+        for image_id in result.ranking.ids:
+            sys.stdout.write(str(Path(gallery.record(image_id).path).expanduser().resolve()) + "\n")
     else:
         print_result(console, result, gallery, title=f"{method}: {text}")
+
+
+def served_search(ws: Workspace, index_dir: Path | None, config: Path | None, sets: list[str] | None,
+                  no_server: bool, text: str, method: str, top_k: int, ref: str | None, keep_reference: bool,
+                  max_calls: int | None, listener: Any) -> Any:
+    """The result from an `imagent serve` running on this index (models already loaded), or None."""
+    from imagent.cli.served import served_search_allowed, try_served_search
+
+    if not served_search_allowed(config, expand_sets(sets, method), method, no_server):
+        return None
+    return try_served_search(index_dir or ws.settings.index, text, method, top_k, ref, keep_reference,
+                             dict(ws.settings.methods.get(method, {})), max_calls, listener)
+
+
+def check_method_params(ws: Workspace, method: str) -> Any:
+    """The method's configured hyper-parameters, validated now (a typo is reported with the class's
+    valid keys before any model loads)."""
+    from pydantic import ValidationError
+
+    from imagent.cli.common import format_validation_error
+    from imagent.methods.base import get_method
+
+    cls = get_method(method)
+    try:
+        return cls.Config.model_validate(dict(ws.settings.methods.get(method, {})))
+    except ValidationError as exc:
+        raise HintedError(f"invalid parameters for method {method!r}:\n"
+                          + format_validation_error(exc, cls.Config, f"methods.{method}"),
+                          "`imagent config methods` lists every method's keys and defaults") from None
+
+
+def check_reference(ref: str, gallery: Any) -> None:
+    """A reference is a gallery id or an existing file; otherwise say which ids are close."""
+    from imagent.cli.common import did_you_mean
+
+    if ref in gallery or Path(ref).expanduser().exists():
+        return
+    names = list(gallery.ids)
+    guess = did_you_mean(ref, names)
+    if not guess:  # folder ids are content hashes: also match the file names
+        stems = {Path(r.path).stem: r.id for r in gallery.records()}
+        close = did_you_mean(ref, stems)
+        if close:
+            stem = close.split("'")[1]
+            guess = f" (did you mean {stems[stem]!r}, the file {stem!r}?)"
+    raise HintedError(f"reference {ref!r} is neither an image id in the gallery nor a file{guess}",
+                      "give a gallery id (see `imagent search ... --json` ids) or a path to an image file")
 
 
 # --------------------------------------------------------------------------- models
 
 
-@app.command()
+@models_app.callback(invoke_without_command=True)
 @user_errors
 def models(
+    ctx: typer.Context,
     check: Annotated[bool, typer.Option("--check", help="load each part and time one call")] = False,
     config: ConfigOpt = None,
     set_: SetOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """What is configured (encoders, chat models, roles), and with --check whether it loads and how fast."""
+    """What is configured (encoders, chat models, roles, which of them see pixels), and with --check
+    whether each loads and how fast. `imagent models presets` lists ready setups, `use NAME` picks one."""
+    if ctx.invoked_subcommand:
+        return
     ws = get_workspace(config, set_)
     s = ws.settings
     rows: list[dict[str, Any]] = [
-        {"part": "dual_encoder", "backend": s.dual_encoder.backend, "model": s.dual_encoder.model},
-        {"part": "text_embedder", "backend": s.text_embedder.backend, "model": s.text_embedder.model},
+        {"part": "dual_encoder", "backend": s.dual_encoder.backend, "model": s.dual_encoder.model,
+         "sees_pixels": s.dual_encoder.backend != "caption"},
+        {"part": "text_embedder", "backend": s.text_embedder.backend, "model": s.text_embedder.model,
+         "sees_pixels": False},
     ]
     for name, m in s.models.items():
         used_by = sorted(r for r, e in s.roles.items() if e == name)
         rows.append({"part": f"models.{name}", "backend": m.backend, "model": m.model,
-                     "roles": used_by, "vision": m.vision, "base_url": m.base_url})
+                     "roles": used_by, "vision": m.vision, "sees_pixels": m.vision, "base_url": m.base_url})
+    roles = role_vision(s)
     if check:
         for row in rows:
             row.update(_check_part(ws, row["part"]))
     if json_out:
-        console.print_json(json.dumps(rows, default=str))
+        role_rows = [{"part": f"role.{r['role']}", "model": r["model"], "sees_pixels": r["sees_pixels"]}
+                     for r in roles]
+        console.print_json(json.dumps(rows + role_rows, default=str))
         return
     table = Table(title="configured models")
-    cols = ["part", "backend", "model", "roles"] + (["status", "load_s", "call_s"] if check else [])
+    cols = ["part", "backend", "model", "roles", "sees_pixels"] + (["status", "load_s", "call_s"] if check else [])
     for c in cols:
-        table.add_column(c, overflow="fold")
+        table.add_column(c.replace("_", " "), overflow="fold")
     for row in rows:
         table.add_row(*[_cell(row.get(c)) for c in cols])
     console.print(table)
+    seeing = [r["role"] for r in roles if r["sees_pixels"]]
+    console.print("roles that see pixels: " + (", ".join(seeing) if seeing else "none")
+                  + ("; the dual encoder sees pixels" if rows[0]["sees_pixels"]
+                     else "; the dual encoder does not (caption mode: images are searched by their captions)"))
+    if not seeing and not rows[0]["sees_pixels"]:
+        console.print("content search over uncaptioned images needs a model that sees pixels: "
+                      "`imagent models presets`")
+
+
+def role_vision(s: Any) -> list[dict[str, Any]]:
+    """Every role methods use (and every configured one): its model entry and whether it sees pixels."""
+    known = ["captioner", "reasoner", "verifier", "evaluator", "imaginer", "questioner"]
+    out = []
+    for role in known + sorted(r for r in s.roles if r not in known and r != "default"):
+        try:
+            entry, cfg = s.model_for_role(role)
+        except Exception as exc:  # a role naming a missing entry: show it, do not crash the listing
+            out.append({"role": role, "model": None, "sees_pixels": False, "error": str(exc)})
+            continue
+        out.append({"role": role, "model": entry, "sees_pixels": bool(cfg.vision)})
+    return out
+
+
+@models_app.command("presets")
+@user_errors
+def models_presets(json_out: JsonOpt = False) -> None:
+    """Ready setups (small and large CLIP/SigLIP, the papers' setup) with what their first use downloads."""
+    from imagent.models.presets import PRESETS
+
+    rows = [{"name": p.name, "what": p.summary, "downloads": p.download, "notes": list(p.notes),
+             "settings": p.settings} for p in PRESETS.values()]
+    if json_out:
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        return
+    table = Table(title="model presets (imagent models use NAME)")
+    for c in ("name", "what", "first use downloads"):
+        table.add_column(c, overflow="fold")
+    for r in rows:
+        table.add_row(r["name"], r["what"] + "".join(f"\n{n}" for n in r["notes"]), r["downloads"])
+    console.print(table)
+    console.print("Downloads go through the Hugging Face hub (with a progress bar) into its usual cache, "
+                  "on the first index or search that needs them.")
+
+
+@models_app.command("use")
+@user_errors
+def models_use(
+    name: Annotated[str, typer.Argument(help="a preset name (imagent models presets)")],
+    to: Annotated[Path | None, typer.Option("--to", help="config file to write (default: the one read now, "
+                                            "else the user config file)")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Write a preset into the config file (merged: other settings stay) and show what was written."""
+    from imagent.models.presets import apply_preset, default_config_path, dump_toml, get_preset
+
+    path = (to or default_config_path()).expanduser()
+    written = apply_preset(name, path)
+    preset = get_preset(name)
+    if json_out:
+        sys.stdout.write(json.dumps({"config": str(path), "preset": name, "written": written}) + "\n")
+        return
+    console.print(f"wrote preset [bold]{name}[/] into {path}:", highlight=False)
+    console.print(dump_toml(written), markup=False, highlight=False)
+    console.print(f"first use downloads: {preset.download}", highlight=False)
+    for n in preset.notes:
+        console.print(n, highlight=False, markup=False)
+    console.print("an index built with other encoders needs `imagent index` again", highlight=False)
 
 
 def _cell(v: Any) -> str:
     if v is None:
         return ""
+    if isinstance(v, bool):
+        return "yes" if v else "no"
     if isinstance(v, list):
         return ", ".join(v)
     if isinstance(v, float):
@@ -233,16 +444,24 @@ def serve(
     host: Annotated[str, typer.Option("--host", help="address to listen on (127.0.0.1: this machine only)")]
     = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", "-p", min=1, max=65535)] = 8765,
+    token: Annotated[str | None, typer.Option(
+        "--token", help="require this token from every client (generated when --host is not loopback)")] = None,
+    allow_host: Annotated[list[str] | None, typer.Option(
+        "--allow-host", help="also answer requests for this Host name (repeatable; loopback names always)")] = None,
     index_dir: IndexOpt = None,
     config: ConfigOpt = None,
     set_: SetOpt = None,
 ) -> None:
-    """The web UI: search the gallery in a browser and see every step of the method's trace."""
-    from imagent.server import serve as run_server
+    """The web UI: search the gallery in a browser and see every step of the method's trace.
+
+    The address is printed once the server listens (with ?token=... when a token is required)."""
+    from imagent.server.app import serve as run_server
+    from imagent.server.security import server_access
 
     ws = get_workspace(config, set_)
-    console.print(f"imagent web UI on http://{host}:{port}/  (Ctrl-C stops)")
-    run_server(ws, index_dir, host=host, port=port)
+    token, hosts, url = server_access(host, port, token, allow_host or [], ws.settings.server.token_env)
+    run_server(ws, index_dir, host=host, port=port, token=token, allowed_hosts=hosts,
+               on_listening=lambda: console.print(f"imagent web UI on {url}  (Ctrl-C stops)", soft_wrap=True))
 
 
 # --------------------------------------------------------------------------- demo
@@ -262,6 +481,7 @@ def demo(
 
 
 eval_cmd.register(app, get_workspace)
+oscar_cmd.register(app, get_workspace)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -39,11 +39,50 @@ def print_trace(console: Console, result: Result) -> None:
     console.print(tree)
 
 
+# What a result's score is, by method (shown under the results and in `imagent search --help`).
+SCORE_MEANING: dict[str, str] = {
+    "clip": "cosine similarity of the query (text, fused with the reference) and the image vector; -1..1",
+    "caption": "cosine similarity of the query text and the image's captions (text embedder); -1..1",
+    "cirevl": "cosine similarity of the LLM-edited target description and the image vector; -1..1",
+    "imagescope": "stage-1 fused cosine (tau * caption + (1 - tau) * image, mean over 3 descriptions); "
+                  "stages 2-3 reorder the top without changing it",
+    "xr": "reciprocal-rank fusion of 4 cross-modal rankings (sum of 1/(z + rank), small numbers), then "
+          "the question agents' re-ranking score on the top k'",
+    "tacir": "cos(target description, image) + cos(tool proxy, image): up to 2 with a proxy",
+}
+SCORE_HELP = "Scores by method (higher is better; compare within one method only): " + "; ".join(
+    f"{m}: {t}" for m, t in SCORE_MEANING.items()) + "."
+
+
+def short_path(path: str, limit: int = 48) -> str:
+    """A path to show in a table: relative to the working directory when under it, ``~`` for the home
+    folder, the middle elided when still long (the file name is always kept)."""
+    from pathlib import Path
+
+    p = Path(path).expanduser()
+    try:
+        text = str(p.resolve().relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError):
+        home = str(Path.home())
+        text = "~" + str(p)[len(home):] if str(p).startswith(home + "/") else str(p)
+    if len(text) <= limit:
+        return text
+    tail = f"{p.parent.name}/{p.name}" if p.parent.name else p.name
+    return "…/" + tail if len(tail) <= limit - 2 else "…/" + p.name
+
+
 def print_result(console: Console, result: Result, gallery: Gallery, title: str = "") -> None:
+    rows = result_rows(result, gallery)
+    extra = [c for c in ("taken", "place") if any(r.get(c) for r in rows)]
     table = Table(title=title or None)
-    for col in ("rank", "id", "score", "caption"):
+    for col in ("rank", "id", "score", "path", *extra, "caption"):
         table.add_column(col, overflow="fold")
-    for row in result_rows(result, gallery):
-        table.add_row(str(row["rank"]), row["id"], f"{row['score']:.4f}", row["caption"])
+    for row in rows:
+        cells = [str(row["rank"]), row["id"], f"{row['score']:.4f}", short_path(row["path"] or "")]
+        cells += [(row.get(c) or "")[:19].replace("T", " ") if c == "taken" else (row.get(c) or "") for c in extra]
+        table.add_row(*cells, row["caption"])
     console.print(table)
+    meaning = SCORE_MEANING.get(result.trace.method)
+    if meaning:
+        console.print(f"score: {meaning}", style="dim", highlight=False)
     print_trace(console, result)

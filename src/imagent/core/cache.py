@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -19,14 +20,56 @@ from typing import Any
 
 
 def stable_key(*parts: Any) -> str:
-    """sha256 of the canonical JSON of ``parts`` (dict keys sorted, no whitespace)."""
+    """sha256 of the canonical JSON of ``parts`` (dict keys sorted, no whitespace).
+
+    ``surrogatepass`` lets text with lone surrogates (a file name that is not UTF-8, a model reply with
+    ``"\\ud800"``) hash instead of raising; valid text encodes to the same bytes as plain UTF-8, so every
+    existing key is unchanged."""
     blob = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str, ensure_ascii=False)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+    return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _json_text(value: Any) -> str:
+    """JSON for storage; text that UTF-8 cannot hold (lone surrogates) is \\u-escaped so it round-trips."""
+    text = json.dumps(value, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(value, ensure_ascii=True)
+    return text
+
+
+class CacheError(RuntimeError):
+    """The cache directory or file cannot be used (a file where the folder should be, no permission, ...).
+
+    A user error: interfaces print its message, which names the path and the setting to change."""
+
+
+def _unusable(path: Path, exc: BaseException) -> CacheError:
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return CacheError(
+        f"cannot use the cache at {path}: {reason}. Point cache_dir elsewhere (--set cache_dir=DIR or "
+        f"IMAGENT_CACHE_DIR=DIR), fix the folder's permissions, or turn the call cache off (--set cache_calls=false)"
+    )
+
+
+def ensure_dir(path: str | Path) -> Path:
+    """Create ``path`` (and parents) as a writable folder, or raise :class:`CacheError` saying why not."""
+    p = Path(path).expanduser()
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # FileExistsError (a file is there), NotADirectoryError, PermissionError, ...
+        raise _unusable(p, exc) from None
+    if not os.access(p, os.W_OK | os.X_OK):
+        raise _unusable(p, PermissionError(13, "the folder is not writable"))
+    return p
 
 
 class DiskCache:
     def __init__(self, path: str | Path | None) -> None:
-        """``path=None`` gives an in-memory cache (still with per-key locks and counts)."""
+        """``path=None`` gives an in-memory cache (still with per-key locks and counts).
+
+        Raises :class:`CacheError` when the file cannot be created, opened or written."""
         self.path = Path(path).expanduser() if path else None
         self.hits = 0
         self.misses = 0
@@ -35,12 +78,20 @@ class DiskCache:
         self._locks_guard = threading.Lock()
         self._local = threading.local()
         if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self._conn() as c:
+            ensure_dir(self.path.parent)
+            try:
+                c = self._conn()
                 c.execute(
                     "CREATE TABLE IF NOT EXISTS cache (key TEXT PRIMARY KEY, namespace TEXT, "
                     "value TEXT NOT NULL, created REAL NOT NULL)"
                 )
+                # Take the write lock once: a read-only file (or folder, for WAL's side files) fails here,
+                # with one clear message, rather than at the first cached call in the middle of a search.
+                c.execute("BEGIN IMMEDIATE")
+                c.execute("ROLLBACK")
+            except sqlite3.Error as exc:
+                self._local.conn = None
+                raise _unusable(self.path, exc) from None
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -71,7 +122,7 @@ class DiskCache:
             return
         self._conn().execute(
             "INSERT OR REPLACE INTO cache (key, namespace, value, created) VALUES (?,?,?,?)",
-            (key, namespace, json.dumps(value, ensure_ascii=False), time.time()),
+            (key, namespace, _json_text(value), time.time()),
         )
 
     def get_or_compute(

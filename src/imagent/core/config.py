@@ -88,7 +88,17 @@ class IndexOptions(_Strict):
     max_pixels: int = Field(100_000_000, ge=1, description="refuse larger images (decompression bombs)")
     max_file_bytes: int = Field(200 * 1024 * 1024, ge=1)
     caption_missing: bool = False  # caption uncaptioned images with the captioner role
+    # A shipped caption prompt (default, fashioniq, oscar: imagent/index/prompts/caption/) or a .txt path;
+    # its text's hash and the captioner's model id are stored with each caption (a change re-captions).
+    caption_prompt: str = "default"
+    caption_max_tokens: int = Field(200, ge=8, description="tokens a captioner may use for one caption")
     batch_size: int = Field(32, ge=1)
+    # Approximate search (FAISS, the `ann` extra): "auto" builds and uses a store per vector space for
+    # galleries of at least ann_min_rows images; results are always re-ranked exactly.
+    ann: Literal["auto", "on", "off"] = "auto"
+    ann_min_rows: int = Field(200_000, ge=1)
+    ann_nprobe: int = Field(32, ge=1, description="inverted lists scanned per query")
+    ann_overfetch: int = Field(4, ge=1, description="candidates per wanted result before the exact re-rank")
 
 
 class ToolConfig(_Strict):
@@ -101,6 +111,24 @@ class ToolConfig(_Strict):
 
     backend: str
     options: dict[str, Any] = Field(default_factory=dict)
+
+
+class ServerOptions(_Strict):
+    """``imagent serve``: who may talk to the web server and how much one request may cost.
+
+    The server listens on 127.0.0.1 by default and answers only requests whose ``Host`` header names an
+    allowed host (loopback names, plus these), so a web page that rebinds its DNS name to 127.0.0.1
+    cannot read the photos. A token (``--token``, else the variable named by ``token_env``, else generated
+    when ``--host`` is not loopback) must then come with every request (a cookie set by opening
+    ``/?token=T``, or ``Authorization: Bearer T``); it lives in the environment, never in a config file."""
+
+    allowed_hosts: list[str] = Field(default_factory=list, description="extra Host names (with or without :port)")
+    token_env: str = Field("IMAGENT_SERVER_TOKEN", description="environment variable holding the token, if any")
+    max_json_bytes: int = Field(64 * 1024, ge=1024, description="largest JSON request body")
+    max_upload_bytes: int = Field(12 * 1024 * 1024, ge=1024, description="largest uploaded reference image")
+    max_calls_per_search: int = Field(2000, ge=1, description="cap on uncached model calls of one web search")
+    max_running_searches: int = Field(4, ge=1, description="searches running at once; more are refused (429)")
+    upload_ttl_s: float = Field(3600.0, gt=0, description="uploaded references are deleted after this long")
 
 
 def _default_models() -> dict[str, ChatModelConfig]:
@@ -126,6 +154,7 @@ class Settings(_Strict):
     indexing: IndexOptions = Field(default_factory=IndexOptions)
     # tool name -> entry; none by default (tools that need the network or GPUs are opt-in).
     tools: dict[str, ToolConfig] = Field(default_factory=dict)
+    server: ServerOptions = Field(default_factory=ServerOptions)
     log_level: Literal["debug", "info", "warning", "error"] = "warning"
 
     @field_validator("index", "cache_dir", mode="after")
@@ -250,7 +279,28 @@ def load_settings(
     # Keep the default offline model entry unless the user replaced the models table on purpose.
     if "models" in tree and "offline" not in tree["models"]:
         tree["models"] = {"offline": _default_models()["offline"].model_dump(), **tree["models"]}
+    # A partial entry that names no backend (--set dual_encoder.batch_size=64, --set models.offline.n_ctx=8192)
+    # changes the default entry rather than starting an incomplete one.
+    defaults = Settings.model_construct()
+    for section in ("dual_encoder", "text_embedder"):
+        if isinstance(tree.get(section), dict) and "backend" not in tree[section]:
+            tree[section] = {**getattr(defaults, section).model_dump(), **tree[section]}
+    offline = (tree.get("models") or {}).get("offline") if isinstance(tree.get("models"), dict) else None
+    if isinstance(offline, dict) and "backend" not in offline:
+        tree["models"]["offline"] = {**_default_models()["offline"].model_dump(), **offline}
     try:
-        return Settings.model_validate(tree)
+        settings = Settings.model_validate(tree)
     except Exception as exc:  # pydantic.ValidationError -> one clear message
         raise ConfigError(f"invalid configuration: {exc}") from exc
+    register_secret_env_names(settings)
+    return settings
+
+
+def register_secret_env_names(settings: Settings) -> None:
+    """Tell :mod:`imagent.core.redact` which environment variables hold keys (every model's and tool's
+    ``api_key_env``), so their values are masked in every error, trace and file from now on."""
+    from imagent.core.redact import register_env_names
+
+    names = [m.api_key_env for m in settings.models.values()]
+    names += [str(t.options["api_key_env"]) for t in settings.tools.values() if t.options.get("api_key_env")]
+    register_env_names(names)

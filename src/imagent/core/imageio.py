@@ -100,6 +100,8 @@ def check_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES) -> os.stat_
         raise ImageLoadError("file not found") from None
     except OSError as exc:
         raise ImageLoadError(f"cannot access file: {exc.strerror or exc}") from None
+    except ValueError as exc:  # a name the OS cannot take: a NUL byte, a surrogate that maps to no byte
+        raise ImageLoadError(f"unusable file name ({type(exc).__name__})") from None
     if stat.S_ISDIR(st.st_mode):
         raise ImageLoadError("is a directory, not an image file")
     if not stat.S_ISREG(st.st_mode):

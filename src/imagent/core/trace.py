@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from imagent.core.redact import redact
+
 _CURRENT_STEP: contextvars.ContextVar[TraceStep | None] = contextvars.ContextVar(
     "imagent_current_step", default=None
 )
@@ -62,6 +64,8 @@ class TraceStep:
     _trace: Trace | None = field(default=None, repr=False, compare=False)
 
     def add_call(self, call: CallRecord) -> None:
+        if call.error:
+            call.error = redact(call.error)  # servers echo request headers into error bodies
         with self._lock:
             self.calls.append(call)
         if self._trace is not None and self._trace.listeners:
@@ -69,6 +73,7 @@ class TraceStep:
 
     def note(self, text: str) -> None:
         """A remark a user should see (a fall-back taken, caption mode used, a parse failure)."""
+        text = redact(text)
         with self._lock:
             if text not in self.notes:
                 self.notes.append(text)
@@ -105,6 +110,18 @@ class Trace:
     # Live observers (CLI status line, web UI stream) and a cancel flag checked at every step and call.
     listeners: list[Listener] = field(default_factory=list, repr=False, compare=False)
     cancel_event: threading.Event | None = field(default=None, repr=False, compare=False)
+    # Uncached model calls claimed against max_calls (counted when a call starts, under a lock, so concurrent
+    # verifier calls never overshoot the cap; failed calls count: they were attempted).
+    _claimed: int = field(default=0, repr=False, compare=False)
+    _claim_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def claim_call(self) -> bool:
+        """Claim one uncached model call; False when ``max_calls`` is reached (the caller must not call)."""
+        with self._claim_lock:
+            if self.max_calls is not None and self._claimed >= self.max_calls:
+                return False
+            self._claimed += 1
+            return True
 
     def emit(self, event: str, payload: dict[str, Any]) -> None:
         for listener in list(self.listeners):

@@ -1,11 +1,15 @@
-"""Side-by-side metrics of finished runs (``imagent eval --compare RUN_A RUN_B``)."""
+"""Side-by-side metrics of finished runs (``imagent eval --compare RUN_A RUN_B``), and for two runs of the
+same queries a paired per-query comparison: wins, losses, ties and two significance tests."""
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from imagent.eval.runner import CONFIG, METRICS, RunError
 
@@ -63,12 +67,101 @@ def compare_runs(run_dirs: Sequence[Path]) -> dict[str, Any]:
         if len(columns) == 2 and all(isinstance(c.get(k), (int, float)) for c in columns):
             row["delta"] = columns[1][k] - columns[0][k]
         rows.append(row)
-    return {
+    out = {
         "runs": {label: {"run_dir": str(d), "benchmark": data.get("benchmark"), "split": data.get("split"),
                          "queries": data.get("queries")} for (d, data), label in zip(runs, labels, strict=True)},
         "rows": rows,
         "warnings": warnings,
     }
+    if len(runs) == 2:
+        paired = paired_comparison(runs[0][1].get("per_query") or [], runs[1][1].get("per_query") or [], labels)
+        if paired is None:
+            warnings.append("no per-query table shared by both runs (re-run `imagent eval` on an older run to "
+                            "rebuild its report): no wins/losses or significance test")
+        else:
+            out["per_query"] = paired
+    return out
 
 
-__all__ = ["compare_runs", "load_run"]
+# Per-query scores for the paired comparison, by the per-query table's columns: the reciprocal rank of
+# the first correct image (0 when it is not in the kept top-k), else a benchmark's own per-query metric.
+_SCORE_COLUMNS = ("target_rank", "f1", "em")
+
+
+def _query_scores(rows: Sequence[dict[str, Any]], column: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for r in rows:
+        qid = str(r.get("query") or r.get("qid") or r.get("id") or "")
+        if not qid or r.get("error"):
+            continue
+        v = r.get(column)
+        if column == "target_rank":
+            out[qid] = 1.0 / float(v) if isinstance(v, (int, float)) and v > 0 else 0.0
+        elif isinstance(v, (int, float)):
+            out[qid] = float(v)
+    return out
+
+
+def paired_comparison(rows_a: Sequence[dict[str, Any]], rows_b: Sequence[dict[str, Any]], labels: list[str],
+                      resamples: int = 10000) -> dict[str, Any] | None:
+    """Per-query wins, losses and ties of run B against run A on the queries both answered, with two
+    paired tests of "no difference": an exact two-sided sign test on wins vs losses, and a paired
+    permutation test (random sign flips of the per-query differences; exact when there are at most
+    16 non-zero differences) on the mean difference. None when the runs share no per-query column."""
+    column = next((c for c in _SCORE_COLUMNS if any(c in r for r in rows_a) and any(c in r for r in rows_b)), None)
+    if column is None:
+        return None
+    a, b = _query_scores(rows_a, column), _query_scores(rows_b, column)
+    common = [q for q in a if q in b]
+    if not common:
+        return None
+    diff = np.asarray([b[q] - a[q] for q in common], dtype=np.float64)
+    wins = [q for q, d in zip(common, diff, strict=True) if d > 0]
+    losses = [q for q, d in zip(common, diff, strict=True) if d < 0]
+    label_a, label_b = labels
+    score = "reciprocal rank of the first correct image" if column == "target_rank" else column
+    return {
+        "score": score,
+        "queries": len(common),
+        "mean_a": float(np.mean([a[q] for q in common])),
+        "mean_b": float(np.mean([b[q] for q in common])),
+        "mean_difference": float(diff.mean()),
+        "wins": len(wins),  # queries where B (the second run) scores higher than A
+        "losses": len(losses),
+        "ties": len(common) - len(wins) - len(losses),
+        "sign_test_p": sign_test(len(wins), len(losses)),
+        "permutation_p": permutation_test(diff, resamples),
+        "better": label_b if diff.mean() > 0 else label_a if diff.mean() < 0 else None,
+        "examples": {"wins": wins[:10], "losses": losses[:10]},
+        "labels": [label_a, label_b],
+    }
+
+
+def sign_test(wins: int, losses: int) -> float:
+    """Exact two-sided binomial sign test (ties left out): P of a split at least this uneven under p=1/2."""
+    n = wins + losses
+    if n == 0:
+        return 1.0
+    k = min(wins, losses)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2.0**n
+    return min(1.0, 2.0 * tail)
+
+
+def permutation_test(diff: np.ndarray, resamples: int = 10000, seed: int = 0) -> float:
+    """Two-sided paired permutation test of mean(diff) = 0: the share of sign flips whose |mean| is at
+    least the observed one (exact enumeration for <= 16 non-zero differences; else ``resamples`` random
+    flips with a fixed seed, counting the observed one, so p is never 0)."""
+    d = diff[diff != 0]
+    if d.size == 0:
+        return 1.0
+    observed = abs(d.mean()) - 1e-12
+    if d.size <= 16:
+        signs = ((np.arange(2**d.size)[:, None] >> np.arange(d.size)) & 1) * 2 - 1
+        return float(np.mean(np.abs((signs * d).mean(axis=1)) >= observed))
+    rng = np.random.default_rng(seed)
+    signs = rng.choice(np.array([-1.0, 1.0]), size=(resamples, d.size))
+    hits = int(np.sum(np.abs((signs * d).mean(axis=1)) >= observed))
+    return (hits + 1) / (resamples + 1)
+
+
+__all__ = ["compare_runs", "load_run", "paired_comparison", "permutation_test", "sign_test"]

@@ -5,8 +5,9 @@ Conventions shared by every function here:
 - A *ranking* is a sequence of gallery ids, best first. It is used exactly as given: position ``i`` is
   the ``i``-th entry. Scores play no part, so ties were already broken by whoever produced the list
   (every imagent method sorts stably: equal scores keep gallery order). Duplicated ids are *not*
-  removed, because the official scripts do not remove them either (CIRCO's ``np.isin`` counts a
-  repeated ground truth twice); :func:`duplicate_count` lets callers warn about them.
+  removed, because the official scripts do not remove them either; :func:`duplicate_count` lets
+  callers warn about them. CIRCO is the exception: its official ``evaluation.py`` refuses a query
+  whose predictions repeat an id (``ValueError``), and :func:`average_precision_at_k` does the same.
 - A ranking shorter than ``K`` is scored on what it has (a miss beyond its end).
 - Aggregates are percentages (0-100), the unit every paper's table uses. Means are taken with
   ``numpy.mean`` over float64 values, the same operation (and so the same last digit) as the
@@ -124,15 +125,26 @@ def cirr_recall_subset(
 # --------------------------------------------------------------------------- CIRCO
 
 
+class DuplicatePredictionError(ValueError):
+    """A ranking repeats an id where the official code refuses it (CIRCO)."""
+
+
 def average_precision_at_k(ranking: Sequence[str], ground_truths: Sequence[str], k: int) -> float:
     """CIRCO AP@k (``src/evaluation.py`` of the CIRCO repository).
 
     ``rel_i = 1[ranking[i] in GT]``, ``P_i = (sum_{j<=i} rel_j) * rel_i / i`` (1-based ``i``),
-    ``AP@k = sum_{i<=k} P_i / min(|GT|, k)``. The whole ranking is scored as given, so a repeated
-    ground truth counts twice, exactly as ``np.isin`` does in the official script.
+    ``AP@k = sum_{i<=k} P_i / min(|GT|, k)``. A ranking that repeats an id is refused with
+    :class:`DuplicatePredictionError`, as the official script does since its commit 9aca351 ("ensure no
+    duplicate predictions"): a repeated ground truth would otherwise count twice and AP could exceed 1.
+    Ids are compared as given: normalise them first (:func:`circo_id`), as the official ``int`` cast does.
     """
     if not ground_truths:
         raise ValueError("AP@k needs at least one ground truth")
+    if duplicate_count(ranking):
+        repeated = sorted({i for i in ranking if list(ranking).count(i) > 1})
+        raise DuplicatePredictionError(
+            f"the ranking repeats {', '.join(map(str, repeated[:5]))}; the official CIRCO evaluation refuses "
+            "duplicate predictions (give each image id once)")
     gt = set(ground_truths)
     labels = np.array([i in gt for i in ranking], dtype=bool)  # what np.isin gives the official code
     if labels.size == 0:
@@ -169,6 +181,29 @@ def circo_semantic_map10(
         for a in asp:
             per.setdefault(a, []).append(ap)
     return {f"semantic_map@10/{a}": mean_percent(v) for a, v in per.items()}
+
+
+def circo_id(value: object) -> str:
+    """A CIRCO image or query id as the official code reads it (``np.array(predictions, dtype=int)``,
+    ``int(query_id)``): ``123``, ``123.0``, ``"123"``, ``"000123"`` and ``"123.0"`` are all ``"123"``.
+    Anything that is not a whole number (``12.5``, ``"abc"``, a bool) is a :class:`ValueError`."""
+    if isinstance(value, bool):
+        raise ValueError(f"CIRCO id {value!r} is not a number")
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        number = value
+    else:
+        text = str(value).strip()
+        if text.isdigit():
+            return str(int(text))
+        try:
+            number = float(text)
+        except ValueError:
+            raise ValueError(f"CIRCO id {value!r} is not a number") from None
+    if not number.is_integer():
+        raise ValueError(f"CIRCO id {value!r} is not a whole number")
+    return str(int(number))
 
 
 def circo_target_recall(
@@ -227,12 +262,18 @@ def genecis_recall(
 
 
 def tir_recall(
-    rankings: Sequence[Sequence[str]], targets: Sequence[str], ks: Sequence[int] = TIR_KS
+    rankings: Sequence[Sequence[str]], targets: Sequence[str | Sequence[str]], ks: Sequence[int] = TIR_KS
 ) -> dict[str, float]:
     """Flickr30K / MSCOCO text-to-image Recall@K (Karpathy test split): every caption is a query whose
-    single ground truth is its image; ``R@K = 100 * |{q : rank(image) < K}| / |Q|``."""
-    pairs = list(zip(rankings, targets, strict=True))
-    return {f"recall@{k}": mean_percent(hit_at_k(r, [t], k) for r, t in pairs) for k in ks}
+    ground truth is its image; ``R@K = 100 * |{q : rank(image) < K}| / |Q|``. A query may have several
+    ground truths (a list of ids: a caption shared by several images, a duplicated image): it is a hit
+    when *any* of them is in the top K, as the BLIP/ALBEF ``itm_eval`` loop does for image-to-text
+    (``rank = min over the query's ground truths``)."""
+    truths = [[t] if isinstance(t, str) else list(t) for t in targets]
+    if any(not t for t in truths):
+        raise ValueError("tir_recall: every query needs at least one ground truth")
+    pairs = list(zip(rankings, truths, strict=True))
+    return {f"recall@{k}": mean_percent(hit_at_k(r, t, k) for r, t in pairs) for k in ks}
 
 
 # --------------------------------------------------------------------------- VisDial (PlugIR protocol)
@@ -331,7 +372,9 @@ def recall_any(
 
 __all__ = [
     "CIRCO_ASPECTS",
+    "DuplicatePredictionError",
     "average_precision_at_k",
+    "circo_id",
     "circo_map",
     "circo_semantic_map10",
     "circo_target_recall",

@@ -60,10 +60,13 @@ def run_stats(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     )
     counters: Counter[str] = Counter()
     notes: Counter[str] = Counter()
+    warnings: Counter[str] = Counter()  # the methods' start-of-search checks (Method.preflight)
     for r in ok:
         counters.update((r.get("trace") or {}).get("counters", {}))
         for s in (r.get("trace") or {}).get("steps", []):
             notes.update(set(s.get("notes", [])))
+            if s.get("name") == "checks":
+                warnings.update(set(s.get("notes", [])))
     return {
         "queries_scored": len(ok),
         "errors": len(records) - len(ok),
@@ -77,6 +80,7 @@ def run_stats(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "cache_hit_rate": cached / (cached + calls) if (cached + calls) else None,
         "counters": dict(counters),
         "notes": dict(notes.most_common(20)),
+        "warnings": dict(warnings),
     }
 
 
@@ -167,6 +171,77 @@ def metrics_table(columns: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
+def per_query_table(rows: list[dict[str, Any]], limit: int = 1000) -> str:
+    """Markdown table of a benchmark's per-query rows (columns: the first row's keys, empty ones dropped);
+    at most ``limit`` rows (all of them are in metrics.json)."""
+    cols = [k for k in rows[0] if any(r.get(k) not in (None, "") for r in rows)]
+    lines = ["| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
+    for r in rows[:limit]:
+        lines.append("| " + " | ".join(_fmt(r.get(k)).replace("|", "\\|") for k in cols) + " |")
+    if len(rows) > limit:
+        lines.append(f"\n... {len(rows) - limit} more rows in metrics.json (`per_query`)")
+    return "\n".join(lines)
+
+
+def target_rank(ids: Sequence[str], positives: Sequence[str]) -> int | None:
+    """1-based rank of the first correct image in a stored ranking; None when none is in it."""
+    wanted = set(positives)
+    return next((i for i, image_id in enumerate(ids, 1) if image_id in wanted), None)
+
+
+def query_rows(items: Sequence[EvalItem], records: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The generic per-query table: target rank (of the first positive in the kept top-k; "-" when it is
+    not there or the split has no labels), model calls, seconds, fall-backs taken (trace counters whose
+    name says fallback) and the error of a failed query."""
+    rows = []
+    for it in items:
+        rec = records.get(it.id)
+        if rec is None:
+            continue
+        counters = (rec.get("trace") or {}).get("counters") or {}
+        rows.append({
+            "query": it.id,
+            "target_rank": target_rank(rec.get("ids") or [], it.positives) if it.positives else None,
+            "calls": int(rec.get("model_calls", 0) or 0),
+            "seconds": float(rec.get("seconds", 0.0) or 0.0),
+            "fallbacks": sum(int(v) for k, v in counters.items() if "fallback" in k),
+            "error": rec.get("error"),
+        })
+    return rows
+
+
+def provenance() -> dict[str, Any]:
+    """What produced a report: the git commit of the imagent checkout it ran from (with ``dirty`` when the
+    tree had uncommitted changes), else only the package version; and the date."""
+    import subprocess
+    from datetime import UTC, datetime
+
+    import imagent
+
+    out: dict[str, Any] = {"version": imagent.__version__, "commit": None, "dirty": None,
+                           "date": datetime.now(UTC).isoformat(timespec="seconds")}
+    src = Path(imagent.__file__).resolve().parent
+    if not any((p / ".git").exists() for p in [src, *src.parents]):
+        return out
+    try:
+        head = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10)
+        if head.returncode == 0:
+            out["commit"] = head.stdout.strip()
+            status = subprocess.run(["git", "-C", str(src), "status", "--porcelain", "--untracked-files=no"],
+                                    capture_output=True, text=True, timeout=10)
+            out["dirty"] = bool(status.stdout.strip()) if status.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        pass  # no git binary: the version alone identifies the code
+    return out
+
+
+def _provenance_line(p: dict[str, Any]) -> str:
+    code = (f"commit `{p['commit'][:12]}`{' (uncommitted changes)' if p.get('dirty') else ''}, "
+            if p.get("commit") else "")
+    return f"- code: {code}imagent {p.get('version', '?')}; report written {p.get('date', '?')}"
+
+
 def render_report(config: dict[str, Any], metrics: dict[str, Any], steps: list[dict[str, Any]],
                   files: dict[str, str]) -> str:
     method = config["method"]
@@ -176,10 +251,13 @@ def render_report(config: dict[str, Any], metrics: dict[str, Any], steps: list[d
         f"- queries: {metrics['queries']} ({metrics['completed']} completed, {metrics['errors']} failed, "
         f"{metrics['missing']} not run){' - limited run' if metrics.get('limited') else ''}",
         f"- top-k kept per query: {config['top_k']}",
+        _provenance_line(metrics.get("provenance") or {}),
         f"- method parameters: `{method['params']}`",
         f"- models: roles `{config['settings'].get('roles')}`; dual encoder "
         f"`{config['settings'].get('dual_encoder', {}).get('model')}` "
         f"({config['settings'].get('dual_encoder', {}).get('backend')})",
+        *[f"- {k}: {v}" for k, v in (metrics.get("benchmark_info") or {}).items()],
+        *[f"- **warning**: {w} ({n} queries)" for w, n in (metrics["run"].get("warnings") or {}).items()],
         "",
         "## Metrics",
         "",
@@ -190,6 +268,8 @@ def render_report(config: dict[str, Any], metrics: dict[str, Any], steps: list[d
         out.append("Percentages; computed as the benchmark's official evaluation code does (see imagent.eval.metrics).")
     else:
         out.append("No ground truth for this split: see the server files below.")
+    if metrics.get("per_query"):
+        out += ["", "## Per query", "", per_query_table(metrics["per_query"])]
     run = metrics["run"]
     out += [
         "",
@@ -210,6 +290,10 @@ def render_report(config: dict[str, Any], metrics: dict[str, Any], steps: list[d
             f"{s['total_s']:.2f} | {s['model_calls']} | {s['cached_calls']} | {s['tool_calls']} | "
             f"{s['prompt_tokens']}/{s['completion_tokens']} |"
         )
+    if metrics.get("subset_pass"):
+        sp = metrics["subset_pass"]
+        out += ["", f"Subset-mode pass (recall_subset): {sp['completed']} of {sp['queries']} runs completed, "
+                    f"{sp['model_calls']} model calls (not in the table above)."]
     if run["counters"]:
         out += ["", "Counters: " + ", ".join(f"{k}={v}" for k, v in sorted(run["counters"].items()))]
     if run["notes"]:
@@ -234,7 +318,10 @@ def write_outputs(run_dir: Path, bench: Benchmark, split: str, items: Sequence[E
     """Write metrics.json, the plots, report.md and server files; return (metrics.json content, files)."""
     ids = {it.id for it in items}
     recs = {q: r for q, r in records.items() if q in ids}
-    final, stages = score_run(bench, items, recs)
+    # Companion runs (CIRR subset mode) are scored through the predictions, not counted as queries.
+    companions = {it.id for it in bench.subset_items(items)}
+    scored = {q: r for q, r in records.items() if q in ids or q in companions}
+    final, stages = score_run(bench, items, scored)
     completed = sum(1 for r in recs.values() if r.get("error") is None)
     errors = sum(1 for r in recs.values() if r.get("error") is not None)
     ordered = [recs[it.id] for it in items if it.id in recs]
@@ -254,26 +341,38 @@ def write_outputs(run_dir: Path, bench: Benchmark, split: str, items: Sequence[E
         "run": run_stats(ordered),
         "rankings_with_duplicates": dup,
     }
+    if companions:
+        extra = [r for q, r in scored.items() if q in companions]
+        metrics["subset_pass"] = {"queries": len(companions), "completed": sum(r.get("error") is None for r in extra),
+                                  "model_calls": sum(int(r.get("model_calls", 0) or 0) for r in extra)}
+    info = bench.describe_run()
+    if info:
+        metrics["benchmark_info"] = info
+    per_query = bench.query_table(items, recs) or query_rows(items, recs)
+    if per_query:
+        metrics["per_query"] = per_query
+    metrics["provenance"] = provenance()
     files: dict[str, str] = {}
     # Plots
     kmax = max(1, top_k)
     ks = sorted({k for k in (1, 2, 3, 5, 10, 20, 25, 50, 100) if k <= kmax} | {kmax})
     preds = predictions_from_results(recs)
+    n_scored = sum(1 for it in items if it.positives and it.id in recs and recs[it.id].get("error") is None)
     title = f"{config['method']['name']} on {bench.name} {split}"
     if any(it.positives for it in items):
         curves = {"final": _curve(bench, preds, items, ks)}
         for s in stages:
             curves[s] = _curve(bench, predictions_from_results(recs, s), items, ks)
         metrics["recall_curve"] = {name: {str(k): v for k, v in c.items()} for name, c in curves.items()}
-        plot_recall_curve(curves, title, run_dir / CURVE_PNG)
+        plot_recall_curve(curves, f"{title} (n={n_scored} queries)", run_dir / CURVE_PNG)
         files["recall_curve"] = str(run_dir / CURVE_PNG)
-    plot_time_per_stage(steps, title + ": time per step", run_dir / TIME_PNG)
+    plot_time_per_stage(steps, f"{title}: time per step (n={completed} queries)", run_dir / TIME_PNG)
     files["time_per_stage"] = str(run_dir / TIME_PNG)
     metrics["steps"] = steps
     # Server files
     from imagent.eval.submission import write_submissions
 
-    for path in write_submissions(run_dir / "submissions", bench, split, preds, items):
+    for path in write_submissions(run_dir / "submissions", bench, split, predictions_from_results(scored), items):
         files[f"submission:{path.name}"] = str(path)
     write_json_atomic(run_dir / METRICS, metrics)
     files["metrics"] = str(run_dir / METRICS)
@@ -287,4 +386,5 @@ def _curve(bench: Benchmark, preds: Predictions, items: Sequence[EvalItem], ks: 
     return {k: c[f"recall@{k}"] for k in ks}
 
 
-__all__ = ["metrics_table", "render_report", "run_stats", "score_run", "step_stats", "write_outputs"]
+__all__ = ["metrics_table", "provenance", "query_rows", "render_report", "run_stats", "score_run", "step_stats",
+           "target_rank", "write_outputs"]

@@ -9,7 +9,11 @@ Run directory::
     recall_at_k.png    recall-at-k curve (any ground truth in the top k)
     time_per_stage.png mean seconds per trace step
     submissions/       CIRR / CIRCO server files for the split
-    gallery_manifest.jsonl, index/   the benchmark gallery (unless --index names a shared one)
+    gallery_manifest.jsonl           the benchmark gallery's manifest
+
+The gallery index itself is shared: ``<cache_dir>/eval-indexes/<benchmark>-<split>-<hash>`` (the hash covers
+the image folder and the encoders), built once and reused by every run with the same models, unless
+``--index`` names another.
 
 Resuming: every finished query is appended to ``results.jsonl`` and fsync'ed before the next starts,
 so a killed run loses at most the query in flight. A rerun with the same run directory (the default
@@ -277,6 +281,20 @@ def ensure_index(
     return info
 
 
+def shared_index_dir(ws: Any, bench: Benchmark, split: str, images_root: Path | None) -> Path:
+    """Where a benchmark's gallery index lives when ``--index`` is not given: one folder per benchmark,
+    split, image folder and encoders under the cache directory, so every run with the same models
+    (any method, any parameters) reuses it instead of indexing the benchmark again."""
+    root = images_root or bench.images_root
+    key = {
+        "images_root": str(Path(root).expanduser().resolve()) if root else "",
+        "dual_encoder": ws.settings.dual_encoder.model_dump(mode="json"),
+        "text_embedder": ws.settings.text_embedder.model_dump(mode="json"),
+    }
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+    return Path(ws.settings.cache_dir) / "eval-indexes" / f"{bench.name}-{split}-{digest}"
+
+
 # --------------------------------------------------------------------------- the run
 
 
@@ -339,9 +357,11 @@ def run_eval(ws: Any, spec: RunSpec, progress: ProgressFn | None = None,
     run_dir = prepare_run_dir(spec, config, split)
     results = ResultsLog(run_dir / RESULTS)
     done = {q: r for q, r in results.load().items() if r.get("error") is None}
-    pending = [it for it in items if it.id not in done]
-    already = len(items) - len(pending)
-    say(f"{bench.name} {split}: {len(items)} queries, {already} done, {len(pending)} to run -> {run_dir}")
+    extra = bench.subset_items(items)  # CIRR subset mode: every query again inside its members
+    pending = [it for it in [*items, *extra] if it.id not in done]
+    already = len(items) + len(extra) - len(pending)
+    runs = f"{len(items)} queries" + (f" + {len(extra)} subset-mode runs" if extra else "")
+    say(f"{bench.name} {split}: {runs}, {already} done, {len(pending)} to run -> {run_dir}")
     errors = 0
     if pending:
         errors = _run_pending(ws, spec, bench, split, pending, run_dir, results, progress, say)
@@ -357,7 +377,7 @@ def run_eval(ws: Any, spec: RunSpec, progress: ProgressFn | None = None,
 
 def _run_pending(ws: Any, spec: RunSpec, bench: Benchmark, split: str, pending: list[EvalItem], run_dir: Path,
                  results: ResultsLog, progress: ProgressFn | None, say: Callable[[str], None]) -> int:
-    index_dir = spec.index or (run_dir / "index")
+    index_dir = spec.index or shared_index_dir(ws, bench, split, spec.images_root)
     info = ensure_index(ws, bench, split, spec.images_root, index_dir, run_dir, spec.allow_missing, progress)
     if info.get("built"):
         rep = info.get("report", {})
@@ -366,6 +386,12 @@ def _run_pending(ws: Any, spec: RunSpec, bench: Benchmark, split: str, pending: 
     gallery = ws.gallery(index_dir)
     gallery.reload()
     method = ws.method(spec.method, index_dir)
+    start_run = getattr(method, "start_run", None)  # a method that learns across queries (PhotoCraft's skills)
+    if start_run is not None:
+        start_run(run_dir)
+    learn = getattr(method, "learn_from_outcome", None)
+    for warning in method.preflight():  # raises (the run stops) when the method cannot run on this index
+        say(f"warning: {warning}")
     depth = bench.search_depth(split, len(gallery), spec.top_k)
     total, finished, errors = len(pending), 0, 0
     lock = threading.Lock()
@@ -375,6 +401,8 @@ def _run_pending(ws: Any, spec: RunSpec, bench: Benchmark, split: str, pending: 
         try:
             query = _with_gallery_records(bench.adapt_query(item, method.tasks), gallery)
             result = method.search(query, top_k=depth)
+            if learn is not None:
+                _learn(learn, bench, item, query, result)
         except Exception as exc:  # one failing query must not end a long run; it is retried next time
             return {"qid": item.id, "group": item.group, "error": f"{type(exc).__name__}: {exc}",
                     "seconds": round(time.perf_counter() - t0, 4)}
@@ -389,6 +417,7 @@ def _run_pending(ws: Any, spec: RunSpec, bench: Benchmark, split: str, pending: 
             "stage_extras": {k: bench.record_extras(item, list(v.ids)) for k, v in result.stages.items()},
             "seconds": round(time.perf_counter() - t0, 4),
             "model_calls": result.trace.model_calls,
+            "answer_set": list(result.answer_set) if result.answer_set is not None else None,
             "trace": result.trace.to_dict(),
             "error": None,
             "finished": datetime.now(UTC).isoformat(),
@@ -419,6 +448,20 @@ def _run_pending(ws: Any, spec: RunSpec, bench: Benchmark, split: str, pending: 
     return errors
 
 
+def _learn(learn: Callable[..., Any], bench: Benchmark, item: EvalItem, query: Query, result: Any) -> None:
+    """Tell a learning method how its answer scored (DISBench: the episode's F1); a failure to learn is
+    noted in the query's trace and never fails the query."""
+    score = bench.outcome_score(item, list(result.ranking.ids), result.answer_set) if item.has_truth else None
+    if score is None:
+        return
+    try:
+        learn(query, result, score)
+    except Exception as exc:
+        result.trace.count("learning_failed")
+        with result.trace.step("learning.failed") as step:
+            step.note(f"learning from this query failed: {type(exc).__name__}: {exc}")
+
+
 def _check_tasks(bench: Benchmark, split: str, items: Sequence[EvalItem], method: str, tasks: set[str]) -> None:
     """Refuse up front when the method cannot answer some of the split's queries (scoring only the
     ones it can would silently change what the numbers mean)."""
@@ -447,21 +490,25 @@ def _with_gallery_records(query: Query, gallery: Any) -> Query:
 
 def predictions_from_results(records: dict[str, dict[str, Any]], stage: str | None = None) -> Predictions:
     """Rankings (final, or one named stage) from results.jsonl records; failed queries are left out
-    (scored as empty rankings). A query without that stage falls back to its final ranking."""
+    (scored as empty rankings). A query without that stage falls back to its final ranking. The final
+    predictions also carry the answer sets of set-valued methods."""
     rankings: dict[str, list[str]] = {}
     subset: dict[str, list[str]] = {}
+    sets: dict[str, list[str]] = {}
     for qid, rec in records.items():
         if rec.get("error") is not None:
             continue
         if stage is None or stage not in rec.get("stages", {}):
             rankings[qid] = list(rec.get("ids", []))
             extras = rec.get("extras") or {}
+            if rec.get("answer_set") is not None:
+                sets[qid] = list(rec["answer_set"])
         else:
             rankings[qid] = list(rec["stages"][stage])
             extras = (rec.get("stage_extras") or {}).get(stage) or {}
         if "subset" in extras:
             subset[qid] = list(extras["subset"])
-    return Predictions(rankings, subset)
+    return Predictions(rankings, subset, sets=sets)
 
 
 def stage_names(records: Iterable[dict[str, Any]]) -> list[str]:
@@ -482,4 +529,5 @@ __all__ = [
     "limit_items",
     "predictions_from_results",
     "run_eval",
+    "shared_index_dir",
 ]

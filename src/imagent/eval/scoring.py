@@ -52,6 +52,7 @@ def score_file(benchmark: str, annotations: str | Path, predictions: str | Path,
             )
         items = [it for it in items if it.id in preds.rankings]
         warnings.append(f"partial: scored {len(items)} predicted queries, {len(missing)} not predicted")
+    warnings += bench.score_warnings(preds, items)
     dups = sum(1 for it in items if M.duplicate_count(preds.get(it.id)))
     if dups:
         warnings.append(f"{dups} ranking(s) repeat an id; scored as given, as the official code does")

@@ -54,9 +54,19 @@ from imagent.core.imageio import (
     parse_exif_datetime,
     probe_file,
 )
+from imagent.core.text import clean_text, display_path
 from imagent.core.types import ImageRecord
-from imagent.index.embedding import PendingRecord, add_records, space_models
-from imagent.index.gallery import Gallery, GalleryError
+from imagent.index.ann import AnnUnavailable
+from imagent.index.captioning import (
+    CaptionPrompt,
+    caption_rows,
+    captioner_identity,
+    load_caption_prompt,
+    parse_caption_reply,
+)
+from imagent.index.derived import derive_text
+from imagent.index.embedding import PendingRecord, add_records, embed_records, encoder_dim, encoder_model_id
+from imagent.index.gallery import SPACE_CAPTION_DUAL, SPACE_CAPTION_TEXT, SPACE_IMAGE, Gallery, GalleryError
 from imagent.models.base import DualEncoder, ImagePart, Message, TextEmbedder
 
 __all__ = [
@@ -73,10 +83,6 @@ MANIFEST_SUFFIXES = (".json", ".jsonl", ".csv")
 # Columns with a meaning; every other column goes to ``record.extra``.
 KNOWN_COLUMNS = frozenset(
     {"file", "path", "id", "caption", "captions", "taken_time", "latitude", "longitude", "address", "tags"}
-)
-CAPTION_PROMPT = (
-    "Describe this image in one factual sentence: the main subject, what it is doing and the setting. "
-    "Reply with the sentence only."
 )
 _MAX_CAPTION_WARNINGS = 5
 
@@ -96,9 +102,41 @@ class IndexReport:
     total: int = 0  # inputs found in the source (files, or manifest rows)
     captioned: int = 0
     warnings: list[str] = field(default_factory=list)
+    imported: int = 0  # records given captions from a --captions file
+    with_caption: int = 0  # records of the index with a real caption (given or from a captioner)
+    without_caption: int = 0
+    derived: int = 0  # of those without, how many have derived text (names, date, place)
+    sees_pixels: bool | None = None  # whether the dual encoder sees pixels (None: no dual encoder)
+
+    def coverage(self, gallery: Gallery, scope: str, dual: Any) -> None:
+        """Count captions in the index, for :meth:`caption_note`."""
+        self.with_caption, total = gallery.caption_coverage()
+        self.without_caption = total - self.with_caption
+        self.derived = sum(1 for r in gallery.records() if not r.has_caption and r.derived_text)
+        self.sees_pixels = None if dual is None else bool(getattr(dual, "sees_pixels", True))
+
+    def caption_note(self) -> str:
+        """What search relies on for images without captions, in plain words ("" when all have one)."""
+        if not self.without_caption:
+            return ""
+        n = self.without_caption
+        head = f"{n} image{'s' if n != 1 else ''} {'have' if n != 1 else 'has'} no caption"
+        words = "words from their file names and folders, dates and places"
+        if self.sees_pixels:
+            return (f"{head}: the dual encoder sees their pixels (clip), and caption-based methods use {words}; "
+                    "for real captions: `imagent index SRC --caption-missing` with a vision captioner, or "
+                    "`imagent index SRC --captions FILE`")
+        return (f"{head}: search uses {words}; for content search configure a dual encoder that sees pixels "
+                "(e.g. `imagent models presets`, then `imagent models use clip-b32`) or caption with a vision "
+                "model: `imagent index SRC --caption-missing` (or import captions: `--captions FILE`)")
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "imported": self.imported,
+            "with_caption": self.with_caption,
+            "without_caption": self.without_caption,
+            "derived_text": self.derived,
+            "caption_note": self.caption_note(),
             "added": self.added,
             "updated": self.updated,
             "unchanged": self.unchanged,
@@ -149,6 +187,8 @@ class _Item:
 class _Source:
     items: list[_Item]
     scope: str  # every source key of this source starts with it (removals stay inside)
+    root: str | None = None  # the folder whose sub-folder names describe the images (derived text)
+    warnings: list[str] = field(default_factory=list)
 
 
 def _abspath(p: str | Path) -> str:
@@ -166,7 +206,7 @@ def _scan_folder(root: Path, exclude: Path | None) -> _Source:
         where = _abspath(exc.filename) if exc.filename else root_abs
         reason = f"cannot list folder: {exc.strerror or exc}"
         key = f"file:{where.rstrip(os.sep)}{os.sep}"  # inside this source's scope, so it is forgotten later
-        unlistable.append(_Item(key=key, path=where, display=where, error=reason))
+        unlistable.append(_Item(key=key, path=where, display=display_path(where), error=reason))
 
     for dirpath, dirnames, filenames in os.walk(root_abs, followlinks=False, onerror=walk_error):
         kept = []
@@ -182,18 +222,27 @@ def _scan_folder(root: Path, exclude: Path | None) -> _Source:
         # Hidden files are thumbnails, AppleDouble "._x.jpg" resource forks and the like, not photos.
         found.extend(os.path.join(dirpath, f) for f in filenames if not f.startswith(".") and is_image_name(f))
     found.sort()
-    items = [_Item(key=f"file:{p}", path=p, display=p) for p in found] + unlistable
-    return _Source(items, f"file:{root_abs.rstrip(os.sep)}{os.sep}")
+    items = [_Item(key=f"file:{p}", path=p, display=display_path(p)) for p in found] + unlistable
+    return _Source(items, f"file:{root_abs.rstrip(os.sep)}{os.sep}", root=root_abs)
 
 
-def _read_rows(manifest: Path) -> list[tuple[str, dict[str, Any] | None, str | None]]:
+Rows = list[tuple[str, dict[str, Any] | None, str | None]]
+
+
+def _read_rows(manifest: Path, warnings: list[str] | None = None) -> Rows:
     """(where, raw row or None, error) for every row; ``where`` is ``line N`` (JSONL, CSV: the line
-    in the file) or ``row N`` (JSON: the 1-based position in the list)."""
+    in the file) or ``row N`` (JSON: the 1-based position in the list).
+
+    Bytes that are not UTF-8 are kept as surrogate escapes (``errors="surrogateescape"``): a file name
+    written in Latin-1 then still names the file on disk, and text gets U+FFFD (see :func:`_clean_row`)."""
     suffix = manifest.suffix.lower()
     try:
-        text = manifest.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SourceError(f"cannot read manifest {manifest}: {exc}") from None
+        text = manifest.read_bytes().decode("utf-8-sig", "surrogateescape")
+    except OSError as exc:
+        raise SourceError(f"cannot read manifest {display_path(manifest)}: {exc.strerror or exc}") from None
+    if warnings is not None and clean_text(text) is not text:
+        warnings.append(f"{display_path(manifest)} is not valid UTF-8: undecodable bytes in text were replaced "
+                        "by \ufffd (file names keep their bytes)")
     out: list[tuple[str, dict[str, Any] | None, str | None]] = []
     if suffix == ".jsonl":
         for n, line in enumerate(text.splitlines(), 1):
@@ -303,46 +352,65 @@ def _parse_row(raw: dict[str, Any], is_csv: bool) -> _RowFields:
     return f
 
 
+def _clean_value(value: Any) -> Any:
+    """Text in a row with lone surrogates replaced (:func:`clean_text`), recursively."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, list):
+        return [_clean_value(v) for v in value]
+    if isinstance(value, dict):
+        return {clean_text(str(k)): _clean_value(v) for k, v in value.items()}
+    return value
+
+
+def _clean_row(raw: dict[str, Any]) -> dict[str, Any]:
+    """Every value cleaned except the file name, which must keep its exact (surrogate-escaped) bytes."""
+    return {clean_text(str(k)): (v if k in ("file", "path") else _clean_value(v)) for k, v in raw.items()}
+
+
 def _read_manifest(manifest: Path) -> _Source:
     man_abs = _abspath(manifest)
     base = os.path.dirname(man_abs)
     prefix = f"manifest:{man_abs}#"
     is_csv = manifest.suffix.lower() == ".csv"
+    shown = display_path(manifest)
     items: list[_Item] = []
     first_id: dict[str, str] = {}
     first_file: dict[str, str] = {}
-    for where, raw, error in _read_rows(manifest):
+    warnings: list[str] = []
+    for where, raw, error in _read_rows(manifest, warnings):
         bad_key = f"{prefix}{where}"
         if raw is None:
-            items.append(_Item(key=bad_key, path="", display=f"{manifest} ({where})", error=f"{where}: {error}"))
+            items.append(_Item(key=bad_key, path="", display=f"{shown} ({where})", error=f"{where}: {error}"))
             continue
+        raw = _clean_row(raw)
         name = raw.get("file") if _given(raw.get("file")) else raw.get("path")
         if not isinstance(name, str) or not name.strip():
-            items.append(_Item(key=bad_key, path="", display=f"{manifest} ({where})",
+            items.append(_Item(key=bad_key, path="", display=f"{shown} ({where})",
                                error=f"{where}: no 'file' or 'path' column"))
             continue
         path = _abspath(os.path.join(base, name.strip()))  # join keeps an absolute name as it is
         try:
             row = _parse_row(raw, is_csv)
         except ValueError as exc:
-            items.append(_Item(key=bad_key, path=path, display=path, error=f"{where}: {exc}"))
+            items.append(_Item(key=bad_key, path=path, display=display_path(path), error=f"{where}: {exc}"))
             continue
         if row.id is not None:
             key = f"{prefix}id:{row.id}"
             if row.id in first_id:
-                items.append(_Item(key=bad_key, path=path, display=path,
+                items.append(_Item(key=bad_key, path=path, display=display_path(path),
                                    error=f"{where}: duplicate id {row.id!r} (first on {first_id[row.id]})"))
                 continue
             first_id[row.id] = where
         else:
             key = f"{prefix}file:{path}"
             if path in first_file:
-                items.append(_Item(key=bad_key, path=path, display=path,
+                items.append(_Item(key=bad_key, path=path, display=display_path(path),
                                    error=f"{where}: the same file as {first_file[path]}"))
                 continue
         first_file.setdefault(path, where)
-        items.append(_Item(key=key, path=path, display=path, row=row))
-    return _Source(items, prefix)
+        items.append(_Item(key=key, path=path, display=display_path(path), row=row))
+    return _Source(items, prefix, root=base, warnings=warnings)
 
 
 def read_source(source: str | Path, exclude: Path | None = None) -> _Source:
@@ -352,16 +420,18 @@ def read_source(source: str | Path, exclude: Path | None = None) -> _Source:
     if src.is_file():
         if src.suffix.lower() in MANIFEST_SUFFIXES:
             return _read_manifest(src)
-        raise SourceError(f"{src} is neither a folder nor a manifest ({', '.join(MANIFEST_SUFFIXES)})")
-    raise SourceError(f"no such file or folder: {src}")
+        raise SourceError(f"{display_path(src)} is neither a folder nor a manifest ({', '.join(MANIFEST_SUFFIXES)})")
+    raise SourceError(f"no such file or folder: {display_path(src)}")
 
 
 # --------------------------------------------------------------------------- records
 
 
-def _make_record(item: _Item, probe: FileProbe) -> ImageRecord:
+def _make_record(item: _Item, probe: FileProbe, root: str | None = None) -> ImageRecord:
+    """The record for one input. With no caption, ``derived_text`` holds what its names, date and place
+    say (:mod:`imagent.index.derived`), which the caption spaces embed instead of nothing."""
     row = item.row or _RowFields()
-    return ImageRecord(
+    rec = ImageRecord(
         id=row.id or short_id(probe.content_hash),
         path=item.path,
         content_hash=probe.content_hash,
@@ -374,7 +444,14 @@ def _make_record(item: _Item, probe: FileProbe) -> ImageRecord:
         width=probe.info.width,
         height=probe.info.height,
         extra=dict(row.extra),
+        # A manifest's "device" column (camera / phone model; DISBench's capturedevice) names the device.
+        device=str(row.extra["device"]).strip() if _given(row.extra.get("device")) else getattr(probe, "device", None),
+        caption_source="given" if row.captions else "",
     )
+    if not rec.captions:
+        rec.derived_text = derive_text(item.path, root, rec.taken_time, rec.address, rec.latitude, rec.longitude,
+                                       rec.tags)
+    return rec
 
 
 def record_for_file(path: str | Path, gallery: Gallery | None, options: IndexOptions | None = None) -> ImageRecord:
@@ -392,14 +469,17 @@ def record_for_file(path: str | Path, gallery: Gallery | None, options: IndexOpt
         found = gallery.record_by_hash(probe.content_hash)
         if found is not None:
             return found
-    return _make_record(_Item(key=f"file:{p}", path=p, display=p), probe)
+    return _make_record(_Item(key=f"file:{p}", path=p, display=display_path(p)), probe)
 
 
 # --------------------------------------------------------------------------- captioning
 
 
 class _Captioner:
-    """Captions captionless records with a chat role that sees images, if one is configured."""
+    """Captions captionless records with a chat role that sees images, if one is configured.
+
+    A role whose model cannot see pixels is refused: it would describe an image from its file name at best,
+    and invent the rest (a "caption" nobody could tell from a real one)."""
 
     def __init__(self, role: Any, options: IndexOptions, report: IndexReport) -> None:
         self.role = role
@@ -408,10 +488,19 @@ class _Captioner:
         self.warned = False
         self.wanted = options.caption_missing
         self.active = bool(self.wanted and role is not None and not role.caption_mode)
+        self.prompt: CaptionPrompt | None = load_caption_prompt(options.caption_prompt) if self.active else None
+        self.max_tokens = options.caption_max_tokens
 
     @property
     def model_id(self) -> str | None:
         return str(self.role.model.model_id) if self.active else None
+
+    @property
+    def identity(self) -> str | None:
+        """Model id + prompt hash, stored in the fingerprint of the records it captions."""
+        if not self.active or self.prompt is None:
+            return None
+        return captioner_identity(str(self.role.model.model_id), self.prompt)
 
     def note_captionless(self) -> None:
         """Called for each record with no caption; warns once when nothing can caption it."""
@@ -423,55 +512,72 @@ class _Captioner:
                                         "captionless images keep no caption")
         else:
             self.report.warnings.append(
-                f"captioning skipped: role {self.role.name!r} ({self.role.model.model_id}) cannot see images, "
-                "so there is nothing to caption from"
+                f"captioning refused: role {self.role.name!r} ({self.role.model.model_id}) cannot see images, and a "
+                "model that does not see an image must not describe it; configure a captioner with vision"
             )
 
     def caption(self, records: Sequence[ImageRecord]) -> list[bool]:
         """Caption records in place; returns which ones got a caption."""
+        assert self.prompt is not None
         done = []
         for rec in records:
             text = ""
             try:
-                reply = self.role.text([Message.user(CAPTION_PROMPT, ImagePart(record=rec))], max_tokens=60)
-                text = _clean_caption(reply)
+                reply = self.role.text([Message.user(self.prompt.text, ImagePart(record=rec))],
+                                       max_tokens=self.max_tokens)
+                text = parse_caption_reply(reply)
             except Exception as exc:  # a failing model costs this caption, not the build
                 self.failures += 1
                 if self.failures <= _MAX_CAPTION_WARNINGS:
-                    self.report.warnings.append(f"captioning {rec.path} failed: {exc}")
+                    self.report.warnings.append(f"captioning {display_path(rec.path)} failed: {clean_text(str(exc))}")
             if text:
                 rec.captions = [text]
-                rec.extra["caption_source"] = self.model_id
+                rec.caption_source = f"captioner:{self.model_id}"
+                rec.derived_text = ""
                 self.report.captioned += 1
             done.append(bool(text))
         return done
 
 
-def _clean_caption(reply: str) -> str:
-    line = next((ln.strip() for ln in (reply or "").splitlines() if ln.strip()), "")
-    return line.strip("\"'` ").strip()
-
-
 # --------------------------------------------------------------------------- the build
 
 
-def _fingerprint(st: os.stat_result, item: _Item, captioner_id: str | None) -> str:
-    meta = stable_key(item.path, item.row.digest() if item.row else None, captioner_id)[:16]
-    return f"{st.st_size}:{st.st_mtime_ns}:{meta}"
+# Bump when records gain fields that need every input read again (2: derived_text, caption_source).
+_RECORD_VERSION = 2
 
 
-def _check_spaces(gallery: Gallery, dual: DualEncoder | None, text: TextEmbedder | None) -> list[str]:
-    """Refuse encoders that differ from the index's; return spaces the index does not have yet."""
-    wanted = space_models(dual, text)
+def _fingerprint(st: os.stat_result, item: _Item, captioner: str | None = None) -> str:
+    """``size:mtime:meta`` of the input, then ``|captioner identity`` when a captioner described it.
+
+    The captioner part is compared only by a run that captions (see :meth:`_Build._one`), so a run without
+    ``--caption-missing`` keeps the captions an earlier run made, and a run with another captioner model or
+    prompt re-captions them."""
+    meta = stable_key(item.path, item.row.digest() if item.row else None, None, _RECORD_VERSION)[:16]
+    base = f"{st.st_size}:{st.st_mtime_ns}:{meta}"
+    return f"{base}|{captioner}" if captioner else base
+
+
+def _check_spaces(gallery: Gallery, dual: Any, text: Any) -> list[str]:
+    """Refuse encoders that differ from the index's; return spaces the index does not have yet.
+
+    Compares model ids, which a :class:`~imagent.index.embedding.LazyEncoder` knows from the config without
+    loading the model (a run that changes nothing never loads it); dims are compared when known, and again
+    when vectors are written (:meth:`Gallery.ensure_space`)."""
+    wanted: dict[str, tuple[str, int | None]] = {}
+    if dual is not None:
+        wanted[SPACE_IMAGE] = wanted[SPACE_CAPTION_DUAL] = (encoder_model_id(dual), encoder_dim(dual))
+    if text is not None:
+        wanted[SPACE_CAPTION_TEXT] = (encoder_model_id(text), encoder_dim(text))
     if not wanted:
         raise ValueError("build_index needs a dual encoder or a text embedder")
     have = gallery.spaces()
     for space, (model_id, dim) in wanted.items():
         info = have.get(space)
-        if info is not None and (info.model_id, info.dim) != (model_id, dim):
+        if info is not None and (info.model_id != model_id or (dim is not None and info.dim != dim)):
             raise GalleryError(
                 f"index {gallery.root} holds {space!r} vectors from {info.model_id} (dim {info.dim}), but the "
-                f"configured encoder is {model_id} (dim {dim}); use another --index or delete this one"
+                f"configured encoder is {model_id}{f' (dim {dim})' if dim is not None else ''}; use another "
+                "--index or delete this one"
             )
     return [s for s in wanted if s not in have]
 
@@ -480,8 +586,8 @@ class _Build:
     def __init__(
         self,
         gallery: Gallery,
-        dual: DualEncoder | None,
-        text: TextEmbedder | None,
+        dual: Any,
+        text: Any,
         options: IndexOptions,
         captioner: Any,
         report: IndexReport,
@@ -499,16 +605,23 @@ class _Build:
         self.skips: list[tuple[str, str, str]] = []  # (source key, path, reason) to store
         self.ok_keys: set[str] = set()  # inputs that end this run with a current record
         self.skipped_keys: set[str] = set()
+        self.root: str | None = None
 
     def run(self, source: _Source, progress: Progress | None, force: bool) -> None:
         items = source.items
+        self.root = source.root
         stored = self.g.fingerprints()  # source key -> (id, fingerprint)
         self.owner = {i: k for k, (i, _) in stored.items()}  # id -> source key holding it
         self.owner_path = {i: self.g.record(i).path for i in self.owner if i in self.g}
         current = {it.key for it in items}
         total = len(items)
         for n, item in enumerate(items, 1):
-            self._one(item, stored, current, source.scope, force)
+            try:
+                self._one(item, stored, current, source.scope, force)
+            except (OSError, ValueError) as exc:
+                # Anything unforeseen about one input (an OS error on a strange file, a value a row carries)
+                # costs that input, with the reason, never the build.
+                self._skip(item, f"unexpected {type(exc).__name__}: {clean_text(str(exc))}")
             if len(self.pending) >= self.options.batch_size:
                 self._flush()
             if progress is not None:
@@ -521,6 +634,21 @@ class _Build:
         self.skips.append((item.key, item.path or item.display, reason))
         self.skipped_keys.add(item.key)
 
+    def _unchanged(self, previous: tuple[str, str] | None, fp: str, captionless: bool) -> bool:
+        if previous is None:
+            return False
+        old_base, _, old_captioner = previous[1].partition("|")
+        if old_base != fp:
+            return False
+        identity = self.captioner.identity
+        if not (captionless and identity):
+            return True  # not captioning now: whatever captions the record has stay
+        if old_captioner == identity:
+            return True
+        stored = self.g.record(previous[0]) if previous[0] in self.g else None
+        # Captions given by a manifest or imported with --captions are never replaced by a captioner's.
+        return stored is not None and stored.caption_source == "given"
+
     def _one(self, item: _Item, stored: dict[str, tuple[str, str]], current: set[str], scope: str,
              force: bool) -> None:
         if item.error is not None:
@@ -532,11 +660,9 @@ class _Build:
             self._skip(item, str(exc))
             return
         captionless = not (item.row and item.row.captions)
-        # The captioner takes part in the fingerprint of captionless inputs only, so turning
-        # captioning on later re-reads exactly the images it can caption.
-        fp = _fingerprint(st, item, self.captioner.model_id if captionless else None)
+        fp = _fingerprint(st, item)
         previous = stored.get(item.key)
-        if previous is not None and previous[1] == fp and not force:
+        if not force and self._unchanged(previous, fp, captionless):
             self.report.unchanged += 1
             self.ok_keys.add(item.key)
             return
@@ -545,12 +671,12 @@ class _Build:
         except ImageLoadError as exc:
             self._skip(item, str(exc))
             return
-        record = _make_record(item, probe)
+        record = _make_record(item, probe, self.root)
         holder = self.owner.get(record.id)
         # A holder that is an input of this source but gone from it (a renamed or moved file) is
         # not a conflict: the upsert below takes its record over, under this input's key.
         if holder is not None and holder != item.key and (holder in current or not holder.startswith(scope)):
-            other = self.owner_path.get(record.id, holder)
+            other = display_path(self.owner_path.get(record.id, holder))
             if item.row is not None and item.row.id is not None:
                 self._skip(item, f"id {record.id!r} is already used by {other}")
             else:
@@ -563,12 +689,14 @@ class _Build:
             self.owner.pop(previous[0], None)
         self.owner[record.id] = item.key
         self.owner_path[record.id] = record.path
+        pending = PendingRecord(record, item.key, fp)
         if captionless:
             if self.captioner.active:
-                self.needs_caption.append((len(self.pending), _fingerprint(st, item, None)))
+                self.needs_caption.append((len(self.pending), fp))
+                pending.fingerprint = f"{fp}|{self.captioner.identity}"
             else:
                 self.captioner.note_captionless()
-        self.pending.append(PendingRecord(record, item.key, fp))
+        self.pending.append(pending)
         self.ok_keys.add(item.key)
         if previous is None:
             self.report.added += 1
@@ -606,6 +734,62 @@ class _Build:
         self.report.removed = len(stale)
 
 
+def _source_root(source: str | Path) -> str | None:
+    src = Path(source).expanduser()
+    return _abspath(src) if src.is_dir() else (os.path.dirname(_abspath(src)) if src.is_file() else None)
+
+
+def import_captions(
+    caption_file: str | Path,
+    gallery: Gallery,
+    dual: Any,
+    text: Any,
+    report: IndexReport,
+    source_root: str | None = None,
+) -> int:
+    """Store the captions of ``caption_file`` (see :mod:`imagent.index.captioning`) on the gallery's records,
+    as ``caption_source = "given"``, and embed their caption spaces again. Returns how many records changed.
+
+    A row names its record by ``id``, or by ``file``/``path`` relative to the caption file's folder (or to
+    ``source_root``, the indexed folder). Rows that match nothing are skipped with a reason."""
+    path = Path(caption_file).expanduser()
+    if not path.is_file():
+        raise SourceError(f"no such caption file: {display_path(path)}")
+    if path.suffix.lower() not in MANIFEST_SUFFIXES:
+        raise SourceError(f"unknown caption file type {path.suffix!r}; use .jsonl, .json or .csv")
+    rows, bad = caption_rows(_read_rows(path, report.warnings), path, path.suffix.lower() == ".csv")
+    shown = display_path(path)
+    for where, reason in bad:
+        report.skipped.append((f"{shown} ({where})", f"{where}: {reason}"))
+    keys = {i: (k, fp) for k, (i, fp) in gallery.fingerprints().items()}
+    by_path = {_abspath(r.path): r.id for r in gallery.records()}
+    updates: dict[str, ImageRecord] = {}
+    for row in rows:
+        rid = row.id if row.id in gallery else None
+        if rid is None and row.path is not None:
+            rid = by_path.get(row.path)
+            if rid is None and source_root and row.name:
+                rid = by_path.get(_abspath(os.path.join(source_root, row.name)))
+        if rid is None or rid not in keys:
+            what = f"id {row.id!r}" if row.id else display_path(row.name or "")
+            report.skipped.append((f"{shown} ({row.where})", f"{row.where}: {what} is not in the index"))
+            continue
+        rec = ImageRecord.from_dict(gallery.record(rid).to_dict())
+        rec.captions, rec.caption_source = list(row.captions), "given"
+        updates[rid] = rec
+    records = list(updates.values())
+    for start in range(0, len(records), 256):
+        batch = records[start : start + 256]
+        # Caption spaces only: a pixel encoder's image vectors do not depend on the caption.
+        vectors = embed_records(batch, dual, text, caption_spaces_only=True)
+        with gallery.transaction() as c:
+            for n, rec in enumerate(batch):
+                key, fp = keys[rec.id]
+                gallery.upsert(c, rec, key, fp, {s: v[n] for s, v in vectors.items()})
+    report.imported = len(records)
+    return len(records)
+
+
 def build_index(
     source: str | Path,
     index_root: str | Path | Gallery,
@@ -614,8 +798,13 @@ def build_index(
     options: IndexOptions | None = None,
     captioner: Any = None,
     progress: Progress | None = None,
+    captions: str | Path | None = None,
 ) -> IndexReport:
     """Index ``source`` (a folder or a manifest) into the gallery at ``index_root``; see the module doc.
+
+    ``dual`` / ``text`` may be :class:`~imagent.index.embedding.LazyEncoder`: then a run with nothing to embed
+    never loads a model. ``captions``: a caption file imported after the source is read (before any captioner
+    runs, so images it covers are not captioned by a model).
 
     Raises :class:`SourceError` for an unusable source and :class:`GalleryError` when the index
     was built with other encoders; a bad image or row is skipped and reported, never raised."""
@@ -625,15 +814,40 @@ def build_index(
     report = IndexReport()
     new_spaces = _check_spaces(gallery, dual, text)
     src = read_source(source, exclude=gallery.root)
+    report.warnings.extend(src.warnings)
     report.total = len(src.items)
     # Records stored before a space existed have no vectors in it: embed them all again.
     force = bool(new_spaces) and any(k.startswith(src.scope) for k in gallery.fingerprints())
     if force:
         report.warnings.append(f"the index gains space(s) {', '.join(new_spaces)}: every image is embedded again")
-    _Build(gallery, dual, text, options, captioner, report).run(src, progress, force)
+    if captions is not None:
+        # Read the source without captioning, import the given captions, then caption what is still missing
+        # (a second pass that only touches captionless records).
+        _Build(gallery, dual, text, options.model_copy(update={"caption_missing": False}), None, report).run(
+            src, progress, force)
+        gallery.reload()
+        import_captions(captions, gallery, dual, text, report, src.root)
+        gallery.reload()
+        if options.caption_missing:
+            second = IndexReport()
+            _Build(gallery, dual, text, options, captioner, second).run(src, progress, False)
+            report.updated += second.updated + second.added
+            report.captioned += second.captioned
+            report.warnings.extend(second.warnings)
+    else:
+        _Build(gallery, dual, text, options, captioner, report).run(src, progress, force)
     if not gallery.snapshot_is_current():
         gallery.write_snapshot()
     else:
         gallery.reload()
+    gallery.configure_ann(options)
+    try:
+        built = gallery.build_ann()
+    except AnnUnavailable as exc:  # a large gallery without the `ann` extra: the exact scan still answers
+        built = []
+        report.warnings.append(f"{exc}; searches use the exact scan")
+    if built:
+        report.warnings.append(f"approximate search store (re)built for {', '.join(built)}")
+    report.coverage(gallery, src.scope, dual)
     report.seconds = time.perf_counter() - t0
     return report

@@ -6,8 +6,9 @@ both go through :func:`add_records`, so there is one way vectors get into an ind
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -16,6 +17,67 @@ from imagent.core.types import ImageRecord
 from imagent.index.gallery import SPACE_CAPTION_DUAL, SPACE_CAPTION_TEXT, SPACE_IMAGE, Gallery
 from imagent.models.base import DualEncoder, TextEmbedder
 from imagent.models.encoders import caption_text
+
+
+class LazyEncoder:
+    """An encoder that is loaded on first use, with its model id known before that (from the config).
+
+    An incremental ``imagent index`` that finds nothing new compares model ids only, so it never pays the
+    seconds a model load costs. ``model_id`` is the configured prediction until the model is loaded, then
+    the model's own (a wrong prediction is still caught when vectors are written)."""
+
+    def __init__(self, load: Callable[[], Any], model_id: str | None = None, sees_pixels: bool | None = None) -> None:
+        self._load = load
+        self._model_id = model_id
+        self._sees_pixels = sees_pixels
+        self._encoder: Any = None
+
+    @property
+    def loaded(self) -> bool:
+        return self._encoder is not None
+
+    def get(self) -> Any:
+        if self._encoder is None:
+            self._encoder = self._load()
+        return self._encoder
+
+    @property
+    def model_id(self) -> str:
+        if self._encoder is None and self._model_id is not None:
+            return self._model_id
+        return str(self.get().model_id)
+
+    @property
+    def dim(self) -> int:
+        return int(self.get().dim)
+
+    @property
+    def sees_pixels(self) -> bool:
+        if self._encoder is None and self._sees_pixels is not None:
+            return self._sees_pixels
+        return bool(getattr(self.get(), "sees_pixels", True))
+
+    def encode_texts(self, texts: list[str]) -> np.ndarray:
+        return self.get().encode_texts(texts)
+
+    def encode_images(self, records: list[ImageRecord]) -> np.ndarray:
+        return self.get().encode_images(records)
+
+
+def encoder_model_id(encoder: Any) -> str:
+    return str(encoder.model_id)
+
+
+def encoder_dim(encoder: Any) -> int | None:
+    """The encoder's dim, or None for a :class:`LazyEncoder` not loaded yet (asking would load it)."""
+    if isinstance(encoder, LazyEncoder) and not encoder.loaded:
+        return None
+    return int(encoder.dim)
+
+
+def embedding_text(record: ImageRecord) -> str:
+    """What the caption spaces embed: the captions, else the text derived from names, date and place."""
+    return caption_text(record) or record.derived_text.strip()
 
 
 @dataclass
@@ -37,13 +99,16 @@ def space_models(dual: DualEncoder | None, text: TextEmbedder | None) -> dict[st
 
 
 def embed_records(
-    records: Sequence[ImageRecord], dual: DualEncoder | None, text: TextEmbedder | None
+    records: Sequence[ImageRecord], dual: DualEncoder | None, text: TextEmbedder | None,
+    caption_spaces_only: bool = False,
 ) -> dict[str, np.ndarray]:
-    """space -> (n, dim) float32. Captionless records get zero caption vectors (cosine 0).
+    """space -> (n, dim) float32. A record without a caption is embedded by its derived text (file and folder
+    words, date, place); one with neither gets zero caption vectors (cosine 0).
 
     Identical computations are shared: in caption mode with the same text model, the image,
-    caption_dual and caption_text spaces are one encoding."""
-    captions = [caption_text(r) for r in records]
+    caption_dual and caption_text spaces are one encoding. ``caption_spaces_only`` leaves out the image space
+    of an encoder that sees pixels (new captions do not change it)."""
+    captions = [embedding_text(r) for r in records]
     has_caption = np.array([bool(c) for c in captions])
     out: dict[str, np.ndarray] = {}
     done: dict[str, np.ndarray] = {}  # "model_id|what" -> vectors
@@ -60,7 +125,8 @@ def embed_records(
 
     if dual is not None:
         if getattr(dual, "sees_pixels", True):
-            out[SPACE_IMAGE] = np.asarray(dual.encode_images(list(records)), dtype=np.float32)
+            if not caption_spaces_only:
+                out[SPACE_IMAGE] = np.asarray(dual.encode_images(list(records)), dtype=np.float32)
         else:
             out[SPACE_IMAGE] = texts_in(dual)
         out[SPACE_CAPTION_DUAL] = texts_in(dual)

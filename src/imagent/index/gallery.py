@@ -35,10 +35,15 @@ from typing import Any
 
 import numpy as np
 
+from imagent.core.config import IndexOptions
 from imagent.core.types import ImageRecord, MetadataConstraints, Ranking
+from imagent.index.ann import AnnParams, AnnStore, search_reranked
 from imagent.index.scoring import cosine_scores, haversine_km, top_k
 
 SPACE_IMAGE = "image"
+# A candidate pool of at least 1/_GATHER_FRACTION of the gallery is scored by scanning every row and
+# indexing the scores (no copy of the matrix); smaller pools gather their rows first.
+_GATHER_FRACTION = 4
 SPACE_CAPTION_DUAL = "caption_dual"
 SPACE_CAPTION_TEXT = "caption_text"
 
@@ -59,6 +64,24 @@ CREATE TABLE IF NOT EXISTS spaces (name TEXT PRIMARY KEY, model_id TEXT NOT NULL
 CREATE TABLE IF NOT EXISTS skipped (source_key TEXT PRIMARY KEY, path TEXT, reason TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
+
+
+def _sql_text(s: str) -> str | bytes:
+    """A key or path as SQLite can store it. Text with lone surrogates (a file name that is not UTF-8, as
+    ``os.listdir`` decodes it) is stored as its ``surrogatepass`` bytes: exact and reversible, so the file still
+    opens and the next run finds the same key; valid text is stored as text, unchanged."""
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "surrogatepass")
+
+
+def _from_sql(value: str | bytes | None) -> str:
+    """Inverse of :func:`_sql_text`."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "surrogatepass")
+    return value or ""
 
 
 class GalleryError(RuntimeError):
@@ -83,6 +106,11 @@ class Gallery:
         (self.root / "vectors").mkdir(exist_ok=True)
         self._db_path = db
         self._local = threading.local()
+        # Approximate search (see search()): "auto" uses a current store for pools of >= ann_min_rows rows.
+        self.ann_mode: str = "auto"
+        self.ann_min_rows: int = 200_000
+        self.ann_params = AnnParams()
+        self._ann_stores: dict[str, AnnStore] = {}
         conn = self._conn()
         conn.executescript(SCHEMA)
         if conn.execute("SELECT 1 FROM meta WHERE key='uuid'").fetchone() is None:
@@ -208,10 +236,16 @@ class Gallery:
         return self._records[found] if found is not None else None
 
     def skipped(self) -> list[tuple[str, str]]:
-        return [(p or k, r) for k, p, r in self._conn().execute("SELECT source_key, path, reason FROM skipped")]
+        return [(_from_sql(p) or _from_sql(k), _from_sql(r))
+                for k, p, r in self._conn().execute("SELECT source_key, path, reason FROM skipped")]
+
+    def caption_coverage(self) -> tuple[int, int]:
+        """``(records with a real caption, all records)``. Real: given by a manifest or a caption file, or
+        written by a captioner; text derived from file names, dates and places does not count."""
+        return sum(1 for r in self._records.values() if r.has_caption), len(self._records)
 
     def skipped_keys(self) -> list[str]:
-        return [k for (k,) in self._conn().execute("SELECT source_key FROM skipped")]
+        return [_from_sql(k) for (k,) in self._conn().execute("SELECT source_key FROM skipped")]
 
     def vectors(self, space: str) -> np.ndarray:
         """(N, dim) float32 rows aligned with :attr:`ids`, loaded from the snapshot (rebuilt if stale)."""
@@ -344,9 +378,10 @@ class Gallery:
             row = int(existing[0])
         c.execute(
             "INSERT OR REPLACE INTO records(id, row, path, source_key, fingerprint, data) VALUES (?,?,?,?,?,?)",
-            (record.id, row, record.path, source_key, fingerprint, json.dumps(record.to_dict())),
+            (record.id, row, _sql_text(record.path), _sql_text(source_key), fingerprint,
+             json.dumps(record.to_dict())),  # ensure_ascii: surrogates in the JSON are \\u-escaped
         )
-        c.execute("DELETE FROM skipped WHERE source_key=?", (source_key,))
+        c.execute("DELETE FROM skipped WHERE source_key=?", (_sql_text(source_key),))
         for space, vec in vectors.items():
             v = np.asarray(vec, dtype=np.float32).reshape(-1)
             c.execute(
@@ -363,16 +398,18 @@ class Gallery:
 
     def mark_skipped(self, c: sqlite3.Connection, source_key: str, path: str, reason: str) -> None:
         c.execute(
-            "INSERT OR REPLACE INTO skipped(source_key, path, reason) VALUES (?,?,?)", (source_key, path, reason)
+            "INSERT OR REPLACE INTO skipped(source_key, path, reason) VALUES (?,?,?)",
+            (_sql_text(source_key), _sql_text(path), _sql_text(reason)),
         )
 
     def forget_skipped(self, c: sqlite3.Connection, source_keys: Iterable[str]) -> None:
         """Drop skipped entries (files that are gone from the source, or fine now)."""
-        c.executemany("DELETE FROM skipped WHERE source_key=?", [(k,) for k in source_keys])
+        c.executemany("DELETE FROM skipped WHERE source_key=?", [(_sql_text(k),) for k in source_keys])
 
     def fingerprints(self) -> dict[str, tuple[str, str]]:
         """source_key -> (id, fingerprint) for every stored record (what an incremental run compares)."""
-        return {k: (i, f) for i, k, f in self._conn().execute("SELECT id, source_key, fingerprint FROM records")}
+        return {_from_sql(k): (i, f)
+                for i, k, f in self._conn().execute("SELECT id, source_key, fingerprint FROM records")}
 
     # ------------------------------------------------------------------ search
     def _metadata_arrays(self) -> dict[str, np.ndarray]:
@@ -423,11 +460,18 @@ class Gallery:
         return None if mask is None else np.flatnonzero(mask)
 
     def scores(self, query: np.ndarray, space: str, rows: np.ndarray | None = None) -> np.ndarray:
-        """Cosine of ``query`` (d,) with every row (or the given rows) of ``space``."""
+        """Cosine of ``query`` (d,) or (q, d) with every row (or the given rows) of ``space``.
+
+        A pool that covers most of the gallery (every row but the reference, a broad date filter)
+        is scored by one scan of the whole matrix and then indexed: gathering ``mat[rows]`` would copy
+        the matrix first (147 MB and ~7x the time at 100k x 384). Small pools are gathered."""
         mat = self.vectors(space)
-        if rows is not None:
-            mat = mat[rows]
-        return cosine_scores(mat, query)
+        if rows is None:
+            return cosine_scores(mat, query)
+        if len(rows) * _GATHER_FRACTION >= mat.shape[0]:
+            full = cosine_scores(mat, query)
+            return full[..., rows]
+        return cosine_scores(mat[rows], query)
 
     def search(
         self,
@@ -438,10 +482,63 @@ class Gallery:
         subset: Iterable[str] | None = None,
         exclude: Iterable[str] | None = None,
     ) -> Ranking:
-        """Exact cosine top-k of ``query`` in ``space`` among the rows the filters allow."""
+        """Cosine top-k of ``query`` in ``space`` among the rows the filters allow.
+
+        Exact scan by default. When the space has a current approximate store (:mod:`imagent.index.ann`,
+        large galleries) and the pool is large, the store proposes ``k * overfetch`` candidates inside the
+        filter and they are re-ranked exactly: scores are exact cosines either way. Small pools (a tight
+        filter, a per-query subset) are always scanned exactly, which is then cheaper than the store."""
         rows = self.candidate_rows(constraints, subset, exclude)
+        ids_ = self.ids
+        store = self._usable_ann(space, query, rows)
+        if store is not None:
+            found = search_reranked(store, self.vectors(space), query, k, self.ann_params, rows)
+            if found is not None:
+                return Ranking([ids_[int(r)] for r in found[0]], [float(x) for x in found[1]])
         s = self.scores(query, space, rows)
         best = top_k(s, k)
-        ids_ = self.ids
         picked = best if rows is None else rows[best]
         return Ranking([ids_[int(r)] for r in picked], [float(x) for x in s[best]])
+
+    # ------------------------------------------------------------------ approximate search
+    def _ann_identity(self, space: str) -> dict[str, Any]:
+        info = self._spaces[space]
+        return {"uuid": self.uuid(), "generation": self.generation(), "rows": len(self.ids),
+                "model_id": info.model_id, "dim": info.dim}
+
+    def ann_store(self, space: str) -> AnnStore:
+        store = self._ann_stores.get(space)
+        if store is None:
+            store = self._ann_stores[space] = AnnStore(self.root, space)
+        return store
+
+    def configure_ann(self, options: IndexOptions) -> None:
+        """Apply the ``indexing.ann*`` settings (searches and store builds of this gallery)."""
+        self.ann_mode = options.ann
+        self.ann_min_rows = 1 if options.ann == "on" else options.ann_min_rows
+        self.ann_params = AnnParams(nprobe=options.ann_nprobe, overfetch=options.ann_overfetch)
+
+    def ann_current(self, space: str) -> bool:
+        """Whether ``space`` has an approximate store built from the database as it is now."""
+        return space in self._spaces and self.ann_store(space).matches(self._ann_identity(space))
+
+    def _usable_ann(self, space: str, query: np.ndarray, rows: np.ndarray | None) -> AnnStore | None:
+        if self.ann_mode == "off" or np.ndim(query) != 1 or space not in self._spaces:
+            return None
+        pool = len(self.ids) if rows is None else len(rows)
+        if pool < self.ann_min_rows or not self.ann_current(space):
+            return None
+        return self.ann_store(space)
+
+    def build_ann(self, spaces: Iterable[str] | None = None, force: bool = False) -> list[str]:
+        """(Re)build the approximate store of each space (default: every space) unless it is current;
+        returns the spaces built. ``ann_mode == "auto"`` builds only for galleries of at least
+        ``ann_min_rows`` images (below that the exact scan is fast enough and exact)."""
+        if self.ann_mode == "off" or (self.ann_mode == "auto" and len(self.ids) < self.ann_min_rows and not force):
+            return []
+        built = []
+        for space in list(spaces or self._spaces):
+            if force or not self.ann_current(space):
+                self.ann_store(space).build(self.vectors(space), self._ann_identity(space), self.ann_params)
+                built.append(space)
+        return built

@@ -8,19 +8,20 @@ paper's, so ``--set imagescope.tau=0.3`` is validated against the class.
 
 from __future__ import annotations
 
+import contextvars
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from imagent.core.trace import Trace, note
 from imagent.core.types import ImageRecord, Query, Ranking, Result
 from imagent.index.gallery import SPACE_CAPTION_DUAL, SPACE_CAPTION_TEXT, SPACE_IMAGE, Gallery
 from imagent.index.scoring import stable_order, top_k
 from imagent.models.base import DualEncoder, TextEmbedder
-from imagent.models.roles import Roles
+from imagent.models.roles import CallBudgetExceeded, Roles
 
 
 class MethodConfig(BaseModel):
@@ -29,6 +30,10 @@ class MethodConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     # Parallel model calls inside one query (verifier fan-out); 1 = sequential.
     concurrency: int = 1
+    # Cap on uncached model calls per query (bounded cost). None: twice the method's expected count at these
+    # settings (``Method.estimate_calls``). Past the cap the method stops with its best ranking so far.
+    max_calls: int | None = Field(None, ge=0, description="cap on uncached model calls per query (None: 2x the "
+                                  "expected count at these settings); past it the best ranking so far is returned")
 
 
 @dataclass
@@ -87,16 +92,33 @@ class MethodContext:
 
     def describe_image(self, record: ImageRecord, role: str = "captioner") -> str:
         """An image's description: its stored caption when it has one (no model call), else the
-        ``role`` model's one-sentence description. Which one was used goes into the trace."""
+        ``role`` model's one-sentence description when that model sees pixels. A blind model is never
+        asked to describe an image it cannot see (it would make one up): the image's derived text
+        (file/folder words, date, place) is used instead, marked in the trace, and without that the
+        query is refused with what to configure. Which one was used goes into the trace."""
         if record.captions:
             note(f"image {record.id}: used its stored caption")
             return record.caption
+        if self.roles[role].caption_mode:
+            if record.derived_text:
+                note(f"image {record.id}: no caption and the {role} role cannot see pixels: used its derived "
+                     f"text (file/folder words, date, place), not a description of its content")
+                return record.derived_text
+            raise BlindDescriptionError(
+                f"image {record.id} ({record.path or 'no path'}) has no caption and the {role} role's model cannot "
+                f"see pixels, so it cannot be described; give it a caption (index a manifest with captions), "
+                f"or configure a vision model for the {role} role (vision = true; `imagent models presets`)"
+            )
         from imagent.models.base import ImagePart, Message
 
         prompt = load_prompt("common/describe_image.txt")
         text = self.roles[role].text([Message.user(prompt, ImagePart(record=record))], max_tokens=80)
         note(f"image {record.id}: described by the {role} role")
         return text or ""
+
+
+class BlindDescriptionError(ValueError):
+    """A method needed an image described, but it has no caption and no configured model sees pixels."""
 
 
 def load_prompt(relative: str) -> str:
@@ -163,26 +185,104 @@ class Method(ABC):
             config = self.Config.model_validate(config)
         self.config = config
 
+    @classmethod
+    def estimate_calls(cls, config: MethodConfig, query: Query | None = None) -> int:
+        """Model calls one query is expected to cost at ``config`` (cache hits not subtracted), shown
+        before a search starts. ``query`` (when given) tells the task; 0 for methods that call no model."""
+        return 0
+
     def search(self, query: Query, top_k: int = 50, trace: Trace | None = None) -> Result:
         """Run the method on one query. ``trace`` may be given to observe the search while it runs
-        (listeners), cancel it (``cancel_event``) or cap its model calls (``max_calls``)."""
+        (listeners), cancel it (``cancel_event``) or cap its model calls (``max_calls``).
+
+        Bounded cost: unless the caller set ``trace.max_calls``, the cap is ``config.max_calls`` or, when
+        that is None, twice :meth:`estimate_calls`. Roles refuse uncached calls past it
+        (:class:`~imagent.models.roles.CallBudgetExceeded`); JSON answers fall back, and a refused call that
+        the method cannot do without ends :meth:`run`: the search then returns the best ranking the method
+        offered through :func:`keep_best` (else :meth:`fallback_ranking`), in a trace step ``stopped.call_cap``."""
         if query.task not in self.tasks:
             raise ValueError(f"method {self.name!r} handles {sorted(self.tasks)} queries, not {query.task!r}")
         if trace is None:
             trace = Trace()
         trace.method, trace.query = self.name, summarize_query(query)
-        with trace.activate():
-            out = self.run(query, top_k, trace)
+        if trace.max_calls is None:
+            trace.max_calls = self.call_cap(query)
+        best: list[Ranking | None] = [None]
+        token = _BEST.set(best)
+        try:
+            with trace.activate():
+                warnings = self.preflight(query)  # before any model call: may refuse the query
+                if warnings:
+                    with trace.step("checks") as step:
+                        for w in warnings:
+                            step.note(w)
+                try:
+                    out = self.run(query, top_k, trace)
+                except CallBudgetExceeded:
+                    out = self._stopped_by_cap(query, top_k, trace, best[0])
+        finally:
+            _BEST.reset(token)
         if isinstance(out, Result):
             return out
         ranking, stages = out if isinstance(out, tuple) else (out, {})
         return Result(ranking=ranking, trace=trace, stages=stages)
+
+    def call_cap(self, query: Query | None = None) -> int:
+        """The cap on uncached model calls for ``query``: ``config.max_calls``, else 2x :meth:`estimate_calls`."""
+        if self.config.max_calls is not None:
+            return self.config.max_calls
+        return 2 * self.estimate_calls(self.config, query)
+
+    def fallback_ranking(self, query: Query, top_k: int) -> Ranking:
+        """The ranking returned when the call cap stops the method before it offered one (:func:`keep_best`):
+        plain dual-encoder retrieval of the query text, fused with the reference image for a composed query
+        (the ``clip`` baseline, which costs no model call). A method may override it with a better one."""
+        from imagent.core.vectors import l2_normalize
+
+        text = fold_dialogue(query) if query.task == "chat" else query.text
+        vec = self.ctx.encode([text], SPACE_IMAGE)[0]
+        if query.reference is not None:
+            vec = l2_normalize(0.5 * vec + 0.5 * self.ctx.image_vector(query.reference))
+        return self.ctx.rank(query, vec, SPACE_IMAGE, top_k)
+
+    def _stopped_by_cap(self, query: Query, top_k: int, trace: Trace, best: Ranking | None) -> Ranking:
+        with trace.step("stopped.call_cap", max_calls=trace.max_calls) as step:
+            if best is None:
+                ranking, what = self.fallback_ranking(query, top_k), "the plain retrieval (clip baseline) ranking"
+            else:
+                ranking, what = best.top(top_k), "the best ranking the method had reached"
+            step.note(f"call cap {trace.max_calls} reached: the search stopped and returned {what}")
+            step.outputs["top"] = ranking.head(5)
+        trace.count("call_cap_stops")
+        return ranking
+
+    def preflight(self, query: Query | None = None) -> list[str]:
+        """Checks made before any model call, for one ``query`` or (``None``) for a whole run: raise a
+        user error when the method cannot run as its paper defines it (ImageScope or X^R on an index
+        without captions), else return warnings a user must see (TaCIR with no tool configured). The CLI
+        and the eval runner call it once at the start; :meth:`search` notes the warnings in a first trace
+        step named ``checks``."""
+        return []
 
     @abstractmethod
     def run(self, query: Query, top_k: int, trace: Trace) -> Ranking | tuple[Ranking, dict[str, Ranking]] | Result:
         """The pipeline. Return the final ranking (at least ``top_k`` long when the pool allows),
         optionally with named intermediate rankings for stage-wise reports, or a whole
         :class:`Result` (set-valued methods fill ``answer_set``)."""
+
+
+_BEST: contextvars.ContextVar[list[Ranking | None] | None] = contextvars.ContextVar("imagent_best_ranking",
+                                                                                    default=None)
+
+
+def keep_best(ranking: Ranking) -> None:
+    """Offer ``ranking`` (complete: every pool id the method ranks, best first) as the best answer so far of
+    the query being searched. If the cap on model calls stops the method later, :meth:`Method.search` returns
+    it. A method calls this after each stage that ranks the pool (ImageScope after stages 1 and 2, X^R after
+    its coarse ranking)."""
+    holder = _BEST.get()
+    if holder is not None:
+        holder[0] = ranking
 
 
 def summarize_query(query: Query) -> dict[str, Any]:
@@ -226,7 +326,11 @@ def get_method(name: str) -> type[Method]:
     try:
         return methods[name]
     except KeyError:
-        raise KeyError(f"unknown method {name!r}; known: {', '.join(methods)}") from None
+        import difflib
+
+        close = difflib.get_close_matches(name, list(methods), n=1)
+        guess = f" (did you mean {close[0]!r}?)" if close else ""
+        raise KeyError(f"unknown method {name!r}{guess}; known: {', '.join(methods)}") from None
 
 
 __all__ = [
@@ -234,12 +338,14 @@ __all__ = [
     "SPACE_CAPTION_DUAL",
     "SPACE_CAPTION_TEXT",
     "SPACE_IMAGE",
+    "BlindDescriptionError",
     "Method",
     "MethodConfig",
     "MethodContext",
     "describe_methods",
     "fold_dialogue",
     "get_method",
+    "keep_best",
     "list_methods",
     "load_prompt",
     "ranking_from_scores",

@@ -37,10 +37,22 @@ class ClipBaseline(Method):
         text = fold_dialogue(query) if query.task == "chat" else query.text
         with trace.step("encode_query", text=text) as step:
             vec = self.ctx.encode([text], SPACE_IMAGE)[0]
-            if query.reference is not None:
-                ref = self.ctx.image_vector(query.reference)
+            ref_rec = query.reference
+            if ref_rec is not None and self.ctx.caption_mode and not ref_rec.has_caption:
+                # Caption mode sees an image only through its text: a reference without a caption adds
+                # nothing (or only file-name words) to the query, so say so instead of fusing silently.
+                if ref_rec.derived_text:
+                    step.note(f"reference {ref_rec.id} has no caption and no model sees pixels: fused by its "
+                              f"derived text ({ref_rec.derived_text[:60]!r}), not by its content")
+                else:
+                    step.note(f"reference {ref_rec.id} has no caption and no model sees pixels: it adds nothing; "
+                              "searched by the text alone (a pixel-seeing dual encoder: `imagent models presets`)")
+                    ref_rec = None
+                    step.outputs["fused_with_reference"] = None
+            if ref_rec is not None:
+                ref = self.ctx.image_vector(ref_rec)
                 vec = l2_normalize(cfg.text_weight * vec + (1.0 - cfg.text_weight) * ref)
-                step.outputs["fused_with_reference"] = query.reference.id
+                step.outputs["fused_with_reference"] = ref_rec.id
             if self.ctx.caption_mode:
                 step.note("caption mode: image vectors are caption embeddings")
         with trace.step("retrieve", space=SPACE_IMAGE, k=top_k) as step:
@@ -84,6 +96,11 @@ class CIReVL(Method):
     tasks = frozenset({"cir"})
     Config = CIReVLConfig
     description = "caption the reference, LLM-edit the caption by the modification, retrieve the result"
+    description = "caption the reference, LLM-edit the caption by the modification, retrieve the result"
+
+    @classmethod
+    def estimate_calls(cls, config: MethodConfig, query: Query | None = None) -> int:
+        return 1  # the edit; +1 captioner call for a reference without a caption that a vision model describes
 
     def run(self, query: Query, top_k: int, trace: Trace) -> Ranking:
         cfg: CIReVLConfig = self.config  # type: ignore[assignment]

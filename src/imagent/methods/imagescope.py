@@ -8,7 +8,9 @@ retrieval of target descriptions written by a reasoner, then two reflection stag
    types (addition, removal, modification, comparison, retention) and writes three target descriptions
    (core elements, enhanced details, comprehensive synthesis) from the instruction and the reference
    description (Prompt 1, ``prompts/imagescope/stage1_reasoner.txt``; JSON ``{"step1": [[type, text],
-   ...], "step2": [three descriptions]}`` as in the authors' prompts). Each gallery image scores
+   ...], "step2": [three descriptions]}`` as in the authors' prompts). One to three descriptions are used
+   as given (the authors' VisDial and several CIR prompts ask for one); an atomic instruction of another
+   type is kept with its own type name (the type only labels it in Prompt 2). Each gallery image scores
    ``s = mean over the descriptions of tau * cos(d, caption) + (1 - tau) * cos(d, image)`` (Eq. 7):
    the caption term uses the ``caption_dual`` vectors, so both terms live in the dual encoder's space.
    An index without image vectors is scored by the caption term alone, and the trace says so.
@@ -33,18 +35,28 @@ Hyper-parameters (all fields of :class:`ImageScopeConfig`, paper defaults): ``ta
 stage ablation; each run also returns the stage snapshots ``stage1``/``stage2``/``stage3`` in
 ``Result.stages`` so one run reports every stage side by side.
 
+Gallery captions: the tau term reads them (and, in caption mode, the image term and the verifier and
+evaluator too). :meth:`ImageScope.preflight` refuses an index where no image of the pool has a caption
+(:mod:`imagent.methods.captions`) unless ``allow_missing_captions=true``.
+
 Tasks (paper §3.2, decision 4 of papers/README.md):
 
 - **TIR**: no reference image, the reference description is empty (shown to the reasoner as ``(none)``).
 - **CIR**: the reference description is the reference's stored caption when it (or the gallery record
   with its id) has one, else the captioner's description; the trace records which was used.
-- **Chat-IR**: round ``r`` (``r`` answered turns) folds the dialogue so far into the instruction
-  (``", ".join([caption] + ["question answer", ...])``, the PlugIR convention) and uses the previous
-  round's comprehensive-synthesis description as the reference description; round 0 is the caption
-  alone, i.e. TIR. :meth:`ImageScope.search_rounds` returns one :class:`Result` per round (round ``r``
-  at index ``r``) for per-round metrics such as VisDial's Hits@K; :meth:`Method.search` returns the last
-  round and computes the earlier rounds' descriptions on the way. ``chat_instruction="last_turn"``
-  gives only the newest turn as the instruction (the authors' script).
+- **Chat-IR** (``chat_mode="paper"``, the default): §3.2 "synthesize the semantics of previous round's
+  image description with the current round's textual feedback". At round ``r >= 1`` (``r`` answered
+  turns) the instruction is turn ``r`` alone (``"question answer"``) and the reference description is
+  the previous round's target description; the "previous description" of round 1 is the opening caption.
+  This is the authors' ``start_dialog``: ``last_round_tgt_desc = dialog[0]`` at round 1, then the previous
+  round's stage-1 description. Here that is the comprehensive synthesis (the last of the descriptions);
+  the authors' VisDial prompt asks for a single description, which is the same synthesis. Round 0 (the
+  caption alone, which the PlugIR protocol scores and the authors' script does not run) is TIR with the
+  caption as the instruction. ``chat_mode="fold"`` instead gives the whole dialogue so far as the
+  instruction (``", ".join([caption] + ["question answer", ...])``, the PlugIR text) with the previous
+  round's comprehensive synthesis as the reference (round 1: round 0's). :meth:`ImageScope.search_rounds`
+  returns one :class:`Result` per round (round ``r`` at index ``r``) for VisDial's per-round Hits@K;
+  :meth:`Method.search` returns the last round and computes the earlier rounds' descriptions on the way.
 
 Where this differs from the authors' script (faults fixed):
 
@@ -88,21 +100,24 @@ from imagent.methods.base import (
     Method,
     MethodConfig,
     fold_dialogue,
+    keep_best,
     load_prompt,
     ranking_from_scores,
     register_method,
     summarize_query,
     text_score_vector,
 )
+from imagent.methods.captions import CaptionsConfig, check_captions, note_capped
 from imagent.models.base import ImagePart, Message
 from imagent.models.roles import parse_yes_no
 
 ATOMIC_TYPES = ("addition", "removal", "modification", "comparison", "retention")
 # Shown to the reasoner in place of an empty reference description (TIR, chat round 0).
 NO_REFERENCE = "(none)"
-# Bounds for constrained JSON decoding (small models loop without them); the paper gives no limit.
-MAX_ITEMS = 8
-MAX_CHARS = 300
+# Bounds for constrained JSON decoding (small models loop without them); the paper gives no limit. They sit far
+# above what a GPT-4-class reasoner writes; a value that reaches one is noted in the trace (it may be cut).
+MAX_ITEMS = 16
+MAX_CHARS = 1000
 # Separates stage-2 count tiers in the scores; larger than the width (2) of the cosine range.
 TIER = 10.0
 
@@ -112,9 +127,9 @@ STAGE1_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "step1": _PAIRS,  # [type, atomic instruction]
-        # Exactly three (core elements, enhanced details, comprehensive synthesis): with free choice
-        # the 0.5B offline model often wrote one.
-        "step2": {"type": "array", "minItems": 3, "maxItems": 3,
+        # Up to three (core elements, enhanced details, comprehensive synthesis), used as given: the
+        # authors' VisDial prompt asks for one, and fewer than three is a valid answer.
+        "step2": {"type": "array", "minItems": 1, "maxItems": 3,
                   "items": {"type": "string", "maxLength": MAX_CHARS}},
     },
     "required": ["step1", "step2"],
@@ -129,15 +144,16 @@ STAGE2_SCHEMA: dict[str, Any] = {
 }
 
 
-class ImageScopeConfig(MethodConfig):
+class ImageScopeConfig(CaptionsConfig):
     tau: float = Field(0.15, ge=0.0, le=1.0,
                        description="stage 1: weight of the text-to-text (description vs caption) similarity")
     k: int = Field(20, ge=1, description="stage 2: how many top stage-1 candidates the verifier checks")
     alpha: int = Field(3, ge=0, description="stage 3: the evaluator checks at most this many top candidates")
     stages: list[int] = Field(default_factory=lambda: [1, 2, 3],
                               description="stages to run (1 always): 1 / 1,2 / 1,2,3 is the paper's ablation")
-    chat_instruction: Literal["dialogue", "last_turn"] = Field(
-        "dialogue", description="Chat-IR instruction: the dialogue so far, or only the newest turn")
+    chat_mode: Literal["paper", "fold"] = Field(
+        "paper", description="Chat-IR: paper = previous round's description + this round's turn (Sec. 3.2); "
+                             "fold = the whole dialogue so far as the instruction")
     parse_retries: int = Field(2, ge=0, description="extra reasoner attempts when its JSON does not parse")
 
     @field_validator("stages", mode="before")
@@ -180,21 +196,53 @@ class ImageScope(Method):
     Config = ImageScopeConfig
     description = "3-granularity target descriptions, predicate verification of the top k, pairwise evaluation"
 
+    @classmethod
+    def estimate_calls(cls, config: MethodConfig, query: Query | None = None) -> int:
+        """1 synthesis + (1 propositions + k x M verifier calls) + <= alpha evaluator calls, with M = 3
+        propositions assumed (the real M is what the reasoner writes)."""
+        cfg = config if isinstance(config, ImageScopeConfig) else ImageScopeConfig.model_validate(config)
+        calls = 1
+        if 2 in cfg.stages:
+            calls += 1 + cfg.k * 3
+        if 3 in cfg.stages:
+            calls += cfg.alpha  # an upper bound: stage 3 stops at the first "Yes"
+        return calls
+
     config: ImageScopeConfig
 
     # ------------------------------------------------------------------ entry points
+    def preflight(self, query: Query | None = None) -> list[str]:
+        """Refuse an index without captions when a stage reads them (see the module doc)."""
+        cfg = self.config
+        uses = []
+        if cfg.tau > 0:
+            uses.append("the tau-weighted text-to-text term of Eq. 7")
+        if self.ctx.caption_mode:
+            uses.append("the image term (caption mode: image vectors are caption embeddings)")
+        for stage, role in ((2, "verifier"), (3, "evaluator")):
+            if stage in cfg.stages and self.ctx.roles[role].caption_mode:
+                uses.append(f"the stage-{stage} {role} (it reads captions in place of pixels)")
+        ids = query.candidates if query is not None else None
+        return check_captions(self.ctx.gallery, self.name, uses, cfg.allow_missing_captions, ids)
+
     def run(self, query: Query, top_k: int, trace: Trace) -> tuple[Ranking, dict[str, Ranking]]:
         with trace.step("reference", task=query.task) as step:
             reference, source = self._reference_description(query)
             step.outputs.update(reference_description=reference, source=source)
-        # Chat-IR: each earlier round's comprehensive synthesis is the next round's reference.
+        # Chat-IR: the rounds before the last give the last round its reference description.
         for r in range(len(query.dialogue)):
-            synthesis = self._synthesize(self.round_instruction(query, r), reference, trace,
-                                         step_name=f"chat.round{r}.stage1.reason")
-            reference = synthesis.descriptions[-1]
+            reference = self._next_reference(query, r, reference, trace)
         instruction = self.round_instruction(query, len(query.dialogue))
         ranking, stages, _ = self._pipeline(query, instruction, reference, top_k, trace)
         return ranking, stages
+
+    def _next_reference(self, query: Query, r: int, reference: str, trace: Trace) -> str:
+        """The reference description of round ``r + 1``, given round ``r``'s (chat, ``search`` only)."""
+        if self.config.chat_mode == "paper" and r == 0:
+            return query.text.strip()  # round 1 reads the opening caption (the authors' start_dialog)
+        synthesis = self._synthesize(self.round_instruction(query, r), reference, trace,
+                                     step_name=f"chat.round{r}.stage1.reason")
+        return synthesis.descriptions[-1]
 
     def search_rounds(self, query: Query, top_k: int = 50) -> list[Result]:
         """Chat-IR, one result per dialogue round: index ``r`` ranks after ``r`` answered turns
@@ -212,12 +260,16 @@ class ImageScope(Method):
             instruction = self.round_instruction(query, r)
             ranking, stages, synthesis = self._pipeline(round_query, instruction, reference, top_k, trace)
             results.append(Result(ranking=ranking, trace=trace, stages=stages))
-            reference, source = synthesis.descriptions[-1], f"round {r} comprehensive synthesis"
+            if self.config.chat_mode == "paper" and r == 0:
+                reference, source = query.text.strip(), "the opening caption (round 1 of Sec. 3.2)"
+            else:
+                reference, source = synthesis.descriptions[-1], f"round {r} comprehensive synthesis"
         return results
 
     def round_instruction(self, query: Query, r: int) -> str:
-        """The instruction after ``r`` answered turns (non-chat queries: the query text)."""
-        if r == 0 or self.config.chat_instruction == "dialogue":
+        """The instruction after ``r`` answered turns (non-chat queries and round 0: the query text):
+        turn ``r`` alone by default (Sec. 3.2), the dialogue so far with ``chat_mode="fold"``."""
+        if r == 0 or self.config.chat_mode == "fold":
             return fold_dialogue(replace(query, dialogue=query.dialogue[:r]))
         turn = query.dialogue[r - 1]
         return f"{turn.question.strip()} {turn.answer.strip()}".strip()
@@ -230,12 +282,14 @@ class ImageScope(Method):
         with trace.step("stage1.retrieve", tau=cfg.tau) as step:
             ranking = self._retrieve(query, synthesis.descriptions, max(top_k, cfg.k, cfg.alpha))
             step.outputs["top"] = ranking.head()
+        keep_best(ranking)  # what the search returns if the call cap stops a later stage
         stages = {"stage1": ranking.top(top_k)}
         if 2 in cfg.stages:
             propositions = self._propositions(instruction, synthesis.atomic, trace)
             with trace.step("stage2.verify", k=cfg.k, propositions=len(propositions)) as step:
                 ranking = self._verify(ranking, propositions, trace, step.outputs)
                 step.outputs["top"] = ranking.head()
+            keep_best(ranking)
             stages["stage2"] = ranking.top(top_k)
         if 3 in cfg.stages:
             with trace.step("stage3.evaluate", alpha=cfg.alpha, instruction=instruction) as step:
@@ -255,6 +309,7 @@ class ImageScope(Method):
                 descriptions = [d.strip() for d in value["step2"] if d.strip()]
                 if not descriptions:
                     raise ValueError("no target description")
+                note_capped(value, STAGE1_SCHEMA, "stage-1 reasoner output")
                 return Synthesis(atomic, descriptions), dropped
 
             def fallback() -> tuple[Synthesis, int]:
@@ -269,12 +324,14 @@ class ImageScope(Method):
             )
             if dropped:
                 trace.count("stage1_invalid_items", dropped)
-                step.note(f"dropped {dropped} atomic instruction(s) that were not [type, text] of the five types")
+                step.note(f"dropped {dropped} atomic instruction(s) that were not a [type, text] pair")
+            if unknown := sorted({kind for kind, _ in synthesis.atomic if kind not in ATOMIC_TYPES}):
+                step.note(f"atomic instruction type(s) outside the paper's five kept as given: {', '.join(unknown)}")
             if not synthesis.atomic:
                 synthesis.atomic = [("modification", instruction)]
                 step.note("no atomic instruction: the whole instruction is one modification")
             if len(synthesis.descriptions) < 3:
-                step.note(f"only {len(synthesis.descriptions)} of the 3 target descriptions were non-empty")
+                step.note(f"{len(synthesis.descriptions)} target description(s) instead of 3: used as given")
             step.outputs.update(atomic=[list(a) for a in synthesis.atomic], descriptions=synthesis.descriptions)
         return synthesis
 
@@ -299,6 +356,7 @@ class ImageScope(Method):
                 props, dropped = parse_propositions(value["step1"], value["step2"])
                 if not props:
                     raise ValueError("no usable [question, True/False] pair")
+                note_capped(value, STAGE2_SCHEMA, "stage-2 reasoner output")
                 return props, dropped
 
             def fallback() -> tuple[list[Proposition], int]:
@@ -405,7 +463,8 @@ def render(template: str, **values: str) -> str:
 
 
 def atomic_type(text: str) -> str | None:
-    """One of the five atomic instruction types, accepting case and verb forms ("Add", "keep")."""
+    """One of the five atomic instruction types, accepting case and verb forms ("Add", "keep"); None for
+    another word."""
     word = text.strip().lower()
     for kind, stems in (("addition", ("add",)), ("removal", ("remov",)), ("modification", ("modif",)),
                         ("comparison", ("compar",)), ("retention", ("retain", "retention", "keep"))):
@@ -415,11 +474,13 @@ def atomic_type(text: str) -> str | None:
 
 
 def parse_atomic(items: list[Any]) -> tuple[list[tuple[str, str]], int]:
-    """Valid ``[type, text]`` pairs as (type, text) and how many items were dropped."""
+    """``[type, text]`` pairs as (type, text) and how many items were dropped (not a pair of non-empty
+    strings). A type outside the five is kept, lower-cased, as the model wrote it: Prompt 2 lists it by
+    name, and dropping it would lose the instruction."""
     out = []
     for item in items:
-        if isinstance(item, list) and len(item) == 2 and (kind := atomic_type(item[0])) and item[1].strip():
-            out.append((kind, item[1].strip()))
+        if isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) and x.strip() for x in item):
+            out.append((atomic_type(item[0]) or " ".join(item[0].split()).lower(), item[1].strip()))
     return out, len(items) - len(out)
 
 

@@ -43,34 +43,43 @@ and at most ``K - 1`` tool calls (cache hits cost nothing).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from string import Template
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field
 
-from imagent.core.trace import Trace, TraceStep
+from imagent.core.trace import Trace, TraceStep, note
 from imagent.core.types import ImageRecord, Query, Ranking
 from imagent.core.vectors import l2_normalize
 from imagent.index.gallery import SPACE_IMAGE
 from imagent.index.scoring import weighted_sum
 from imagent.methods.base import Method, MethodConfig, load_prompt, ranking_from_scores, register_method
+from imagent.methods.captions import note_capped
 from imagent.models.base import ImagePart, Message
-from imagent.tools.base import ToolError, ToolImage, safe_text
+from imagent.tools.base import MAX_TITLE_CHARS, ToolError, ToolImage, input_text, safe_text
 from imagent.tools.cached import CachedTool, as_cached
 
 ROLE = "reasoner"
 TOOLS = ("search", "edit")
-# Longest tool instruction sent to a backend (a search query or an edit script).
-MAX_INSTRUCTION_CHARS = 300
+# Longest tool instruction sent to a backend (a search query or an edit script): far above what a model
+# writes for one; a longer one is cut at a word boundary and the cut is noted in the trace.
+MAX_INSTRUCTION_CHARS = 1000
+# Exemplar results looked at to find one outside the evaluated gallery (exclude_gallery_exemplars).
+EXEMPLAR_LOOKAHEAD = 10
+# GeneCIS tasks with their own instruction template (prompts/tacir/genecis/<task>.txt).
+GENECIS_TASKS = ("focus_attribute", "change_attribute", "focus_object", "change_object")
 
 
 class TaCIRConfig(MethodConfig):
     max_iterations: int = Field(2, ge=1, le=8, description="K: reasoner rounds (selection + up to K-1 refinements)")
     early_exit: bool = Field(True, description="Alg. 1 line 10: stop after the first refinement that follows a tool")
-    tool_policy: Literal["auto", "always_search", "always_edit", "none"] = Field(
-        "auto", description="auto: the model decides; always_*: force that tool (Table 7); none: no tools")
+    tool_policy: Literal["auto", "always_search", "always_edit", "always_model_picks", "none"] = Field(
+        "auto", description="auto: the model decides; always_search/always_edit: force that tool (Table 7); "
+                            "always_model_picks: a tool is always used, the model picks which (Fig. 5); "
+                            "none: no tools")
     enabled_tools: list[Literal["search", "edit"]] = Field(
         default_factory=lambda: ["search", "edit"], description="tools offered when configured (ablations 3-4)")
     search_tool: str = Field("search", description="name of the image-search tool in the tools config")
@@ -80,29 +89,36 @@ class TaCIRConfig(MethodConfig):
     fusion: Literal["score_sum", "feature_combination"] = Field(
         "score_sum", description="Eq. 5 score sum, or one fused query vector (ablation 8)")
     temperature: float = Field(0.0, ge=0.0, description="decoding temperature (the paper uses 0)")
-    max_tokens: int = Field(640, ge=64, description="cap on each reasoner answer")
+    max_tokens: int = Field(1536, ge=64, description="cap on each reasoner answer (room for GPT-4-class output)")
+    max_field_chars: int = Field(
+        2000, ge=100, description="bound on each JSON field of an answer (stops a small model looping in one); "
+                                  "a field that reaches it is noted in the trace")
     json_retries: int = Field(2, ge=0, description="extra reasoner calls when the JSON answer is unusable")
+    exclude_gallery_exemplars: bool = Field(
+        True, description="search: skip results that are images of the searched gallery (same file or content), "
+                          "so an exemplar collection that holds the gallery cannot hand back the target itself")
+    genecis_templates: bool = Field(
+        True, description="GeneCIS queries: the manipulation text from the task's template (focus: keep the "
+                          "named attribute/object; change: replace it), prompts/tacir/genecis/<task>.txt")
 
 
-# JSON answers. Every string is bounded: small models loop inside unbounded strings.
-_FIELD_MAX_CHARS = {
-    "original_image_description": 300, "tool_evidence_description": 300, "thoughts": 400, "reflections": 300,
-    "tool_usage": 240, "target_image_description": 250,
-}
+SELECT_FIELDS = ("original_image_description", "thoughts", "reflections", "tool_usage", "target_image_description")
+# The refinement answer adds what the tool's visual proxy showed.
+REFINE_FIELDS = ("original_image_description", "tool_evidence_description", "thoughts", "reflections",
+                 "tool_usage", "target_image_description")
 
 
-def _answer_schema(*fields: str) -> dict[str, Any]:
-    """An object of the given string fields, all required, in this order (constrained decoding follows it)."""
+def answer_schema(fields: tuple[str, ...], max_chars: int = 2000) -> dict[str, Any]:
+    """An object of the given string fields, all required, in this order (constrained decoding follows it).
+    Every string is bounded because small models loop inside unbounded strings; the bound is generous and
+    the tool decision is parsed from the whole field (:func:`parse_tool_decision`)."""
     return {"type": "object",
-            "properties": {f: {"type": "string", "maxLength": _FIELD_MAX_CHARS[f]} for f in fields},
+            "properties": {f: {"type": "string", "maxLength": max_chars} for f in fields},
             "required": list(fields)}
 
 
-SELECT_SCHEMA = _answer_schema("original_image_description", "thoughts", "reflections", "tool_usage",
-                               "target_image_description")
-# The refinement answer adds what the tool's visual proxy showed.
-REFINE_SCHEMA = _answer_schema("original_image_description", "tool_evidence_description", "thoughts",
-                               "reflections", "tool_usage", "target_image_description")
+SELECT_SCHEMA = answer_schema(SELECT_FIELDS)
+REFINE_SCHEMA = answer_schema(REFINE_FIELDS)
 
 
 # --------------------------------------------------------------------------- parsing the tool decision
@@ -113,10 +129,15 @@ _INSTRUCTION_KEYS = ("tool_instruction", "instruction", "query", "search_query",
 
 
 def clean_instruction(text: str) -> str:
-    """A tool instruction as sent to a backend: tags stripped, one line, quotes trimmed, bounded."""
+    """A tool instruction as sent to a backend: tags stripped, one line, quotes trimmed. One longer than
+    ``MAX_INSTRUCTION_CHARS`` is cut at a word boundary, and the cut is noted in the current trace step."""
     text = re.sub(r"<\s*/?\s*(search|edit)\s*>", " ", str(text or ""), flags=re.I)
     text = " ".join(text.split()).strip(" \"'`.;:")
-    return text[:MAX_INSTRUCTION_CHARS].strip()
+    if len(text) > MAX_INSTRUCTION_CHARS:
+        cut = text[: MAX_INSTRUCTION_CHARS + 1].rsplit(" ", 1)[0] or text[:MAX_INSTRUCTION_CHARS]
+        note(f"tool instruction of {len(text)} characters cut to {len(cut)} (MAX_INSTRUCTION_CHARS)")
+        text = cut
+    return text.strip()
 
 
 _BARE_NAMES = {
@@ -224,6 +245,12 @@ class TaCIR(Method):
     Config = TaCIRConfig
     description = "tool-augmented reflective CoT: optional web-search/edit visual proxy, fused text+proxy score"
 
+    @classmethod
+    def estimate_calls(cls, config: MethodConfig, query: Query | None = None) -> int:
+        """1 selection call + at most K - 1 refinements (only after a tool ran)."""
+        cfg = config if isinstance(config, TaCIRConfig) else TaCIRConfig.model_validate(config)
+        return 1 if cfg.tool_policy == "none" else cfg.max_iterations
+
     def __init__(self, ctx: Any, config: Any = None) -> None:
         super().__init__(ctx, config)
         cfg: TaCIRConfig = self.config  # type: ignore[assignment]
@@ -237,13 +264,26 @@ class TaCIR(Method):
                 raise ValueError(f"tool {name!r} is a {getattr(tool, 'kind', '?')} tool; TaCIR needs {kind} there")
             self.tools[kind] = as_cached(tool, name)
         self._fragments = prompt_fragments()
+        self._gallery_paths: set[str] | None = None
 
     # ------------------------------------------------------------------ Algorithm 1
+    def preflight(self, query: Query | None = None) -> list[str]:
+        """Warn when no tool can run: TaCIR would silently become the paper's no-tool ablation."""
+        cfg: TaCIRConfig = self.config  # type: ignore[assignment]
+        if cfg.tool_policy == "none" or self._policy_tools():
+            return []
+        wanted = {"always_search": "search", "always_edit": "edit"}.get(cfg.tool_policy, "search or edit")
+        return [f"TaCIR: no {wanted} tool is configured (tools {cfg.search_tool!r}/{cfg.edit_tool!r} under [tools]), "
+                "so every query runs as the paper's no-tool ablation (Table 4, row 2), not as TaCIR. Configure a "
+                "tool (e.g. the offline exemplar search), or set tacir.tool_policy=none to run that ablation on "
+                "purpose"]
+
     def run(self, query: Query, top_k: int, trace: Trace) -> tuple[Ranking, dict[str, Ranking]]:
         cfg: TaCIRConfig = self.config  # type: ignore[assignment]
         assert query.reference is not None
         K = cfg.max_iterations
         policy_tools = self._policy_tools()
+        query = self._templated(query, trace)
 
         # Round 0 (Eq. 2): tool-aware reflective selection -> (T_t^(0), a, theta_a).
         offered = policy_tools if K > 1 else {}
@@ -258,7 +298,8 @@ class TaCIR(Method):
             trace.count(f"tacir.chose_{tool}")
         initial = current.target
         proxy: ToolImage | None = None
-        proxy_instruction = ""
+        proxy_instruction, proxy_tool = "", "none"
+        proxy_source: ImageRecord | ToolImage = query.reference  # what an edit proxy was made from
         t = 0
         while tool != "none":
             # Eq. 3: invoke exactly one tool, cache-first; a failure falls back to none.
@@ -267,7 +308,7 @@ class TaCIR(Method):
                 new_proxy = self._invoke(tool, instruction, source, trace, step)
             if new_proxy is None:
                 break
-            proxy, proxy_instruction = new_proxy, instruction
+            proxy, proxy_instruction, proxy_tool, proxy_source = new_proxy, instruction, tool, source
             if not cfg.refine:  # ablation 5: keep T_t^(0); the proxy still enters the score
                 break
             t += 1
@@ -291,7 +332,7 @@ class TaCIR(Method):
             use_proxy = proxy is not None and cfg.proxy_weight > 0
             if use_proxy:
                 assert proxy is not None
-                proxy_vec = self._proxy_vector(proxy, proxy_instruction, step)
+                proxy_vec = self._proxy_vector(proxy, proxy_tool, proxy_instruction, proxy_source, step)
                 if cfg.fusion == "score_sum":
                     proxy_scores = self.ctx.gallery.scores(proxy_vec, SPACE_IMAGE, rows)
                     scores = weighted_sum([text_scores, proxy_scores], [1.0, cfg.proxy_weight])
@@ -327,32 +368,52 @@ class TaCIR(Method):
             return {k: v for k, v in self.tools.items() if k == "search"}
         if policy == "always_edit":
             return {k: v for k, v in self.tools.items() if k == "edit"}
-        return dict(self.tools)
+        return dict(self.tools)  # auto and always_model_picks
+
+    def _templated(self, query: Query, trace: Trace) -> Query:
+        """GeneCIS: the condition word becomes a manipulation text through the task's template (the paper
+        follows recent training-free work: focus keeps the named attribute or object, change replaces it)."""
+        task = query.extra.get("task")
+        cfg: TaCIRConfig = self.config  # type: ignore[assignment]
+        if not (cfg.genecis_templates and task in GENECIS_TASKS and query.extra.get("condition")):
+            return query
+        text = Template(load_prompt(f"tacir/genecis/{task}.txt")).safe_substitute(
+            condition=" ".join(str(query.extra["condition"]).split()))
+        with trace.step("tacir.instruction", task=task, condition=query.extra["condition"]) as step:
+            step.outputs["manipulation_text"] = text
+        return replace(query, text=text)
 
     def _tool_sections(self, offered: dict[str, CachedTool], forced: str | None) -> tuple[str, str]:
+        """The tools block and the tool-usage rules; ``forced`` is search, edit or model_picks (any tool)."""
         f = self._fragments
         tools = "\n\n".join(f[f"tool.{k}"] for k in TOOLS if k in offered) or f["tools.none"]
         if not offered:
             rules = f["rules.none"]
+        elif forced == "model_picks" and len(offered) == 1:
+            rules = f[f"rules.force_{next(iter(offered))}"]
         elif forced:
             rules = f[f"rules.force_{forced}"]
         else:
             rules = f["rules.choose"]
         return tools, rules
 
-    def _ask(self, system: str, user: list[str | ImagePart], schema: dict[str, Any],
+    def _ask(self, system: str, user: list[str | ImagePart], fields: tuple[str, ...],
              fallback: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         cfg: TaCIRConfig = self.config  # type: ignore[assignment]
+        schema = answer_schema(fields, cfg.max_field_chars)
 
         def validate(value: Any) -> Any:
             if not str(value.get("target_image_description") or "").strip():
                 raise ValueError("empty target_image_description")
             return value
 
-        return self.ctx.roles[ROLE].json(
+        answer, ok = self.ctx.roles[ROLE].json(
             [Message.system(system), Message.user(*user)], schema, fallback=lambda: dict(fallback),
             retries=cfg.json_retries, validate=validate, max_tokens=cfg.max_tokens, temperature=cfg.temperature,
         )
+        if ok:
+            note_capped(answer, schema, "reasoner answer")
+        return answer, ok
 
     def _select(self, query: Query, offered: dict[str, CachedTool], trace: Trace, step: TraceStep) -> Round:
         cfg: TaCIRConfig = self.config  # type: ignore[assignment]
@@ -365,7 +426,7 @@ class TaCIR(Method):
         # Unusable output: describe the target by the reference caption plus the modification, no tool.
         fallback_target = f"{query.reference.caption.rstrip('. ')}, {query.text}" if query.reference.caption \
             else query.text
-        answer, ok = self._ask(system, user, SELECT_SCHEMA, {"target_image_description": fallback_target,
+        answer, ok = self._ask(system, user, SELECT_FIELDS, {"target_image_description": fallback_target,
                                                              "tool_usage": "None"})
         if not ok:
             trace.count("tacir.parse_fallback")
@@ -382,14 +443,15 @@ class TaCIR(Method):
         f = self._fragments
         if tool == "search":
             origin = "a search result"
-            note = Template(f["proxy.search"]).safe_substitute(title=proxy.text() or "(no title)")
+            proxy_note = Template(f["proxy.search"]).safe_substitute(title=proxy.text() or "(no title)")
         else:
             origin = "an edited version of the original image"
-            note = Template(f["proxy.edit"]).safe_substitute(instruction=safe_text(instruction, 300))
+            proxy_note = Template(f["proxy.edit"]).safe_substitute(
+                instruction=safe_text(instruction, MAX_INSTRUCTION_CHARS))
         user = user_parts(load_prompt("tacir/user_refine.txt"),
                           {"reference": ImagePart(record=query.reference), "proxy": proxy.image_part()},
-                          {"modification": query.text, "proxy_origin": origin, "proxy_note": note})
-        answer, ok = self._ask(system, user, REFINE_SCHEMA, {"target_image_description": previous.target,
+                          {"modification": query.text, "proxy_origin": origin, "proxy_note": proxy_note})
+        answer, ok = self._ask(system, user, REFINE_FIELDS, {"target_image_description": previous.target,
                                                              "tool_usage": "None"})
         if not ok:
             trace.count("tacir.parse_fallback")
@@ -413,6 +475,22 @@ class TaCIR(Method):
         configuration, ablation) and, at selection, forced by an always_* policy."""
         cfg: TaCIRConfig = self.config  # type: ignore[assignment]
         tool, instruction = rnd.tool, rnd.instruction
+        if policy_forced and cfg.tool_policy == "always_model_picks":
+            if not offered:
+                step.note("policy always_model_picks: no tool can run (not configured or K too small)")
+                return "none", ""
+            if tool not in offered:
+                # Fig. 5 "always use a tool": the model declined or named an unavailable tool. Search with the
+                # target description when search is offered (the always_search stand-in), else edit.
+                tool = "search" if "search" in offered else next(iter(offered))
+                instruction = ""
+                step.note(f"policy always_model_picks: the model chose {rnd.tool}; {tool} is used")
+                trace.count("tacir.policy_forced")
+            if not instruction:
+                instruction = clean_instruction(rnd.target if tool == "search" else query.text)
+                step.note(f"policy always_model_picks: no {tool} instruction given; used "
+                          f"{'the target description' if tool == 'search' else 'the manipulation text'}")
+            return (tool, instruction) if instruction else ("none", "")
         if policy_forced and cfg.tool_policy.startswith("always_"):
             forced = cfg.tool_policy.removeprefix("always_")
             if forced not in offered:
@@ -457,10 +535,7 @@ class TaCIR(Method):
         step.outputs["instruction"] = instruction
         try:
             if tool == "search":
-                results = wrapper.search(instruction, 1)  # Alg. 2: the top result
-                if not results:
-                    raise ToolError("no result")
-                proxy = results[0]
+                proxy = self._top_search_result(wrapper, instruction, step)  # Alg. 2: the top result
             else:
                 proxy = wrapper.edit(source, instruction)
         except ToolError as exc:
@@ -472,12 +547,57 @@ class TaCIR(Method):
         step.outputs["proxy"] = proxy.summary()
         return proxy
 
-    def _proxy_vector(self, proxy: ToolImage, instruction_hint: str, step: TraceStep) -> np.ndarray:
-        """Psi_I(I_tool): the proxy's pixels with a pixel encoder; its words in caption mode."""
+    def _top_search_result(self, wrapper: CachedTool, instruction: str, step: TraceStep) -> ToolImage:
+        """The top search result; with ``exclude_gallery_exemplars`` the top one that is not an image of the
+        searched gallery (same content hash or file), looking ``EXEMPLAR_LOOKAHEAD`` results deep."""
+        cfg: TaCIRConfig = self.config  # type: ignore[assignment]
+        results = wrapper.search(instruction, 1)
+        if not results:
+            raise ToolError("no result")
+        if not cfg.exclude_gallery_exemplars or not self._in_gallery(results[0]):
+            return results[0]
+        # The top result is a gallery image: look deeper (one more call, only in this case).
+        results = wrapper.search(instruction, EXEMPLAR_LOOKAHEAD)
+        kept = [r for r in results if not self._in_gallery(r)]
+        if len(kept) < len(results):
+            skipped = len(results) - len(kept)
+            step.outputs["skipped_gallery_images"] = skipped
+            step.note(f"search: skipped {skipped} result(s) that are images of the searched gallery "
+                      "(exclude_gallery_exemplars)")
+        if not kept:
+            raise ToolError(f"every one of the {len(results)} results is an image of the searched gallery")
+        return kept[0]
+
+    def _in_gallery(self, image: ToolImage) -> bool:
+        gallery = self.ctx.gallery
+        if image.path:
+            if self._gallery_paths is None:
+                self._gallery_paths = {str(Path(r.path).resolve()) for r in gallery.records() if r.path}
+            if str(Path(image.path).resolve()) in self._gallery_paths:
+                return True
+        try:
+            return gallery.record_by_hash(image.content_hash()) is not None
+        except (OSError, ToolError):
+            return False
+
+    def _proxy_vector(self, proxy: ToolImage, tool: str, instruction: str, source: ImageRecord | ToolImage,
+                      step: TraceStep) -> np.ndarray:
+        """Psi_I(I_tool): the proxy's pixels with a pixel encoder; its words in caption mode. An edit proxy's
+        words are the source's surrogate and the *whole* edit instruction (a long surrogate never pushes the
+        instruction out); a search proxy's are its title."""
         if self.ctx.caption_mode:
-            text = proxy.text() or safe_text(instruction_hint)
-            if not proxy.text():
-                step.note("caption mode: the proxy has no title; its tool instruction stands in for it")
+            if tool == "edit":
+                surrogate = input_text(source)
+                edit = safe_text(instruction, MAX_INSTRUCTION_CHARS)
+                text = f"{safe_text(surrogate, MAX_TITLE_CHARS)}, edited: {edit}"
+                if len(" ".join(surrogate.split())) > MAX_TITLE_CHARS:
+                    step.note(f"caption mode: the edited image's source text was cut to {MAX_TITLE_CHARS} "
+                              "characters; the edit instruction is kept whole")
+            else:
+                text = proxy.text() or safe_text(instruction)
+                if not proxy.text():
+                    step.note("caption mode: the proxy has no title; its tool instruction stands in for it")
+            step.outputs["proxy_text"] = text
             return self.ctx.encode([text], SPACE_IMAGE)[0]
         self.ctx.check_space(SPACE_IMAGE)
         return np.asarray(self.ctx.dual.encode_images([proxy.record()])[0], dtype=np.float32)

@@ -65,8 +65,10 @@ from imagent.methods.base import (
     SPACE_IMAGE,
     Method,
     MethodConfig,
+    keep_best,
     register_method,
 )
+from imagent.methods.captions import CaptionsConfig, check_captions, note_capped
 from imagent.models.base import ImagePart, Message
 from imagent.models.roles import Role
 
@@ -80,12 +82,13 @@ ROLE_QUESTIONER = "questioner"
 ROLE_TEXT_VERIFIER = "text_verifier"
 ROLE_VISION_VERIFIER = "vision_verifier"
 
-# Bounds keep a small model from looping inside a JSON string or list.
+# Bounds keep a small model from looping inside a JSON string or list. They sit far above what a GPT-4-class
+# agent writes; a value that reaches one is noted in the trace (it may have been cut).
 _TEXT_IMAGINATION_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "modifications": {"type": "array", "items": {"type": "string", "maxLength": 160}, "maxItems": 8},
-        "target_caption": {"type": "string", "maxLength": 400},
+        "modifications": {"type": "array", "items": {"type": "string", "maxLength": 600}, "maxItems": 16},
+        "target_caption": {"type": "string", "maxLength": 1000},
     },
     "required": ["modifications", "target_caption"],
 }
@@ -96,12 +99,12 @@ _VISION_IMAGINATION_SCHEMA: dict[str, Any] = {
             "type": "array",
             "items": {
                 "type": "object",
-                "properties": {"attribute": {"type": "string", "maxLength": 100}, "present": {"type": "boolean"}},
+                "properties": {"attribute": {"type": "string", "maxLength": 300}, "present": {"type": "boolean"}},
                 "required": ["attribute", "present"],
             },
-            "maxItems": 10,
+            "maxItems": 20,
         },
-        "target_caption": {"type": "string", "maxLength": 400},
+        "target_caption": {"type": "string", "maxLength": 1000},
     },
     "required": ["attributes", "target_caption"],
 }
@@ -115,7 +118,7 @@ def _questions_schema(n: int) -> dict[str, Any]:
                 "type": "array",
                 "items": {
                     "type": "object",
-                    "properties": {"question": {"type": "string", "maxLength": 200}, "answer": {"type": "boolean"}},
+                    "properties": {"question": {"type": "string", "maxLength": 600}, "answer": {"type": "boolean"}},
                     "required": ["question", "answer"],
                 },
                 "maxItems": n,
@@ -133,7 +136,7 @@ def _answers_schema(n: int) -> dict[str, Any]:
     }
 
 
-class XRConfig(MethodConfig):
+class XRConfig(CaptionsConfig):
     """X^R hyper-parameters; defaults are the paper's (Sec. 4.1 and Fig. 3-4)."""
 
     rrf_z: float = Field(60.0, ge=0, description="RRF smoothing constant z (Eq. 1)")
@@ -251,9 +254,33 @@ class XR(Method):
         "X^R: text and vision imagination agents, four cross-modal similarities fused by RRF (coarse top k'), "
         "true/false question agents on captions and images, cross-modal re-ranking"
     )
+
+    @classmethod
+    def estimate_calls(cls, config: MethodConfig, query: Query | None = None) -> int:
+        """2 imagination calls + [1 question call + k' x V x (|Q|, or 1 batched)] (the module doc's formula)."""
+        cfg = config if isinstance(config, XRConfig) else XRConfig.model_validate(config)
+        agents = int(cfg.text_questions) + int(cfg.visual_questions)
+        if not agents:
+            return 2
+        return 2 + 1 + cfg.k_prime * agents * (1 if cfg.batch_questions else cfg.num_questions)
     config: XRConfig
 
     # ------------------------------------------------------------------ pipeline
+    def preflight(self, query: Query | None = None) -> list[str]:
+        """Refuse an index without captions: C (line 1) is the gallery's captions (see the module doc)."""
+        cfg, roles = self.config, self.ctx.roles
+        uses = []
+        if cfg.text_similarity:
+            uses.append("the caption terms cos(C_t, C_a) and cos(C_v, C_a) of lines 6-9")
+        if cfg.visual_similarity and self.ctx.caption_mode:
+            uses.append("the image terms (caption mode: image vectors are caption embeddings)")
+        if cfg.text_questions:
+            uses.append("the textual question agent A_t^q (line 13)")
+        if cfg.visual_questions and roles[ROLE_VISION_VERIFIER].caption_mode:
+            uses.append("the visual question agent A_v^q (caption mode: it reads captions in place of pixels)")
+        ids = query.candidates if query is not None else None
+        return check_captions(self.ctx.gallery, self.name, uses, cfg.allow_missing_captions, ids)
+
     def run(self, query: Query, top_k: int, trace: Trace) -> tuple[Ranking, dict[str, Ranking]]:
         cfg = self.config
         assert query.reference is not None  # tasks = {"cir"}: Method.search enforces it
@@ -318,6 +345,7 @@ class XR(Method):
                 ],
             })
         coarse = Ranking([ids[int(i)] for i in order], [float(fused[int(i)]) for i in order])
+        keep_best(coarse)  # what the search returns if the call cap stops the question agents
 
         if not (cfg.text_questions or cfg.visual_questions) or k_block == 0:
             # No question agent: lines 11-16 do not run; the coarse ranking is the answer.
@@ -427,6 +455,8 @@ class XR(Method):
         )
         if not ok:
             trace.count("xr.imagination_fallback")
+        else:
+            note_capped(value, _TEXT_IMAGINATION_SCHEMA, "text imagination output")
         mods = [m.strip() for m in value["modifications"] if isinstance(m, str) and m.strip()]
         return Imagination(value["target_caption"].strip(), modifications=mods, ok=ok)
 
@@ -439,6 +469,8 @@ class XR(Method):
         )
         if not ok:
             trace.count("xr.imagination_fallback")
+        else:
+            note_capped(value, _VISION_IMAGINATION_SCHEMA, "vision imagination output")
         attrs = [(a["attribute"].strip(), bool(a["present"])) for a in value["attributes"]
                  if isinstance(a, dict) and isinstance(a.get("attribute"), str) and a["attribute"].strip()]
         return Imagination(value["target_caption"].strip(), attributes=attrs, ok=ok)
@@ -488,7 +520,9 @@ class XR(Method):
         questions = [Question(q["question"], q["answer"]) for q in value["questions"]]
         if not ok:
             trace.count("xr.questions_fallback")
-        elif len(questions) < n:
+        else:
+            note_capped(value, _questions_schema(n), "question agent output", counts=frozenset({"questions"}))
+        if ok and len(questions) < n:
             trace.count("xr.questions_short")
             note(f"asked for {n} questions, the question agent gave {len(questions)}")
         return questions, ok

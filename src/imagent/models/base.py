@@ -11,6 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from imagent.core.redact import redact
 from imagent.core.types import ImageRecord
 
 # --------------------------------------------------------------------------- encoders
@@ -86,10 +87,16 @@ class ImagePart:
 
 @dataclass
 class Message:
-    """One chat message: role plus an ordered list of parts (strings and images)."""
+    """One chat message: role plus an ordered list of parts (strings and images).
 
-    role: str  # "system" | "user" | "assistant"
+    Native tool calling (OpenAI protocol): an assistant message may carry ``tool_calls`` (dicts
+    ``{"id", "name", "arguments"}``, arguments a JSON string as the model wrote it), and a ``tool`` message
+    answers one of them by ``tool_call_id`` with text only (images go in a following user message)."""
+
+    role: str  # "system" | "user" | "assistant" | "tool"
     parts: list[str | ImagePart]
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
 
     @classmethod
     def system(cls, text: str) -> Message:
@@ -98,6 +105,14 @@ class Message:
     @classmethod
     def user(cls, *parts: str | ImagePart) -> Message:
         return cls("user", list(parts))
+
+    @classmethod
+    def assistant(cls, text: str, tool_calls: list[dict[str, Any]] | None = None) -> Message:
+        return cls("assistant", [text] if text else [], tool_calls=tool_calls or None)
+
+    @classmethod
+    def tool(cls, tool_call_id: str, text: str) -> Message:
+        return cls("tool", [text], tool_call_id=tool_call_id)
 
     @property
     def text(self) -> str:
@@ -122,15 +137,20 @@ class ChatResponse:
     top_logprobs: list[list[TokenLogprob]] = field(default_factory=list)
     finish_reason: str = ""
     raw: dict[str, Any] = field(default_factory=dict)
+    # Native tool calls the backend returned: ``{"id", "name", "arguments"}`` (arguments: a JSON string).
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "text": self.text,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "top_logprobs": [[[t.token, t.logprob] for t in pos] for pos in self.top_logprobs],
             "finish_reason": self.finish_reason,
         }
+        if self.tool_calls:  # only when present, so entries cached before tool calls existed stay identical
+            d["tool_calls"] = [dict(c) for c in self.tool_calls]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ChatResponse:
@@ -140,6 +160,7 @@ class ChatResponse:
             completion_tokens=int(d.get("completion_tokens", 0)),
             top_logprobs=[[TokenLogprob(t, float(lp)) for t, lp in pos] for pos in d.get("top_logprobs", [])],
             finish_reason=d.get("finish_reason", ""),
+            tool_calls=[dict(c) for c in d.get("tool_calls") or []],
         )
 
 
@@ -154,13 +175,27 @@ class ChatParams:
     stop: list[str] = field(default_factory=list)
     repeat_penalty: float | None = None
     seed: int | None = None
+    # OpenAI ``tools`` offered for native tool calling, and ``tool_choice`` ("auto" | "none" | "required").
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(vars(self))
+        d = dict(vars(self))
+        # Left out when unused, so the call-cache keys of calls without tools stay what they were.
+        for k in ("tools", "tool_choice"):
+            if d[k] is None:
+                del d[k]
+        return d
 
 
 class ChatError(RuntimeError):
-    """A chat call failed after the backend's retries (network, HTTP status, timeout)."""
+    """A chat call failed after the backend's retries (network, HTTP status, timeout).
+
+    The message is redacted (:func:`imagent.core.redact.redact`) on construction: it often quotes a
+    server's error body, and servers echo request headers, API key included."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(redact(a) if isinstance(a, str) else a for a in args))
 
 
 @runtime_checkable
@@ -168,7 +203,9 @@ class ChatModel(Protocol):
     """A chat backend. ``sees_images``: whether image parts reach the model as pixels.
 
     A backend may also set ``cache_tag``: a string naming whatever else changes its answers (server
-    URL, request options); the call cache keys on it beside backend and model id."""
+    URL, request options); the call cache keys on it beside backend and model id. ``supports_tools``
+    (default False when absent): the backend sends ``ChatParams.tools`` and returns native
+    ``ChatResponse.tool_calls``; agents use the ``<tool_call>`` text protocol otherwise."""
 
     backend: str
     model_id: str

@@ -10,11 +10,16 @@ the model assembled from the ``imagent[offline]`` packages (see :mod:`imagent.mo
   string has ``maxLength``, every array ``maxItems``, and ``repeat_penalty`` is ~1.1; :meth:`Role.json` sets
   the penalty by default.
 - The model sees no pixels (``sees_images = False``): roles send captions instead.
+- Tool calls: llama-cpp-python renders ``tools`` through the GGUF's chat template but returns the model's
+  calls as text, so ``supports_tools = False`` and agents use the ``<tool_call>`` text protocol (Qwen's
+  own format). ``ChatParams.tools`` are still passed to the template when given, and a history with
+  native tool messages is replayed as text (``<tool_call>`` blocks, ``<tool_response>`` user turns).
 - One ``Llama`` is not thread-safe, so calls are serialised by a lock. The weights load on the first call.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from pathlib import Path
@@ -53,9 +58,32 @@ def resolve_model_path(model: str, cache_dir: Path | None = None) -> tuple[Path,
     return path, path.name
 
 
+def _text_protocol_messages(messages: list[Message]) -> list[dict[str, Any]]:
+    """Chat dicts for the template, with native tool-call messages written in the text protocol."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        text = m.text
+        if m.role == "tool":
+            out.append({"role": "user", "content": f"<tool_response>\n{text}\n</tool_response>"})
+            continue
+        if m.tool_calls:
+            calls = []
+            for c in m.tool_calls:
+                try:
+                    args = json.loads(c.get("arguments") or "{}")
+                except ValueError:
+                    args = c.get("arguments")
+                body = json.dumps({"name": c.get("name"), "arguments": args})
+                calls.append(f"<tool_call>\n{body}\n</tool_call>")
+            text = "\n".join([text, *calls]) if text else "\n".join(calls)
+        out.append({"role": m.role, "content": text})
+    return out
+
+
 class LlamaCppChatModel:
     backend = "llama.cpp"
     sees_images = False
+    supports_tools = False
 
     def __init__(
         self,
@@ -138,7 +166,7 @@ class LlamaCppChatModel:
         if any(m.has_images() for m in messages):  # a direct call with images (roles convert already)
             messages = to_caption_mode(messages)
         kw: dict[str, Any] = {
-            "messages": [{"role": m.role, "content": m.text} for m in messages],
+            "messages": _text_protocol_messages(messages),
             "max_tokens": params.max_tokens,
             "temperature": params.temperature if params.temperature is not None else self.temperature,
             "seed": params.seed if params.seed is not None else self.seed,
@@ -149,6 +177,8 @@ class LlamaCppChatModel:
             kw["repeat_penalty"] = params.repeat_penalty
         if params.json_schema is not None:
             kw["response_format"] = {"type": "json_object", "schema": params.json_schema}
+        if params.tools:
+            kw["tools"] = params.tools
         # llama.cpp raises if logprobs are asked of a model loaded without logits_all.
         if params.top_logprobs > 0 and self.logprobs:
             kw["logprobs"] = True

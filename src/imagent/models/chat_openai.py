@@ -5,7 +5,9 @@ Config (a ``[models.NAME]`` entry with ``backend = "openai"``):
 - ``base_url``: required, up to and including the API prefix, e.g. ``http://localhost:8000/v1``;
   requests go to ``{base_url}/chat/completions``.
 - ``api_key_env``: the environment variable holding the API key (optional for local servers). The key is
-  sent as ``Authorization: Bearer ...`` and never logged or put in error messages.
+  sent as ``Authorization: Bearer ...`` and never logged or put in error messages: servers echo request
+  headers (and so the key) into their error bodies, so the key is registered with
+  :mod:`imagent.core.redact` and every :class:`~imagent.models.base.ChatError` message is redacted.
 - ``vision``: whether the served model sees pixels. When true, image parts are sent inline as base64
   ``data:`` URLs; otherwise roles send captions instead (caption mode).
 - ``json_mode``: how JSON output is requested when a call gives a schema:
@@ -38,6 +40,7 @@ import httpx
 
 from imagent.core.cache import stable_key
 from imagent.core.config import ConfigError
+from imagent.core.redact import register_env_names, register_secret
 from imagent.models.base import ChatError, ChatParams, ChatResponse, ImagePart, Message, TokenLogprob
 
 JsonMode = Literal["json_schema", "json_object", "none"]
@@ -126,6 +129,37 @@ def message_content(message: Message, vision: bool) -> str | list[dict[str, Any]
     return parts
 
 
+def openai_message(message: Message, vision: bool) -> dict[str, Any]:
+    """One message in the chat-completions format, native tool calls included: an assistant message's
+    ``tool_calls`` (``{"id", "name", "arguments"}``) become ``{"id", "type": "function", "function"}``
+    entries, and a ``tool`` message carries its ``tool_call_id`` (text only, as the protocol requires)."""
+    out: dict[str, Any] = {"role": message.role, "content": message_content(message, vision)}
+    if message.tool_calls:
+        out["tool_calls"] = [
+            {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+            for c in message.tool_calls
+        ]
+        out["content"] = out["content"] or None
+    if message.role == "tool":
+        out["tool_call_id"] = message.tool_call_id or ""
+        out["content"] = message.text
+    return out
+
+
+def parse_openai_tool_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """``choices[0].message.tool_calls`` as ``{"id", "name", "arguments": JSON string}`` (arguments a
+    server sent as an object are serialised back, so every backend hands the runtime the same shape)."""
+    out = []
+    for n, c in enumerate(message.get("tool_calls") or []):
+        fn = c.get("function") if isinstance(c, dict) else None
+        if not isinstance(fn, dict):
+            continue
+        args = fn.get("arguments")
+        out.append({"id": str(c.get("id") or f"call_{n}"), "name": str(fn.get("name") or ""),
+                    "arguments": args if isinstance(args, str) else json.dumps(args or {})})
+    return out
+
+
 def _retry_after_seconds(value: str | None) -> float | None:
     """``Retry-After`` as seconds (a number or an HTTP date), capped; None when absent or unreadable."""
     if not value:
@@ -198,6 +232,9 @@ class OpenAIChatModel:
         self.url = f"{self.base_url}/chat/completions"
         self.model_id = model
         self.sees_images = vision
+        # Native tool calls: ``tools`` are sent and ``tool_calls`` read back. A server without a tool
+        # parser answers in text; the agent runtime then reads the ``<tool_call>`` text protocol.
+        self.supports_tools = True
         self.timeout_s = timeout_s
         self.max_retries = max_retries
         self.seed = seed
@@ -211,6 +248,7 @@ class OpenAIChatModel:
         self._semaphore = threading.BoundedSemaphore(concurrency)
         headers = {"Content-Type": "application/json"}
         if api_key:
+            register_secret(api_key)
             headers["Authorization"] = f"Bearer {api_key}"
         self._client = httpx.Client(timeout=timeout_s, headers=headers)
 
@@ -221,6 +259,8 @@ class OpenAIChatModel:
                 f"chat model {config.model!r} uses backend 'openai' but has no base_url; set it to the server's "
                 "API root, e.g. base_url = \"http://localhost:8000/v1\""
             )
+        if config.api_key_env:
+            register_env_names([config.api_key_env])
         return cls(
             config.base_url,
             config.model,
@@ -252,7 +292,7 @@ class OpenAIChatModel:
     def request_body(self, messages: list[Message], params: ChatParams) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model_id,
-            "messages": [{"role": m.role, "content": message_content(m, self.sees_images)} for m in messages],
+            "messages": [openai_message(m, self.sees_images) for m in messages],
             "max_tokens": params.max_tokens,
             "temperature": params.temperature if params.temperature is not None else self.temperature,
         }
@@ -275,6 +315,10 @@ class OpenAIChatModel:
         # Only llama.cpp server (json_object mode) is known to take this name; OpenAI rejects unknown fields.
         if params.repeat_penalty is not None and self.json_mode == "json_object":
             body["repeat_penalty"] = params.repeat_penalty
+        if params.tools:
+            body["tools"] = params.tools
+            if params.tool_choice:
+                body["tool_choice"] = params.tool_choice
         body.update(self.extra_body)
         return body
 
@@ -325,7 +369,7 @@ class OpenAIChatModel:
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise ChatError(
                 f"{self.url} returned HTTP {response.status_code} without a chat completion: {response.text[:300]!r}"
-            ) from exc
+            ) from None
         message = choice.get("message") or {}
         usage = data.get("usage") or {}
         return ChatResponse(
@@ -335,4 +379,5 @@ class OpenAIChatModel:
             top_logprobs=parse_openai_logprobs(choice.get("logprobs")),
             finish_reason=choice.get("finish_reason") or "",
             raw=data,
+            tool_calls=parse_openai_tool_calls(message),
         )

@@ -28,6 +28,10 @@ def quiet_transformers() -> None:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
+        # ... but a first-use download (a model preset: hundreds of MB) keeps the hub's own progress bar.
+        from huggingface_hub.utils import enable_progress_bars
+
+        enable_progress_bars()
     except ImportError:  # pragma: no cover - transformers is an optional extra
         pass
 

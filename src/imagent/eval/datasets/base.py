@@ -59,12 +59,15 @@ class Predictions:
     ``subset``: CIRR only, the query's ``img_set`` members in the order a full-gallery ranking put
     them (the runner stores it because a top-50 list may hold fewer than 3 members).
     ``only``: CIRR server files say which metric they are for (``recall`` or ``recall_subset``).
+    ``sets``: answer sets of set-valued methods (``Result.answer_set``), scored apart from the ranking
+    by set-valued benchmarks (DISBench).
     """
 
     rankings: dict[str, list[str]]
     subset: dict[str, list[str]] = field(default_factory=dict)
     only: str | None = None
     warnings: list[str] = field(default_factory=list)
+    sets: dict[str, list[str]] = field(default_factory=dict)
 
     def get(self, qid: str) -> list[str]:
         return self.rankings.get(qid, [])
@@ -195,6 +198,29 @@ class Benchmark(ABC):
     def record_extras(self, item: EvalItem, ranking: Sequence[str]) -> dict[str, Any]:
         """Benchmark-specific data the runner stores beside the top-k ids (CIRR: ranked subset)."""
         return {}
+
+    def subset_items(self, items: Sequence[EvalItem]) -> list[EvalItem]:
+        """Extra queries the runner runs after ``items`` and :meth:`metrics` reads through the
+        predictions (CIRR's subset mode: each query again inside its members); none by default."""
+        return []
+
+    def score_warnings(self, predictions: Predictions, items: Sequence[EvalItem]) -> list[str]:
+        """What ``imagent score`` must say about a predictions file beyond its metrics (CIRR: rankings
+        too short for Recall_subset)."""
+        return []
+
+    def outcome_score(self, item: EvalItem, ranking: Sequence[str], answer_set: Sequence[str] | None) -> float | None:
+        """How well one answer scored, in [0, 1], for methods that learn from outcomes (PhotoCraft distils a
+        skill when DISBench's F1 exceeds its threshold); None: this benchmark gives no per-query score."""
+        return None
+
+    def describe_run(self) -> dict[str, str]:
+        """Facts about how this run is scored that the report states (DISBench: its track)."""
+        return {}
+
+    def query_table(self, items: Sequence[EvalItem], records: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+        """Rows of a per-query table for the report (empty: no such table)."""
+        return []
 
     def adapt_query(self, item: EvalItem, method_tasks: Iterable[str]) -> Query:
         """The query as the method receives it (VisDial folds the dialogue for non-chat methods)."""

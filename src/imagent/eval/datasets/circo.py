@@ -68,20 +68,20 @@ class CIRCO(Benchmark):
             truth: dict[str, Any] = {}
             positives: list[str] = []
             if e.get("gt_img_ids"):
-                gts = [str(x) for x in e["gt_img_ids"]]
+                gts = [M.circo_id(x) for x in e["gt_img_ids"]]
                 truth = {
                     "gt": gts,
-                    "target": str(e.get("target_img_id", gts[0])),
+                    "target": M.circo_id(e.get("target_img_id", gts[0])),
                     "aspects": list(e.get("semantic_aspects") or []),
                 }
                 positives = gts
             q = Query(
                 text=text,
-                id=str(e["id"]),
-                reference=ImageRecord(id=str(e["reference_img_id"]), path=""),
+                id=M.circo_id(e["id"]),
+                reference=ImageRecord(id=M.circo_id(e["reference_img_id"]), path=""),
                 extra={"relative_caption": e["relative_caption"], "shared_concept": e.get("shared_concept")},
             )
-            items.append(EvalItem(query=q, truth=truth, positives=positives, group=str(e["id"])))
+            items.append(EvalItem(query=q, truth=truth, positives=positives, group=q.id))
         return items
 
     def gallery_manifest(self, split=None, images_root=None, work_dir=None, allow_missing=False):
@@ -123,8 +123,30 @@ class CIRCO(Benchmark):
         return out
 
     def parse_predictions(self, data: Any) -> Predictions:
-        """Server format ``{"<query id>": [image ids]}`` (ids as numbers or strings)."""
-        return super().parse_predictions(data)
+        """Server format ``{"<query id>": [image ids]}``. Ids are read as the official ``evaluation.py``
+        casts them (``int``): ``123``, ``123.0``, ``"123"`` and ``"000123"`` are the same image (a plain
+        string comparison would score them 0). A query whose predictions repeat an image is refused, as
+        the official script refuses it (AP@k could otherwise exceed 1)."""
+        if not isinstance(data, dict):
+            raise BenchmarkError("CIRCO predictions must be a JSON object of query id -> ranked image ids")
+        out: dict[str, list[str]] = {}
+        for key, ranking in data.items():
+            if not isinstance(ranking, list):
+                raise BenchmarkError(f"CIRCO predictions: query {key!r} maps to {type(ranking).__name__}, not a list")
+            try:
+                qid, ids = M.circo_id(key), [M.circo_id(x) for x in ranking]
+            except ValueError as exc:
+                raise BenchmarkError(f"CIRCO predictions, query {key!r}: {exc}") from None
+            if M.duplicate_count(ids):
+                seen: set[str] = set()
+                repeated = [i for i in ids if i in seen or seen.add(i)]
+                raise BenchmarkError(
+                    f"CIRCO predictions: query {key!r} lists image {repeated[0]} more than once; the official "
+                    "evaluation refuses duplicate predictions (give each image id once per query)")
+            if qid in out:
+                raise BenchmarkError(f"CIRCO predictions: query {key!r} is given twice (as {qid})")
+            out[qid] = ids
+        return Predictions(out)
 
     def submissions(self, split: str, predictions: Predictions, items: Sequence[EvalItem]) -> dict[str, Any]:
         def as_int(x: str) -> int | str:

@@ -5,9 +5,17 @@ intra-event | inter-event), ``metadata/<user>.jsonl`` (``photo_id, metadata{take
 HH:MM:SS", longitude, latitude, accuracy, address, capturedevice}``) and ``images/<user>/<photo_id>.jpg``.
 
 Each user's photos form that user's gallery: one index holds every user's photos under the id
-``<user>/<photo_id>`` and each query's ``candidates`` are its user's photos. The task returns a *set*:
-the whole returned list is the answer (or its first ``answer_top_k`` ids when that option is set), and
-EM / F1 are averaged per query, overall and per event type.
+``<user>/<photo_id>`` and each query's ``candidates`` are its user's photos (the album an agent's tools
+see). The task returns a *set*: a method's ``Result.answer_set`` when it gives one (PhotoCraft,
+ImageSeeker), else the whole returned list (or its first ``answer_top_k`` ids when that option is
+set); EM / F1 (:func:`imagent.eval.metrics.set_f1`, the official ``evaluate.py`` rules, empty sets
+included) are averaged per query, overall and per event type.
+
+Tracks (DISBench leaderboard): **Standard** allows only precomputed image embeddings; **Open** allows
+any preprocessing, captions included. imagent reads an optional sidecar ``captions/<user>.jsonl``
+(rows ``{"photo_id", "caption"}``) beside ``metadata/``; using it puts the run in the Open track.
+``track=auto`` (default) resolves to ``open`` when a sidecar exists and ``standard`` otherwise;
+``track=standard`` ignores the sidecar. The resolved track is what the run's config and report record.
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -34,6 +42,9 @@ from imagent.eval.datasets.base import (
 
 class DISBenchOptions(BenchmarkOptions):
     answer_top_k: int | None = Field(None, ge=1, description="score only the first k returned ids as the set")
+    track: Literal["auto", "standard", "open"] = Field(
+        "auto", description="standard: image embeddings only (captions sidecar ignored); open: captions "
+        "allowed; auto: open when captions/<user>.jsonl exists")
 
 
 def _float(x: Any) -> float | None:
@@ -50,8 +61,45 @@ class DISBench(Benchmark):
     Options = DISBenchOptions
     layout = "<images-root>/images/<user_id>/<photo_id>.jpg, with metadata/<user_id>.jsonl and queries.jsonl"
 
+    def __init__(self, annotations=None, images_root=None, **options: Any) -> None:
+        super().__init__(annotations, images_root, **options)
+        if self.options.track == "auto":
+            try:
+                has_captions = bool(self._caption_files())
+            except BenchmarkError:  # no queries.jsonl yet: the error comes where it is needed
+                has_captions = False
+            self.options.track = "open" if has_captions else "standard"
+
     def split_from_file(self, path):
         return "all"
+
+    def _caption_files(self) -> dict[str, Path]:
+        """``captions/<user>.jsonl`` sidecars by user (beside ``metadata/``)."""
+        dirs = [self._root_dir() / "captions"] + ([self.images_root / "captions"] if self.images_root else [])
+        for d in dirs:
+            if d.is_dir():
+                return {p.stem: p for p in sorted(d.glob("*.jsonl"))}
+        return {}
+
+    def _captions(self, user: str) -> dict[str, str]:
+        """A user's sidecar captions by photo id; empty in the Standard track or without a sidecar."""
+        if self.options.track != "open":
+            return {}
+        path = self._caption_files().get(user)
+        if path is None:
+            return {}
+        out: dict[str, str] = {}
+        for row in read_jsonl(path):
+            require_fields(row, ["photo_id", "caption"], f"DISBench caption ({path})")
+            if str(row["caption"]).strip():
+                out[str(row["photo_id"])] = str(row["caption"]).strip()
+        return out
+
+    def describe_run(self) -> dict[str, str]:
+        files = self._caption_files() if self.options.track == "open" else {}
+        captions = (f"captions sidecar for {len(files)} user(s) ({', '.join(sorted(files))})" if files
+                    else "no captions sidecar used")
+        return {"track": self.options.track.capitalize(), "captions": captions}
 
     def _root_dir(self) -> Path:
         return self.find_file(["queries.jsonl"], "DISBench queries.jsonl").parent
@@ -97,6 +145,7 @@ class DISBench(Benchmark):
         root = self.root(images_root)
         rows = []
         for user in self.users():
+            captions = self._captions(user)
             for m in self._metadata(user):
                 meta = m.get("metadata") or {}
                 t = meta.get("taken_time")
@@ -106,7 +155,7 @@ class DISBench(Benchmark):
                         taken = datetime.strptime(str(t), "%Y-%m-%d %H:%M:%S").isoformat()
                     except ValueError:
                         taken = None
-                rows.append({
+                row: dict[str, Any] = {
                     "id": f"{user}/{m['photo_id']}",
                     "file": str((root / "images" / user / f"{m['photo_id']}.jpg").resolve()),
                     "taken_time": taken,
@@ -118,7 +167,11 @@ class DISBench(Benchmark):
                     "photo_id": str(m["photo_id"]),
                     "accuracy": meta.get("accuracy"),
                     "capturedevice": meta.get("capturedevice"),
-                })
+                    "device": meta.get("capturedevice") or None,
+                }
+                if str(m["photo_id"]) in captions:
+                    row["caption"] = captions[str(m["photo_id"])]
+                rows.append(row)
         if not rows:
             raise BenchmarkError(f"disbench: no metadata/<user>.jsonl files found.\nExpected layout: {self.layout}")
         return self.check_files(rows, root, allow_missing)
@@ -129,12 +182,27 @@ class DISBench(Benchmark):
         k = self.options.answer_top_k
         return ids[:k] if k else ids
 
+    def predicted_set(self, item: EvalItem, predictions: Predictions) -> list[str]:
+        """The set scored for ``item``: the method's own answer set when it gave one, else the ranking's."""
+        if item.id in predictions.sets:
+            user = item.query.extra.get("user_id", "")
+            return [x if "/" in x else f"{user}/{x}" for x in predictions.sets[item.id]]
+        return self.answer_set(item, predictions.get(item.id))
+
+    def outcome_score(self, item: EvalItem, ranking: Sequence[str], answer_set: Sequence[str] | None) -> float | None:
+        """The episode's set F1 (0-1): what PhotoCraft's skill distillation compares with theta_conf."""
+        if not item.has_truth:
+            return None
+        preds = Predictions({item.id: list(ranking)}, sets={item.id: list(answer_set)} if answer_set is not None
+                            else {})
+        return M.set_f1(self.predicted_set(item, preds), item.truth["answer"])
+
     def metrics(self, predictions: Predictions, items: Sequence[EvalItem]) -> dict[str, float]:
         scored = [it for it in items if it.has_truth]
         if not scored:
             return {}
         return M.disbench_scores(
-            [self.answer_set(it, predictions.get(it.id)) for it in scored],
+            [self.predicted_set(it, predictions) for it in scored],
             [it.truth["answer"] for it in scored],
             [it.truth["event_type"] for it in scored],
         )
@@ -142,3 +210,33 @@ class DISBench(Benchmark):
     def curve(self, predictions, items, ks):
         fixed = Predictions({it.id: self.answer_set(it, predictions.get(it.id)) for it in items})
         return super().curve(fixed, items, ks)
+
+    def query_table(self, items: Sequence[EvalItem], records: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+        """Per query: event type, EM, F1, set sizes, and what the search cost (agent turns, tool calls,
+        tokens, seconds) read from its trace."""
+        from imagent.eval.runner import predictions_from_results
+
+        preds = predictions_from_results(records)
+        rows = []
+        for it in items:
+            rec = records.get(it.id)
+            if rec is None or not it.has_truth:
+                continue
+            steps = (rec.get("trace") or {}).get("steps", [])
+            pred = [] if rec.get("error") else self.predicted_set(it, preds)
+            gold = it.truth["answer"]
+            rows.append({
+                "qid": it.id,
+                "event_type": it.truth.get("event_type", ""),
+                "em": 100 * M.set_exact_match(pred, gold),
+                "f1": 100 * M.set_f1(pred, gold),
+                "predicted": len(set(pred)),
+                "gold": len(set(gold)),
+                "turns": sum(1 for s in steps if str(s.get("name", "")).startswith("turn")),
+                "tool_calls": sum(int(s.get("tool_calls", 0) or 0) for s in steps),
+                "tokens": sum(int(s.get("prompt_tokens", 0) or 0) + int(s.get("completion_tokens", 0) or 0)
+                              for s in steps),
+                "seconds": float(rec.get("seconds", 0.0)),
+                "error": rec.get("error"),
+            })
+        return rows

@@ -1,0 +1,410 @@
+"""PhotoCraft's memories (Sec. 3.2) as :class:`~imagent.agents.runtime.AgentHooks`, each switchable.
+
+- :class:`WorkingMemory` (``before_turn``): when the context nears its limit (or the agent called
+  ``MemoryCondense``), the history after the task is compressed by one model call. PhotoCraft's form
+  writes three summaries (Eq. 1): *digest* (step-level actions and outcomes), *session* (key decisions
+  and reusable heuristics) and *working* (current subgoal and next plan); each can be switched off
+  (Fig. 4b). The deterministic fidelity validator (:func:`fidelity`) then reads the photo ids, dates
+  and places of every metadata-bearing tool message of that history and computes the loss rate
+  ``L = 1 - preserved / |M_meta|`` (Eq. 2): a message counts as preserved only when *all* its facts
+  appear in the summary. When ``L > tau`` (0.5) the most recent unpreserved metadata messages are kept
+  verbatim beside the summary. ImageSeeker's form (``structured=False``) is the baseline's free-form
+  compression: one summary, no validator.
+- :class:`EpisodicMemory` (``before_answer``): the five-part audit (anchor, constraint, target,
+  completeness, decision; A.3.1) of a proposed answer, one model call conditioned on the query, the
+  (compressed) history and the proposed photos reloaded (Eq. 3). A failed audit goes back to the agent
+  as structured feedback asking for a new retrieval round with different keywords; the loop goes on
+  until an audit passes or the turn budget ends (the runtime accepts the answer when no turn is left).
+- :class:`SkillInjection` (``on_start``): the semantic memory's retrieval step: the most similar skill
+  of the library is prepended to the user message when its similarity exceeds ``theta_retr``.
+  Distillation happens after the episode is scored (see :mod:`imagent.agents.skills`).
+
+Deviations where the paper is silent: how many metadata messages are kept verbatim
+(``keep_verbatim``, default 3, newest first), the context limit itself (``context_limit``: the
+backend's window, default 32768 tokens, compressed at ``compress_at`` = 0.8 of it), and a cap on audits
+per query (``max_audits``, default None: until one passes or the budget ends, as in the paper).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Container, Sequence
+from dataclasses import dataclass, field
+from string import Template
+from typing import Any, ClassVar
+
+from imagent.agents.runtime import AgentHooks, AgentState
+from imagent.agents.skills import SkillLibrary
+from imagent.agents.tools import Observation, Tool
+from imagent.models.base import ImagePart, Message
+
+SUMMARY_KINDS = ("digest", "session", "working")
+SUMMARY_LIMITS = {"digest": 1500, "session": 800, "working": 600}
+_DATE = re.compile(r"\b(\d{4}-\d{2}-\d{2})\b")
+_ID_TOKEN = re.compile(r"[A-Za-z0-9][\w./:@-]*[A-Za-z0-9]|[A-Za-z0-9]")
+_ADDRESS_FIELD = re.compile(r"[\"']?address[\"']?\s*[:=]\s*[\"']?([^\"'\n;|}]+)", re.I)
+_ADDRESS_FILTER = re.compile(r"address\s*(?:contains|~|==?|like)\s*[\"']([^\"']+)[\"']", re.I)
+_NEAR = re.compile(r"near\(\s*(-?\d+(?:\.\d+)?)\s*,\s*(-?\d+(?:\.\d+)?)")
+
+
+# --------------------------------------------------------------------------- fidelity validator
+
+
+@dataclass(frozen=True)
+class Facts:
+    """The constraints one metadata-bearing message carries: photo ids, dates, places."""
+
+    ids: frozenset[str] = frozenset()
+    dates: frozenset[str] = frozenset()
+    places: frozenset[str] = frozenset()
+
+    def __bool__(self) -> bool:
+        return bool(self.ids or self.dates or self.places)
+
+    def missing_from(self, summary: str) -> list[str]:
+        """The facts ``summary`` does not contain (case-insensitive substring match)."""
+        low = summary.lower()
+        return [f for f in sorted(self.ids) + sorted(self.dates) + sorted(self.places) if f.lower() not in low]
+
+
+def _place_key(address: str) -> str:
+    """The part of an address a summary must keep: its first component ("Melbourne Zoo")."""
+    return address.split(",")[0].strip().strip(".")
+
+
+def extract_facts(text: str, known_ids: Container[str] | None = None, arguments: Any = None) -> Facts:
+    """Photo ids (album ids when ``known_ids`` is given, else digit runs of 6+), dates (YYYY-MM-DD)
+    and places (``address`` values and filters, ``near(lat, lon, ...)`` centres) in a tool message
+    and the arguments of the call that produced it. Deterministic: no model involved."""
+    blob = text + ("\n" + json.dumps(arguments, ensure_ascii=False) if arguments else "")
+    if known_ids is not None:
+        ids = {t for t in _ID_TOKEN.findall(blob) if t in known_ids}
+    else:
+        ids = set(re.findall(r"\b\d{6,}\b", blob))
+    dates = set(_DATE.findall(blob))
+    places = {_place_key(m.group(1)) for m in _ADDRESS_FIELD.finditer(blob)}
+    places |= {m.group(1).strip() for m in _ADDRESS_FILTER.finditer(blob)}
+    places |= {m.group(1) for m in _NEAR.finditer(blob)}
+    return Facts(frozenset(ids), frozenset(dates), frozenset(p for p in places if p and p.lower() != "none"))
+
+
+@dataclass
+class FidelityReport:
+    """The validator's verdict on one compression."""
+
+    messages: int  # metadata-bearing messages in the compressed history (|M_meta|)
+    preserved: int
+    loss: float  # L of Eq. 2 (0 when there is no metadata message)
+    missing: dict[int, list[str]] = field(default_factory=dict)  # message index -> facts not kept
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"metadata_messages": self.messages, "preserved": self.preserved, "loss": round(self.loss, 4),
+                "missing": {str(k): v[:10] for k, v in self.missing.items()}}
+
+
+def fidelity(facts: Sequence[Facts], summary: str) -> FidelityReport:
+    """Eq. 2: ``L = 1 - sum Preserved(m, S) / |M_meta|`` over the messages that carry facts."""
+    meta = [(i, f) for i, f in enumerate(facts) if f]
+    missing = {i: f.missing_from(summary) for i, f in meta}
+    missing = {i: m for i, m in missing.items() if m}
+    preserved = len(meta) - len(missing)
+    loss = 1.0 - preserved / len(meta) if meta else 0.0
+    return FidelityReport(len(meta), preserved, loss, missing)
+
+
+# --------------------------------------------------------------------------- working memory
+
+
+def render_history(messages: Sequence[Message], max_chars_per_message: int = 1500) -> str:
+    """The conversation as plain text for the compressor (images as their text surrogate)."""
+    lines = []
+    for m in messages:
+        parts = [p if isinstance(p, str) else f"[photo: {p.surrogate()}]" for p in m.parts]
+        text = "".join(parts).strip()
+        if m.tool_calls:
+            calls = "; ".join(f"{c.get('name')}({c.get('arguments')})" for c in m.tool_calls)
+            text = f"{text}\n[calls: {calls}]".strip()
+        label = {"tool": "TOOL RESULT", "assistant": "AGENT", "user": "USER"}.get(m.role, m.role.upper())
+        if len(text) > max_chars_per_message:
+            text = text[:max_chars_per_message] + " …"
+        lines.append(f"{label}: {text}")
+    return "\n\n".join(lines)
+
+
+def _schema(kinds: Sequence[str]) -> dict[str, Any]:
+    return {"type": "object", "properties": {k: {"type": "string", "maxLength": SUMMARY_LIMITS[k]} for k in kinds},
+            "required": list(kinds)}
+
+
+class WorkingMemory(AgentHooks):
+    """Context compression before a turn (see the module doc).
+
+    - ``role``: the model that writes the summaries (the paper used GPT-4o; any role works);
+    - ``prompt``: template with ``$query``, ``$history`` and ``$sections`` (what to write);
+    - ``context_limit`` / ``compress_at``: compress when the estimated prompt exceeds their product;
+    - ``structured``: PhotoCraft's three summaries (``summaries`` picks which) or one free-form text;
+    - ``fidelity_check`` / ``tau`` / ``keep_verbatim``: the validator and what it keeps;
+    - ``metadata_tools``: the tools whose messages carry metadata (ids, dates, places);
+    - ``known_ids``: the album's ids (what counts as a photo id in a message).
+    """
+
+    SECTION_TEXT: ClassVar[dict[str, str]] = {
+        "digest": "digest: the step-level log: each action taken (tool, arguments) and its outcome, with every "
+                  "photo id, date and place it produced",
+        "session": "session: key decisions so far and heuristics that worked or failed (e.g. which keywords "
+                   "found nothing)",
+        "working": "working: the current subgoal (anchor, constraint or target) and the next planned step",
+    }
+
+    def __init__(self, role: Any, prompt: str, *, context_limit: int = 32768, compress_at: float = 0.8,
+                 structured: bool = True, summaries: Sequence[str] = SUMMARY_KINDS, fidelity_check: bool = True,
+                 tau: float = 0.5, keep_verbatim: int = 3, metadata_tools: Sequence[str] = ("GetMetadata",
+                 "FilterMetadata"), known_ids: Container[str] | None = None, min_messages: int = 2) -> None:
+        bad = [s for s in summaries if s not in SUMMARY_KINDS]
+        if bad or (structured and not summaries):
+            raise ValueError(f"summaries must be a non-empty subset of {SUMMARY_KINDS}, not {list(summaries)}")
+        self.role = role
+        self.prompt = prompt
+        self.limit = int(context_limit * compress_at)
+        self.structured = structured
+        self.summaries = [s for s in SUMMARY_KINDS if s in summaries]
+        self.fidelity_check = fidelity_check and structured
+        self.tau = tau
+        self.keep_verbatim = keep_verbatim
+        self.metadata_tools = {t.lower() for t in metadata_tools}
+        self.known_ids = known_ids
+        self.min_messages = min_messages
+        self.requested = False
+        self.compressions = 0
+        self._turns_done = 0  # turns already folded into a summary
+        # Metadata messages an earlier compression kept verbatim: still in the history, so validated again.
+        self._carried: list[tuple[str, Observation, Facts]] = []
+        self._count_at_call = 0  # history length when the last prompt was measured
+
+    # ------------------------------------------------------------------ trigger
+    def request(self) -> None:
+        """Compress before the next turn whatever the size (the ``MemoryCondense`` tool)."""
+        self.requested = True
+
+    def estimate_tokens(self, state: AgentState) -> int:
+        """The latest prompt's measured size plus ~4 characters per token for what came after it."""
+        new = state.messages[self._count_at_call:] if state.last_prompt_tokens else state.messages
+        chars = sum(len(m.text) + sum(len(str(c)) for c in (m.tool_calls or [])) for m in new)
+        return state.last_prompt_tokens + chars // 4
+
+    def before_turn(self, state: AgentState) -> None:
+        history = state.messages[2:]
+        due = self.requested or self.estimate_tokens(state) > self.limit
+        if due and len(history) >= self.min_messages:
+            self.compress(state, "requested by the agent" if self.requested else "context limit")
+        self.requested = False
+        self._count_at_call = len(state.messages)
+
+    # ------------------------------------------------------------------ compression
+    def _metadata_facts(self, state: AgentState) -> list[tuple[str, Observation, Facts]]:
+        """(tool name, observation, facts) of the metadata-bearing tool results in the history: those
+        kept verbatim by the last compression, then the ones that came after it."""
+        out = list(self._carried)
+        for turn in state.turns[self._turns_done:]:
+            for call, obs in turn.calls:
+                if obs.error or call.name.lower() not in self.metadata_tools:
+                    continue
+                out.append((call.name, obs, extract_facts(obs.text, self.known_ids, call.arguments)))
+        return out
+
+    def compress(self, state: AgentState, trigger: str) -> None:
+        system, task, history = state.messages[0], state.messages[1], state.messages[2:]
+        before = self.estimate_tokens(state)
+        with state.trace.step("memory.condense", trigger=trigger, turn=state.turn) as step:
+            sections = "\n".join(f"- {self.SECTION_TEXT[k]}" for k in self.summaries) if self.structured else (
+                "- one free-form summary of the search so far")
+            text = Template(self.prompt).safe_substitute(query=state.query, history=render_history(history),
+                                                         sections=sections)
+            if self.structured:
+                value, ok = self.role.json([Message.user(text)], _schema(self.summaries), fallback=lambda: None,
+                                           retries=1, max_tokens=900)
+                parts = {k: " ".join(str((value or {}).get(k, "")).split()) for k in self.summaries} if ok else {}
+                summary = "\n".join(f"[{k.upper()}] {v}" for k, v in parts.items() if v)
+            else:
+                summary = self.role.text([Message.user(text)], max_tokens=600)
+                parts = {"summary": summary}
+            if not summary.strip():
+                step.note("compression produced no usable summary; the history was left as it was")
+                step.outputs = {"compressed": False}
+                return
+            metas = self._metadata_facts(state)
+            kept: list[str] = []
+            carried: list[tuple[str, Observation, Facts]] = []
+            report = None
+            if self.fidelity_check:
+                report = fidelity([f for _, _, f in metas], summary)
+                if report.loss > self.tau:
+                    for i in sorted(report.missing, reverse=True)[: self.keep_verbatim]:
+                        name, obs, _ = metas[i]
+                        kept.insert(0, f"[{name} result, kept verbatim]\n{obs.text}")
+                        carried.insert(0, metas[i])
+            memory = ["[WORKING MEMORY: the earlier steps of this search, condensed]", summary]
+            if kept:
+                memory += ["", "Metadata the summary lost, in the tool's own words:", *kept]
+            memory.append("\nContinue the search from here (the working summary says what comes next).")
+            state.messages = [system, task, Message.user("\n".join(memory))]
+            self._turns_done = len(state.turns)
+            self._carried = carried
+            self.compressions += 1
+            state.extra.setdefault("compressions", []).append({"turn": state.turn, "trigger": trigger})
+            step.outputs = {
+                "compressed": True,
+                "messages_folded": len(history),
+                "tokens_before": before,
+                "summaries": parts,
+                **({"fidelity": report.to_dict(), "kept_verbatim": len(kept)} if report is not None else {}),
+            }
+            if report is not None and report.loss > self.tau:
+                step.note(f"fidelity: loss {report.loss:.2f} > tau {self.tau}: kept {len(kept)} metadata "
+                          "message(s) verbatim")
+
+
+class MemoryCondense(Tool):
+    """The agent's own handle on working memory (Table 4): compress the history before the next turn."""
+
+    name = "MemoryCondense"
+    description = ("Condense the conversation so far into working memory (a digest of steps, the session's key "
+                   "decisions and your current plan), keeping photo ids, dates and places. Use it when the "
+                   "history grows long. It does not search or load photos.")
+    def __init__(self, memory: WorkingMemory) -> None:
+        self.memory = memory
+        self.parameters = {"type": "object", "properties": {}, "additionalProperties": False}
+
+    def run(self, args: dict[str, Any], state: AgentState) -> Observation:
+        self.memory.request()
+        return Observation("The history will be condensed into working memory before your next turn.",
+                           summary="memory condense requested")
+
+
+# --------------------------------------------------------------------------- episodic memory
+
+AUDIT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "anchor": {"type": "string", "maxLength": 300},
+        "constraint": {"type": "string", "maxLength": 300},
+        "target": {"type": "string", "maxLength": 300},
+        "completeness": {"type": "string", "maxLength": 300},
+        "decision": {"type": "string", "maxLength": 300},
+        "verdict": {"type": "string", "enum": ["pass", "revise"]},
+        "remove": {"type": "array", "maxItems": 20, "items": {"type": "string", "maxLength": 80}},
+        "new_keywords": {"type": "array", "maxItems": 4, "items": {"type": "string", "maxLength": 60}},
+    },
+    "required": ["anchor", "constraint", "target", "completeness", "decision", "verdict"],
+}
+AUDIT_PARTS = ("anchor", "constraint", "target", "completeness", "decision")
+
+
+class EpisodicMemory(AgentHooks):
+    """The reflective audit before the final answer (see the module doc).
+
+    - ``role``: the auditing model (usually the agent's own);
+    - ``prompt``: template with ``$pred_ids`` and ``$extra_notes`` (A.3.1's checks, ending in a JSON request);
+    - ``feedback``: template of the message a failed audit sends back (``$verdict``, ``$keywords``,
+      ``$used``, ``$pred_ids``);
+    - ``reload``: photo ids -> ``(id, ImagePart)`` pairs (the visual reload ``V(R)``);
+    - ``max_reload``: how many proposed photos are reloaded; ``max_audits``: None = until one passes.
+    """
+
+    def __init__(self, role: Any, prompt: str, feedback: str,
+                 reload: Callable[[list[str]], list[tuple[str, ImagePart]]], *, max_reload: int = 10,
+                 max_audits: int | None = None, search_tools: Sequence[str] = ("ImageSearch",)) -> None:
+        self.role = role
+        self.prompt = prompt
+        self.feedback = feedback
+        self.reload = reload
+        self.max_reload = max_reload
+        self.max_audits = max_audits
+        self.search_tools = {t.lower() for t in search_tools}
+        self.audits = 0
+
+    def used_keywords(self, state: AgentState) -> list[str]:
+        """The search texts the agent already tried (so a new round can differ from them)."""
+        out: list[str] = []
+        for turn in state.turns:
+            for call, _ in turn.calls:
+                q = call.arguments.get("query") if call.name.lower() in self.search_tools else None
+                if isinstance(q, str) and q.strip() and q.strip() not in out:
+                    out.append(q.strip())
+        return out
+
+    def before_answer(self, state: AgentState, answer: list[str]) -> str | Message | None:
+        if self.max_audits is not None and self.audits >= self.max_audits:
+            return None
+        self.audits += 1
+        pred = json.dumps(answer, ensure_ascii=False)
+        with state.trace.step("memory.audit", audit=self.audits, proposed=list(answer)) as step:
+            photos = self.reload(answer[: self.max_reload])
+            parts: list[str | ImagePart] = [Template(self.prompt).safe_substitute(
+                pred_ids=pred, extra_notes="" if len(answer) <= self.max_reload else
+                f" (only the first {self.max_reload} proposed photos are shown)")]
+            if photos:
+                parts.append("\nThe proposed photos, reloaded:")
+                for pid, part in photos:
+                    parts += [f"\nPhoto ID {pid}: ", part]
+            messages = [*state.messages, Message("user", parts)]
+            value, ok = self.role.json(messages, AUDIT_SCHEMA, fallback=lambda: None, retries=1, max_tokens=600)
+            if not ok or not isinstance(value, dict):
+                step.note("the audit gave no usable verdict; the answer was accepted as proposed")
+                step.outputs = {"verdict": "pass", "parsed": False}
+                return None
+            verdict = {k: " ".join(str(value.get(k, "")).split()) for k in AUDIT_PARTS}
+            passed = str(value.get("verdict", "pass")).lower() != "revise"
+            keywords = [str(k) for k in value.get("new_keywords") or [] if str(k).strip()]
+            remove = [str(r) for r in value.get("remove") or [] if str(r) in answer]
+            state.extra.setdefault("audits", []).append({"turn": state.turn, "passed": passed, **verdict})
+            step.outputs = {"verdict": "pass" if passed else "revise", **verdict, "remove": remove,
+                            "new_keywords": keywords}
+            if passed:
+                return None
+            used = self.used_keywords(state)
+            lines = "\n".join(f"- {k.upper()}: {verdict[k] or '(no remark)'}" for k in AUDIT_PARTS)
+            if remove:
+                lines += f"\n- photos that do not fit the target: {', '.join(remove)}"
+            text = Template(self.feedback).safe_substitute(
+                verdict=lines, pred_ids=pred, keywords=", ".join(f'"{k}"' for k in keywords) or "(none suggested)",
+                used=", ".join(f'"{k}"' for k in used) or "(none yet)")
+            return Message.user(text)
+
+
+# --------------------------------------------------------------------------- semantic memory (retrieval)
+
+
+class SkillInjection(AgentHooks):
+    """Prepend the best skill of ``library`` to the user message when its similarity exceeds ``threshold``."""
+
+    def __init__(self, library: SkillLibrary, threshold: float = 0.65) -> None:
+        self.library = library
+        self.threshold = threshold
+
+    def on_start(self, state: AgentState) -> None:
+        with state.trace.step("memory.skill", library=str(self.library.path)) as step:
+            skill, sim = self.library.best(state.query, self.threshold)
+            step.outputs = {"best_similarity": round(sim, 4), "threshold": self.threshold,
+                            "injected": skill.id if skill else None}
+            if skill is None:
+                return
+            task = state.messages[1]
+            state.messages[1] = Message("user", [skill.hint() + "\n\n", *task.parts])
+            state.extra["skill"] = {"id": skill.id, "similarity": sim}
+
+
+__all__ = [
+    "AUDIT_SCHEMA",
+    "SUMMARY_KINDS",
+    "EpisodicMemory",
+    "Facts",
+    "FidelityReport",
+    "MemoryCondense",
+    "SkillInjection",
+    "WorkingMemory",
+    "extract_facts",
+    "fidelity",
+    "render_history",
+]

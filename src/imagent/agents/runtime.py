@@ -1,0 +1,536 @@
+"""The tool-calling loop every agentic method stands on (PhotoCraft, ImageSeeker, OSCAR's planner).
+
+One turn is one model call: the model reasons and either calls tools or answers. Tools are offered as
+OpenAI ``tools`` and called through native ``tool_calls`` where the backend returns them, else through
+the ``<tool_call>`` text protocol (:mod:`imagent.agents.protocol`); each turn's trace step says which
+path was used. A tool's error goes back to the model as the observation (it may correct the call);
+it never ends the loop. After ``max_turns`` turns (30, the paper's budget, A.2.2) the model is told
+to answer now, in one last call without tools.
+
+Photos a tool shows (``ViewPhotos``) reach the model as a user message with each photo's id written
+beside its image: OpenAI tool messages carry text only. A blind model gets each photo's text surrogate
+instead (captions, date, place): the role converts image parts in caption mode.
+
+The answer is parsed from ``The final answer is: ["id", ...]``, kept to ids the album knows, and never
+empty: when the model gives no usable answer (budget spent, unknown ids twice, a failed model call), the
+best candidates the tools returned stand in (highest retrieval score first), and the run records why.
+
+Memories plug in as :class:`AgentHooks`: ``on_start`` (inject a skill), ``before_turn`` (compress the
+context), ``after_turn``, ``before_answer`` (an audit: feedback text rejects the answer and the loop
+goes on) and ``on_finish`` (distil a skill). Every turn is a trace step ``turn.<n>`` with outputs
+``reasoning, tool, arguments, observation, photos, path`` (and ``calls`` with each call in full); the
+role records its model call (tokens, seconds) into the open step, the runtime each tool call.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Container, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from imagent.agents.protocol import (
+    ToolCall,
+    format_tool_response,
+    native_tool_calls,
+    parse_final_answer,
+    parse_tool_calls,
+    strip_tool_calls,
+    text_protocol_prompt,
+    tools_as_openai,
+)
+from imagent.agents.tools import Observation, Tool, ToolError
+from imagent.core.trace import CallRecord, SearchCancelled, Trace, current_trace, record_call
+from imagent.models.base import ChatError, ChatParams, ChatResponse, ImagePart, Message
+from imagent.models.roles import Role
+
+ToolMode = Literal["auto", "native", "text"]
+Mode = Literal["native", "text"]
+CallPath = Literal["native", "text", "none"]
+
+# Paper defaults (A.2.2): 30 interaction turns, then the agent must answer.
+DEFAULT_MAX_TURNS = 30
+
+ANSWER_FORMAT = 'The final answer is: ["<photo id>", "<photo id>", ...]'
+NUDGE = ("You neither called a tool nor gave a final answer. Call a tool, or give your final answer "
+         f"exactly as: {ANSWER_FORMAT}")
+BUDGET_SPENT = ("You have used all {n} turns. Do not call any more tools. Based on what you found, give your "
+                f"final answer now, exactly as: {ANSWER_FORMAT}")
+NOT_IN_ALBUM = ("Your final answer must list photo ids from the album and must not be empty. {detail}Use the "
+                f"ids your tools returned, exactly as: {ANSWER_FORMAT}")
+
+
+# --------------------------------------------------------------------------- state
+
+
+@dataclass
+class TurnRecord:
+    """One turn: what the model said, which calls it made and what came back."""
+
+    n: int
+    path: CallPath
+    reasoning: str = ""
+    calls: list[tuple[ToolCall, Observation]] = field(default_factory=list)
+    answer: list[str] | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class AgentState:
+    """Everything the loop, its tools and its hooks share during one run.
+
+    ``subsets`` holds named id lists (``FilterMetadata(save_as=...)``, used by ``search_within``) so
+    hundreds of ids need not pass through the context. ``candidates`` keeps the best retrieval score
+    seen per photo (the never-empty fall-back). ``extra`` is free space for hooks and tools (a memory's
+    own state). Hooks may edit ``messages`` in ``before_turn``; a tool that must rewrite the history
+    (a condense tool) registers the rewrite with :meth:`defer`, applied once the turn's messages are in."""
+
+    query: str
+    trace: Trace
+    messages: list[Message] = field(default_factory=list)
+    subsets: dict[str, list[str]] = field(default_factory=dict)
+    candidates: dict[str, float] = field(default_factory=dict)
+    seen: list[str] = field(default_factory=list)
+    viewed: list[str] = field(default_factory=list)
+    turn: int = 0
+    max_turns: int = DEFAULT_MAX_TURNS
+    tool_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    last_prompt_tokens: int = 0  # the size of the latest prompt: what a context-compression hook watches
+    turns: list[TurnRecord] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+    _deferred: list[Callable[[list[Message]], list[Message]]] = field(default_factory=list, repr=False)
+
+    @property
+    def turns_left(self) -> int:
+        return max(0, self.max_turns - self.turn)
+
+    def add_candidates(self, ids: Sequence[str], scores: dict[str, float] | None = None) -> None:
+        """Remember photos a tool returned; a photo keeps the best score it was given."""
+        scores = scores or {}
+        for i in ids:
+            if i not in self.candidates:
+                self.seen.append(i)
+                self.candidates[i] = float("-inf")
+            if i in scores:
+                self.candidates[i] = max(self.candidates[i], float(scores[i]))
+
+    def best_candidates(self, k: int) -> list[str]:
+        """The ``k`` best photos seen: by best score, then by when first seen."""
+        order = {i: n for n, i in enumerate(self.seen)}
+        return sorted(self.seen, key=lambda i: (-self.candidates[i], order[i]))[:k]
+
+    def save_subset(self, name: str, ids: Sequence[str]) -> None:
+        self.subsets[name.strip()] = list(ids)
+
+    def subset(self, name: str) -> list[str]:
+        """A saved subset; :class:`ToolError` naming the saved ones when it does not exist."""
+        key = name.strip()
+        if key not in self.subsets:
+            have = ", ".join(repr(k) for k in self.subsets) or "none yet (FilterMetadata with save_as makes one)"
+            raise ToolError(f"no saved subset named {name!r}; saved subsets: {have}")
+        return self.subsets[key]
+
+    def defer(self, rewrite: Callable[[list[Message]], list[Message]]) -> None:
+        """Rewrite the history at the end of this turn (after the turn's own messages are appended)."""
+        self._deferred.append(rewrite)
+
+
+class AgentHooks:
+    """Hook points of the loop; memories subclass this and override what they need (all no-ops here)."""
+
+    def on_start(self, state: AgentState) -> None:
+        """After the system and user messages are in, before the first turn (e.g. inject a skill)."""
+
+    def before_turn(self, state: AgentState) -> None:
+        """Before each model call (e.g. compress the context when ``state.last_prompt_tokens`` nears a limit)."""
+
+    def after_turn(self, state: AgentState, turn: TurnRecord) -> None:
+        """After a turn's messages are in the history."""
+
+    def before_answer(self, state: AgentState, answer: list[str]) -> str | Message | None:
+        """The model proposes ``answer`` (album ids). Return None to accept it, or feedback (text or a
+        whole user message, e.g. with the proposed photos reloaded) to reject it and go on."""
+        return None
+
+    def on_finish(self, state: AgentState, run: AgentRun) -> None:
+        """After the answer is settled (e.g. distil a skill from the trajectory)."""
+
+
+@dataclass
+class AgentRun:
+    """The outcome of one run. ``source``: "model" (the model's answer) or "fallback" (best candidates
+    seen); ``reason`` says why in words; ``dropped`` lists proposed ids the album does not have."""
+
+    answer: list[str]
+    source: Literal["model", "fallback"]
+    reason: str
+    turns: int
+    tool_calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    seconds: float
+    paths: dict[str, int]
+    dropped: list[str]
+    state: AgentState
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"answer": list(self.answer), "source": self.source, "reason": self.reason, "turns": self.turns,
+                "tool_calls": self.tool_calls, "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens, "seconds": round(self.seconds, 3),
+                "paths": dict(self.paths), "dropped": list(self.dropped)}
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+def _norm_name(name: str) -> str:
+    """Tool names as models write them: ``ImageSearchTool``, ``image_search``, ``imagesearch``."""
+    n = "".join(ch for ch in name.lower() if ch.isalnum())
+    return n.removesuffix("tool") or n
+
+
+class AgentRuntime:
+    """Run a tool-using agent over a role.
+
+    - ``tools``: the tools offered (names must be unique);
+    - ``system_prompt``: the method's prompt; in text mode the tool section is appended to it;
+    - ``tool_mode``: ``auto`` (native when the backend's ``supports_tools``, else text), ``native``, ``text``;
+    - ``known_ids``: the ids an answer may contain (the album); None accepts any id;
+    - ``fallback_k``: how many best candidates stand in for a missing answer;
+    - ``fallback``: called when no candidate was seen at all (e.g. a plain search for the query);
+    - ``answer_retries``: how often an empty or unknown-ids answer is sent back before falling back.
+    """
+
+    def __init__(
+        self,
+        role: Role,
+        tools: Sequence[Tool],
+        system_prompt: str,
+        *,
+        max_turns: int = DEFAULT_MAX_TURNS,
+        hooks: Sequence[AgentHooks] = (),
+        tool_mode: ToolMode = "auto",
+        known_ids: Container[str] | None = None,
+        fallback_k: int = 5,
+        fallback: Callable[[AgentState], list[str]] | None = None,
+        answer_retries: int = 1,
+        max_tokens: int = 1024,
+        temperature: float | None = None,
+    ) -> None:
+        if max_turns < 1:
+            raise ValueError("max_turns must be at least 1")
+        if tool_mode not in ("auto", "native", "text"):
+            raise ValueError(f"tool_mode must be auto, native or text, not {tool_mode!r}")
+        names = [t.name for t in tools]
+        if len(set(names)) != len(names):
+            raise ValueError(f"tool names must be unique: {names}")
+        self.role = role
+        self.tools = list(tools)
+        self._by_name = {t.name: t for t in tools}
+        self._by_norm = {_norm_name(t.name): t for t in tools}
+        self.system_prompt = system_prompt
+        self.max_turns = max_turns
+        self.hooks = list(hooks)
+        self.tool_mode = tool_mode
+        self.known_ids = known_ids
+        self.fallback_k = fallback_k
+        self.fallback = fallback
+        self.answer_retries = answer_retries
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+
+    # ------------------------------------------------------------------ set-up
+    def resolve_mode(self) -> Mode:
+        if self.tool_mode != "auto":
+            return self.tool_mode
+        return "native" if getattr(self.role.model, "supports_tools", False) else "text"
+
+    def system_message(self, mode: str) -> Message:
+        if mode == "text" and self.tools:
+            return Message.system(f"{self.system_prompt.rstrip()}\n\n{text_protocol_prompt(self.tools)}")
+        return Message.system(self.system_prompt)
+
+    def _params(self, mode: str, final: bool = False) -> ChatParams:
+        p = ChatParams(max_tokens=self.max_tokens, temperature=self.temperature)
+        if mode == "native" and self.tools:
+            p.tools = tools_as_openai(self.tools)
+            p.tool_choice = "none" if final else "auto"
+        return p
+
+    def find_tool(self, name: str) -> Tool | None:
+        return self._by_name.get(name) or self._by_norm.get(_norm_name(name))
+
+    # ------------------------------------------------------------------ run
+    def run(self, user_message: str | Message, *, state: AgentState | None = None) -> AgentRun:
+        """Run the loop on one request and settle an answer (never raises for a model's mistakes;
+        :class:`~imagent.core.trace.SearchCancelled` propagates)."""
+        trace = current_trace() or Trace()
+        msg = Message.user(user_message) if isinstance(user_message, str) else user_message
+        if state is None:
+            state = AgentState(query=msg.text, trace=trace)
+        state.max_turns = self.max_turns
+        mode = self.resolve_mode()
+        state.messages = [self.system_message(mode), msg]
+        paths: dict[str, int] = {}
+        t0 = time.perf_counter()
+        for h in self.hooks:
+            h.on_start(state)
+
+        answer: list[str] | None = None
+        reason = ""
+        dropped: list[str] = []
+        retries = self.answer_retries
+        try:
+            while state.turn < self.max_turns and answer is None:
+                for h in self.hooks:
+                    h.before_turn(state)
+                state.turn += 1
+                with trace.step(f"turn.{state.turn}", turn=state.turn) as step:
+                    t_turn = time.perf_counter()
+                    resp, mode = self._call(state, mode)
+                    turn = self._turn(state, resp, mode)
+                    paths[turn.path] = paths.get(turn.path, 0) + 1
+                    outputs = self._turn_outputs(turn)
+                    if turn.answer is not None and not turn.calls:
+                        valid, bad = self._keep_known(turn.answer)
+                        dropped += bad
+                        outputs["answer"] = turn.answer
+                        if bad:
+                            outputs["dropped"] = bad
+                        feedback: str | Message | None = None
+                        if not valid and retries > 0:
+                            retries -= 1
+                            detail = (f"These ids are not in the album: {', '.join(bad)}. " if bad
+                                      else "The list was empty. ")
+                            feedback = NOT_IN_ALBUM.format(detail=detail)
+                        elif valid:
+                            for h in self.hooks:
+                                if state.turns_left == 0:
+                                    break  # no turn left to act on feedback: accept
+                                feedback = h.before_answer(state, valid)
+                                if feedback is not None:
+                                    outputs["rejected_by"] = type(h).__name__
+                                    break
+                        if feedback is not None:
+                            fb = feedback if isinstance(feedback, Message) else Message.user(feedback)
+                            state.messages.append(fb)
+                            outputs["feedback"] = fb.text
+                        elif valid:
+                            answer, reason = valid, "the model's final answer"
+                        else:
+                            outputs["feedback"] = "no usable answer; falling back"
+                            answer = []
+                            reason = "the model's answer named no photo in the album"
+                    elif turn.answer is None and not turn.calls:
+                        state.messages.append(Message.user(NUDGE))
+                        outputs["feedback"] = NUDGE
+                    turn.seconds = time.perf_counter() - t_turn
+                    step.outputs = outputs
+                self._apply_deferred(state)
+                for h in self.hooks:
+                    h.after_turn(state, turn)
+            if answer is None:
+                answer, reason = self._final_call(state, mode, paths, dropped)
+        except ChatError as exc:
+            reason = f"the model call failed ({exc})"
+            answer = None
+        source: Literal["model", "fallback"] = "model"
+        if not answer:
+            answer = self._fallback_answer(state)
+            why = reason or "no answer"
+            reason = (f"fallback: {why}; answered with the {len(answer)} best candidate(s) seen"
+                      if answer else f"fallback: {why}; no candidate was seen, so the answer is empty")
+            source = "fallback"
+            with trace.step("answer.fallback", reason=why) as step:
+                step.outputs = {"answer": answer, "reason": reason}
+                step.note(reason)
+        run = AgentRun(answer=answer, source=source, reason=reason, turns=state.turn, tool_calls=state.tool_calls,
+                       prompt_tokens=state.prompt_tokens, completion_tokens=state.completion_tokens,
+                       seconds=time.perf_counter() - t0, paths=paths, dropped=dropped, state=state)
+        for h in self.hooks:
+            h.on_finish(state, run)
+        return run
+
+    # ------------------------------------------------------------------ pieces
+    def _call(self, state: AgentState, mode: Mode) -> tuple[ChatResponse, Mode]:
+        """One model call. In auto mode a backend that refuses ``tools`` on the first call is asked again
+        in the text protocol, which the rest of the run then uses."""
+        try:
+            resp = self.role.chat(state.messages, self._params(mode))
+        except ChatError as exc:
+            if not (self.tool_mode == "auto" and mode == "native" and state.turn == 1):
+                raise
+            from imagent.core.trace import note
+
+            note(f"the backend refused native tool calls ({exc}); using the <tool_call> text protocol")
+            mode = "text"
+            state.messages[0] = self.system_message(mode)
+            resp = self.role.chat(state.messages, self._params(mode))
+        state.prompt_tokens += resp.prompt_tokens
+        state.completion_tokens += resp.completion_tokens
+        state.last_prompt_tokens = resp.prompt_tokens
+        return resp, mode
+
+    def _turn(self, state: AgentState, resp: ChatResponse, mode: str) -> TurnRecord:
+        """Read the reply, run its tool calls and append the messages they produce."""
+        turn = TurnRecord(n=state.turn, path="none", reasoning=strip_tool_calls(resp.text),
+                          prompt_tokens=resp.prompt_tokens, completion_tokens=resp.completion_tokens)
+        state.turns.append(turn)
+        if resp.tool_calls:
+            turn.path = "native"
+            calls = native_tool_calls(resp.tool_calls)
+            raw = [{"id": c.id, "name": c.name, "arguments": str(r.get("arguments") or "{}")}
+                   for c, r in zip(calls, resp.tool_calls, strict=True)]
+            state.messages.append(Message.assistant(resp.text, tool_calls=raw))
+            images: list[tuple[str, ImagePart]] = []
+            for c in calls:
+                obs = self._execute(c, state)
+                turn.calls.append((c, obs))
+                state.messages.append(Message.tool(c.id, obs.text))
+                images += obs.images
+            if images:
+                state.messages.append(self._images_message(images))
+            return turn
+        calls = parse_tool_calls(resp.text, tool_names=list(self._by_name))
+        state.messages.append(Message.assistant(resp.text))
+        if calls:
+            turn.path = "text"
+            parts: list[str | ImagePart] = []
+            images = []
+            for c in calls:
+                obs = self._execute(c, state)
+                turn.calls.append((c, obs))
+                parts.append(format_tool_response(c.name or "unreadable call", obs.text) + "\n")
+                images += obs.images
+            if images:
+                parts += self._image_parts(images)
+            state.messages.append(Message("user", parts))
+            return turn
+        turn.answer = parse_final_answer(resp.text)
+        return turn
+
+    def _execute(self, call: ToolCall, state: AgentState) -> Observation:
+        """Run one call; every failure becomes an error observation for the model."""
+        t0 = time.perf_counter()
+        error: str | None = None
+        tool = self.find_tool(call.name) if call.name else None
+        if call.error:
+            obs = Observation(f"Error: your tool call could not be read: {call.error}. Write it as "
+                              '<tool_call>{"name": "<tool name>", "arguments": {...}}</tool_call>', error=True)
+            error = call.error
+        elif tool is None:
+            names = ", ".join(t.name for t in self.tools) or "none"
+            obs = Observation(f"Error: there is no tool named {call.name!r}. Available tools: {names}.", error=True)
+            error = f"unknown tool {call.name!r}"
+        else:
+            call.name = tool.name
+            try:
+                obs = tool(call.arguments, state)
+            except SearchCancelled:
+                raise
+            except ToolError as exc:
+                error = str(exc)
+                obs = Observation(f"Error: {exc}", error=True)
+            except Exception as exc:  # a tool's bug must not end the search: the model hears of it, the trace too
+                error = f"{type(exc).__name__}: {exc}"
+                obs = Observation(f"Error: the tool {tool.name} failed ({error}).", error=True)
+        state.tool_calls += 1
+        record_call(CallRecord("tool", call.name or "?", "agent", time.perf_counter() - t0, error=error))
+        state.add_candidates(obs.photos, obs.scores)
+        state.viewed += [i for i, _ in obs.images if i not in state.viewed]
+        return obs
+
+    @staticmethod
+    def _image_parts(images: list[tuple[str, ImagePart]]) -> list[str | ImagePart]:
+        parts: list[str | ImagePart] = []
+        for pid, part in images:
+            parts += [f"\nPhoto ID {pid}: ", part]
+        return parts
+
+    def _images_message(self, images: list[tuple[str, ImagePart]]) -> Message:
+        return Message("user", ["The photos you asked to view, each with its id:", *self._image_parts(images)])
+
+    def _known(self, image_id: str) -> bool:
+        return self.known_ids is None or image_id in self.known_ids
+
+    def _keep_known(self, ids: list[str]) -> tuple[list[str], list[str]]:
+        return [i for i in ids if self._known(i)], [i for i in ids if not self._known(i)]
+
+    def _final_call(self, state: AgentState, mode: Mode, paths: dict[str, int],
+                    dropped: list[str]) -> tuple[list[str] | None, str]:
+        """The budget is spent: one last call, without tools, for the answer."""
+        n = state.turn + 1
+        state.messages.append(Message.user(BUDGET_SPENT.format(n=self.max_turns)))
+        with state.trace.step(f"turn.{n}", turn=n, final=True) as step:
+            resp = self.role.chat(state.messages, self._params(mode, final=True))
+            state.prompt_tokens += resp.prompt_tokens
+            state.completion_tokens += resp.completion_tokens
+            state.messages.append(Message.assistant(resp.text))
+            ids = parse_final_answer(resp.text)
+            turn = TurnRecord(n=n, path="none", reasoning=strip_tool_calls(resp.text), answer=ids,
+                              prompt_tokens=resp.prompt_tokens, completion_tokens=resp.completion_tokens)
+            state.turns.append(turn)
+            paths["none"] = paths.get("none", 0) + 1
+            outputs = self._turn_outputs(turn)
+            outputs["final"] = True
+            valid, bad = self._keep_known(ids or [])
+            dropped += bad
+            outputs["answer"] = ids
+            if bad:
+                outputs["dropped"] = bad
+            step.outputs = outputs
+        if valid:
+            return valid, f"the model's final answer after the {self.max_turns}-turn budget"
+        return None, f"the {self.max_turns}-turn budget was spent without a usable answer"
+
+    def _fallback_answer(self, state: AgentState) -> list[str]:
+        best = [i for i in state.best_candidates(len(state.seen)) if self._known(i)][: self.fallback_k]
+        if not best and self.fallback is not None:
+            best = self._keep_known(self.fallback(state))[0][: self.fallback_k]
+        return best
+
+    @staticmethod
+    def _apply_deferred(state: AgentState) -> None:
+        while state._deferred:
+            state.messages = state._deferred.pop(0)(state.messages)
+
+    @staticmethod
+    def _turn_outputs(turn: TurnRecord) -> dict[str, Any]:
+        """The trace step's outputs: flat fields for one call, ``calls`` for all of them."""
+        calls = [{"tool": c.name, "arguments": c.arguments, "observation": o.short(), "photos": list(o.photos),
+                  "error": o.error, **({"data": o.data} if o.data else {})} for c, o in turn.calls]
+        photos: list[str] = []
+        for c in calls:
+            photos += [p for p in c["photos"] if p not in photos]
+        out: dict[str, Any] = {
+            "reasoning": turn.reasoning,
+            "path": turn.path,
+            "tool": ", ".join(c["tool"] for c in calls) if calls else None,
+            "arguments": (calls[0]["arguments"] if len(calls) == 1 else [c["arguments"] for c in calls])
+            if calls else None,
+            "observation": "\n".join(c["observation"] for c in calls) if calls else None,
+            "photos": photos,
+        }
+        if calls:
+            out["calls"] = calls
+        return out
+
+
+__all__ = [
+    "ANSWER_FORMAT",
+    "DEFAULT_MAX_TURNS",
+    "AgentHooks",
+    "AgentRun",
+    "AgentRuntime",
+    "AgentState",
+    "ToolMode",
+    "TurnRecord",
+]

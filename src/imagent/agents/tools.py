@@ -1,0 +1,153 @@
+"""Typed agent tools: a name, a description, a JSON-Schema signature and ``run(args, state)``.
+
+A tool never raises out of the agent loop for something the model did wrong: bad arguments, an
+unknown photo id or a filter that does not parse raise :class:`ToolError`, whose message the runtime
+hands back to the model as the observation, so the model can correct itself and try again.
+
+Arguments are checked by :func:`validate_args` before ``run`` sees them: a small JSON-Schema subset
+(``type``, ``properties``, ``required``, ``additionalProperties``, ``items``, ``enum``, ``minimum``,
+``maximum``, ``minItems``, ``maxItems``, ``maxLength``) through :func:`imagent.models.json_output.coerce`,
+which also repairs what a small model gets almost right (``"20"`` for 20, one id where a list was
+asked). No ``jsonschema`` dependency: the tools' schemas stay inside this subset.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from imagent.models.base import ImagePart
+from imagent.models.json_output import JSONParseError, coerce
+from imagent.tools.base import ToolError
+
+if TYPE_CHECKING:
+    from imagent.agents.runtime import AgentState
+
+# How much of an observation the trace keeps as its summary (the model reads the whole text).
+SUMMARY_CHARS = 400
+
+
+@dataclass
+class Observation:
+    """What a tool call returns.
+
+    - ``text``: what the model reads (the ``tool`` message, or the text protocol's ``<tool_response>``);
+    - ``photos``: the album ids it returned, in order (traces and the web UI show them as thumbnails);
+    - ``scores``: retrieval scores of returned photos, where the tool has them; the runtime keeps the
+      best score seen per photo (the never-empty fall-back answers with the best of them);
+    - ``images``: ``(photo id, image part)`` pairs to show the model: the runtime sends them in a user
+      message after the tool messages, each id written beside its image (tool messages carry text only);
+      a blind model gets each photo's text surrogate instead (the role's caption mode);
+    - ``data``: structured output for the trace (JSON-serialisable);
+    - ``summary``: one line for the trace; defaults to the start of ``text``;
+    - ``error``: True when this observation reports a failed call (set by the runtime for ToolErrors).
+    """
+
+    text: str
+    photos: list[str] = field(default_factory=list)
+    scores: dict[str, float] = field(default_factory=dict)
+    images: list[tuple[str, ImagePart]] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+    summary: str = ""
+    error: bool = False
+
+    def short(self) -> str:
+        """The trace's summary of this observation."""
+        s = self.summary or self.text
+        s = " ".join(s.split())
+        return s if len(s) <= SUMMARY_CHARS else s[: SUMMARY_CHARS - 1] + "…"
+
+
+class Tool(ABC):
+    """One tool an agent may call.
+
+    Subclasses set ``name``, ``description`` and ``parameters`` (a JSON Schema object; keep to the
+    subset :func:`validate_args` checks) and implement :meth:`run`. ``run`` receives validated
+    arguments (defaults filled in) and the runtime's :class:`~imagent.agents.runtime.AgentState`
+    (named subsets, candidates seen); it returns an :class:`Observation` or raises :class:`ToolError`.
+    """
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+    @abstractmethod
+    def run(self, args: dict[str, Any], state: AgentState) -> Observation:
+        """Do the call. Raise :class:`ToolError` with a message the model can act on."""
+
+    def __call__(self, args: dict[str, Any], state: AgentState) -> Observation:
+        """Validate ``args`` against :attr:`parameters`, then :meth:`run`."""
+        return self.run(validate_args(self.parameters, args, tool=self.name), state)
+
+    def spec(self) -> dict[str, Any]:
+        """The OpenAI ``tools`` entry for this tool."""
+        return {"type": "function",
+                "function": {"name": self.name, "description": self.description, "parameters": self.parameters}}
+
+    def signature(self) -> str:
+        """One line for a text prompt: ``Name(arg: type, opt?: type)``."""
+        props = self.parameters.get("properties") or {}
+        required = set(self.parameters.get("required") or [])
+        args = []
+        for k, sch in props.items():
+            t = sch.get("type", "any")
+            if t == "array":
+                t = f"list[{(sch.get('items') or {}).get('type', 'any')}]"
+            args.append(f"{k}{'' if k in required else '?'}: {t}")
+        return f"{self.name}({', '.join(args)})"
+
+
+def _type_name(value: Any) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean", int: "integer",
+            float: "number", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def validate_args(schema: dict[str, Any], args: Any, tool: str = "") -> dict[str, Any]:
+    """``args`` checked against ``schema`` (an object schema), coerced where unambiguous, with the
+    defaults of absent optional properties filled in. Raises :class:`ToolError` saying what was wrong
+    and what the tool takes, so the model can retry."""
+    who = f"{tool}: " if tool else ""
+    props: dict[str, Any] = schema.get("properties") or {}
+    usage = ", ".join(f"{k} ({(v or {}).get('type', 'any')})" for k, v in props.items()) or "no arguments"
+    if args is None:
+        args = {}
+    if not isinstance(args, dict):
+        raise ToolError(f"{who}arguments must be a JSON object, not {_type_name(args)}; it takes {usage}")
+    unknown = [k for k in args if k not in props]
+    if unknown and schema.get("additionalProperties", False) is False:
+        raise ToolError(f"{who}unknown argument(s) {', '.join(map(repr, unknown))}; it takes {usage}")
+    missing = [k for k in schema.get("required") or [] if args.get(k) is None]
+    if missing:
+        raise ToolError(f"{who}missing required argument(s) {', '.join(map(repr, missing))}; it takes {usage}")
+    out: dict[str, Any] = {}
+    for k, sch in props.items():
+        if args.get(k) is None:
+            if "default" in sch:
+                out[k] = sch["default"]
+            continue
+        try:
+            v = coerce(args[k], sch, k)
+        except JSONParseError as exc:
+            raise ToolError(f"{who}bad argument {exc}") from None
+        _check_bounds(who, k, v, sch)
+        out[k] = v
+    return out
+
+
+def _check_bounds(who: str, key: str, v: Any, sch: dict[str, Any]) -> None:
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        if "minimum" in sch and v < sch["minimum"]:
+            raise ToolError(f"{who}argument {key!r} must be >= {sch['minimum']}, not {v}")
+        if "maximum" in sch and v > sch["maximum"]:
+            raise ToolError(f"{who}argument {key!r} must be <= {sch['maximum']}, not {v}")
+    if isinstance(v, list):
+        if "minItems" in sch and len(v) < sch["minItems"]:
+            raise ToolError(f"{who}argument {key!r} needs at least {sch['minItems']} item(s), got {len(v)}")
+        if "maxItems" in sch and len(v) > sch["maxItems"]:
+            raise ToolError(f"{who}argument {key!r} takes at most {sch['maxItems']} item(s), got {len(v)}")
+    if isinstance(v, str) and sch.get("minLength") and len(v.strip()) < sch["minLength"]:
+        raise ToolError(f"{who}argument {key!r} must not be empty")
+
+
+__all__ = ["SUMMARY_CHARS", "Observation", "Tool", "ToolError", "validate_args"]

@@ -1,0 +1,45 @@
+"""Text hygiene where text enters imagent: model output, tool results, manifests, file names.
+
+Python strings may hold lone surrogates (U+D800-U+DFFF) that no UTF-8 encoder accepts: a JSON reply with
+``"\\ud800"``, a manifest read with ``errors="surrogateescape"``, a file name that is not valid UTF-8
+(``os.listdir`` decodes its bytes with surrogateescape). One such character used to abort a whole
+``imagent index`` or search at the first ``.encode("utf-8")`` (SQLite, cache keys, JSON output). The fix is
+applied once, where text enters, with :func:`clean_text`; file names keep their exact bytes (so the file still
+opens) and are only *shown* through :func:`display_path`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import PurePath
+
+REPLACEMENT = "\ufffd"
+
+
+def clean_text(s: str) -> str:
+    """``s`` with every lone surrogate replaced by U+FFFD; valid text is returned unchanged (same object).
+
+    A surrogate *pair* held as two code points (as ``surrogatepass`` decoding produces) is joined into the
+    character it encodes rather than replaced, so no real character is lost.
+    """
+    if not isinstance(s, str):
+        s = str(s)
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        pass
+    # UTF-16 round trip: pairs combine into one character, lone halves become U+FFFD.
+    return s.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def display_path(path: str | os.PathLike[str] | bytes) -> str:
+    """A printable, UTF-8-safe rendering of a file name for messages and skip reasons.
+
+    Bytes that are not valid UTF-8 are shown as ``\\xNN`` escapes (``caf\\xe9.jpg``), so the user can still tell
+    which file is meant; never use the result to open the file.
+    """
+    raw = os.fsencode(path if not isinstance(path, PurePath) else str(path))
+    text = raw.decode("utf-8", "backslashreplace")
+    # Control characters (a newline in a file name) would break one-line messages.
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

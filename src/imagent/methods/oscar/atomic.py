@@ -1,0 +1,201 @@
+"""OSCAR's retrieval tools and atomic retrievals (paper Sec. 3.2).
+
+A *retriever* is one vector space of the index searched with its encoder's query side (config
+``methods.oscar.retrievers``; by default the index's three spaces: the dual encoder's image vectors, captions
+in the dual text space, captions in the text embedder's space). The planner calls them as tools online; the
+library builder calls all of them offline.
+
+An *atomic retrieval* ``(tool, rewritten query, polarity, k)`` is one planning unit. The rewriter role
+decomposes the modification into positive queries (what the target shows: shared concept + additions) and
+negative queries (only what must be absent, never the shared concept). Each family (tool, query, polarity)
+is retrieved once at ``k_max`` and sliced at every truncation level, so the decision space is the Cartesian
+product tools x queries x levels for the MIPs of :mod:`imagent.tools.oscar_mip`.
+
+Caption mode: with the offline defaults (caption-mode dual encoder and text embedder both MiniLM) the three
+spaces hold the same caption vectors; the embedding tool still differs from the caption tools because it
+fuses the reference image's vector into positive queries (``reference_weight``). With a real CLIP the three
+spaces are three different retrievers, as in the paper.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from string import Template
+from typing import Any, Literal
+
+import numpy as np
+
+from imagent.core.trace import note
+from imagent.core.types import Query, Ranking
+from imagent.core.vectors import l2_normalize
+from imagent.index.gallery import SPACE_IMAGE
+from imagent.methods.base import MethodContext, load_prompt
+from imagent.methods.oscar.config import OscarConfig, RetrieverSpec
+from imagent.models.base import Message
+from imagent.tools.oscar_mip import AtomicRetrieval
+
+Polarity = Literal["+", "-"]
+MAX_QUERY_CHARS = 200
+
+
+@dataclass
+class Rewrites:
+    """The rewriter's decomposition: positive (include) and negative (exclude) queries."""
+
+    positive: list[str] = field(default_factory=list)
+    negative: list[str] = field(default_factory=list)
+    ok: bool = True  # False: the rewriter's output was unusable and only the original query is searched
+
+    def queries(self) -> list[tuple[str, Polarity]]:
+        return [(q, "+") for q in self.positive] + [(q, "-") for q in self.negative]
+
+
+def reference_caption(ctx: MethodContext, query: Query) -> str:
+    """The reference's stored caption (the gallery's copy when the query carries only an id); '' without one."""
+    ref = query.reference
+    if ref is None:
+        return ""
+    if not ref.captions and ref.id in ctx.gallery:
+        ref = ctx.gallery.record(ref.id)
+    return ref.caption if ref.captions else ""
+
+
+def problem_context(modification: str, caption: str) -> str:
+    """What keys the golden library (Sec. 3.5): the modification text followed by the reference caption."""
+    return f"{modification.strip()} {caption.strip()}".strip()
+
+
+class Retrievers:
+    """The retrieval tools for one query: search a space over the query's pool (subset, exclusions), with
+    query encodings shared between calls."""
+
+    def __init__(self, ctx: MethodContext, specs: dict[str, RetrieverSpec], query: Query) -> None:
+        self.ctx = ctx
+        self.query = query
+        self.specs = {n: s for n, s in specs.items() if ctx.gallery.has_space(s.space)}
+        missing = sorted(set(specs) - set(self.specs))
+        if missing:
+            note(f"the index lacks the vector spaces of {', '.join(missing)}: those tools are not offered")
+        if not self.specs:
+            raise ValueError("none of OSCAR's retrievers has its vector space in the index; re-index")
+        self.rows = ctx.pool(query)
+        self._vecs: dict[tuple[str, str, str], np.ndarray] = {}
+        self._ref: dict[str, np.ndarray | None] = {}
+
+    def names(self) -> list[str]:
+        return list(self.specs)
+
+    def _reference_vector(self, space: str) -> np.ndarray | None:
+        if space not in self._ref:
+            ref = self.query.reference
+            vec: np.ndarray | None = None
+            if ref is not None:
+                if space == SPACE_IMAGE:
+                    vec = self.ctx.image_vector(ref)
+                elif ref.id in self.ctx.gallery:
+                    vec = np.asarray(self.ctx.gallery.vectors(space)[self.ctx.gallery.row(ref.id)], dtype=np.float32)
+                else:
+                    caption = reference_caption(self.ctx, self.query)
+                    vec = self.ctx.encode([caption], space)[0] if caption else None
+            self._ref[space] = vec
+        return self._ref[space]
+
+    def vector(self, tool: str, text: str, polarity: Polarity) -> np.ndarray:
+        spec = self.specs[tool]
+        key = (spec.space, text, polarity if spec.reference_weight > 0 else "")
+        vec = self._vecs.get(key)
+        if vec is None:
+            vec = self.ctx.encode([text], spec.space)[0]
+            if polarity == "+" and spec.reference_weight > 0:
+                ref = self._reference_vector(spec.space)
+                if ref is not None:
+                    w = spec.reference_weight
+                    vec = l2_normalize((1.0 - w) * vec + w * ref)
+            self._vecs[key] = vec
+        return vec
+
+    def search(self, tool: str, text: str, polarity: Polarity, k: int) -> Ranking:
+        """The top ``k`` of ``tool`` for ``text`` (best first) over the query's pool."""
+        return self.ctx.rank(self.query, self.vector(tool, text, polarity), self.specs[tool].space, k)
+
+    def pool_scores(self, tool: str, text: str, polarity: Polarity) -> np.ndarray:
+        """Cosine of ``text`` (as ``tool`` encodes it) with every image of the pool, aligned with :meth:`pool_ids`."""
+        return np.asarray(self.ctx.pool_scores(self.vector(tool, text, polarity), self.specs[tool].space, self.rows),
+                          dtype=np.float32)
+
+    def pool_ids(self) -> list[str]:
+        return self.ctx.pool_ids(self.rows)
+
+
+# --------------------------------------------------------------------------- the rewriter
+
+def rewriter_schema(cfg: OscarConfig) -> dict[str, Any]:
+    item = {"type": "string", "maxLength": MAX_QUERY_CHARS}
+    return {"type": "object",
+            "properties": {"positive": {"type": "array", "maxItems": cfg.max_positive_queries, "items": item},
+                           "negative": {"type": "array", "maxItems": cfg.max_negative_queries, "items": item}},
+            "required": ["positive", "negative"]}
+
+
+def _clean_queries(items: Any, limit: int) -> list[str]:
+    out: list[str] = []
+    for q in items if isinstance(items, list) else []:
+        text = " ".join(str(q).split())[:MAX_QUERY_CHARS]
+        if text and text.lower() not in {o.lower() for o in out}:
+            out.append(text)
+    return out[:limit]
+
+
+def rewrite(ctx: MethodContext, cfg: OscarConfig, modification: str, caption: str) -> Rewrites:
+    """One rewriter call: positive and negative queries (JSON), parsed robustly, with a fallback to none."""
+    if cfg.max_positive_queries == 0 and cfg.max_negative_queries == 0:
+        return Rewrites()
+    prompt = Template(load_prompt("oscar/rewriter.txt")).substitute(
+        modification=modification, caption=caption or "(no caption)",
+        max_positive=cfg.max_positive_queries, max_negative=cfg.max_negative_queries)
+
+    def validate(value: dict[str, Any]) -> Rewrites:
+        r = Rewrites(_clean_queries(value.get("positive"), cfg.max_positive_queries),
+                     _clean_queries(value.get("negative"), cfg.max_negative_queries))
+        if not r.positive and not r.negative:
+            raise ValueError("no rewritten query")
+        return r
+
+    value, _ok = ctx.roles["rewriter"].json([Message.user(prompt)], rewriter_schema(cfg),
+                                            fallback=lambda: Rewrites(ok=False), validate=validate, retries=1,
+                                            max_tokens=300)
+    return value
+
+
+def search_queries(cfg: OscarConfig, modification: str, caption: str, rewrites: Rewrites) -> list[tuple[str, Polarity]]:
+    """The (query, polarity) pairs searched: the original composed query first (when enabled), then the rewrites."""
+    out: list[tuple[str, Polarity]] = []
+    if cfg.original_query or not rewrites.positive:
+        out.append((f"{caption} {modification}".strip(), "+"))
+    for q, pol in rewrites.queries():
+        if (q, pol) not in out:
+            out.append((q, pol))
+    return out
+
+
+def atomic_retrievals(retrievers: Retrievers, cfg: OscarConfig, queries: list[tuple[str, Polarity]]
+                      ) -> list[AtomicRetrieval]:
+    """Every family retrieved once at ``k_max``, sliced at each truncation level (the decision space)."""
+    out: list[AtomicRetrieval] = []
+    for tool in retrievers.names():
+        for qi, (text, pol) in enumerate(queries):
+            ranked = tuple(retrievers.search(tool, text, pol, cfg.k_max).ids)
+            for k in cfg.truncations:
+                out.append(AtomicRetrieval(f"{tool}|{pol}{qi}|k{k}", tool, text, pol, k, ranked))
+    return out
+
+
+__all__ = [
+    "Retrievers",
+    "Rewrites",
+    "atomic_retrievals",
+    "problem_context",
+    "reference_caption",
+    "rewrite",
+    "search_queries",
+]

@@ -1,0 +1,117 @@
+"""OSCAR's hyper-parameters: one config class (``methods.oscar.*``), the paper's defaults where it gives
+them (truncation levels, one demonstration, the sigmoid verifier score), documented choices elsewhere."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from imagent.core.config import user_data_dir
+from imagent.index.gallery import SPACE_CAPTION_DUAL, SPACE_CAPTION_TEXT, SPACE_IMAGE
+from imagent.methods.base import MethodConfig
+from imagent.tools.oscar_mip import MipWeights
+
+
+class RetrieverSpec(BaseModel):
+    """One retrieval tool: a vector space of the index searched with the query side of its encoder.
+
+    ``kind`` is what the planner is told (``embedding``: visual similarity; ``caption``: text search over
+    captions). ``reference_weight`` > 0 fuses the reference image's vector into *positive* queries (the
+    paper's embedding tools take the reference image; a negative query names only the absent thing, so it
+    is never fused)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    space: str
+    kind: Literal["embedding", "caption"] = "caption"
+    reference_weight: float = Field(0.0, ge=0.0, lt=1.0)
+    description: str = ""
+
+
+def default_retrievers() -> dict[str, RetrieverSpec]:
+    """The default offline tools: the index's three vector spaces."""
+    return {
+        "embedding_search_dual": RetrieverSpec(
+            space=SPACE_IMAGE, kind="embedding", reference_weight=0.5,
+            description="visual similarity: the query (fused with the reference image) against image vectors; "
+                        "best for visual attributes, colours, spatial relations"),
+        "caption_search_dual": RetrieverSpec(
+            space=SPACE_CAPTION_DUAL, kind="caption",
+            description="the query against image captions in the dual encoder's text space"),
+        "caption_search_text": RetrieverSpec(
+            space=SPACE_CAPTION_TEXT, kind="caption",
+            description="the query against image captions in the text embedder's space; best for semantic "
+                        "descriptions and conceptual changes"),
+    }
+
+
+def default_library_path() -> Path:
+    return user_data_dir() / "oscar" / "library.jsonl"
+
+
+class OscarConfig(MethodConfig):
+    # ---- tools and atomic retrievals (Sec. 3.2)
+    retrievers: dict[str, RetrieverSpec] = Field(
+        default_factory=default_retrievers, description="retrieval tools: name -> {space, kind, reference_weight}")
+    truncations: list[int] = Field(default_factory=lambda: list(range(5, 55, 5)),
+                                   description="top-k levels K (paper: 5..50 step 5); retrieved once at max(K)")
+    max_positive_queries: int = Field(3, ge=0, le=8, description="rewriter: most positive (include) queries")
+    max_negative_queries: int = Field(2, ge=0, le=8, description="rewriter: most negative (exclude) queries")
+    original_query: bool = Field(True, description="also search the reference caption + modification as one "
+                                 "positive query (the caption baseline's query)")
+    # ---- the two MIPs (decision 2; the paper gives no weights)
+    w_R: float = Field(MipWeights().w_R, ge=0.0, description="Stage I recall weight")
+    w_P: float = Field(MipWeights().w_P, ge=0.0, description="Stage I noise weight")
+    lambda_div: float = Field(MipWeights().lambda_div, ge=0.0, description="Stage I tool-diversity bonus")
+    lambda_fp: float = Field(MipWeights().lambda_fp, ge=0.0, description="Stage II false-positive penalty")
+    mip_time_limit_s: float = Field(60.0, gt=0, description="HiGHS time limit per stage (not reached in practice)")
+    # ---- online steering (Sec. 3.5, Appendix I)
+    library: str = Field("", description="golden library (JSONL); empty: <data dir>/oscar/library.jsonl")
+    demonstrations: bool = Field(True, description="retrieve golden trajectories as demonstrations (False: "
+                                 "the paper's w/o Demo. ablation)")
+    shots: int = Field(1, ge=1, le=4, description="demonstrations retrieved per query (paper: 1, insensitive 1-4)")
+    set_operations: Literal["full", "no_difference", "union_only"] = Field(
+        "full", description="ablations: full, no_difference (w/o Set.Diff.), union_only (w/o Diff. & Int.)")
+    tool_protocol: Literal["text", "native"] = Field(
+        "text", description="planner tool calls as <tool_call> blocks, or offered as native OpenAI tools")
+    plan_retries: int = Field(1, ge=0, description="extra planner calls when a plan cannot be executed")
+    planner_max_tokens: int = Field(1024, ge=64)
+    max_calls_per_plan: int = Field(12, ge=1, description="retrieval calls of a plan executed at most")
+    fallback_top_k: int = Field(20, ge=1, description="top_k of the fallback plan when no call could be read")
+    # ---- verifier (Appendix F) and final ranking (decision 3)
+    verify: bool = Field(True, description="score the composed set with the verifier")
+    max_verified: int = Field(50, ge=0, description="cap on verified candidates (the composed set's first, "
+                          "in fused-similarity order)")
+
+    @field_validator("truncations")
+    @classmethod
+    def _truncations(cls, v: list[int]) -> list[int]:
+        levels = sorted(set(int(k) for k in v))
+        if not levels or levels[0] < 1:
+            raise ValueError("truncations must be positive integers")
+        return levels
+
+    @field_validator("retrievers")
+    @classmethod
+    def _retrievers(cls, v: dict[str, RetrieverSpec]) -> dict[str, RetrieverSpec]:
+        if not v:
+            raise ValueError("OSCAR needs at least one retriever")
+        bad = [n for n in v if not n.replace("_", "").isalnum() or n == "set_operation"]
+        if bad:
+            raise ValueError(f"retriever names must be identifiers other than set_operation: {bad}")
+        return v
+
+    @property
+    def k_max(self) -> int:
+        return self.truncations[-1]
+
+    def weights(self) -> MipWeights:
+        return MipWeights(w_R=self.w_R, w_P=self.w_P, lambda_div=self.lambda_div, lambda_fp=self.lambda_fp)
+
+    def library_path(self) -> Path:
+        return Path(self.library).expanduser() if self.library else default_library_path()
+
+
+__all__ = ["OscarConfig", "RetrieverSpec", "default_library_path", "default_retrievers"]

@@ -1,0 +1,221 @@
+"""OSCAR: optimisation-steered agentic planning for composed image retrieval (shared/papers/oscar.txt).
+
+Offline (``imagent oscar build-library``, :mod:`imagent.methods.oscar.library`): atomic retrievals and the two
+exact MIPs turn training queries into a golden library of optimal trajectories. Online (this method), per query:
+
+1. ``demonstrations``: the ``shots`` library entries whose problem context (modification + reference caption,
+   text embedder) is most similar by cosine (Sec. 3.5; ``demonstrations=false`` is the w/o Demo. ablation).
+2. ``plan``: one planner call (role ``planner``) with the tools, set-operation rules, static examples and the
+   retrieved cases (Appendix I); its ``<tool_call>`` blocks (or native tool calls) are read into retrieval
+   calls and a ``set_operation``; malformed plans are retried, then fall back (see :mod:`.planner`).
+3. ``retrieve``: each used call runs its tool for its query at its ``top_k`` (capped at ``k_max``).
+4. ``set_operations``: the named steps, with every operand's size and the result's (how many DIFFERENCE
+   removed, the paper's Table 9).
+5. ``verify``: the verifier role scores each candidate of the composed set (reference, candidate, modification;
+   text surrogates in caption mode) with sigmoid(logit_yes - logit_no) (Appendix F), concurrently
+   (``concurrency``), at most ``max_verified`` candidates (those first in fused-similarity order).
+6. ``rank`` (decision 3): the composed set by verifier score, then the rest of the pool in fused-similarity
+   order (the mean, over the plan's positive calls, of each call's cosine in its tool's space), so Recall@50
+   stays defined. Stages ``fused`` (similarity only), ``composed`` (composed set first, no verifier) and the
+   final ranking are all returned, so a report shows what the plan and the verifier each changed.
+
+Model calls per query: 1 planner call (+ at most ``plan_retries``) + min(|composed set|, ``max_verified``)
+verifier calls; offline, 1 rewriter call per training query. A backend without token logprobs gives the
+verifier's parsed yes/no (1/0, 0.5 when neither) instead of a probability; the trace counts it.
+
+Deviations: the paper's planner sees the reference image; here it gets the reference id and caption as text
+(a vision planner still receives the same prompt). The verifier score without logprobs is the fallback above.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from imagent.core.concurrency import map_threads
+from imagent.core.trace import Trace, note
+from imagent.core.types import Query, Ranking, Result
+from imagent.methods.base import Method, load_prompt, ranking_from_scores, register_method
+from imagent.methods.oscar.atomic import Retrievers, problem_context, reference_caption
+from imagent.methods.oscar.config import OscarConfig
+from imagent.methods.oscar.library import GoldenLibrary
+from imagent.methods.oscar.planner import (
+    Plan,
+    execute,
+    fallback_plan,
+    native_tools,
+    order_set,
+    parse_reply,
+    render_planner_prompt,
+)
+from imagent.models.base import ChatParams, ImagePart, Message
+
+# Score tiers keep Ranking.scores non-increasing: verified members > unverified members > the rest.
+TIER = 10.0
+
+
+@register_method
+class Oscar(Method):
+    name = "oscar"
+    tasks = frozenset({"cir"})
+    Config = OscarConfig
+    description = "golden-library demonstrations steer a planner of retrieval tools and set operations; logit verifier"
+
+    config: OscarConfig
+
+    @classmethod
+    def estimate_calls(cls, config: Any, query: Query | None = None) -> int:
+        return 1 + (config.max_verified if config.verify else 0)
+
+    def __init__(self, ctx: Any, config: Any = None) -> None:
+        super().__init__(ctx, config)
+        self.library = GoldenLibrary(self.config.library_path())
+
+    # ------------------------------------------------------------------ the pipeline
+    def run(self, query: Query, top_k: int, trace: Trace) -> Result:
+        cfg = self.config
+        caption = reference_caption(self.ctx, query)
+        retrievers = Retrievers(self.ctx, cfg.retrievers, query)
+        cases = self._demonstrations(query, caption, trace)
+        plan = self._plan(query, caption, retrievers, cases, trace)
+        with trace.step("retrieve", calls=len(plan.calls)) as step:
+            results: dict[int, list[str]] = {}
+            rows = []
+            for c in plan.calls:
+                if not c.used:
+                    continue
+                ids = retrievers.search(c.tool, c.query, c.polarity, c.top_k).ids  # type: ignore[arg-type]
+                results[c.index] = list(ids)
+                rows.append({**c.to_dict(), "returned": len(ids), "top": list(ids[:5])})
+            step.outputs["calls"] = rows
+        with trace.step("set_operations", ablation=cfg.set_operations) as step:
+            run = execute(plan, results, cfg)
+            step.outputs["steps"] = run.step_log
+            removed = sum(e.get("removed", 0) for e in run.step_log)
+            step.outputs.update(composed=len(run.composed), removed_by_difference=removed)
+        with trace.step("fuse") as step:
+            fused = self._fused(plan, retrievers, caption, query)
+            step.outputs["top"] = fused.head(5)
+        members = order_set(run.composed, fused)
+        scores = self._verify(query, members, trace) if cfg.verify else {}
+        with trace.step("rank") as step:
+            final = rank(members, scores, fused)
+            step.outputs.update(composed=len(members), verified=len(scores), top=final.head(10))
+        composed_first = rank(members, {}, fused)
+        return Result(ranking=final.top(top_k), trace=trace,
+                      stages={"fused": fused.top(top_k), "composed": composed_first.top(top_k)},
+                      answer_set=[i for i in final.ids if i in run.composed])
+
+    def _demonstrations(self, query: Query, caption: str, trace: Trace) -> list[str]:
+        cfg = self.config
+        with trace.step("demonstrations", shots=cfg.shots, enabled=cfg.demonstrations) as step:
+            if not cfg.demonstrations:
+                step.note("demonstrations off (the w/o Demo. ablation)")
+                return []
+            if not self.library.exists():
+                step.note(f"no golden library at {self.library.path}: planning without demonstrations "
+                          "(build one with `imagent oscar build-library`)")
+                trace.count("no_library")
+                return []
+            found = self.library.nearest(problem_context(query.text, caption), self.ctx.text, cfg.shots)
+            step.outputs["cases"] = [{"key": e.key, "similarity": round(sim, 4), "modification": e.modification,
+                                      "calls": len(e.calls), "steps": [s["op"] for s in e.steps]} for e, sim in found]
+            return [f"Case {n} (similarity {sim:.2f})\n{e.demonstration()}" for n, (e, sim) in enumerate(found, 1)]
+
+    def _plan(self, query: Query, caption: str, retrievers: Retrievers, cases: list[str], trace: Trace) -> Plan:
+        cfg = self.config
+        tools = {n: cfg.retrievers[n] for n in retrievers.names()}
+        ref_id = query.reference.id if query.reference is not None else "(none)"
+        prompt = render_planner_prompt(cfg, tools, cases, query.text, ref_id, caption)
+        role = self.ctx.roles["planner"]
+        native = cfg.tool_protocol == "native" or (cfg.tool_protocol == "auto"
+                                                   and getattr(role.model, "supports_tools", False))
+        params = ChatParams(max_tokens=cfg.planner_max_tokens, repeat_penalty=1.1,
+                            tools=native_tools(cfg, tools) if native else None, tool_choice="auto" if native else None)
+        with trace.step("plan", protocol="native" if native else "text", cases=len(cases)) as step:
+            messages = [Message.user(prompt)]
+            attempts: list[dict[str, Any]] = []
+            best: Plan | None = None
+            for attempt in range(cfg.plan_retries + 1):
+                resp = role.chat(messages, params)
+                plan = parse_reply(resp.text, resp.tool_calls, tools, cfg)
+                attempts.append({"reply": resp.text[:2000], "native_calls": len(resp.tool_calls), **plan.to_dict()})
+                if plan.ok:
+                    best = plan
+                    break
+                if best is None or len(plan.calls) > len(best.calls):
+                    best = plan
+                if attempt < cfg.plan_retries:
+                    trace.count("plan_retry")
+                    messages = [*messages, Message.assistant(resp.text, resp.tool_calls or None),
+                                Message.user("Your plan cannot be run: " + "; ".join(plan.errors) + ". Write all the "
+                                             "tool calls again as <tool_call> blocks, ending with one set_operation.")]
+            assert best is not None
+            if not best.ok:
+                trace.count("plan_fallback")
+                best = fallback_plan(best, tools, cfg, f"{caption} {query.text}".strip())
+                step.note(best.notes[-1])
+            step.outputs.update(attempts=attempts, plan=best.to_dict())
+            for n in best.notes:
+                note(n)
+        return best
+
+    def _fused(self, plan: Plan, retrievers: Retrievers, caption: str, query: Query) -> Ranking:
+        """Decision 3's fused similarity: the mean cosine of the plan's positive calls over the whole pool."""
+        calls = [c for c in plan.calls if c.used and c.polarity == "+"]
+        pairs = [(c.tool, c.query) for c in calls] or [(retrievers.names()[0], f"{caption} {query.text}".strip())]
+        total = np.zeros(len(retrievers.pool_ids()), dtype=np.float32)
+        for tool, text in dict.fromkeys(pairs):
+            total += retrievers.pool_scores(tool, text, "+")
+        return ranking_from_scores(retrievers.pool_ids(), total / len(dict.fromkeys(pairs)))
+
+    def _verify(self, query: Query, members: list[str], trace: Trace) -> dict[str, float]:
+        cfg = self.config
+        todo = members[: cfg.max_verified]
+        with trace.step("verify", candidates=len(members), verified=len(todo)) as step:
+            if len(members) > len(todo):
+                step.note(f"{len(members) - len(todo)} composed candidates beyond max_verified={cfg.max_verified} "
+                          "are not verified (they follow the verified ones in fused-similarity order)")
+            verifier = self.ctx.roles["verifier"]
+            prompt = load_prompt("oscar/verifier.txt").replace("${query}", query.text)
+            ref = query.reference
+            if ref is not None and not ref.captions and ref.id in self.ctx.gallery:
+                ref = self.ctx.gallery.record(ref.id)
+
+            def score(image_id: str) -> tuple[float, str]:
+                parts: list[str | ImagePart] = []
+                if ref is not None:
+                    parts += ["Reference image:", ImagePart(record=ref), "\n"]
+                parts += ["Candidate image:", ImagePart(record=self.ctx.gallery.record(image_id)), "\n", prompt]
+                yn = verifier.yes_no([Message.user(*parts)], max_tokens=1)
+                if yn.probability is not None:
+                    return yn.probability, "logprob"
+                return (1.0 if yn.answer else 0.0) if yn.answer is not None else 0.5, "parsed"
+
+            out = map_threads(score, todo, max(1, cfg.concurrency))
+            parsed = sum(1 for _, how in out if how == "parsed")
+            if parsed:
+                trace.count("verifier_without_logprobs", parsed)
+                step.note(f"{parsed} verifier replies had no yes/no logprobs: scored 1/0 from the answer "
+                          "(0.5 if neither)")
+            step.outputs["scores"] = [{"id": i, "score": round(s, 4)} for i, (s, _) in zip(todo, out, strict=True)]
+            return {i: s for i, (s, _) in zip(todo, out, strict=True)}
+
+
+def rank(members: list[str], scores: dict[str, float], fused: Ranking) -> Ranking:
+    """Decision 3: verified members by score (ties: fused order), then unverified members, then the rest of
+    the pool, both in fused order. Scores: 2*TIER + p, TIER + fused, fused (non-increasing)."""
+    fused_score = dict(zip(fused.ids, fused.scores, strict=True))
+    # sorted() is stable and members come in fused order, so ties keep fused order
+    verified = sorted((i for i in members if i in scores), key=lambda i: -scores[i])
+    rest_members = [i for i in members if i not in scores]
+    in_set = set(members)
+    others = [i for i in fused.ids if i not in in_set]
+    ids = verified + rest_members + others
+    values = ([2 * TIER + scores[i] for i in verified] + [TIER + fused_score.get(i, 0.0) for i in rest_members]
+              + [fused_score[i] for i in others])
+    return Ranking(ids, values)
+
+
+__all__ = ["Oscar", "rank"]

@@ -1,0 +1,382 @@
+"""OSCAR's planner: the prompt (Appendix I), reading its tool calls, and executing the plan with set operations.
+
+**Prompt** (``prompts/oscar/planner.txt``, the paper's structure in our words): the retrieval tools, the
+set-operation rules, the planning strategy (DIFFERENCE only for things that are completely absent; negative
+queries name only the absent thing), two static format examples, the retrieved golden cases, then the task
+(modification query, reference image id and caption). Ablations change what the planner is offered:
+``no_difference`` and ``union_only`` drop those operations from the tools, rules and examples.
+
+**Reading the plan**: ``<tool_call>`` blocks (parsed by :func:`imagent.agents.protocol.parse_tool_calls`) or the
+backend's native OpenAI tool calls. Retrieval calls are numbered in order from 0; the ``set_operation`` call
+(the last one counts) holds named steps ``{"name", "op": UNION | INTERSECT | DIFFERENCE, "operands": [call
+numbers or earlier step names]}``. UNION keeps images in any operand, INTERSECT those in all, DIFFERENCE
+those in the first and in none of the others. The result is the step named ``final``, else the last step.
+A call's polarity follows from where it feeds the result (a subtracted operand of a DIFFERENCE is negative);
+a call that feeds nothing is not run.
+
+**Malformed plans**: a reply with no readable retrieval call, an unknown tool, or (with two or more calls)
+no usable ``set_operation`` is asked again with the problem stated (``plan_retries``); after that the plan
+falls back to the UNION of its positive calls (explicit ``polarity`` arguments honoured), or, with no usable
+call at all, to the composed query (reference caption + modification) on every tool at ``fallback_top_k``.
+Every fallback is noted in the trace and counted.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from string import Template
+from typing import Any
+
+from imagent.agents.protocol import ToolCall, native_tool_calls, parse_tool_calls
+from imagent.core.types import Ranking
+from imagent.methods.base import load_prompt
+from imagent.methods.oscar.config import OscarConfig, RetrieverSpec
+
+OPS = ("UNION", "INTERSECT", "DIFFERENCE")
+_OP_ALIASES = {"union": "UNION", "or": "UNION", "intersect": "INTERSECT", "intersection": "INTERSECT",
+               "and": "INTERSECT", "difference": "DIFFERENCE", "diff": "DIFFERENCE", "minus": "DIFFERENCE",
+               "except": "DIFFERENCE", "subtract": "DIFFERENCE"}
+SET_OPERATION = "set_operation"
+
+
+def allowed_ops(cfg: OscarConfig) -> tuple[str, ...]:
+    return {"full": OPS, "no_difference": ("UNION", "INTERSECT"), "union_only": ("UNION",)}[cfg.set_operations]
+
+
+# --------------------------------------------------------------------------- the prompt
+
+_RULES = {
+    "INTERSECT": "- INTERSECT (AND): images in ALL operands. Use when results must meet several criteria.",
+    "UNION": "- UNION (OR): images in ANY operand. Use for the widest coverage.",
+    "DIFFERENCE": "- DIFFERENCE (A - B): images in the first operand and NOT in the others. Use to exclude an "
+                  "unwanted feature.",
+}
+
+
+def render_planner_prompt(cfg: OscarConfig, tools: dict[str, RetrieverSpec], cases: list[str], modification: str,
+                          ref_img: str, ref_caption: str) -> str:
+    ops = allowed_ops(cfg)
+    tool_lines = [f"- {name}(query, top_k): {spec.kind} search; {spec.description or spec.space}"
+                  for name, spec in tools.items()]
+    names = list(tools)
+    tool_a, tool_b = names[0], names[1 % len(names)]
+    examples = Template(load_prompt("oscar/examples_full.txt")).substitute(tool_a=tool_a, tool_b=tool_b)
+    if "DIFFERENCE" not in ops:
+        examples = examples.split("\n\nExample 2")[0]
+    if "DIFFERENCE" in ops:
+        difference_advice = (
+            "- Use DIFFERENCE only when something is COMPLETELY ABSENT from the target (\"without X\", \"has no X\").\n"
+            "- Do not use DIFFERENCE when a thing is still there but changed (fewer, another colour, greyscale).")
+        negative_advice = ("- Negative calls search ONLY for the absent thing. Never include the shared concept "
+                           "(if the shared concept is a cake, the negative query is \"toppings\", not \"cake with "
+                           "toppings\").")
+        composition = ("- UNION all positive calls into \"positive\"; INTERSECT all negative calls into "
+                       "\"negative\"; DIFFERENCE(positive, negative) into \"final\". Without negative calls, "
+                       "\"final\" is the UNION of the positive calls.")
+    else:
+        difference_advice = "- Describe the target as it should look; every call searches for what it shows."
+        negative_advice = "- There are no negative calls: exclusion is not available."
+        composition = ("- Combine the calls into \"final\" with " + " or ".join(ops) + ".")
+    block = ""
+    if cases:
+        block = ("\nRETRIEVED SIMILAR CASES\nThe cases below are similar queries with their optimal plans, found "
+                 "offline. Learn from them how to rewrite the query, which tools to use and combine, and which "
+                 "top_k values to choose.\n\n" + "\n\n".join(cases) + "\n")
+    return Template(load_prompt("oscar/planner.txt")).substitute(
+        tools="\n".join(tool_lines), ops=", ".join(ops), rules="\n".join(_RULES[o] for o in ops),
+        difference_advice=difference_advice, negative_advice=negative_advice, composition=composition,
+        examples=examples, cases=block, query=modification, ref_img=ref_img, ref_caption=ref_caption or "(none)")
+
+
+def native_tools(cfg: OscarConfig, tools: dict[str, RetrieverSpec]) -> list[dict[str, Any]]:
+    """The same tools as OpenAI function specs (for backends with native tool calling)."""
+    out = []
+    for name, spec in tools.items():
+        out.append({"type": "function", "function": {
+            "name": name, "description": f"{spec.kind} search: {spec.description or spec.space}",
+            "parameters": {"type": "object", "required": ["query", "top_k"], "properties": {
+                "query": {"type": "string"}, "top_k": {"type": "integer", "minimum": 1, "maximum": cfg.k_max},
+                "reference_image": {"type": "string"}}}}})
+    out.append({"type": "function", "function": {
+        "name": SET_OPERATION, "description": "combine the results of the retrieval calls; the last call",
+        "parameters": {"type": "object", "required": ["steps"], "properties": {"steps": {"type": "array", "items": {
+            "type": "object", "required": ["name", "op", "operands"], "properties": {
+                "name": {"type": "string"}, "op": {"type": "string", "enum": list(allowed_ops(cfg))},
+                "operands": {"type": "array", "items": {"type": ["integer", "string"]}}}}}}}}})
+    return out
+
+
+# --------------------------------------------------------------------------- reading a plan
+
+
+@dataclass
+class PlanCall:
+    tool: str
+    query: str
+    top_k: int
+    polarity: str = "+"  # "+" or "-": from the set operations (or an explicit argument)
+    explicit_polarity: str | None = None
+    used: bool = True
+    index: int = 0  # the call's number in the reply (what set_operation operands name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"call": self.index, "tool": self.tool, "query": self.query, "top_k": self.top_k,
+                "polarity": self.polarity, "used": self.used}
+
+
+@dataclass
+class Step:
+    name: str
+    op: str
+    operands: list[int | str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "op": self.op, "operands": list(self.operands)}
+
+
+@dataclass
+class Plan:
+    calls: list[PlanCall] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # what makes it unexecutable as written
+    notes: list[str] = field(default_factory=list)  # what was repaired or ignored
+    positions: int = 0  # retrieval calls in the reply, unusable ones included
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors and bool(self.calls)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"calls": [c.to_dict() for c in self.calls], "steps": [s.to_dict() for s in self.steps],
+                "errors": list(self.errors), "notes": list(self.notes)}
+
+
+def _top_k(value: Any, k_max: int) -> int | None:
+    try:
+        k = int(value)
+    except (TypeError, ValueError):
+        return None
+    return max(1, min(k, k_max))
+
+
+def _operand(value: Any) -> int | str | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        v = value.strip()
+        if v.lstrip("-").isdigit():
+            return int(v)
+        return v or None
+    return None
+
+
+def read_plan(calls: list[ToolCall], tools: dict[str, RetrieverSpec], cfg: OscarConfig) -> Plan:
+    """A :class:`Plan` from parsed tool calls: retrieval calls in order, the last ``set_operation``'s steps,
+    every problem recorded (``errors`` make it unexecutable as written; ``notes`` were repaired)."""
+    plan = Plan()
+    set_ops: list[ToolCall] = []
+    position = -1  # retrieval calls are numbered in reply order, unusable ones included
+    for c in calls:
+        if c.name == SET_OPERATION and not c.error:
+            set_ops.append(c)
+            continue
+        position += 1
+        if c.error:
+            plan.errors.append(f"unreadable tool call: {c.error}")
+            continue
+        if c.name not in tools:
+            plan.errors.append(f"unknown tool {c.name!r} (tools: {', '.join(tools)})")
+            continue
+        query = c.arguments.get("query")
+        if not isinstance(query, str) or not query.strip():
+            plan.errors.append(f"a {c.name} call has no query")
+            continue
+        k = _top_k(c.arguments.get("top_k", cfg.fallback_top_k), cfg.k_max)
+        if k is None:
+            plan.errors.append(f"a {c.name} call has a top_k that is not a number")
+            continue
+        pol = str(c.arguments.get("polarity", "")).strip()
+        explicit = {"+": "+", "positive": "+", "-": "-", "negative": "-"}.get(pol.lower())
+        plan.calls.append(PlanCall(c.name, " ".join(query.split()), k, explicit or "+", explicit, index=position))
+    plan.positions = position + 1
+    if len(plan.calls) > cfg.max_calls_per_plan:
+        plan.notes.append(f"{len(plan.calls)} retrieval calls: only the first {cfg.max_calls_per_plan} are run")
+        plan.calls = plan.calls[: cfg.max_calls_per_plan]
+    if len(set_ops) > 1:
+        plan.notes.append(f"{len(set_ops)} set_operation calls: the last one counts")
+    if set_ops:
+        _read_steps(plan, set_ops[-1].arguments.get("steps"))
+    elif len(plan.calls) > 1:
+        plan.errors.append("two or more retrieval calls but no set_operation call")
+    elif plan.calls:  # one call needs no set operation
+        plan.steps = [Step("final", "UNION", [plan.calls[0].index])]
+    if not plan.calls and not plan.errors:
+        plan.errors.append("no retrieval call")
+    if plan.steps:
+        _assign_polarity(plan)
+    return plan
+
+
+def _read_steps(plan: Plan, raw: Any) -> None:
+    if not isinstance(raw, list) or not raw:
+        plan.errors.append("set_operation has no list of steps")
+        return
+    names: set[str] = set()
+    for n, s in enumerate(raw):
+        if not isinstance(s, dict):
+            plan.errors.append(f"set_operation step {n} is not an object")
+            return
+        op = _OP_ALIASES.get(str(s.get("op", "")).strip().lower())
+        if op is None:
+            plan.errors.append(f"set_operation step {n}: unknown op {s.get('op')!r} (use {', '.join(OPS)})")
+            return
+        operands = [_operand(o) for o in s.get("operands") or []]
+        if not operands or any(o is None for o in operands):
+            plan.errors.append(f"set_operation step {n}: operands must be call numbers or step names")
+            return
+        valid = {c.index for c in plan.calls}
+        for o in operands:
+            if isinstance(o, int) and not 0 <= o < plan.positions:
+                plan.errors.append(f"set_operation step {n}: there is no call {o} (calls are 0..{plan.positions - 1})")
+                return
+            if isinstance(o, int) and o not in valid:
+                plan.errors.append(f"set_operation step {n}: call {o} is unusable")
+            if isinstance(o, str) and o not in names:
+                plan.errors.append(f"set_operation step {n}: {o!r} is not an earlier step")
+                return
+        name = str(s.get("name") or f"step{n}").strip()
+        names.add(name)
+        plan.steps.append(Step(name, op, operands))  # type: ignore[arg-type]
+
+
+def result_step(plan: Plan) -> Step:
+    return next((s for s in plan.steps if s.name == "final"), plan.steps[-1])
+
+
+def _assign_polarity(plan: Plan) -> None:
+    """Walk back from the result: operands after the first of a DIFFERENCE flip the sign."""
+    by_name = {s.name: s for s in plan.steps}
+    signs: dict[int, set[str]] = {}
+
+    def visit(step: Step, sign: str, depth: int = 0) -> None:
+        if depth > len(plan.steps):
+            return
+        for n, o in enumerate(step.operands):
+            s = sign if step.op != "DIFFERENCE" or n == 0 else ("-" if sign == "+" else "+")
+            if isinstance(o, int):
+                signs.setdefault(o, set()).add(s)
+            else:
+                visit(by_name[o], s, depth + 1)
+
+    visit(result_step(plan), "+")
+    for call in plan.calls:
+        got = signs.get(call.index)
+        call.used = bool(got)
+        if got:
+            call.polarity = "-" if got == {"-"} else "+"
+    unused = [c.index for c in plan.calls if not c.used]
+    if unused:
+        plan.notes.append(f"call(s) {unused} feed no step of the result: not run")
+
+
+def parse_reply(text: str, native: list[dict[str, Any]], tools: dict[str, RetrieverSpec], cfg: OscarConfig) -> Plan:
+    """A plan from one planner reply: native tool calls when the backend returned any, else ``<tool_call>`` blocks."""
+    calls = native_tool_calls(native) if native else parse_tool_calls(text, [*tools, SET_OPERATION])
+    return read_plan(calls, tools, cfg)
+
+
+def fallback_plan(plan: Plan | None, tools: dict[str, RetrieverSpec], cfg: OscarConfig, composed_query: str) -> Plan:
+    """The UNION of the positive calls of ``plan``; with no usable call, the composed query on every tool."""
+    calls = [c for c in (plan.calls if plan else []) if c.polarity == "+"]
+    out = Plan(notes=list(plan.notes) if plan else [])
+    if calls:
+        for c in calls:
+            c.used = True
+        out.calls = calls
+        out.notes.append("fallback: UNION of the plan's positive calls")
+    else:
+        out.calls = [PlanCall(name, composed_query, min(cfg.fallback_top_k, cfg.k_max), index=n)
+                     for n, name in enumerate(tools)]
+        out.notes.append("fallback: no usable call; the composed query on every tool")
+    out.positions = max((c.index for c in out.calls), default=-1) + 1
+    out.steps = [Step("final", "UNION", [c.index for c in out.calls])]
+    return out
+
+
+# --------------------------------------------------------------------------- executing a plan
+
+
+@dataclass
+class Execution:
+    """What running a plan produced: each call's ranked ids, each step's set, the composed set."""
+
+    call_results: dict[int, list[str]]
+    step_log: list[dict[str, Any]]
+    composed: set[str]
+
+
+def execute(plan: Plan, results: dict[int, list[str]], cfg: OscarConfig) -> Execution:
+    """Apply the plan's set operations to the calls' results (``results[n]`` = call number n's top_k ids;
+    a call that was not run counts as empty). Ablations: ``no_difference`` keeps a DIFFERENCE's first operand,
+    ``union_only`` is the UNION of every positive call."""
+    log: list[dict[str, Any]] = []
+    if cfg.set_operations == "union_only":
+        used = [c.index for c in plan.calls if c.used and c.polarity == "+"]
+        out = set().union(*(set(results.get(n, [])) for n in used)) if used else set()
+        log.append({"name": "final", "op": "UNION", "operands": used, "sizes": [len(results.get(n, [])) for n in used],
+                    "size": len(out), "note": "union_only ablation: UNION of the positive calls"})
+        return Execution(results, log, out)
+    sets: dict[str, set[str]] = {}
+
+    def value(o: int | str) -> set[str]:
+        return set(results.get(o, [])) if isinstance(o, int) else sets[o]
+
+    for step in plan.steps:
+        operands = [value(o) for o in step.operands]
+        entry: dict[str, Any] = {"name": step.name, "op": step.op, "operands": list(step.operands),
+                                 "sizes": [len(s) for s in operands]}
+        if step.op == "UNION":
+            out = set().union(*operands)
+        elif step.op == "INTERSECT":
+            out = set.intersection(*operands)
+        elif cfg.set_operations == "no_difference":
+            out = set(operands[0])
+            entry["note"] = "no_difference ablation: the first operand is kept"
+        else:
+            out = set(operands[0]).difference(*operands[1:])
+            entry["removed"] = len(operands[0]) - len(out)
+        entry["size"] = len(out)
+        sets[step.name] = out
+        log.append(entry)
+    return Execution(results, log, set(sets[result_step(plan).name]))
+
+
+def order_set(ids: set[str], fused: Ranking) -> list[str]:
+    """The members of ``ids`` in fused-similarity order (ids outside the ranking go last, sorted)."""
+    pos = {i: n for n, i in enumerate(fused.ids)}
+    return sorted(ids, key=lambda i: (pos.get(i, len(pos)), i))
+
+
+def plan_json(plan: Plan) -> str:
+    return json.dumps(plan.to_dict(), ensure_ascii=False)
+
+
+__all__ = [
+    "OPS",
+    "Execution",
+    "Plan",
+    "PlanCall",
+    "Step",
+    "allowed_ops",
+    "execute",
+    "fallback_plan",
+    "native_tools",
+    "order_set",
+    "parse_reply",
+    "read_plan",
+    "render_planner_prompt",
+    "result_step",
+]

@@ -1,0 +1,338 @@
+"""Deep image search in a personal photo album: ``photocraft`` and its memoryless baseline ``imageseeker``.
+
+Papers: PhotoCraft (shared/papers/photocraft.txt, Sec. 3, Tables 2 and 4, Fig. 4b, Appendix A) and its
+baseline ImageSeeker (DeepImageSearch, Deng et al., 2026). Both are a tool-using agent on the shared
+runtime (:mod:`imagent.agents`) with the same album tools (Table 4): ``ImageSearch`` (top 20 by default),
+``GetMetadata``, ``FilterMetadata`` (named subsets), ``ViewPhotos`` and ``WebSearch`` when a web backend
+is configured (``$BRAVE_API_KEY`` or ``$GOOGLE_API_KEY`` + ``$GOOGLE_CSE_ID``). The agent reasons from an
+anchor to a constraint to the targets and answers ``The final answer is: ["id", ...]``: a *set*,
+returned as ``Result.answer_set`` (never empty: the runtime falls back to the best candidates seen).
+``Result.ranking`` is the answer set first, then the other candidates the tools returned, best score
+first, for callers that want a ranking.
+
+- ``imageseeker``: free-form context compression when the context nears its limit; no audit, no skills.
+- ``photocraft``: the three memories of :mod:`imagent.agents.memory`, each switchable for the ablations
+  of Table 2 / Fig. 4b: working memory (digest / session / working summaries + the fidelity validator,
+  tau = 0.5, and the ``MemoryCondense`` tool), episodic memory (the five-part audit before the answer,
+  photos reloaded; a failed audit starts a new retrieval round) and semantic memory (skills: the best one
+  injected when similarity > theta_retr = 0.65; distilled after an episode whose F1 > theta_conf = 0.85, or
+  when a user marks an answer right (:func:`mark_answer_correct`); merged when the source queries' cosine
+  > 0.8). The skill library is a JSONL file the user owns (``skills_path``, default
+  ``<user data dir>/skills.jsonl``; an eval run keeps its own in the run directory unless ``skills_path``
+  is set); ``imagent skills list | show | rm`` inspects it.
+
+Roles: ``agent`` (the controller), ``memory`` (compression, audit and skill distillation; the paper's
+compressor was GPT-4o) — both default to ``roles.default``. Model calls per query: one per turn (at most
+``max_turns`` = 30, plus one last call without tools when the budget is spent); PhotoCraft adds one call
+per compression, one per audit (until one passes), and after a successful episode one distillation call
+(two when the first skill names entities). A JSON reply that does not parse is asked once more.
+
+Deviations: the paper does not give the context limit (``context_limit``: None uses the backend's window,
+e.g. llama.cpp's ``n_ctx``, else 32768 tokens; compression at 0.8 of it), how many metadata messages the
+validator keeps verbatim (``keep_verbatim`` = 3) or a cap on audits (``max_audits`` = None, as in the paper:
+until one passes or the budget ends). Images reach the model as a user message with ids (OpenAI tool
+messages carry text only); a blind model reads each photo's caption, date and place instead (caption mode).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from string import Template
+from typing import Any, Literal
+
+from pydantic import Field
+
+from imagent.agents.album_tools import AlbumToolsConfig, album_tools, unavailable_tools_note
+from imagent.agents.memory import SUMMARY_KINDS, EpisodicMemory, MemoryCondense, SkillInjection, WorkingMemory
+from imagent.agents.runtime import AgentHooks, AgentRun, AgentRuntime, ToolMode
+from imagent.agents.skills import Skill, SkillLibrary, distill_skill, trajectory_text
+from imagent.core.trace import Trace
+from imagent.core.types import Query, Ranking, Result
+from imagent.methods.base import Method, MethodConfig, load_prompt, register_method
+from imagent.models.base import ImagePart
+from imagent.tools.album import Album
+
+# Above any cosine: the answer set ranks before every other candidate.
+ANSWER_SCORE = 2.0
+# Window assumed for a backend that does not say (OpenAI-compatible servers do not report it).
+DEFAULT_CONTEXT = 32768
+
+
+class ScopedAlbum(Album):
+    """An album holding only ``scope`` of the gallery's photos (DISBench: one user's photos of an index
+    that holds every user's). Searches, filters and id checks never leave the scope."""
+
+    def __init__(self, gallery: Any, dual: Any, text: Any, scope: Sequence[str]) -> None:
+        super().__init__(gallery, dual, text)
+        wanted = set(scope)
+        self._scope_ids = [i for i in gallery.ids if i in wanted]
+        self._scope = set(self._scope_ids)
+
+    @property
+    def ids(self) -> list[str]:
+        return self._scope_ids
+
+    def __len__(self) -> int:
+        return len(self._scope_ids)
+
+    def __contains__(self, image_id: object) -> bool:
+        return image_id in self._scope
+
+    def split_known(self, ids: Any) -> tuple[list[str], list[str]]:
+        known, unknown = [], []
+        for i in dict.fromkeys(str(x).strip() for x in ids):
+            (known if i in self._scope else unknown).append(i)
+        return known, unknown
+
+    def _within(self, within: Sequence[str] | None) -> list[str]:
+        return self._scope_ids if within is None else [i for i in within if i in self._scope]
+
+    def search(self, query: str = "", top_k: int = 20, within: Sequence[str] | None = None,
+               visual_cue: str | None = None) -> Ranking:
+        return super().search(query, top_k, self._within(within), visual_cue)
+
+    def filter(self, expression: str, within: Sequence[str] | None = None) -> list[str]:
+        return super().filter(expression, self._within(within))
+
+
+class DeepSearchConfig(MethodConfig):
+    """What ImageSeeker and PhotoCraft share (A.2.2 defaults)."""
+
+    max_turns: int = Field(30, ge=1, description="interaction turns before the agent must answer (A.2.2)")
+    top_k: int = Field(20, ge=1, description="ImageSearch results per call by default (A.2.2)")
+    max_view: int = Field(10, ge=1, description="photos one ViewPhotos call shows")
+    tool_mode: ToolMode = Field("auto", description="native tool calls when the backend has them, else the "
+                                "<tool_call> text protocol; or force one")
+    fallback_k: int = Field(5, ge=1, description="best candidates that stand in when the model gives no answer")
+    max_tokens: int = Field(1024, ge=16, description="reply tokens per agent turn")
+    context_limit: int | None = Field(None, ge=256, description="context window in tokens (None: the backend's "
+                                      f"n_ctx, else {DEFAULT_CONTEXT})")
+    compress_at: float = Field(0.8, gt=0.0, le=1.0, description="compress when the prompt exceeds this share "
+                               "of context_limit")
+    web_search: bool = Field(True, description="offer WebSearch when a web backend is configured")
+    agent_role: str = Field("agent", description="role of the controller model")
+    memory_role: str = Field("memory", description="role that compresses, audits and distils skills")
+
+
+class ImageSeekerConfig(DeepSearchConfig):
+    compression: bool = Field(True, description="free-form context compression near the limit (the baseline's)")
+
+
+class PhotoCraftConfig(DeepSearchConfig):
+    working_memory: bool = Field(True, description="fidelity-guarded compression and the MemoryCondense tool")
+    summaries: list[Literal["digest", "session", "working"]] = Field(
+        default_factory=lambda: list(SUMMARY_KINDS), description="which summaries compression writes (Fig. 4b)")
+    fidelity: bool = Field(True, description="check the summary keeps ids, dates and places (Eq. 2)")
+    tau: float = Field(0.5, ge=0.0, le=1.0, description="loss rate above which metadata messages stay verbatim")
+    keep_verbatim: int = Field(3, ge=0, description="most recent unpreserved metadata messages kept verbatim")
+    episodic_memory: bool = Field(True, description="five-part audit before the final answer")
+    max_audits: int | None = Field(None, ge=1, description="audits per query (None: until one passes or the "
+                                   "budget ends)")
+    semantic_memory: bool = Field(True, description="inject and distil skills")
+    skills_path: str | None = Field(None, description="skill library file (None: <user data dir>/skills.jsonl; "
+                                    "an eval run: <run dir>/skills.jsonl)")
+    theta_conf: float = Field(0.85, ge=0.0, le=1.0, description="distil a skill when the episode's F1 exceeds it")
+    theta_retr: float = Field(0.65, ge=-1.0, le=1.0, description="inject the best skill above this similarity")
+    merge_threshold: float = Field(0.8, ge=-1.0, le=1.0, description="merge skills whose source queries' cosine "
+                                   "exceeds it (Eq. 4)")
+
+
+class _DeepSearch(Method):
+    """The agent loop both methods share; subclasses add their hooks and prompts."""
+
+    tasks = frozenset({"tir"})
+    prompt_dir = "photocraft"
+    config: DeepSearchConfig
+
+    @classmethod
+    def estimate_calls(cls, config: MethodConfig, query: Query | None = None) -> int:
+        assert isinstance(config, DeepSearchConfig)
+        return config.max_turns + 2  # every turn, the budget's last call, one compression
+
+    # ------------------------------------------------------------------ parts
+    def album(self, query: Query) -> Album:
+        g = self.ctx.gallery
+        if query.candidates is None:
+            return Album(g, self.ctx.dual, self.ctx.text)
+        return ScopedAlbum(g, self.ctx.dual, self.ctx.text, query.candidates)
+
+    def context_limit(self) -> int:
+        if self.config.context_limit:
+            return self.config.context_limit
+        return int(getattr(self.ctx.roles[self.config.agent_role].model, "n_ctx", 0) or DEFAULT_CONTEXT)
+
+    def tools(self, album: Album) -> list[Any]:
+        web = None
+        if self.config.web_search:
+            from imagent.tools.web_text import web_text_search_from_env
+
+            web = web_text_search_from_env()
+        cfg = AlbumToolsConfig(top_k=self.config.top_k, max_view=self.config.max_view)
+        return album_tools(album, cfg, web=web)
+
+    def system_prompt(self, tools: Sequence[Any]) -> str:
+        note = unavailable_tools_note(tools)
+        return load_prompt(f"{self.prompt_dir}/system.txt") + (f"\n\n{note}" if note else "")
+
+    def task_message(self, query: Query, album: Album) -> str:
+        times = [t for t in (self.ctx.gallery.record(i).taken_time for i in album.ids[:100_000]) if t is not None]
+        span = f", taken {min(times):%Y-%m-%d} to {max(times):%Y-%m-%d}" if times else ""
+        return Template(load_prompt("photocraft/task.txt")).safe_substitute(query=query.text, size=len(album),
+                                                                             span=span)
+
+    def agent_parts(self, query: Query, album: Album) -> tuple[list[Any], list[AgentHooks]]:
+        """The tools and memory hooks of one search (built per query: searches may run in parallel)."""
+        return self.tools(album), []
+
+    # ------------------------------------------------------------------ run
+    def run(self, query: Query, top_k: int, trace: Trace) -> Result:
+        album = self.album(query)
+        tools, hooks = self.agent_parts(query, album)
+        cfg = self.config
+        runtime = AgentRuntime(
+            self.ctx.roles[cfg.agent_role], tools, self.system_prompt(tools), max_turns=cfg.max_turns, hooks=hooks,
+            tool_mode=cfg.tool_mode, known_ids=album, fallback_k=cfg.fallback_k, max_tokens=cfg.max_tokens,
+            fallback=lambda _state: list(album.search(query.text, cfg.fallback_k).ids),
+        )
+        run = runtime.run(self.task_message(query, album))
+        ranking = self.ranking(run, top_k)
+        with trace.step("answer", source=run.source) as step:
+            step.outputs = {"answer_set": list(run.answer), **run.to_dict()}
+            if run.source == "fallback":
+                step.note(run.reason)
+        return Result(ranking=ranking, trace=trace, answer_set=list(run.answer))
+
+    @staticmethod
+    def ranking(run: AgentRun, top_k: int) -> Ranking:
+        """The answer set first, then the best other candidates the tools returned (scores non-increasing)."""
+        ids = list(run.answer)
+        scores = [ANSWER_SCORE] * len(ids)
+        state = run.state
+        for i in state.best_candidates(len(state.seen)):
+            if i not in ids:
+                s = state.candidates[i]
+                ids.append(i)
+                scores.append(float(s) if s != float("-inf") else -1.0)
+        return Ranking(ids[: max(top_k, len(run.answer))], scores[: max(top_k, len(run.answer))])
+
+
+@register_method
+class ImageSeeker(_DeepSearch):
+    """ImageSeeker (DeepImageSearch): the memoryless album-search agent PhotoCraft builds on."""
+
+    name = "imageseeker"
+    Config = ImageSeekerConfig
+    config: ImageSeekerConfig
+    prompt_dir = "imageseeker"
+    description = ("ImageSeeker (DeepImageSearch): a tool-using agent over a personal album (search, metadata, "
+                   "filters, viewing) with free-form context compression; answers a set of photos")
+
+    def agent_parts(self, query: Query, album: Album) -> tuple[list[Any], list[AgentHooks]]:
+        tools = self.tools(album)
+        if not self.config.compression:
+            return tools, []
+        return tools, [WorkingMemory(self.ctx.roles[self.config.memory_role], load_prompt("imageseeker/condense.txt"),
+                                     context_limit=self.context_limit(), compress_at=self.config.compress_at,
+                                     structured=False)]
+
+
+@register_method
+class PhotoCraft(_DeepSearch):
+    """PhotoCraft: the album-search agent with working, episodic and semantic memory."""
+
+    name = "photocraft"
+    Config = PhotoCraftConfig
+    config: PhotoCraftConfig
+    description = ("PhotoCraft: an album-search agent with working memory (fidelity-guarded compression), "
+                   "episodic memory (answer audit) and semantic memory (a skill library); answers a set")
+
+    def __init__(self, ctx: Any, config: Any = None) -> None:
+        super().__init__(ctx, config)
+        self.run_dir: Path | None = None
+
+    @classmethod
+    def estimate_calls(cls, config: MethodConfig, query: Query | None = None) -> int:
+        assert isinstance(config, PhotoCraftConfig)
+        audits = (config.max_audits or 2) if config.episodic_memory else 0
+        return config.max_turns + 2 + audits + (1 if config.semantic_memory else 0)
+
+    # ------------------------------------------------------------------ semantic memory
+    def start_run(self, run_dir: Path) -> None:
+        """An eval run keeps its own skill library (``<run dir>/skills.jsonl``) unless ``skills_path`` is set,
+        so a benchmark run neither reads nor changes the user's library and can be repeated."""
+        self.run_dir = Path(run_dir)
+
+    def library(self) -> SkillLibrary:
+        path = self.config.skills_path
+        if path is None and self.run_dir is not None:
+            path = str(self.run_dir / "skills.jsonl")
+        return SkillLibrary(path, self.ctx.text)
+
+    def learn_from_outcome(self, query: Query, result: Result, score: float) -> Skill | None:
+        """After an episode is scored (F1 in [0, 1]): distil a skill when ``score > theta_conf`` (Sec. 3.2)
+        and consolidate it into the library. The step ``memory.distill`` is added to the result's trace."""
+        if not self.config.semantic_memory:
+            return None
+        with result.trace.activate(), result.trace.step("memory.distill", f1=round(score, 4),
+                                                          theta_conf=self.config.theta_conf) as step:
+            if score <= self.config.theta_conf:
+                step.outputs = {"distilled": False, "why": f"F1 {score:.2f} <= theta_conf {self.config.theta_conf}"}
+                return None
+            return self._distil(query.text, result.trace.to_dict(), score, "evaluation", query.candidates, step)
+
+    def mark_answer_correct(self, query: str, trace: Trace | dict[str, Any],
+                            album_ids: Sequence[str] | None = None) -> Skill | None:
+        """A user marked this search's answer right: distil its trajectory into a skill (confidence 1.0)."""
+        data = trace.to_dict() if isinstance(trace, Trace) else trace
+        t = Trace(method=self.name)
+        with t.activate(), t.step("memory.distill", origin="user") as step:
+            return self._distil(query, data, 1.0, "user", album_ids, step)
+
+    def _distil(self, query: str, trace: dict[str, Any], score: float, origin: str,
+                album_ids: Sequence[str] | None, step: Any) -> Skill | None:
+        forbidden = list(album_ids) if album_ids is not None else list(self.ctx.gallery.ids)
+        skill = distill_skill(self.ctx.roles[self.config.memory_role], load_prompt("photocraft/skill_extraction.txt"),
+                              query, trajectory_text(trace), score, forbidden_ids=forbidden, origin=origin)
+        if skill is None:
+            step.outputs = {"distilled": False, "why": "the distilled skill kept naming entities"}
+            return None
+        lib = self.library()
+        stored, merged, sim = lib.add(skill, self.config.merge_threshold)
+        step.outputs = {"distilled": True, "skill": stored.id, "merged": merged, "similarity": round(sim, 4),
+                        "library": str(lib.path), "task_pattern": stored.task_pattern}
+        return stored
+
+    # ------------------------------------------------------------------ hooks
+    def agent_parts(self, query: Query, album: Album) -> tuple[list[Any], list[AgentHooks]]:
+        c = self.config
+        tools = self.tools(album)
+        hooks: list[AgentHooks] = []
+        if c.semantic_memory:
+            hooks.append(SkillInjection(self.library(), c.theta_retr))
+        if c.working_memory:
+            working = WorkingMemory(self.ctx.roles[c.memory_role], load_prompt("photocraft/condense.txt"),
+                                    context_limit=self.context_limit(), compress_at=c.compress_at, structured=True,
+                                    summaries=c.summaries, fidelity_check=c.fidelity, tau=c.tau,
+                                    keep_verbatim=c.keep_verbatim, known_ids=album)
+            tools.append(MemoryCondense(working))
+            hooks.append(working)
+        if c.episodic_memory:
+            def reload(ids: list[str]) -> list[tuple[str, ImagePart]]:
+                return album.view(ids)[0]
+
+            hooks.append(EpisodicMemory(self.ctx.roles[c.memory_role], load_prompt("photocraft/audit.txt"),
+                                        load_prompt("photocraft/audit_feedback.txt"), reload,
+                                        max_reload=c.max_view, max_audits=c.max_audits))
+        return tools, hooks
+
+
+def mark_answer_correct(method: PhotoCraft, query: str, trace: Trace | dict[str, Any]) -> Skill | None:
+    """The web UI's "this answer is right" (Sec. 3.2: a user-confirmed episode is a success): distil the
+    search's trajectory into the method's skill library. Returns the stored (or merged) skill, or None
+    when no de-entified skill could be distilled."""
+    return method.mark_answer_correct(query, trace)
+
+
+__all__ = ["ImageSeeker", "ImageSeekerConfig", "PhotoCraft", "PhotoCraftConfig", "ScopedAlbum",
+           "mark_answer_correct"]

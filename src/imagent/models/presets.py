@@ -1,0 +1,216 @@
+"""Model presets: a few known setups a user with internet access can switch to in one command.
+
+``imagent models presets`` lists them, ``imagent models use NAME`` writes one into the config file.
+Nothing is downloaded when a preset is chosen: the first search or index that needs the weights
+fetches them through the libraries' own hub support (transformers / huggingface_hub, with its
+progress bar) into the usual Hugging Face cache. A machine without network access gets one message
+naming the preset and how to bring its files over (:func:`load_error_hint`).
+
+Download sizes are those of the hub repositories' weight files (safetensors, float32 for CLIP/SigLIP).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from imagent.core.config import OFFLINE_CHAT_MODEL, OFFLINE_TEXT_EMBEDDER, ConfigError, deep_merge
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    summary: str
+    download: str  # what the first use fetches, in words and sizes
+    settings: dict[str, Any]  # the config tree it writes (merged into the file's)
+    hub_models: tuple[str, ...] = ()  # hub ids fetched on first use (for the offline hint)
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _hf_dual(model: str) -> dict[str, Any]:
+    return {"dual_encoder": {"backend": "hf", "model": model, "device": "auto"}}
+
+
+PRESETS: dict[str, Preset] = {p.name: p for p in [
+    Preset(
+        "offline",
+        "the default: caption mode (MiniLM) and Qwen2.5 0.5B in-process; no model sees pixels",
+        "nothing (PyPI packages of the offline extra)",
+        {"dual_encoder": {"backend": "caption", "model": OFFLINE_TEXT_EMBEDDER},
+         "text_embedder": {"backend": "sentence-transformers", "model": OFFLINE_TEXT_EMBEDDER},
+         "roles": {"default": "offline"}},
+    ),
+    Preset(
+        "clip-b32",
+        "small CLIP (ViT-B/32): content search over pixels on a CPU",
+        "openai/clip-vit-base-patch32, about 605 MB",
+        _hf_dual("openai/clip-vit-base-patch32"),
+        ("openai/clip-vit-base-patch32",),
+    ),
+    Preset(
+        "clip-l14",
+        "large CLIP (ViT-L/14), the papers' retrieval encoder; a GPU helps",
+        "openai/clip-vit-large-patch14, about 1.7 GB",
+        _hf_dual("openai/clip-vit-large-patch14"),
+        ("openai/clip-vit-large-patch14",),
+    ),
+    Preset(
+        "siglip-so400m",
+        "large SigLIP (So400m/14 at 384 px): stronger zero-shot retrieval; a GPU helps",
+        "google/siglip-so400m-patch14-384, about 3.5 GB",
+        _hf_dual("google/siglip-so400m-patch14-384"),
+        ("google/siglip-so400m-patch14-384",),
+    ),
+    Preset(
+        "paper-vllm",
+        "the papers' setup: CLIP ViT-L/14 + Qwen2.5-VL-7B (sees pixels) served by vLLM for every role",
+        "openai/clip-vit-large-patch14 (about 1.7 GB) here; Qwen/Qwen2.5-VL-7B-Instruct (about 16.6 GB) "
+        "by the vLLM server",
+        {**_hf_dual("openai/clip-vit-large-patch14"),
+         "models": {"vllm": {"backend": "openai", "base_url": "http://127.0.0.1:8000/v1",
+                             "model": "Qwen/Qwen2.5-VL-7B-Instruct", "vision": True, "concurrency": 8}},
+         "roles": {"default": "vllm"}},
+        ("openai/clip-vit-large-patch14",),
+        ("start the server first: vllm serve Qwen/Qwen2.5-VL-7B-Instruct --port 8000",),
+    ),
+]}
+
+
+def get_preset(name: str) -> Preset:
+    if name not in PRESETS:
+        import difflib
+
+        close = difflib.get_close_matches(name, list(PRESETS), n=1)
+        raise ConfigError(f"unknown preset {name!r}{f' (did you mean {close[0]!r}?)' if close else ''}; "
+                          f"known: {', '.join(PRESETS)}")
+    return PRESETS[name]
+
+
+def preset_for_model(model: str) -> Preset | None:
+    """The preset that fetches hub id ``model`` (for the offline hint), if any."""
+    return next((p for p in PRESETS.values() if model in p.hub_models), None)
+
+
+def load_error_hint(exc: BaseException) -> str:
+    """What to do when a preset's weights could not be loaded (offline, no network): ``""`` when the
+    error is not about a preset's hub model."""
+    from imagent.models.encoders import EncoderLoadError
+
+    if not isinstance(exc, EncoderLoadError):
+        return ""
+    text = str(exc)
+    preset = next((p for p in PRESETS.values() for m in p.hub_models if m in text), None)
+    if preset is None:
+        return ""
+    model = next(m for m in preset.hub_models if m in text)
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes", "on"}
+    why = "HF_HUB_OFFLINE=1 is set" if offline else "the hub could not be reached"
+    return (f"preset {preset.name!r} fetches {model} from the Hugging Face hub on first use, and {why}. "
+            f"Connect and run the command again (unset HF_HUB_OFFLINE), or on a machine with internet run "
+            f"`hf download {model} --local-dir {model.split('/')[-1]}`, copy that folder here and set "
+            f"dual_encoder.model to its path; `imagent models use offline` goes back to the offline setup")
+
+
+def default_config_path() -> Path:
+    """The file ``imagent models use`` writes: the config file read now, else the user config file."""
+    import platformdirs
+
+    from imagent.core.config import find_config_file
+
+    found = find_config_file()
+    return found if found is not None else Path(platformdirs.user_config_dir("imagent")) / "config.toml"
+
+
+def apply_preset(name: str, path: Path) -> dict[str, Any]:
+    """Merge preset ``name`` into the config file ``path`` (created if absent; a previous file is kept as
+    ``<path>.bak``) and return what was written. The result is validated before the file is replaced."""
+    from imagent.core.config import Settings
+
+    preset = get_preset(name)
+    path = Path(path).expanduser()
+    yaml_file = path.suffix.lower() in {".yaml", ".yml"}
+    current: dict[str, Any] = {}
+    if path.is_file():
+        from imagent.core.config import read_config_file
+
+        current = read_config_file(path)
+    merged = deep_merge(current, preset.settings)
+    if name == "offline" and isinstance(merged.get("models"), dict):
+        merged["models"].setdefault("offline", {"backend": "llama.cpp", "model": OFFLINE_CHAT_MODEL})
+    try:
+        Settings.model_validate(merged)
+    except Exception as exc:
+        raise ConfigError(f"preset {name!r} does not combine with {path}: {exc}") from exc
+    text = _dump_yaml(merged) if yaml_file else dump_toml(merged)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_file():
+        shutil.copyfile(path, path.with_name(path.name + ".bak"))
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return preset.settings
+
+
+def _dump_yaml(tree: dict[str, Any]) -> str:
+    import yaml
+
+    return yaml.safe_dump(tree, sort_keys=False)
+
+
+# --------------------------------------------------------------------------- a small TOML writer
+
+
+def _toml_key(key: str) -> str:
+    return key if key.replace("_", "").replace("-", "").isalnum() else json.dumps(key)
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)  # a JSON string is a valid TOML basic string
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    if v is None:
+        raise ConfigError("TOML has no null value")
+    return json.dumps(str(v))
+
+
+def dump_toml(tree: dict[str, Any]) -> str:
+    """Plain values first, then one ``[table]`` per nested mapping (mappings of mappings become
+    ``[a.b]`` tables). Enough for imagent's config; round-trips through :mod:`tomllib`."""
+    lines: list[str] = []
+
+    def table(prefix: str, node: dict[str, Any]) -> None:
+        plain = {k: v for k, v in node.items() if not isinstance(v, dict)}
+        nested = {k: v for k, v in node.items() if isinstance(v, dict)}
+        # an all-scalar dict under a table reads better inline when it is small (options = {...})
+        inline = {k: v for k, v in nested.items() if prefix and v and not any(isinstance(x, dict) for x in v.values())
+                  and len(v) <= 3 and k in ("options", "extra_body")}
+        if prefix and (plain or inline or not nested):
+            lines.append(f"\n[{prefix}]")
+        for k, v in plain.items():
+            lines.append(f"{_toml_key(k)} = {_toml_value(v)}")
+        for k, v in inline.items():
+            lines.append(f"{_toml_key(k)} = {_toml_value(v)}")
+        for k, v in nested.items():
+            if k not in inline:
+                table(f"{prefix}.{_toml_key(k)}" if prefix else _toml_key(k), v)
+
+    table("", tree)
+    text = "\n".join(lines).lstrip("\n") + "\n"
+    tomllib.loads(text)  # never write a file imagent cannot read back
+    return text
+
+
+__all__ = ["PRESETS", "Preset", "apply_preset", "default_config_path", "dump_toml", "get_preset",
+           "load_error_hint", "preset_for_model"]

@@ -1,0 +1,454 @@
+"""The metadata filter language of the ``FilterMetadata`` album tool: a real parser, never ``eval``.
+
+Grammar (keywords and field names are case-insensitive)::
+
+    expr       := and_expr ( ("or" | "||") and_expr )*
+    and_expr   := unary ( ("and" | "&&") unary )*
+    unary      := ("not" | "!") unary | primary
+    primary    := "(" expr ")" | near | comparison | between
+    near       := "near" "(" number "," number "," number ")"          -- lat, lon, km
+    comparison := field op value
+    between    := field "between" value "and" value                     -- both ends included
+    op         := "=" | "==" | "!=" | "<>" | "<" | "<=" | ">" | ">=" | "~" | "contains"
+
+Fields (aliases in brackets):
+
+- ``time`` [date, datetime, taken]: a date or a prefix of one, quoted or bare: ``'2013'``, ``'2013-06'``,
+  ``'2013-06-09'``, ``'2013-06-09 14'``, ``'2013-06-09 14:30'``, ``'2013-06-09 14:30:05'`` (``T`` or a
+  space before the hour; ``/`` or ``-`` between date parts). A prefix is the whole period it names:
+  ``time = '2013-06'`` is all of June 2013, ``time <= '2013-06'`` ends with June, ``time > '2013-06'``
+  starts in July, ``time >= '2013-06-09' and time < '2013-06-10'`` is one day. Times are wall-clock
+  times as the camera wrote them (no time zone arithmetic).
+- ``address`` [place, location]: ``~`` / ``contains`` is a case-insensitive substring match
+  (``address ~ 'paris'``); ``=`` a case-insensitive whole-string match; ``!=`` its negation.
+- ``device`` [camera]: as ``address``.
+- ``lat`` [latitude], ``lon`` [lng, longitude]: numbers, with ``=``, ``!=``, ``<``, ``<=``, ``>``, ``>=``.
+- ``near(lat, lon, km)``: within ``km`` kilometres (great-circle distance) of the point.
+
+A comparison on a photo that lacks that field is false (``time != '2013'`` skips photos without a
+time; ``not time = '2013'`` keeps them). Errors (:class:`FilterError`) say where the expression went
+wrong, what was expected and what the language allows, so a model can rewrite the expression.
+
+Evaluation is vectorised over :class:`AlbumMeta` (numpy arrays; the text fields factorised into codes
+over their distinct values, matched once per distinct value), never a Python loop per photo.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+
+from imagent.core.types import ImageRecord
+from imagent.index.scoring import haversine_km
+from imagent.tools.base import ToolError
+
+ALLOWED = (
+    "Allowed: time with = != < <= > >= and a date or date prefix in quotes ('2013', '2013-06', '2013-06-09', "
+    "'2013-06-09 14:30'); address or device with ~ (case-insensitive contains), = or !=; lat, lon with "
+    "= != < <= > >= and a number; near(lat, lon, km); field between A and B; combined with and, or, not "
+    "and parentheses. Example: time >= '2013-06-09' and time < '2013-06-10' and address ~ 'paris'"
+)
+
+FIELDS = {
+    "time": "time", "date": "time", "datetime": "time", "taken": "time",
+    "address": "address", "place": "address", "location": "address",
+    "device": "device", "camera": "device",
+    "lat": "lat", "latitude": "lat",
+    "lon": "lon", "lng": "lon", "longitude": "lon",
+}
+_OPS_BY_FIELD = {
+    "time": {"=", "!=", "<", "<=", ">", ">="},
+    "lat": {"=", "!=", "<", "<=", ">", ">="},
+    "lon": {"=", "!=", "<", "<=", ">", ">="},
+    "address": {"=", "!=", "~"},
+    "device": {"=", "!=", "~"},
+}
+_KEYWORDS = {"and", "or", "not", "near", "contains", "between"}
+
+_TOKEN = re.compile(
+    r"""
+    (?P<ws>\s+)
+  | (?P<date>\d{4}[-/]\d{1,2}(?:[-/]\d{1,2}(?:[T ]\d{1,2}:\d{2}(?::\d{2})?)?)?(?![\w.]))
+  | (?P<number>[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?)
+  | (?P<string>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")
+  | (?P<open_string>['"])
+  | (?P<op>==|!=|<>|<=|>=|&&|\|\||[=<>~!(),])
+  | (?P<name>[A-Za-z_][A-Za-z_0-9]*)
+    """,
+    re.X,
+)
+_DATE = re.compile(r"^(\d{4})(?:[-/](\d{1,2})(?:[-/](\d{1,2})(?:[T ](\d{1,2})(?::(\d{2})(?::(\d{2}))?)?)?)?)?$")
+
+
+class FilterError(ToolError):
+    """The expression is not valid; the message says where, why and what is allowed."""
+
+
+@dataclass(frozen=True)
+class Token:
+    kind: str  # date number string op name end
+    text: str
+    pos: int
+    value: Any = None
+
+
+def _error(expr: str, pos: int, what: str) -> FilterError:
+    near = expr[pos: pos + 20] if pos < len(expr) else "the end"
+    where = f"at position {pos} (near {near!r})" if pos < len(expr) else "at the end"
+    return FilterError(f"bad filter expression {where}: {what}. {ALLOWED}")
+
+
+def tokenize(expr: str) -> list[Token]:
+    out: list[Token] = []
+    pos = 0
+    while pos < len(expr):
+        m = _TOKEN.match(expr, pos)
+        if m is None:
+            raise _error(expr, pos, f"unexpected character {expr[pos]!r}")
+        kind = m.lastgroup or ""
+        text = m.group(0)
+        if kind == "open_string":
+            raise _error(expr, pos, f"the string starting with {text} is never closed")
+        if kind == "string":
+            out.append(Token("string", text, pos, re.sub(r"\\(.)", r"\1", text[1:-1])))
+        elif kind == "number":
+            out.append(Token("number", text, pos, float(text)))
+        elif kind == "date":
+            out.append(Token("date", text, pos, text))
+        elif kind == "op":
+            op = {"==": "=", "<>": "!=", "&&": "and", "||": "or", "!": "not"}.get(text, text)
+            out.append(Token("name" if op in {"and", "or", "not"} else "op", text, pos, op))
+        elif kind == "name":
+            out.append(Token("name", text, pos, text.lower()))
+        pos = m.end()
+    out.append(Token("end", "", len(expr)))
+    return out
+
+
+# --------------------------------------------------------------------------- AST
+
+
+@dataclass(frozen=True)
+class Compare:
+    field: str  # canonical field name
+    op: str  # = != < <= > >= ~
+    value: Any  # (lo, hi) seconds for time; float for lat/lon; lower-case str for text
+
+
+@dataclass(frozen=True)
+class Between:
+    field: str
+    lo: Any
+    hi: Any
+
+
+@dataclass(frozen=True)
+class Near:
+    lat: float
+    lon: float
+    km: float
+
+
+@dataclass(frozen=True)
+class BoolOp:
+    op: str  # and | or
+    items: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Not:
+    item: Any
+
+
+def parse_time_prefix(text: str) -> tuple[float, float]:
+    """``[start, end)`` in wall-clock seconds of the period a date prefix names; ValueError if invalid."""
+    m = _DATE.match(text.strip())
+    if m is None:
+        raise ValueError(f"{text!r} is not a date; write it as YYYY, YYYY-MM, YYYY-MM-DD or YYYY-MM-DD HH:MM[:SS]")
+    year, month, day, hour, minute, second = (int(g) if g is not None else None for g in m.groups())
+    try:
+        start = datetime(year, month or 1, day or 1, hour or 0, minute or 0, second or 0)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise ValueError(f"{text!r} is not a valid date ({exc})") from None
+    if month is None:
+        end = datetime(year + 1, 1, 1)  # type: ignore[operator]
+    elif day is None:
+        end = datetime(year + (month == 12), month % 12 + 1, 1)  # type: ignore[operator]
+    elif hour is None:
+        end = start + timedelta(days=1)
+    elif minute is None:
+        end = start + timedelta(hours=1)
+    elif second is None:
+        end = start + timedelta(minutes=1)
+    else:
+        end = start + timedelta(seconds=1)
+    return wall_seconds(start), wall_seconds(end)
+
+
+_EPOCH = datetime(1970, 1, 1)
+
+
+def wall_seconds(dt: datetime) -> float:
+    """Seconds since 1970-01-01 of the wall-clock time ``dt`` shows (its time zone, if any, ignored)."""
+    return (dt.replace(tzinfo=None) - _EPOCH).total_seconds()
+
+
+class _Parser:
+    def __init__(self, expr: str) -> None:
+        self.expr = expr
+        self.toks = tokenize(expr)
+        self.i = 0
+
+    @property
+    def tok(self) -> Token:
+        return self.toks[self.i]
+
+    def err(self, what: str, tok: Token | None = None) -> FilterError:
+        return _error(self.expr, (tok or self.tok).pos, what)
+
+    def is_kw(self, word: str) -> bool:
+        return self.tok.kind == "name" and self.tok.value == word
+
+    def expect_op(self, op: str, context: str = "") -> Token:
+        if self.tok.kind != "op" or self.tok.value != op:
+            raise self.err(f"expected {op!r}{context} but found {self._found()}")
+        t = self.tok
+        self.i += 1
+        return t
+
+    def _found(self) -> str:
+        return "the end of the expression" if self.tok.kind == "end" else repr(self.tok.text)
+
+    def parse(self) -> Any:
+        if self.tok.kind == "end":
+            raise FilterError(f"the filter expression is empty. {ALLOWED}")
+        node = self.or_expr()
+        if self.tok.kind != "end":
+            if self.tok.kind == "op" and self.tok.value == ")":
+                raise self.err("a ')' without a matching '('")
+            raise self.err(f"expected 'and', 'or' or the end of the expression but found {self._found()}")
+        return node
+
+    def or_expr(self) -> Any:
+        items = [self.and_expr()]
+        while self.is_kw("or"):
+            self.i += 1
+            items.append(self.and_expr())
+        return items[0] if len(items) == 1 else BoolOp("or", tuple(items))
+
+    def and_expr(self) -> Any:
+        items = [self.unary()]
+        while self.is_kw("and"):
+            self.i += 1
+            items.append(self.unary())
+        return items[0] if len(items) == 1 else BoolOp("and", tuple(items))
+
+    def unary(self) -> Any:
+        if self.is_kw("not"):
+            self.i += 1
+            return Not(self.unary())
+        return self.primary()
+
+    def primary(self) -> Any:
+        t = self.tok
+        if t.kind == "op" and t.value == "(":
+            self.i += 1
+            node = self.or_expr()
+            if not (self.tok.kind == "op" and self.tok.value == ")"):
+                raise self.err(f"expected ')' to close the '(' at position {t.pos} but found {self._found()}")
+            self.i += 1
+            return node
+        if self.is_kw("near"):
+            return self.near()
+        if t.kind == "end":
+            raise self.err("the expression ends where a condition was expected")
+        if t.kind != "name" or t.value in _KEYWORDS:
+            raise self.err(f"expected a condition (a field such as time, address, device, lat, lon, or near(...)) "
+                           f"but found {self._found()}")
+        field = FIELDS.get(t.value)
+        if field is None:
+            raise self.err(f"unknown field {t.text!r}; fields are time, address, device, lat, lon")
+        self.i += 1
+        if self.is_kw("between"):
+            self.i += 1
+            lo = self.value(field, "=")
+            if not self.is_kw("and"):
+                raise self.err(f"expected 'and' after '{t.text} between A' but found {self._found()}")
+            self.i += 1
+            hi = self.value(field, "=")
+            return Between(field, lo, hi)
+        op_tok = self.tok
+        if self.is_kw("contains"):
+            op = "~"
+        elif op_tok.kind == "op" and op_tok.value in {"=", "!=", "<", "<=", ">", ">=", "~"}:
+            op = op_tok.value
+        else:
+            raise self.err(f"expected a comparison operator after {t.text!r} but found {self._found()}")
+        if op not in _OPS_BY_FIELD[field]:
+            allowed = " ".join(sorted(_OPS_BY_FIELD[field]))
+            word = "contains" if op == "~" else op
+            raise self.err(f"{t.text} does not take {word!r}; it takes {allowed}", op_tok)
+        self.i += 1
+        return Compare(field, op, self.value(field, op))
+
+    def value(self, field: str, op: str) -> Any:
+        t = self.tok
+        if t.kind not in {"string", "number", "date"}:
+            raise self.err(f"expected a value for {field} but found {self._found()}")
+        self.i += 1
+        if field == "time":
+            text = t.value if t.kind != "number" else t.text
+            if t.kind == "number" and not re.fullmatch(r"\d{4}", t.text):
+                raise self.err(f"time needs a date such as '2013-06-09', not the number {t.text}", t)
+            try:
+                return parse_time_prefix(str(text))
+            except ValueError as exc:
+                raise self.err(str(exc), t) from None
+        if field in {"lat", "lon"}:
+            try:
+                return float(t.value)
+            except (TypeError, ValueError):
+                raise self.err(f"{field} needs a number, not {t.text}", t) from None
+        return str(t.value if t.kind != "number" else t.text).strip().lower()
+
+    def number(self, what: str) -> float:
+        t = self.tok
+        if t.kind != "number":
+            raise self.err(f"near(lat, lon, km) needs a number for {what} but found {self._found()}")
+        self.i += 1
+        return float(t.value)
+
+    def near(self) -> Near:
+        start = self.tok
+        self.i += 1
+        usage = " (near takes three numbers: near(lat, lon, km))"
+        self.expect_op("(", usage)
+        lat = self.number("lat")
+        self.expect_op(",", usage)
+        lon = self.number("lon")
+        self.expect_op(",", usage)
+        km = self.number("km")
+        self.expect_op(")", usage)
+        if not -90 <= lat <= 90 or not -180 <= lon <= 180:
+            raise self.err(f"near: lat must be in [-90, 90] and lon in [-180, 180], got {lat:g}, {lon:g}", start)
+        if km <= 0:
+            raise self.err(f"near: the distance must be more than 0 km, got {km:g}", start)
+        return Near(lat, lon, km)
+
+
+def parse_filter(expr: str) -> Any:
+    """The expression's syntax tree; :class:`FilterError` when it is not valid."""
+    if not isinstance(expr, str):
+        raise FilterError(f"the filter expression must be a string. {ALLOWED}")
+    return _Parser(expr).parse()
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+class _TextColumn:
+    """A text field factorised: per-photo codes into the distinct lower-cased values (-1: none)."""
+
+    def __init__(self, values: Sequence[str | None]) -> None:
+        index: dict[str, int] = {}
+        codes = np.empty(len(values), dtype=np.int32)
+        for n, v in enumerate(values):
+            key = (v or "").strip().lower()
+            codes[n] = index.setdefault(key, len(index)) if key else -1
+        self.codes = codes
+        self.uniques = list(index)
+
+    def mask(self, op: str, value: str) -> np.ndarray:
+        if op == "~":
+            hit = np.fromiter((value in u for u in self.uniques), dtype=bool, count=len(self.uniques))
+        else:
+            hit = np.fromiter((u == value for u in self.uniques), dtype=bool, count=len(self.uniques))
+        table = np.append(hit, False)  # code -1 (no value) -> the extra False at the end
+        m = table[self.codes]
+        if op == "!=":
+            m = ~m & (self.codes >= 0)
+        return m
+
+
+class AlbumMeta:
+    """Column arrays of an album's metadata, built once: what filters are evaluated on."""
+
+    def __init__(self, records: Sequence[ImageRecord]) -> None:
+        n = len(records)
+        self.size = n
+        self.time = np.fromiter(
+            (wall_seconds(r.taken_time) if r.taken_time is not None else np.nan for r in records), np.float64, n)
+        self.lat = np.fromiter((np.nan if r.latitude is None else r.latitude for r in records), np.float64, n)
+        self.lon = np.fromiter((np.nan if r.longitude is None else r.longitude for r in records), np.float64, n)
+        self.address = _TextColumn([r.address for r in records])
+        self.device = _TextColumn([r.device for r in records])
+        # Rows in chronological order (photos without a time last): results are listed this way.
+        self.chrono = np.argsort(np.where(np.isnan(self.time), np.inf, self.time), kind="stable")
+
+    def evaluate(self, node: Any) -> np.ndarray:
+        """A boolean mask over rows."""
+        with np.errstate(invalid="ignore"):
+            return self._eval(node)
+
+    def _eval(self, node: Any) -> np.ndarray:
+        if isinstance(node, BoolOp):
+            masks = [self._eval(i) for i in node.items]
+            out = masks[0].copy()
+            for m in masks[1:]:
+                if node.op == "and":
+                    out &= m
+                else:
+                    out |= m
+            return out
+        if isinstance(node, Not):
+            return ~self._eval(node.item)
+        if isinstance(node, Near):
+            return haversine_km(node.lat, node.lon, self.lat, self.lon) <= node.km
+        if isinstance(node, Between):
+            if node.field == "time":
+                return (self.time >= node.lo[0]) & (self.time < node.hi[1])
+            if node.field in {"lat", "lon"}:
+                col = getattr(self, node.field)
+                return (col >= min(node.lo, node.hi)) & (col <= max(node.lo, node.hi))
+            raise FilterError(f"between works on time, lat and lon, not {node.field}. {ALLOWED}")
+        if isinstance(node, Compare):
+            if node.field in {"address", "device"}:
+                return getattr(self, node.field).mask(node.op, node.value)
+            col = self.time if node.field == "time" else getattr(self, node.field)
+            if node.field == "time":
+                lo, hi = node.value
+            else:
+                lo = hi = node.value
+            has = ~np.isnan(col)
+            if node.op == "=":
+                return (col >= lo) & (col < hi) if node.field == "time" else col == lo
+            if node.op == "!=":
+                inside = (col >= lo) & (col < hi) if node.field == "time" else col == lo
+                return has & ~inside
+            if node.op == "<":
+                return col < lo
+            if node.op == ">=":
+                return col >= lo
+            if node.op == "<=":
+                return col < hi if node.field == "time" else col <= hi
+            if node.op == ">":
+                return col >= hi if node.field == "time" else col > hi
+        raise TypeError(f"unknown filter node {node!r}")
+
+    def filter_rows(self, expr: str, rows: np.ndarray | None = None) -> np.ndarray:
+        """Rows matching ``expr`` (within ``rows`` when given), in chronological order."""
+        mask = self.evaluate(parse_filter(expr))
+        if rows is not None:
+            allowed = np.zeros(self.size, dtype=bool)
+            allowed[rows] = True
+            mask &= allowed
+        return self.chrono[mask[self.chrono]]
+
+
+__all__ = ["ALLOWED", "FIELDS", "AlbumMeta", "FilterError", "parse_filter", "parse_time_prefix", "tokenize",
+           "wall_seconds"]
