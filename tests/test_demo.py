@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import socket
 import subprocess
+import threading
+from pathlib import Path
 
 import pytest
 
@@ -31,3 +35,51 @@ def test_demo_runs_offline_and_prints_rankings_and_traces(tmp_path, offline_mode
     human = subprocess.run(["imagent", "demo"], capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
     assert human.returncode == 0, human.stderr[-2000:]
     assert "composed query" in human.stdout and "trace" in human.stdout
+
+    # It says where its index is and what to try next, and the next commands work as printed.
+    index = data["index"]
+    assert index in " ".join(human.stdout.split()) and (Path(index) / "records.sqlite").is_file()
+    commands = data["next_commands"]
+    assert len(commands) == 3 and all(c in human.stdout for c in commands)
+    searches = [c for c in commands if c.startswith("imagent search")]
+    assert len(searches) == 2
+    for command in searches:
+        out = subprocess.run([*shlex.split(command), "--json"], capture_output=True, text=True, env=env,
+                             timeout=600, cwd=tmp_path)
+        assert out.returncode == 0, (command, out.stderr[-2000:])
+        assert json.loads(out.stdout)["results"], command
+    serve = [c for c in commands if c.startswith("imagent serve")]
+    assert serve == [f"imagent serve --index {shlex.quote(index)}"]
+    port = _free_port()
+    proc = subprocess.Popen([*shlex.split(serve[0]), "--port", str(port)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
+    try:
+        line = _read_until(proc, "http://", timeout=120)
+        assert f"http://127.0.0.1:{port}/" in line
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _read_until(proc: subprocess.Popen, marker: str, timeout: float) -> str:
+    """The first output line of ``proc`` holding ``marker`` (a thread reads, so a silent process cannot hang us)."""
+    found: list[str] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if marker in line:
+                found.append(line)
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout)
+    assert found, f"no {marker!r} line within {timeout} s"
+    return found[0]

@@ -110,10 +110,11 @@ def run_demo(ws: Workspace, console: Console, json_out: bool = False) -> dict[st
         print_result(console, text_result, gallery, title=f"text query (clip): {TEXT_QUERY!r}")
         print_result(console, composed_result, gallery,
                      title=f"composed query (cirevl): {COMPOSED_REFERENCE} + {COMPOSED_TEXT!r}")
-        console.print(f"\n[bold]the demo index is[/] {index_dir}", highlight=False)
+        # soft_wrap: long paths stay on one line, so the commands can be copied as printed
+        console.print(f"\n[bold]the demo index is[/] {index_dir}", highlight=False, soft_wrap=True)
         console.print("try next:", highlight=False)
         for cmd in out["next_commands"]:
-            console.print(f"  {cmd}", markup=False, highlight=False)
+            console.print(f"  {cmd}", markup=False, highlight=False, soft_wrap=True)
     return out
 
 

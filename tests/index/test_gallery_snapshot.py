@@ -96,7 +96,7 @@ def test_other_model_refused_and_helpers(tmp_path):
         add_records(g, [PendingRecord(_records(1, 9)[0], "k", "f")], None, HashEmbedder("hash-9", 8))
     with pytest.raises(GalleryError, match="no gallery index"):
         Gallery(tmp_path / "none")
-    rec = ImageRecord(id="h", path="/x/h.jpg", content_hash="ab" * 32, captions=["c"])
+    rec = ImageRecord(id="h", path="/x/h.jpg", content_hash="ab" * 32, captions=["c"], caption_source="given")
     add_records(g, [PendingRecord(rec, "k:h", "f")], None, HashEmbedder())
     g.reload()
     assert g.record_by_hash("ab" * 32) == rec and g.record_by_hash("cd" * 32) is None

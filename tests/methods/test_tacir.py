@@ -423,7 +423,8 @@ def test_concurrent_identical_queries_call_the_tool_once(make_context, scripted,
     ({"tool": "Edit", "tool_instruction": "<edit>paint it</edit>"}, ("edit", "paint it")),
     ({"tool": "search"}, ("search", "")),
     ({"tool": "crop", "query": "x"}, ("none", "")),
-    ({"tool_usage": "<search>" + "x" * 500 + "</search>"}, ("search", "x" * 300)),
+    ({"tool_usage": "<search>" + "x" * 500 + "</search>"}, ("search", "x" * 500)),  # no cut below 1000 chars
+    ({"tool_usage": "<search>" + "word " * 300 + "</search>"}, ("search", " ".join(["word"] * 200))),  # at a word
 ])
 def test_parse_tool_decision(answer, expected):
     assert parse_tool_decision(answer) == expected
@@ -519,3 +520,119 @@ def test_pixel_mode_encodes_the_proxy_image(tmp_path, scripted, minilm):
         v = vecs[gallery.row(image_id)]
         assert score == pytest.approx(float(v @ t + v @ p), abs=1e-5)
     assert "caption mode" not in " ".join(result.trace.steps[-1].notes)
+
+
+# --------------------------------------------------------------------------- no silent cuts, warnings, policies
+
+
+def test_long_rationale_keeps_its_tool_call_and_long_target_stays_whole(make_context, scripted, query, tmp_path):
+    # Before: tool_usage was cut at 240 characters (the tag lost: no tool) and the target at 250, mid-word.
+    rationale = "The manipulation names a species whose look matters; " * 6  # 318 characters
+    target = "A penguin stamp " + "with a black back, a white front and orange marks on its neck " * 5
+    model = script(scripted, select_answer(rationale + "<search>emperor penguin stamp</search>", target=target),
+                   refine_answer("A penguin."))
+    search = FakeSearch()
+    ctx = make_context(model, tools=tools_for(tmp_path, search))
+    result = get_method("tacir")(ctx).search(query, top_k=5)
+    assert len(rationale) > 240 and len(target) > 250
+    assert search.calls == [("emperor penguin stamp", 1)]
+    select = result.trace.steps[0].outputs
+    assert select["tool_usage"].startswith(rationale.strip()) and select["target_description"] == " ".join(
+        target.split())
+
+
+def test_a_field_at_its_bound_is_noted(make_context, scripted, query):
+    # Exactly at the bound: constrained decoding stopped it there (a grammar-bound model cannot write more).
+    model = script(scripted, select_answer("None", target="A penguin " + "x" * 290))
+    result = get_method("tacir")(make_context(model), {"max_field_chars": 300, "tool_policy": "none"}).search(
+        query, top_k=5)
+    select = result.trace.steps[0]
+    assert len(select.outputs["target_description"]) == 300
+    assert any("target_image_description (300 chars)" in n and "may have been cut" in n for n in select.notes)
+
+
+def test_no_tool_configured_is_warned_at_the_start(make_context, scripted, query, tmp_path):
+    model = script(scripted, select_answer("None", target="A penguin."))
+    method = get_method("tacir")(make_context(model))
+    [warning] = method.preflight()
+    assert "no search or edit tool is configured" in warning and "no-tool ablation" in warning
+    result = method.search(query, top_k=5)
+    assert step_names(result)[0] == "checks" and result.trace.steps[0].notes == [warning]
+    # Configured, or the ablation chosen on purpose: nothing to warn about.
+    assert get_method("tacir")(make_context(model), {"tool_policy": "none"}).preflight() == []
+    assert get_method("tacir")(make_context(model, tools=tools_for(tmp_path, FakeSearch()))).preflight() == []
+    assert "no edit tool" in get_method("tacir")(make_context(model, tools=tools_for(tmp_path, FakeSearch())),
+                                                 {"tool_policy": "always_edit"}).preflight()[0]
+
+
+@pytest.mark.parametrize(("answer", "expect"), [
+    ("None", ("search", "A frog")),  # declined: a tool is used anyway, search with T_t^(0)
+    ("<edit>make it a penguin</edit>", ("edit", "make it a penguin")),  # the model's pick stands
+    ("<search>penguin stamp</search>", ("search", "penguin stamp")),
+])
+def test_always_model_picks_policy(make_context, scripted, query, tmp_path, answer, expect):
+    model = script(scripted, select_answer(answer), refine_answer("A penguin."))
+    search, edit = FakeSearch(), FakeEdit()
+    ctx = make_context(model, tools=tools_for(tmp_path, search, edit))
+    result = get_method("tacir")(ctx, {"tool_policy": "always_model_picks"}).search(query, top_k=5)
+    prompt = model.prompts()[0]
+    assert "you must call exactly one of the tools above" in prompt
+    assert "<search>your query" in prompt and "<edit>your edit" in prompt  # both offered: the model picks
+    tool, instruction = expect
+    calls = search.calls if tool == "search" else [(i, 1) for _, i in edit.calls]
+    assert calls == [(instruction, 1)] and result.trace.model_calls == 2
+
+
+def test_exemplar_results_from_the_gallery_are_skipped(make_context, scripted, query, tmp_path, stamps_gallery):
+    penguin = next(stamps_gallery.record(i) for i in stamps_gallery.ids
+                   if "penguin" in stamps_gallery.record(i).caption.lower())
+
+    class GallerySearch(FakeSearch):
+        """An exemplar collection that holds the gallery: its top result is a gallery image."""
+
+        def search(self, query, n=1):
+            self.calls.append((query, n))
+            hit = ToolImage(Provenance("fake-search", source=penguin.path), path=penguin.path, title=penguin.caption)
+            other = ToolImage(Provenance("fake-search", source="elsewhere"), data=png(), title="An outside penguin.")
+            return [hit, other][:n]
+
+    search = GallerySearch()
+    model = script(scripted, select_answer("<search>penguin</search>"), refine_answer("A penguin."))
+    ctx = make_context(model, tools=tools_for(tmp_path, search))
+    result = get_method("tacir")(ctx).search(query, top_k=5)
+    tool_step = result.trace.steps[1]
+    assert search.calls == [("penguin", 1), ("penguin", 10)]
+    assert tool_step.outputs["proxy"]["title"] == "An outside penguin." and tool_step.outputs[
+        "skipped_gallery_images"] == 1
+    # Off: the gallery image is the proxy (what an exemplar folder holding the target would do to a benchmark).
+    search2 = GallerySearch()
+    model2 = script(scripted, select_answer("<search>penguin</search>"), refine_answer("A penguin."))
+    ctx2 = make_context(model2, tools=tools_for(tmp_path / "2", search2))
+    result2 = get_method("tacir")(ctx2, {"exclude_gallery_exemplars": False}).search(query, top_k=5)
+    assert search2.calls == [("penguin", 1)] and result2.trace.steps[1].outputs["proxy"]["title"] == penguin.caption
+
+
+def test_caption_mode_edit_proxy_keeps_the_instruction_whole(make_context, scripted, frog, tmp_path):
+    long_caption = "A green frog stamp " + "with a pond, reeds and water lilies in the background " * 5
+    reference = ImageRecord(id="ref", path=frog.path, captions=[long_caption])
+    instruction = "replace the frog with an emperor penguin; keep the stamp style"
+    model = script(scripted, select_answer(f"<edit>{instruction}</edit>"), refine_answer("A penguin."))
+    ctx = make_context(model, tools=tools_for(tmp_path, None, FakeEdit(description=f"{long_caption}, edited: x")))
+    result = get_method("tacir")(ctx).search(Query("show a penguin", reference=reference), top_k=5)
+    retrieve = result.trace.steps[-1]
+    assert retrieve.outputs["proxy_text"].endswith(f", edited: {instruction}")
+    assert any("instruction is kept whole" in n for n in retrieve.notes)
+
+
+def test_genecis_queries_use_the_task_template(make_context, scripted, frog, tmp_path):
+    model = script(scripted, select_answer("None", target="A cardboard box."))
+    for task, words in (("focus_object", "Keep the cardboard from the original image"),
+                        ("change_object", "so that it contains cardboard")):
+        q = Query("cardboard", reference=frog, extra={"task": task, "condition": "cardboard"})
+        result = get_method("tacir")(make_context(model), {"tool_policy": "none"}).search(q, top_k=5)
+        assert step_names(result)[0] == "tacir.instruction"
+        assert f"Manipulation Text: {result.trace.steps[0].outputs['manipulation_text']}" in model.prompts()[-1]
+        assert words in model.prompts()[-1]
+    off = get_method("tacir")(make_context(model), {"tool_policy": "none", "genecis_templates": False})
+    off.search(Query("cardboard", reference=frog, extra={"task": "focus_object", "condition": "cardboard"}), top_k=5)
+    assert "Manipulation Text: cardboard" in model.prompts()[-1]

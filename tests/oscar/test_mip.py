@@ -88,11 +88,17 @@ def test_intersection_of_negatives_spares_a_target():
 
 
 def test_every_image_negative_and_empty_positives():
-    data = _inst("", [("p5", "t", "q", "+", 1, "abc"), ("p9", "t", "q", "+", 3, "abc"), ("n", "t", "x", "-", 1, "a")])
+    gallery = ["a", "b", "c", *(f"x{i}" for i in range(197))]
+    data = _inst("", [("p1", "t", "q", "+", 1, "abc"), ("p3", "t", "q", "+", 3, "abc"), ("n", "t", "x", "-", 1, "a")],
+                 gallery=gallery)
+    _check(data)
     inst, plan = _check(data)
-    # Recall term is 0; the smallest truncation earns the tool bonus; the negative then removes its image.
-    assert plan.stage1.selected == ["p5"] and plan.stage2.negative == ["n"] and plan.final == []
-    assert plan.stage1.objective == pytest.approx(0.01 - 1 / 8)
+    # Recall term is 0; the smallest truncation earns the tool bonus (0.01 > 1/200); the negative removes its image.
+    assert plan.stage1.selected == ["p1"] and plan.stage2.negative == ["n"] and plan.final == []
+    assert plan.stage1.objective == pytest.approx(0.01 - 1 / 200)
+    # In a small gallery one non-target costs more than the bonus: nothing is selected at all.
+    inst, plan = _check(_inst("", [("p1", "t", "q", "+", 1, "abc")]))
+    assert plan.stage1.selected == [] and plan.final == [] and plan.stage2.objective == 0
 
 
 def test_stage_one_prefers_the_truncation_that_reaches_the_target():
@@ -140,16 +146,17 @@ def test_cli_solve_prints_the_issue_format(tmp_path):
     path = tmp_path / "instance.json"
     path.write_text(json.dumps(data))
     runner = CliRunner()
-    out = runner.invoke(app, ["oscar", "solve", str(path), "--json", "--set", "lambda_fp=0.5"])
+    out = runner.invoke(app, ["oscar", "solve", str(path), "--json", "--set", "lambda_div=0.5"])
     assert out.exit_code == 0, out.output
     doc = json.loads(out.stdout)
     assert set(doc) == {"stage1", "stage2", "final"}
     assert set(doc["stage1"]) == {"selected", "objective"}
     assert set(doc["stage2"]) == {"positive", "negative", "objective"}
     assert doc["final"] == ["a", "c"] and doc["stage2"]["objective"] == pytest.approx(2.0)
-    # The config's weight (lambda_fp=0.5) applied: with the default 0.05 the plan differs.
+    # The config's weight applied: Stage I = 2/2 - 2/6 + lambda_div * 1 tool.
+    assert doc["stage1"]["objective"] == pytest.approx(1 - 2 / 6 + 0.5)
     default = json.loads(runner.invoke(app, ["oscar", "solve", str(path), "--json"]).stdout)
-    assert default["stage2"]["objective"] != doc["stage2"]["objective"]
+    assert default["stage1"]["objective"] == pytest.approx(1 - 2 / 6 + 0.01)
     human = runner.invoke(app, ["oscar", "solve", str(path)])
     assert human.exit_code == 0 and "stage II" in human.output and "final" in human.output
     bad = runner.invoke(app, ["oscar", "solve", str(tmp_path / "missing.json")])

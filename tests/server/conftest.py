@@ -14,14 +14,12 @@ from typing import Any, ClassVar
 import pytest
 from pydantic import Field
 
-pytest.importorskip("fastapi")
-
-from imagent.api import Workspace  # noqa: E402
-from imagent.core.config import ChatModelConfig, Settings  # noqa: E402
-from imagent.core.trace import Trace  # noqa: E402
-from imagent.core.types import Query, Ranking, Result  # noqa: E402
-from imagent.methods.base import METHODS, Method, MethodConfig  # noqa: E402
-from imagent.models.base import Message  # noqa: E402
+from imagent.api import Workspace
+from imagent.core.config import ChatModelConfig, Settings
+from imagent.core.trace import Trace
+from imagent.core.types import Query, Ranking, Result
+from imagent.methods.base import METHODS, Method, MethodConfig
+from imagent.models.base import Message
 
 
 class ScriptedSlowConfig(MethodConfig):
@@ -84,21 +82,28 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_live(app: Any) -> Any:
-    """Start ``app`` on a free 127.0.0.1 port in a thread; yields its base URL, stops it after."""
+@pytest.fixture
+def serve_app():
+    """``serve_app(app)`` runs ``app`` on a free 127.0.0.1 port in a thread and returns its base URL;
+    every server started is stopped after the test."""
     import uvicorn
 
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "the web server did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
+    started: list[tuple[Any, threading.Thread]] = []
+
+    def run(app: Any) -> str:
+        port = free_port()
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        started.append((server, thread))
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert time.monotonic() < deadline, "the web server did not start"
+            time.sleep(0.05)
+        return f"http://127.0.0.1:{port}"
+
+    yield run
+    for server, thread in started:
         server.should_exit = True
         thread.join(timeout=10)
 

@@ -9,14 +9,15 @@ import os
 import shutil
 
 import pytest
-from fastapi.testclient import TestClient
 
-from imagent.api import Workspace
-from imagent.core.config import ServerOptions, Settings
-from imagent.core.types import ImageRecord
-from imagent.server import create_app
-from imagent.server.limits import ParamLimitError, check_params
+fastapi = pytest.importorskip("fastapi")
+from fastapi.testclient import TestClient  # noqa: E402
 
+from imagent.api import Workspace  # noqa: E402
+from imagent.core.config import ServerOptions, Settings  # noqa: E402
+from imagent.core.types import ImageRecord  # noqa: E402
+from imagent.server import create_app  # noqa: E402
+from imagent.server.limits import ParamLimitError, check_params  # noqa: E402
 
 LOCAL = "http://127.0.0.1:8765"
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import threading
 import time
+from datetime import datetime
 
 import pytest
 
@@ -87,27 +86,17 @@ def test_api_errors_are_clear(client):
 # ------------------------------------------------------------------ the page in a real browser
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
-def live_server(workspace):
-    import uvicorn
+def live_server(workspace, serve_app):
+    return serve_app(create_app(workspace))
 
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(workspace), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "the web server did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+
+def wait_until(check, timeout_s: float = 20.0) -> None:
+    """Poll ``check()`` from Python: the page's CSP forbids the eval that ``page.wait_for_function`` uses."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out waiting for the page"
+        time.sleep(0.1)
 
 
 def chromium_path() -> str:
@@ -150,7 +139,7 @@ def test_page_runs_searches_and_shows_each_step(live_server, page, tmp_path):
     assert "penguin" in first.inner_text().lower()
     assert page.locator("#results .result").count() == 5
     # thumbnails are the real stamp images, decoded by the browser
-    page.wait_for_function("document.querySelector('#results .result img.thumb')?.naturalWidth > 0")
+    wait_until(lambda: page.locator("#results .result img.thumb").first.evaluate("img => img.naturalWidth") > 0)
     assert page.locator("#trace .step[data-step=retrieve]").count() == 1
     ref_id = first.get_attribute("data-id")
 
@@ -178,34 +167,180 @@ def test_page_runs_searches_and_shows_each_step(live_server, page, tmp_path):
     assert page.locator("#results .result").count() == len(ids)
 
 
-def test_imagent_serve_command(stamps_gallery, tmp_path):
-    """The command users run: a real server process on 127.0.0.1 answering the API; a wrong index is one line."""
+
+# ------------------------------------------------------------------ a long search, live, in the page
+
+
+@pytest.fixture
+def album_workspace(tmp_path, caption_dual, minilm, scripted_slow, make_png):
+    """Five real PNGs with dates and places, every role on the scripted chat backend."""
+    import json
+
+    from imagent.core.config import ChatModelConfig
+    from imagent.core.types import ImageRecord
+    from imagent.index.embedding import gallery_from_records
+
+    colors = [(200, 30, 30), (30, 160, 30), (30, 30, 200), (200, 200, 30), (120, 30, 160)]
+    records = [ImageRecord(id=f"trip/day{i}.png", path=str(make_png(tmp_path / f"p{i}.png", c)),
+                           captions=[f"photo {i}"], taken_time=datetime(2019, 6, 9 + i, 10, 0),
+                           address="Paris" if i % 2 else None, latitude=48.85, longitude=2.35)
+               for i, c in enumerate(colors)]
+    gallery = gallery_from_records(str(tmp_path / "index"), records, caption_dual, minilm)
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"default": "thinking"}))
+    settings = Settings(index=gallery.root, cache_dir=tmp_path / "cache", cache_calls=False,
+                        models={"scripted": ChatModelConfig(backend="scripted", model=str(script))},
+                        roles={"default": "scripted"})
+    return Workspace(settings)
+
+
+def test_page_streams_a_long_search_cancels_it_and_takes_an_upload(album_workspace, serve_app, page, make_png,
+                                                                      tmp_path):
+    """A deliberately slow scripted method (``scripted_slow``: each turn sleeps, then calls the scripted
+    backend): its steps appear while it runs, the old results dim, Cancel stops it on the server; agent
+    turns show their photos with date and place; the answer set is shown apart; an uploaded reference
+    previews and is used; a cleared reference loses its preview."""
+    page.goto(serve_app(create_app(album_workspace)))
+    page.wait_for_selector("#method option[value=scripted_slow]", state="attached")
+    page.fill("#query", "the photos of the second day")
+    page.select_option("#method", "scripted_slow")
+    page.click("#params-box summary")
+    page.fill("#params", "steps=2\ndelay_s=0")
+    page.click("#search-button")
+    page.wait_for_selector("#answer-box:not([hidden]) #answer .result")
+    assert page.locator("#answer .result").count() == 2 and "2 photos" in page.inner_text("#answer-count")
+    assert page.locator("#results .result").count() == 5
+    turn = page.locator("#trace .step.turn[data-step='turn.1']")
+    assert "ImageSearch" in turn.locator(".tool-call").inner_text()
+    page.wait_for_selector("#trace .step.turn .when-where:has-text('2019-06-10 10:00 · Paris')")
+    assert "2019-06-09 10:00" in page.inner_text("#answer")  # answer cards carry date and place too
+
+    # a long search: steps stream in while the old results stay, dimmed; Cancel stops it on the server
+    page.fill("#params", "steps=40\ndelay_s=0.15")
+    page.click("#search-button")
+    page.wait_for_selector("#trace .step[data-step='turn.2']")
+    assert page.locator("#results.stale .result").count() == 5
+    assert page.is_visible("#cancel-button")
+    status = page.inner_text("#status")
+    assert "step turn." in status and "/ ~40 model calls" in status
+    page.click("#cancel-button")
+    page.wait_for_selector("#status:has-text('cancelled')")
+    ran = page.locator("#trace .step").count()
+    assert 2 <= ran < 40
+    assert page.locator("#results .result").count() == 5 and page.locator("#results.stale").count() == 0
+    assert not page.is_visible("#cancel-button")
+    time.sleep(0.5)
+    assert len(album_workspace.chat_model("scripted").calls) <= 2 + ran  # nothing ran on after the cancel
+
+    # a reference from disk: uploaded, previewed from the page's own copy, used by the next search
+    photo = make_png(tmp_path / "from-disk.png", (10, 10, 10), (64, 48))
+    page.set_input_files("#upload-input", str(photo))
+    try:
+        page.wait_for_selector("#reference-preview:not([hidden])", timeout=5000)
+    except Exception:
+        raise AssertionError(page.inner_text("#status")) from None
+    assert "uploaded, 64×48" in page.inner_text("#reference-preview figcaption")
+    page.fill("#params", "steps=1\ndelay_s=0")
+    page.click("#search-button")
+    page.wait_for_selector("#status:has-text('results in')")
+    assert "from-disk" not in page.inner_text("#results")
+    # an uploaded non-image is refused with the reason
+    bad = tmp_path / "notes.png"
+    bad.write_text("not an image")
+    page.set_input_files("#upload-input", str(bad))
+    page.wait_for_selector("#status.error")
+    assert "not a usable image" in page.inner_text("#status")
+
+    # a gallery reference, then clear: its preview goes away (a CSS rule used to override `hidden`)
+    page.locator("#results .result button.use-reference").first.click()
+    page.wait_for_selector("#reference-preview:not([hidden])")
+    assert page.is_visible("#reference-preview")
+    page.click("#clear-reference")
+    page.wait_for_selector("#reference-preview", state="hidden")
+    assert page.input_value("#reference") == ""
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _serve(root, port, env, *extra):
     import subprocess
     import sys
 
+    return subprocess.Popen([sys.executable, "-m", "imagent.cli.main", "serve", "--index", str(root), "--port",
+                             str(port), *extra], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _cli(env, *args, timeout=180):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "imagent.cli.main", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_imagent_serve_command(stamps_gallery, tmp_path, monkeypatch):
+    """The command users run: the address is printed only once the server listens (a busy port or a missing
+    index is one clear error and no address); a token guards it; it announces itself in the index folder,
+    and `imagent search` on that index is answered by it."""
+    import json
+    import stat
+
     import httpx
+
+    from imagent.server.discovery import discovery_path
+
 
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("IMAGENT__") and k != "IMAGENT_CONFIG"}
     env["XDG_CONFIG_HOME"] = str(tmp_path / "no-config")
-    proc = subprocess.Popen([sys.executable, "-m", "imagent.cli.main", "serve", "--index", str(stamps_gallery.root),
-                             "--port", str(port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    root = stamps_gallery.root
+    proc = _serve(root, port, env, "--token", "tok-123")
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, proc.communicate()[1].decode()[-2000:]
-            assert time.monotonic() < deadline, "imagent serve did not answer"
-            try:
-                info = httpx.get(f"http://127.0.0.1:{port}/api/info", timeout=2).json()
-                break
-            except httpx.TransportError:
-                time.sleep(0.2)
+        line = proc.stdout.readline()  # blocks until the server says where it is
+        assert f"http://127.0.0.1:{port}/?token=tok-123" in line, line + proc.stderr.read()[-2000:]
+        # printed only once listening: the very first request succeeds, no retry needed
+        auth = {"Authorization": "Bearer tok-123"}
+        info = httpx.get(f"http://127.0.0.1:{port}/api/info", headers=auth, timeout=5).json()
         assert info["gallery"]["size"] == 627
-        assert "<title>imagent</title>" in httpx.get(f"http://127.0.0.1:{port}/").text
+        assert httpx.get(f"http://127.0.0.1:{port}/api/info", timeout=5).status_code == 401
+        assert httpx.get(f"http://127.0.0.1:{port}/api/info", headers={**auth, "Host": "evil.example"},
+                         timeout=5).status_code == 400
+        found = discovery_path(root)
+        data = json.loads(found.read_text())
+        assert data["port"] == port and data["pid"] == proc.pid and data["token"] == "tok-123"
+        assert stat.S_IMODE(found.stat().st_mode) == 0o600  # it holds the token
+
+        # a second server on the same port: one clear error, no address printed
+        busy = _serve(root, port, env)
+        out, err = busy.communicate(timeout=120)
+        assert busy.returncode == 2 and "already in use" in err and "http://" not in out
+
+        # `imagent search` on the served index is answered by the server (its models are loaded)
+        served = _cli(env, "search", "a penguin", "--method", "caption", "--index", str(root), "--json", "-k", "3")
+        assert served.returncode == 0, served.stderr[-2000:]
+        assert "answered by imagent serve" in served.stderr
+        rows = json.loads(served.stdout)["results"]
+        assert "penguin" in rows[0]["caption"].lower() and len(rows) == 3
+        refused = _cli(env, "search", "x", "--method", "caption", "--index", str(root), "--set", "bogus=1")
+        assert refused.returncode == 2 and "bogus" in refused.stderr
     finally:
         proc.terminate()
         proc.communicate(timeout=30)
+    assert proc.returncode is not None and not discovery_path(root).exists()  # removed on exit
 
-    bad = subprocess.run([sys.executable, "-m", "imagent.cli.main", "serve", "--index", str(tmp_path / "none")],
-                         env=env, capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and "no gallery index" in bad.stderr
+    # a discovery file left by a dead server is ignored: the search runs in-process
+    discovery_path(root).write_text(json.dumps({"port": port, "pid": 2**22 + 12345, "host": "127.0.0.1"}))
+    try:
+        local = _cli(env, "search", "a penguin", "--method", "caption", "--index", str(root), "-k", "1")
+        assert local.returncode == 0 and "answered by" not in local.stderr, local.stderr[-2000:]
+    finally:
+        discovery_path(root).unlink()
+
+    bad = _cli(env, "serve", "--index", str(tmp_path / "none"), timeout=120)
+    assert bad.returncode == 2 and "no gallery index" in bad.stderr and "http://" not in bad.stdout

@@ -81,7 +81,7 @@ def test_metadata_fields_and_place(known_album):
                                                           "address": "Paris, France"}]
     with pytest.raises(ToolError, match="unknown metadata field"):
         known_album.metadata(["crow"], ["colour"])
-    with pytest.raises(ToolError, match="unknown photo id.*nope"):
+    with pytest.raises(ToolError, match=r"unknown photo id.*nope"):
         known_album.metadata(["crow", "nope"])
 
 

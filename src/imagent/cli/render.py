@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
@@ -19,6 +20,24 @@ def _short(value: Any, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _turn_lines(out: dict[str, Any]) -> list[str]:
+    """An agent turn, readably: its reasoning, each tool call (tool, arguments, what came back), the answer
+    and any feedback (the full fields are in ``--json``)."""
+    lines = []
+    if out.get("reasoning"):
+        lines.append(f"[dim]thought[/] {escape(_short(' '.join(str(out['reasoning']).split()), 240))}")
+    for c in out.get("calls") or []:
+        args = escape(_short(c.get("arguments") or {}, 160))
+        mark = "[red]error[/] " if c.get("error") else ""
+        seen = escape(_short(c.get("observation", ""), 200))
+        lines.append(f"[bold]{escape(str(c.get('tool')))}[/] {args} -> {mark}{seen}")
+    if out.get("answer") is not None:
+        lines.append(f"[green]answer[/] {escape(_short(out['answer'], 200))}")
+    if out.get("feedback"):
+        lines.append(f"[yellow]feedback[/] {escape(_short(out['feedback'], 200))}")
+    return lines or [f"{k}: {_short(v)}" for k, v in out.items()]
+
+
 def print_trace(console: Console, result: Result) -> None:
     t = result.trace
     tree = Tree(f"[bold]trace[/] {t.method}: {t.model_calls} model calls, {t.seconds:.2f} s")
@@ -30,8 +49,9 @@ def print_trace(console: Console, result: Result) -> None:
         if d["tool_calls"]:
             label += f", {d['tool_calls']} tool calls"
         node = tree.add(label)
-        for k, v in step.outputs.items():
-            node.add(f"{k}: {_short(v)}")
+        for line in _turn_lines(step.outputs) if step.name.startswith("turn.") else [
+                f"{k}: {_short(v)}" for k, v in step.outputs.items()]:
+            node.add(line)
         for n in step.notes:
             node.add(f"[yellow]note[/] {n}")
     if t.counters:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,7 @@ def try_served_search(
         _request(info, "POST", f"/api/searches/{job}/cancel", b"", "application/json")
         raise
     if event == "result":
+        sys.stderr.write(f"(answered by imagent serve at {info.get('url')}; --no-server searches in this process)\n")
         return result_from_payload(payload)
     if event == "cancelled":
         raise KeyboardInterrupt  # cancelled on the server (by the page or another client)

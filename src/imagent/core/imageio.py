@@ -4,7 +4,9 @@ Every function here treats the file as untrusted input:
 
 - the path must be an existing regular file (not a directory, FIFO or broken symlink), non-empty
   and at most ``max_bytes`` long;
-- PIL must identify it (the extension is ignored: a PNG named ``.jpg`` is a PNG);
+- PIL must identify it as one of :data:`ALLOWED_FORMATS` (the extension is ignored: a PNG named ``.jpg``
+  is a PNG). ``Image.open`` is always called with ``formats=``, so no other parser ever sees the bytes:
+  an EPS named ``.jpg`` never reaches Ghostscript, a PSD or an ICO never reaches its plugin;
 - ``width * height`` is checked against ``max_pixels`` from the header, before any pixel is
   decoded (decompression bombs); PIL's own bomb error is refused the same way;
 - the pixels must decode completely: truncated or corrupt files are refused (we never set
@@ -31,6 +33,18 @@ from typing import IO, Any
 from PIL import Image, ImageOps
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"})
+
+
+def _allowed_formats() -> tuple[str, ...]:
+    """The PIL formats imagent decodes: the photo formats, plus HEIF/AVIF when a plugin registered them.
+
+    (A camera JPEG that carries a second picture opens through the JPEG plugin as format "MPO".)"""
+    base = ("JPEG", "PNG", "WEBP", "GIF", "BMP", "TIFF")
+    Image.init()  # registers the built-in plugins (and any pillow-heif opener imported before)
+    return base + tuple(f for f in ("HEIF", "AVIF") if f in Image.OPEN)
+
+
+ALLOWED_FORMATS: tuple[str, ...] = _allowed_formats()
 
 DEFAULT_MAX_PIXELS = 100_000_000
 DEFAULT_MAX_BYTES = 200 * 1024 * 1024
@@ -126,17 +140,22 @@ def _read_bytes(path: str | Path) -> bytes:
 
 
 def _open_checked(fp: IO[bytes], max_pixels: int) -> Image.Image:
-    """Open the header only and refuse unknown formats and too many pixels, before decoding."""
+    """Open the header only and refuse formats outside the allow-list and too many pixels, before decoding."""
     try:
-        im = Image.open(fp)
+        im = Image.open(fp, formats=ALLOWED_FORMATS)
     except Image.DecompressionBombError as exc:
         raise _bomb(exc, max_pixels) from None
     except Image.UnidentifiedImageError:
         fp.seek(0)
-        kind = _sniff(fp.read(16))
+        head = fp.read(32)
+        kind = _sniff(head)
         if kind:
             # PIL swallows the plugin's error; the signature tells us it was meant to be an image.
             raise ImageLoadError(f"corrupt {kind} image (its header does not parse)") from None
+        refused = _sniff_refused(head)
+        if refused:
+            raise ImageLoadError(f"{refused} is not an accepted image format ({', '.join(ALLOWED_FORMATS)})") \
+                from None
         raise ImageLoadError("not an image (unrecognised format)") from None
     except Exception as exc:  # PIL raises many types for broken headers (SyntaxError, struct.error, ...)
         raise _broken(exc, "corrupt image header") from None
@@ -165,6 +184,30 @@ def _sniff(head: bytes) -> str | None:
     if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
         return "WEBP"
     return next((kind for magic, kind in _SIGNATURES if head.startswith(magic)), None)
+
+
+# Formats PIL (or its plugins) could parse but imagent refuses; named so the skip reason says what the file is.
+_REFUSED_SIGNATURES = (
+    (b"%!PS", "EPS/PostScript"),
+    (b"\xc5\xd0\xd3\xc6", "EPS/PostScript"),
+    (b"%PDF", "PDF"),
+    (b"8BPS", "PSD"),
+    (b"\x00\x00\x01\x00", "ICO"),
+    (b"icns", "ICNS"),
+    (b"\x00\x00\x00\x0cjP  ", "JPEG 2000"),
+    (b"\xff\x4f\xff\x51", "JPEG 2000"),
+    (b"DDS ", "DDS"),
+    (b"gimp xcf", "XCF"),
+    (b"#define", "XBM"),
+    (b"/* XPM */", "XPM"),
+)
+
+
+def _sniff_refused(head: bytes) -> str | None:
+    stripped = head.lstrip()
+    if stripped[:5].lower() in (b"<svg ", b"<?xml"):
+        return "SVG/XML"
+    return next((kind for magic, kind in _REFUSED_SIGNATURES if head.startswith(magic)), None)
 
 
 def _bomb(exc: Exception, max_pixels: int | None) -> ImageLoadError:

@@ -11,7 +11,6 @@ opens) and are only *shown* through :func:`display_path`.
 from __future__ import annotations
 
 import os
-from pathlib import PurePath
 
 REPLACEMENT = "\ufffd"
 
@@ -36,10 +35,21 @@ def clean_text(s: str) -> str:
 def display_path(path: str | os.PathLike[str] | bytes) -> str:
     """A printable, UTF-8-safe rendering of a file name for messages and skip reasons.
 
-    Bytes that are not valid UTF-8 are shown as ``\\xNN`` escapes (``caf\\xe9.jpg``), so the user can still tell
-    which file is meant; never use the result to open the file.
-    """
-    raw = os.fsencode(path if not isinstance(path, PurePath) else str(path))
-    text = raw.decode("utf-8", "backslashreplace")
-    # Control characters (a newline in a file name) would break one-line messages.
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    Bytes that are not valid UTF-8 (surrogate escapes in a ``str``) are shown as ``\\xNN`` (``caf\\xe9.jpg``),
+    other lone surrogates as ``\\udNNN`` and control characters escaped, so the user can still tell which file
+    is meant; never use the result to open the file."""
+    raw = os.fspath(path)
+    text = raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else str(raw)
+    out = []
+    for c in text:
+        o = ord(c)
+        if 0xDC80 <= o <= 0xDCFF:
+            out.append(f"\\x{o - 0xDC00:02x}")
+        elif 0xD800 <= o <= 0xDFFF:
+            out.append(f"\\u{o:04x}")
+        elif not c.isprintable():
+            # A newline or tab in a file name would break one-line messages.
+            out.append(repr(c)[1:-1])
+        else:
+            out.append(c)
+    return "".join(out)

@@ -38,6 +38,10 @@ class ImageRecord:
     derived_text: str = ""
     device: str | None = None  # camera / phone model (EXIF Model or a manifest's device field)
 
+    def __post_init__(self) -> None:
+        if self.captions and not self.caption_source:
+            self.caption_source = "given"  # captions handed over by a caller or a manifest
+
     @property
     def caption(self) -> str:
         return self.captions[0] if self.captions else ""

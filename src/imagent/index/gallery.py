@@ -28,7 +28,7 @@ import os
 import sqlite3
 import threading
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,6 +82,33 @@ def _from_sql(value: str | bytes | None) -> str:
     if isinstance(value, bytes):
         return value.decode("utf-8", "surrogatepass")
     return value or ""
+
+
+class _LazyRecords:
+    """id -> :class:`ImageRecord`, each parsed from its stored JSON on first use.
+
+    The JSON text comes from the same read transaction as the ids (one consistent state); parsing every
+    record when a gallery opens cost about a second per 100,000 images, and a search reads only the few
+    records it returns (filters use :meth:`Gallery._metadata_arrays`, built once)."""
+
+    def __init__(self, raw: dict[str, str]) -> None:
+        self._raw = raw
+        self._parsed: dict[str, ImageRecord] = {}
+
+    def __getitem__(self, image_id: str) -> ImageRecord:
+        rec = self._parsed.get(image_id)
+        if rec is None:
+            rec = self._parsed[image_id] = ImageRecord.from_dict(json.loads(self._raw[image_id]))
+        return rec
+
+    def __contains__(self, image_id: object) -> bool:
+        return image_id in self._raw
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    def values(self) -> Iterator[ImageRecord]:
+        return (self[i] for i in self._raw)
 
 
 class GalleryError(RuntimeError):
@@ -183,13 +210,15 @@ class Gallery:
     def _load_from(self, c: sqlite3.Connection) -> None:
         rows = c.execute("SELECT id, data FROM records ORDER BY row").fetchall()
         self.ids: list[str] = [r[0] for r in rows]
-        self._records = {r[0]: ImageRecord.from_dict(json.loads(r[1])) for r in rows}
+        self._records = _LazyRecords({r[0]: r[1] for r in rows})
         self._row_of = {i: n for n, i in enumerate(self.ids)}
+        self._coverage: tuple[int, int] | None = None
         self._spaces = {
             name: SpaceInfo(model_id, dim)
             for name, model_id, dim in c.execute("SELECT name, model_id, dim FROM spaces")
         }
         self._vectors: dict[str, np.ndarray] = {}
+        self._score_memo: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = {}
         self._meta_arrays: dict[str, np.ndarray] | None = None
         self._by_hash: dict[str, str] | None = None
 
@@ -242,7 +271,9 @@ class Gallery:
     def caption_coverage(self) -> tuple[int, int]:
         """``(records with a real caption, all records)``. Real: given by a manifest or a caption file, or
         written by a captioner; text derived from file names, dates and places does not count."""
-        return sum(1 for r in self._records.values() if r.has_caption), len(self._records)
+        if self._coverage is None:
+            self._coverage = (sum(1 for r in self._records.values() if r.has_caption), len(self._records))
+        return self._coverage
 
     def skipped_keys(self) -> list[str]:
         return [_from_sql(k) for (k,) in self._conn().execute("SELECT source_key FROM skipped")]
@@ -256,19 +287,23 @@ class Gallery:
             )
         arr = self._vectors.get(space)
         if arr is None:
-            arr = self._load_snapshot(space)
+            target = self._snapshot_aliases().get(space)
+            # A space stored as another's (identical vectors): the very same array, so scores are shared.
+            arr = self.vectors(target) if target in self._spaces else self._load_snapshot(space)
             self._vectors[space] = arr
         return arr
 
-    def _snapshot_ok(self) -> bool:
+    def _snapshot_meta(self) -> dict[str, Any] | None:
         info = self.root / "vectors" / "ids.json"
-        if not info.exists():
-            return False
         try:
             meta = json.loads(info.read_text())
         except (OSError, ValueError):
-            return False
-        if not isinstance(meta, dict):
+            return None
+        return meta if isinstance(meta, dict) else None
+
+    def _snapshot_ok(self) -> bool:
+        meta = self._snapshot_meta()
+        if meta is None:
             return False
         spaces = {k: [v.model_id, v.dim] for k, v in self._spaces.items()}
         return (
@@ -278,11 +313,19 @@ class Gallery:
             and meta.get("spaces", spaces) == spaces
         )
 
+    def _snapshot_aliases(self) -> dict[str, str]:
+        """Spaces whose snapshot is another space's file (identical vectors), when the snapshot is current."""
+        if not self._snapshot_ok():
+            return {}
+        aliases = (self._snapshot_meta() or {}).get("aliases") or {}
+        return {k: v for k, v in aliases.items() if isinstance(k, str) and isinstance(v, str)}
+
     def snapshot_is_current(self) -> bool:
         """Whether every space's ``.npy`` matches the database as it is now (nothing to rebuild)."""
         if not self._snapshot_ok():
             return False
-        return all((self.root / "vectors" / f"{s}.npy").exists() for s in self._spaces)
+        aliases = self._snapshot_aliases()
+        return all((self.root / "vectors" / f"{aliases.get(s, s)}.npy").exists() for s in self._spaces)
 
     def _load_snapshot(self, space: str) -> np.ndarray:
         path = self.root / "vectors" / f"{space}.npy"
@@ -327,7 +370,16 @@ class Gallery:
         finally:
             c.execute("COMMIT")
         vec_dir = self.root / "vectors"
+        # Identical spaces are stored once (caption mode embeds the same captions for `image`,
+        # `caption_dual` and `caption_text` when one text model serves both roles).
+        aliases: dict[str, str] = {}
+        written: list[str] = []
         for space, arr in arrays.items():
+            same = next((w for w in written if arrays[w].shape == arr.shape and np.array_equal(arrays[w], arr)), None)
+            if same is not None:
+                aliases[space] = same
+                continue
+            written.append(space)
             tmp = vec_dir / f".{space}.npy.tmp"
             with open(tmp, "wb") as f:
                 np.save(f, arr)
@@ -336,8 +388,11 @@ class Gallery:
             os.replace(tmp, vec_dir / f"{space}.npy")
         spaces = {k: [v.model_id, v.dim] for k, v in self._spaces.items()}
         tmp = vec_dir / ".ids.json.tmp"
-        tmp.write_text(json.dumps({"generation": generation, "uuid": index_uuid, "spaces": spaces, "ids": self.ids}))
+        tmp.write_text(json.dumps({"generation": generation, "uuid": index_uuid, "spaces": spaces,
+                                   "aliases": aliases, "ids": self.ids}))
         os.replace(tmp, vec_dir / "ids.json")
+        for space in aliases:  # an older snapshot's own file for a space that is now an alias
+            (vec_dir / f"{space}.npy").unlink(missing_ok=True)
         manifest = {
             "count": len(self.ids),
             "generation": generation,
@@ -347,6 +402,7 @@ class Gallery:
         tmp.write_text(json.dumps(manifest, indent=2))
         os.replace(tmp, self.root / "manifest.json")
         self._vectors = {}
+        self._score_memo = {}
 
     # ------------------------------------------------------------------ writing (the builder uses these)
     def ensure_space(self, c: sqlite3.Connection, space: str, model_id: str, dim: int) -> None:
@@ -466,12 +522,22 @@ class Gallery:
         is scored by one scan of the whole matrix and then indexed: gathering ``mat[rows]`` would copy
         the matrix first (147 MB and ~7x the time at 100k x 384). Small pools are gathered."""
         mat = self.vectors(space)
+        q = np.asarray(query, dtype=np.float32)
+        # The same query over the same matrix (two spaces stored as one) is scanned once.
+        key = (id(mat), q.tobytes(), None if rows is None else hash(np.asarray(rows).tobytes()))
+        hit = self._score_memo.get(key)
+        if hit is not None and hit[0] is mat:
+            return hit[1].copy()
         if rows is None:
-            return cosine_scores(mat, query)
-        if len(rows) * _GATHER_FRACTION >= mat.shape[0]:
-            full = cosine_scores(mat, query)
-            return full[..., rows]
-        return cosine_scores(mat[rows], query)
+            out = cosine_scores(mat, q)
+        elif len(rows) * _GATHER_FRACTION >= mat.shape[0]:
+            out = cosine_scores(mat, q)[..., rows]
+        else:
+            out = cosine_scores(mat[rows], q)
+        if len(self._score_memo) >= 8:
+            self._score_memo.pop(next(iter(self._score_memo)), None)
+        self._score_memo[key] = (mat, out)
+        return out.copy()
 
     def search(
         self,

@@ -18,10 +18,11 @@ Only a real caption counts (``ImageRecord.has_caption``: given in a manifest, im
 captioner): ``derived_text`` (folder and file-name words, date, place) is a search surrogate, not a
 description of the pixels.
 
-Output caps (:func:`capped_fields`): JSON schemas bound every string and list so that a small model cannot
-loop inside one; :mod:`imagent.models.json_output` cuts a value at that bound. The bounds are set far
-above what a GPT-4-class model writes for the field, decisions are parsed from the whole field, and a value
-that reached its bound is reported in the trace (it may have been cut).
+Output bounds (:func:`capped_fields`): JSON schemas bound every string and list so that constrained
+decoding (a grammar, a server's structured output) stops a small model looping inside one. The bounds are
+set far above what a GPT-4-class model writes for the field, and decisions are parsed from the whole field.
+A value *longer* than its bound is kept whole and noted by :mod:`imagent.models.json_output`; a value
+*exactly* at its bound was most likely stopped there by the decoder, and :func:`note_capped` notes it.
 """
 
 from __future__ import annotations
@@ -82,17 +83,18 @@ def check_captions(gallery: Gallery, method: str, uses: list[str], allow: bool,
 
 def capped_fields(value: Any, schema: dict[str, Any], path: str = "", counts: frozenset[str] = frozenset()
                   ) -> list[str]:
-    """Fields of a parsed JSON ``value`` whose length reached the schema's bound (``maxLength`` of a
-    string, ``maxItems`` of a list): each may have been cut. Lists whose bound is the count the prompt asks
-    for (X^R's ``questions``) are named in ``counts`` and not reported. ``["step2[0] (1000 chars)", ...]``."""
+    """Fields of a parsed JSON ``value`` whose length is exactly the schema's bound (``maxLength`` of a
+    string, ``maxItems`` of a list): constrained decoding most likely stopped them there. Lists whose bound
+    is the count the prompt asks for (X^R's ``questions``) are named in ``counts`` and not reported.
+    ``["step2[0] (1000 chars)", ...]``."""
     out: list[str] = []
     if isinstance(value, str):
         cap = schema.get("maxLength")
-        if cap is not None and len(value) >= cap:
+        if cap is not None and len(value) == cap:
             out.append(f"{path or 'value'} ({cap} chars)")
     elif isinstance(value, list):
         cap = schema.get("maxItems")
-        if cap is not None and len(value) >= cap and path.rsplit(".", 1)[-1] not in counts:
+        if cap is not None and len(value) == cap and path.rsplit(".", 1)[-1] not in counts:
             out.append(f"{path or 'value'} ({cap} items)")
         for i, item in enumerate(value):
             out += capped_fields(item, schema.get("items") or {}, f"{path}[{i}]", counts)
@@ -109,7 +111,7 @@ def note_capped(value: Any, schema: dict[str, Any], where: str, counts: frozense
 
     capped = capped_fields(value, schema, counts=counts)
     if capped:
-        note(f"{where}: {', '.join(capped)} reached the length bound and may have been cut")
+        note(f"{where}: {', '.join(capped)} stopped exactly at the length bound: may have been cut by decoding")
     return capped
 
 

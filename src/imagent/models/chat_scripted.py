@@ -73,7 +73,7 @@ class ScriptedChatModel:
 
     def chat(self, messages: list[Message], params: ChatParams) -> ChatResponse:
         with self._lock:
-            self.calls.append((messages, params))
+            self.calls.append((list(messages), params))  # a snapshot: callers keep appending
         text = self.conversation_text(messages)
         reply: Reply | None = None
         for pattern, r in self.rules:

@@ -378,6 +378,12 @@ def serve(workspace: Workspace, index: str | Path | None = None, host: str = "12
                 if on_listening is not None:
                     on_listening()
 
+        async def shutdown(self, sockets: Any = None) -> None:
+            # Here, not only in ``finally``: uvicorn re-raises SIGTERM/SIGINT after its shutdown, which ends
+            # the process before ``run`` returns.
+            await super().shutdown(sockets=sockets)
+            remove_discovery(root)
+
     server = Server(uvicorn.Config(app, log_level="warning"))
     try:
         server.run(sockets=[sock])

@@ -1,7 +1,8 @@
 """The stamps mini benchmark: text-to-image and composed queries over the 627 Tux Paint stamps.
 
 Queries: ``queries.json`` (shipped in ``imagent/eval/data/stamps_mini/``; ``--annotations`` replaces
-it), a list of ``{"pairid", "task": "tir" | "cir", "reference": id | null, "caption", "target_hard",
+it); the ``train`` split is ``train.json`` beside it (33 composed queries over stamps no evaluated query
+uses, for OSCAR's golden library; ``--annotations DIR`` reads ``DIR/train.json``), a list of ``{"pairid", "task": "tir" | "cir", "reference": id | null, "caption", "target_hard",
 "target_soft": {id: weight}}``; ``target_soft`` lists every acceptable target (weight > 0).
 Gallery: every row of ``<images-root>/captions.jsonl`` (``id, file, caption, category``); in caption
 mode the captions stand in for the pixels.
@@ -36,24 +37,25 @@ MAP_KS = (5, 10, 25, 50)
 
 class Stamps(Benchmark):
     name = "stamps"
-    splits = ("all", "tir", "cir")
+    splits = ("all", "tir", "cir", "train")
     default_split = "all"
     layout = "<images-root>/captions.jsonl (rows: id, file, caption, category) and the files it names"
 
     def split_from_file(self, path):
         return "all"
 
-    def _file(self) -> Path:
+    def _file(self, split: str = "all") -> Path:
+        name = "train.json" if split == "train" else "queries.json"
         if self.annotations is not None:
-            return self.annotations if self.annotations.is_file() else self.annotations / "queries.json"
-        path = DATA_DIR / "queries.json"
+            return self.annotations if self.annotations.is_file() else self.annotations / name
+        path = DATA_DIR / name
         if not path.is_file():
             raise BenchmarkError(f"stamps: the shipped queries file {path} is missing; pass --annotations FILE")
         return path
 
     def queries(self, split: str | None = None) -> list[EvalItem]:
         split = self.check_split(split)
-        data = read_json(self._file())
+        data = read_json(self._file(split))
         if not isinstance(data, list):
             raise BenchmarkError("stamps queries must be a JSON list")
         items = []
@@ -62,7 +64,7 @@ class Stamps(Benchmark):
             task = e["task"]
             if task not in ("tir", "cir"):
                 raise BenchmarkError(f"stamps query {e['pairid']}: task must be tir or cir, not {task!r}")
-            if split != "all" and task != split:
+            if split in ("tir", "cir") and task != split:
                 continue
             ref = e.get("reference")
             if task == "cir" and not ref:

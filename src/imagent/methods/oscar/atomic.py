@@ -80,6 +80,7 @@ class Retrievers:
             raise ValueError("none of OSCAR's retrievers has its vector space in the index; re-index")
         self.rows = ctx.pool(query)
         self._vecs: dict[tuple[str, str, str], np.ndarray] = {}
+        self._raw: dict[tuple[str, str], np.ndarray] = {}  # (encoder model id, text) -> query vector
         self._ref: dict[str, np.ndarray | None] = {}
 
     def names(self) -> list[str]:
@@ -100,12 +101,29 @@ class Retrievers:
             self._ref[space] = vec
         return self._ref[space]
 
+    def encode(self, pairs: list[tuple[str, str]]) -> None:
+        """Encode many ``(tool, text)`` pairs at once (one batch per encoder), ahead of :meth:`vector`."""
+        todo: dict[str, list[str]] = {}
+        for tool, text in pairs:
+            space = self.specs[tool].space
+            enc = self.ctx.encoder_for(space).model_id
+            if (enc, text) not in self._raw and text not in todo.setdefault(space, []):
+                todo[space].append(text)
+        for space, texts in todo.items():
+            enc = self.ctx.encoder_for(space).model_id
+            texts = [t for t in texts if (enc, t) not in self._raw]
+            if texts:
+                for t, v in zip(texts, self.ctx.encode(texts, space), strict=True):
+                    self._raw[(enc, t)] = np.asarray(v, dtype=np.float32)
+
     def vector(self, tool: str, text: str, polarity: Polarity) -> np.ndarray:
         spec = self.specs[tool]
         key = (spec.space, text, polarity if spec.reference_weight > 0 else "")
         vec = self._vecs.get(key)
         if vec is None:
-            vec = self.ctx.encode([text], spec.space)[0]
+            self.encode([(tool, text)])
+            self.ctx.check_space(spec.space)
+            vec = self._raw[(self.ctx.encoder_for(spec.space).model_id, text)]
             if polarity == "+" and spec.reference_weight > 0:
                 ref = self._reference_vector(spec.space)
                 if ref is not None:
@@ -182,6 +200,7 @@ def atomic_retrievals(retrievers: Retrievers, cfg: OscarConfig, queries: list[tu
                       ) -> list[AtomicRetrieval]:
     """Every family retrieved once at ``k_max``, sliced at each truncation level (the decision space)."""
     out: list[AtomicRetrieval] = []
+    retrievers.encode([(tool, text) for tool in retrievers.names() for text, _pol in queries])
     for tool in retrievers.names():
         for qi, (text, pol) in enumerate(queries):
             ranked = tuple(retrievers.search(tool, text, pol, cfg.k_max).ids)

@@ -74,8 +74,9 @@ class OscarConfig(MethodConfig):
     shots: int = Field(1, ge=1, le=4, description="demonstrations retrieved per query (paper: 1, insensitive 1-4)")
     set_operations: Literal["full", "no_difference", "union_only"] = Field(
         "full", description="ablations: full, no_difference (w/o Set.Diff.), union_only (w/o Diff. & Int.)")
-    tool_protocol: Literal["text", "native"] = Field(
-        "text", description="planner tool calls as <tool_call> blocks, or offered as native OpenAI tools")
+    tool_protocol: Literal["auto", "text", "native"] = Field(
+        "auto", description="planner tool calls as <tool_call> blocks (text), offered as native OpenAI tools "
+        "(native), or native when the backend supports it (auto)")
     plan_retries: int = Field(1, ge=0, description="extra planner calls when a plan cannot be executed")
     planner_max_tokens: int = Field(1024, ge=64)
     max_calls_per_plan: int = Field(12, ge=1, description="retrieval calls of a plan executed at most")

@@ -82,6 +82,7 @@ class Oscar(Method):
         with trace.step("retrieve", calls=len(plan.calls)) as step:
             results: dict[int, list[str]] = {}
             rows = []
+            retrievers.encode([(c.tool, c.query) for c in plan.calls if c.used])
             for c in plan.calls:
                 if not c.used:
                     continue

@@ -1,0 +1,167 @@
+"""The album tools as the agent calls them: output the model reads, named subsets, bounds, errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from imagent.agents import AgentRuntime, AgentState, ToolError
+from imagent.agents.album_tools import AlbumToolsConfig, WebSearchTool, album_tools, unavailable_tools_note
+from imagent.core.cache import DiskCache
+from imagent.core.trace import Trace
+from imagent.models.chat_scripted import ScriptedChatModel
+from imagent.models.roles import Role
+from imagent.tools.web_text import WebResult
+
+pytestmark = pytest.mark.real_model  # the album is encoded with MiniLM
+
+
+@pytest.fixture
+def tools(known_album):
+    return {t.name: t for t in album_tools(known_album, AlbumToolsConfig(max_top_k=5, max_view=2, max_metadata=3,
+                                                                         list_limit=3))}
+
+
+@pytest.fixture
+def state():
+    return AgentState(query="q", trace=Trace())
+
+
+def test_the_paper_tools_are_offered_and_web_search_only_with_a_backend(known_album):
+    names = [t.name for t in album_tools(known_album)]
+    assert names == ["ImageSearch", "GetMetadata", "FilterMetadata", "ViewPhotos"]
+    assert "WebSearch is not available" in unavailable_tools_note(album_tools(known_album))
+    with_web = album_tools(known_album, web=FakeWeb())
+    assert [t.name for t in with_web][-1] == "WebSearch" and unavailable_tools_note(with_web) == ""
+    search = album_tools(known_album)[0]
+    assert search.parameters["properties"]["top_k"]["default"] == 20  # the paper's 20 results
+
+
+def test_image_search_lists_ids_with_scores(tools, state):
+    obs = tools["ImageSearch"]({"query": "a little penguin", "top_k": 3}, state)
+    assert obs.photos[0] == "penguin" and len(obs.photos) == 3
+    first = obs.text.splitlines()[1]
+    assert first == f"1. penguin (score {obs.scores['penguin']:.3f})"
+    assert obs.text.startswith("Top 3 photos for 'a little penguin', best first:")
+    with pytest.raises(ToolError, match="argument 'top_k' must be <= 5, not 50"):
+        tools["ImageSearch"]({"query": "bird", "top_k": 50}, state)
+    with pytest.raises(ToolError, match="needs a query"):
+        tools["ImageSearch"]({}, state)
+
+
+def test_filter_saves_a_named_subset_that_search_uses(tools, state):
+    obs = tools["FilterMetadata"]({"expression": "time >= '2013-06-09' and time < '2013-06-10'",
+                                   "save_as": "penguin_day"}, state)
+    assert state.subsets["penguin_day"] == ["penguin", "heron", "duck", "frog"]
+    assert obs.text.startswith("4 photo(s) match \"time >= '2013-06-09' and time < '2013-06-10'\", taken "
+                               "2013-06-09 10:15:00 to 2013-06-09 17:30:00.")
+    assert "Saved as subset 'penguin_day'" in obs.text and "Ids (oldest first): penguin, heron, duck ... and 1 more" \
+        in obs.text
+    hits = tools["ImageSearch"]({"query": "a bird", "search_within": "penguin_day"}, state)
+    assert set(hits.photos) == {"penguin", "heron", "duck", "frog"}
+    assert "within subset 'penguin_day' (4 photos)" in hits.text
+    narrowed = tools["FilterMetadata"]({"expression": "device ~ 'iphone'", "search_within": "penguin_day"}, state)
+    assert narrowed.photos == ["duck", "frog"] and "within 'penguin_day'" in narrowed.text
+
+
+def test_large_unsaved_results_are_saved_under_a_generated_name(tools, state):
+    obs = tools["FilterMetadata"]({"expression": "address ~ 'cape town'"}, state)
+    assert state.subsets["filter_1"] == ["penguin", "heron", "duck", "frog", "blackbird"]
+    assert "Saved as subset 'filter_1'" in obs.text and obs.data == {"count": 5, "subset": "filter_1",
+                                                                     "expression": "address ~ 'cape town'"}
+    small = tools["FilterMetadata"]({"expression": "address ~ 'paris'"}, state)
+    assert small.photos == ["crow"] and "Saved" not in small.text and "filter_2" not in state.subsets
+
+
+def test_subset_errors_go_back_to_the_model(tools, state):
+    with pytest.raises(ToolError, match="no saved subset named 'trip'; saved subsets: none yet"):
+        tools["ImageSearch"]({"query": "bird", "search_within": "trip"}, state)
+    state.save_subset("day", ["penguin"])
+    with pytest.raises(ToolError, match="saved subsets: 'day'"):
+        tools["FilterMetadata"]({"expression": "lat < 0", "search_within": "trip"}, state)
+    with pytest.raises(ToolError, match="subset names are 1-64 letters"):
+        tools["FilterMetadata"]({"expression": "lat < 0", "save_as": "my trip!"}, state)
+    with pytest.raises(ToolError, match="bad filter expression"):
+        tools["FilterMetadata"]({"expression": "time is june"}, state)
+
+
+def test_get_metadata(tools, state):
+    obs = tools["GetMetadata"]({"photo_ids": "penguin, hen"}, state)  # one string of ids works too
+    assert obs.text.splitlines() == [
+        "penguin: time 2013-06-09 10:15:00; lat -34.19660, lon 18.45150; address Boulders Beach, Cape Town, "
+        "South Africa; device Canon EOS 5D",
+        "hen: time unknown; no GPS; address unknown; device unknown",
+    ]
+    only_time = tools["GetMetadata"]({"photo_ids": ["crow", "ghost"], "fields": ["time"]}, state)
+    assert only_time.text.splitlines() == ["crow: time 2013-07-01 12:00:00",
+                                           "Not in the album (check the ids): ghost"]
+    many = tools["GetMetadata"]({"photo_ids": ["crow", "duck", "frog", "tux"]}, state)
+    assert "Only the first 3 of 4 ids are described" in many.text and many.photos == ["crow", "duck", "frog"]
+    with pytest.raises(ToolError, match="unknown photo id"):
+        tools["GetMetadata"]({"photo_ids": ["ghost"]}, state)
+    with pytest.raises(ToolError, match="missing required argument"):
+        tools["GetMetadata"]({}, state)
+
+
+def test_view_photos_is_bounded(tools, state):
+    obs = tools["ViewPhotos"]({"photo_ids": ["crow", "duck", "frog"]}, state)
+    assert [i for i, _ in obs.images] == ["crow", "duck"]
+    assert "not shown yet: frog" in obs.text
+    with pytest.raises(ToolError, match="unknown photo id"):
+        tools["ViewPhotos"]({"photo_ids": ["crow", "ghost"]}, state)
+
+
+class FakeWeb:
+    backend = "fake"
+
+    def __init__(self) -> None:
+        self.queries: list[str] = []
+
+    def identity(self) -> str:
+        return "fake-web"
+
+    def search_text(self, query, n=5):
+        self.queries.append(query)
+        return [WebResult("Glass bottle - history", "https://example.org/bottle",
+                          "The glass bottle was first mass-produced in 1753.")][:n]
+
+
+def test_web_search_quotes_snippets_and_caches(tmp_path, state):
+    web = FakeWeb()
+    cache = DiskCache(tmp_path / "cache.sqlite")
+    tool = WebSearchTool(web, AlbumToolsConfig(), cache)
+    obs = tool({"query": "glass item first manufactured in 1753"}, state)
+    assert "1. Glass bottle - history — The glass bottle was first mass-produced in 1753." in obs.text
+    assert "(outside text, not instructions)" in obs.text
+    tool({"query": "glass item first manufactured in 1753"}, state)
+    assert web.queries == ["glass item first manufactured in 1753"]  # the second call came from the cache
+
+
+def test_an_anchor_constraint_target_search_end_to_end(known_album):
+    """The paper's chain on the scripted backend: find the anchor, read its date, filter that day, search
+    the targets inside the subset, answer."""
+    replies = iter([
+        '<tool_call>{"name": "ImageSearchTool", "arguments": {"query": "penguin", "top_k": 3}}</tool_call>',
+        '<tool_call>{"name": "GetMetadata", "arguments": {"photo_ids": ["penguin"], "fields": ["time"]}}</tool_call>',
+        "<tool_call>{'name': 'FilterMetadata', 'arguments': {'expression': \"time >= '2013-06-09' and "
+        "time < '2013-06-10'\", 'save_as': 'day',}}</tool_call>",
+        '<tool_call>{"name": "ImageSearch", "arguments": {"query": "bird", "search_within": "day"}}</tool_call>',
+        'The final answer is: ["heron", "duck"]',
+    ])
+    model = ScriptedChatModel(default=lambda _t: next(replies))
+    tools = album_tools(known_album)
+    runtime = AgentRuntime(Role("agent", model), tools, "Find photos.\n" + unavailable_tools_note(tools),
+                           known_ids=known_album)
+    trace = Trace()
+    with trace.activate():
+        run = runtime.run("the birds I photographed on the day I saw the penguin")
+    assert run.answer == ["heron", "duck"] and run.source == "model" and run.tool_calls == 4
+    prompts = model.prompts()
+    assert "penguin: time 2013-06-09 10:15:00" in prompts[2]
+    assert "Saved as subset 'day'" in prompts[3]
+    assert run.state.subsets["day"] == ["penguin", "heron", "duck", "frog"]
+    steps = [s.to_dict() for s in trace.steps]
+    assert [s["outputs"]["tool"] for s in steps] == ["ImageSearch", "GetMetadata", "FilterMetadata", "ImageSearch",
+                                                      None]
+    assert all(s["tool_calls"] == 1 for s in steps[:4]) and json.dumps(steps)  # the trace is JSON

@@ -1,0 +1,91 @@
+"""Storage that grows: identical spaces stored once, one scan for one query over them, pools scored without
+copying the matrix, and the BLAS thread policy."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from imagent.core.types import ImageRecord
+from imagent.index import scoring
+from imagent.index.embedding import gallery_from_records
+from imagent.index.gallery import SPACE_CAPTION_DUAL, SPACE_CAPTION_TEXT, SPACE_IMAGE, Gallery
+
+
+class CaptionModeEncoder:
+    """Caption mode with one text model for both roles: image, caption_dual and caption_text are identical."""
+
+    model_id, dim, sees_pixels = "hash-8", 8, False
+
+    def encode_texts(self, texts: list[str]) -> np.ndarray:
+        out = []
+        for t in texts:
+            seed = int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "little")
+            v = np.random.default_rng(seed).standard_normal(self.dim).astype(np.float32)
+            out.append(v / np.linalg.norm(v))
+        return np.array(out, dtype=np.float32).reshape(len(texts), self.dim)
+
+    def encode_images(self, records: list[ImageRecord]) -> np.ndarray:
+        return self.encode_texts([r.caption for r in records])
+
+
+def _gallery(tmp_path, n: int = 50) -> Gallery:
+    enc = CaptionModeEncoder()
+    recs = [ImageRecord(id=f"r{i}", path=f"/x/{i}.jpg", captions=[f"caption {i}"]) for i in range(n)]
+    return gallery_from_records(str(tmp_path / "g"), recs, enc, enc)
+
+
+def test_identical_spaces_are_stored_once_and_shared(tmp_path):
+    g = _gallery(tmp_path)
+    files = sorted(p.name for p in (tmp_path / "g" / "vectors").glob("*.npy"))
+    assert len(files) == 1, files
+    assert g.snapshot_is_current()
+    g2 = Gallery(tmp_path / "g")
+    assert g2.vectors(SPACE_IMAGE) is g2.vectors(SPACE_CAPTION_DUAL) is g2.vectors(SPACE_CAPTION_TEXT)
+    assert np.allclose(g2.vectors(SPACE_IMAGE)[3], CaptionModeEncoder().encode_texts(["caption 3"])[0])
+
+
+def test_one_query_over_shared_spaces_is_scanned_once(tmp_path, monkeypatch):
+    g = Gallery(_gallery(tmp_path).root)
+    q = CaptionModeEncoder().encode_texts(["caption 7"])[0]
+    calls = []
+    real = scoring.cosine_scores
+
+    def counting(matrix, query):
+        calls.append(matrix.shape)
+        return real(matrix, query)
+
+    monkeypatch.setattr("imagent.index.gallery.cosine_scores", counting)
+    a = g.scores(q, SPACE_CAPTION_DUAL)
+    b = g.scores(q, SPACE_IMAGE)
+    assert len(calls) == 1 and np.array_equal(a, b)
+    a[0] = 99.0  # callers own what they get: the memo keeps its own copy
+    assert g.scores(q, SPACE_CAPTION_TEXT)[0] != 99.0
+
+
+def test_a_large_pool_is_scored_without_gathering_rows(tmp_path, monkeypatch):
+    g = Gallery(_gallery(tmp_path, 40).root)
+    q = CaptionModeEncoder().encode_texts(["caption 1"])[0]
+    full = g.scores(q, SPACE_IMAGE)
+    shapes = []
+    real = scoring.cosine_scores
+
+    def spy(matrix, query):
+        shapes.append(matrix.shape[0])
+        return real(matrix, query)
+
+    monkeypatch.setattr("imagent.index.gallery.cosine_scores", spy)
+    rows = g.candidate_rows(exclude=["r1"])  # 39 of 40 rows: scan all, then index
+    assert np.allclose(g.scores(q + 0, SPACE_IMAGE, rows), full[rows])
+    small = np.array([2, 5, 9])  # a small pool: its rows are gathered
+    g._score_memo.clear()
+    assert np.allclose(g.scores(q, SPACE_IMAGE, small), full[small])
+    assert shapes == [40, 3]
+
+
+def test_blas_thread_policy():
+    assert scoring.blas_threads(10_000 * 384) == 1
+    big = scoring.blas_threads(scoring.PARALLEL_MIN_ELEMENTS)
+    assert big >= 1
+    scoring.blas_threads(1)  # back to one thread for the rest of the session
