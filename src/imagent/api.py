@@ -145,6 +145,14 @@ class Workspace:
         exclude = [ref.id] if ref is not None and not keep_reference and ref.id in self.gallery(index) else []
         return m.search(Query(text=text, reference=ref, exclude=exclude), top_k=top_k, trace=trace)
 
+    def mark_answer_correct(self, query: str, trace: Any, index: str | Path | None = None,
+                            params: dict[str, Any] | None = None) -> Any:
+        """The user says a PhotoCraft search's answer is right (the web UI's button): its trajectory is
+        distilled into the user's skill library (PhotoCraft Sec. 3.2). ``trace`` is the search's
+        :class:`~imagent.core.trace.Trace` or its ``to_dict()``. Returns the stored (or merged) skill, or
+        None when no de-entified skill could be distilled (the reason is in the returned trace notes)."""
+        return self.method("photocraft", index, **(params or {})).mark_answer_correct(query, trace)
+
     def resolve_reference(self, reference: str | Path | ImageRecord, index: str | Path | None = None) -> ImageRecord:
         """A reference given as a gallery id, a path inside the gallery, or any image file."""
         if isinstance(reference, ImageRecord):

@@ -278,6 +278,13 @@ def test_a_model_error_mid_run_answers_with_the_best_seen():
     assert trace.steps[-1].name == "answer.fallback"
 
 
+def test_the_query_call_cap_ends_the_run_with_the_best_seen():
+    model = scripted([call("ImageSearch", query="sea")], supports_tools=True)  # never answers
+    run, _ = run_agent(model, trace=Trace(max_calls=2))
+    assert len(model.calls) == 2 and run.source == "fallback" and run.answer == ["p2", "p4"]
+    assert "the model call failed" in run.reason
+
+
 def test_cancellation_propagates():
     trace = Trace(cancel_event=threading.Event())
     model = ScriptedChatModel(default=lambda t: (trace.cancel_event.set(), call("ImageSearch", query="sea"))[1])

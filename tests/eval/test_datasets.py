@@ -182,3 +182,84 @@ def test_route_sets():
         load_benchmark("fashioniq", None, caption_join="bogus")
     with pytest.raises(BenchmarkError, match="unknown benchmark"):
         load_benchmark("imagenet")
+
+
+# ----------------------------------------------------------------------------- CIRR subset mode
+
+
+def tiny_cirr(tmp_path, stamps_root, n_images=16, n_queries=3):
+    """A CIRR-format val split over real stamps: query q has reference image q, members q..q+5, target q+3."""
+    rows = [json.loads(x) for x in (stamps_root / "captions.jsonl").read_text().splitlines()[:n_images]]
+    names = [f"dev-{i}" for i in range(n_images)]
+    write(tmp_path / "split.rc2.val.json", {n: f"./{r['file']}" for n, r in zip(names, rows, strict=True)})
+    entries = [{"pairid": 100 + q, "reference": names[q], "caption": rows[q + 3]["caption"],
+                "target_hard": names[q + 3], "target_soft": {names[q + 3]: 1.0},
+                "img_set": {"id": q, "members": names[q:q + 6], "reference_rank": 0, "target_rank": 3}}
+               for q in range(n_queries)]
+    write(tmp_path / "cap.rc2.val.json", entries)
+    return tmp_path / "cap.rc2.val.json", names
+
+
+def test_cirr_subset_mode_items_metrics_and_server_file(tmp_path, stamps_root):
+    ann, names = tiny_cirr(tmp_path, stamps_root)
+    bench = load_benchmark("cirr", ann)
+    items = bench.queries("val")
+    subset = bench.subset_items(items)
+    assert [s.id for s in subset] == ["100:subset", "101:subset", "102:subset"]
+    first = subset[0].query
+    assert first.candidates == names[1:6] and first.exclude == [names[0]] and first.reference.id == names[0]
+    assert "subset mode" in bench.describe_run()["recall_subset"]
+    assert load_benchmark("cirr", ann, subset_mode=False).subset_items(items) == []
+    # A top-k run ranks the target outside its top 2; the subset pass put it first: R_subset comes from the pass.
+    full = {it.id: ["x1", "x2", it.truth["target_hard"]] for it in items}
+    passes = {f"{it.id}:subset": [it.truth["target_hard"], *[m for m in it.truth["members"][1:]
+                                                             if m != it.truth["target_hard"]]] for it in items}
+    m = bench.metrics(Predictions({**full, **passes}), items)
+    assert m["recall_subset@1"] == 100.0 and m["recall@1"] == 0.0
+    assert bench.metrics(Predictions(full), items)["recall_subset@1"] == 100.0  # restricted: only member left
+    files = bench.submissions("val", Predictions({**full, **passes}), items)
+    assert files["cirr_val_recall_subset.json"]["100"] == passes["100:subset"][:3]
+
+
+def test_cirr_score_warns_on_truncated_rankings(tmp_path, stamps_root):
+    ann, names = tiny_cirr(tmp_path, stamps_root)
+    preds = write(tmp_path / "p.json", {"100": [names[3], names[1]], "101": names[1:8], "102": names[2:9]})
+    result = score_file("cirr", ann, preds)
+    assert any("1 of 3 rankings order fewer than 3 of the query's members" in w for w in result["warnings"])
+    full = write(tmp_path / "full.json", {str(100 + q): names[q + 1:q + 6] for q in range(3)})
+    assert not any("recall_subset" in w for w in score_file("cirr", ann, full)["warnings"])
+
+
+@pytest.mark.slow
+def test_imagent_eval_cirr_runs_subset_mode_and_says_so(tmp_path, stamps_root):
+    import typer
+    from typer.testing import CliRunner
+
+    from imagent.api import Workspace
+    from imagent.cli.eval_cmd import register
+
+    app = typer.Typer()
+
+    @app.callback()
+    def _root() -> None:
+        """test app"""
+
+    register(app, lambda config, sets: Workspace.from_config(config, sets))
+    ann, names = tiny_cirr(tmp_path, stamps_root)
+    run = tmp_path / "run"
+    res = CliRunner().invoke(app, ["eval", "cirr", "--method", "clip", "--annotations", str(ann),
+                                          "--images-root", str(stamps_root), "--run-dir", str(run)])
+    assert res.exit_code == 0, res.output
+    assert "recall_subset: subset mode" in " ".join(res.output.split())
+    records = [json.loads(x) for x in (run / "results.jsonl").read_text().splitlines()]
+    passes = {r["qid"]: r for r in records if r["qid"].endswith(":subset")}
+    assert sorted(passes) == ["100:subset", "101:subset", "102:subset"]
+    for q in range(3):  # each pass ranked exactly the 5 members other than the reference
+        assert sorted(passes[f"{100 + q}:subset"]["ids"]) == sorted(names[q + 1:q + 6])
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["queries"] == 3 and metrics["subset_pass"]["completed"] == 3
+    assert "subset mode" in metrics["benchmark_info"]["recall_subset"]
+    expected = [100.0 * sum(passes[f"{100 + q}:subset"]["ids"][:k].count(names[q + 3]) for q in range(3)) / 3
+                for k in (1, 2, 3)]
+    assert [metrics["metrics"][f"recall_subset@{k}"] for k in (1, 2, 3)] == pytest.approx(expected)
+    assert "subset mode" in (run / "report.md").read_text()

@@ -113,13 +113,14 @@ def script(tmp_path: Path) -> Path:
             "applicable_when": "The query names an anchor seen on a day and asks for other photos of that day."})],
         [r"\[REFLECTION", json.dumps({"anchor": "ok", "constraint": "ok", "target": "ok", "completeness": "ok",
                                       "decision": "keep", "verdict": "pass"})],
-        [r"pink flamingo.*tool_response.*tool_response", f"The final answer is: {answer1}"],
-        ["pink flamingo", '<tool_call>{"name": "ImageSearch", "arguments": {"query": "pink flamingo"}}</tool_call>'
-                          '<tool_call>{"name": "GetMetadata", "arguments": {"photo_ids": ["u1001/13942060112"]}}'
-                          "</tool_call>"],
-        [r"seahorse.*tool_response", f"The final answer is: {answer2}"],
-        ["seahorse", '<tool_call>{"name": "FilterMetadata", "arguments": {"expression": '
-                     "\"time >= '2014-09-06' and time < '2014-09-07'\", \"save_as\": \"day\"}}</tool_call>"],
+        [r"Query: The birds .* pink flamingo.*\[GetMetadata\]", f"The final answer is: {answer1}"],
+        ["Query: The birds .* pink flamingo",
+         '<tool_call>{"name": "ImageSearch", "arguments": {"query": "pink flamingo"}}</tool_call>'
+         '<tool_call>{"name": "GetMetadata", "arguments": {"photo_ids": ["u1001/13942060112"]}}'
+         "</tool_call>"],
+        [r"Query: The fish .* seahorse.*\[FilterMetadata\]", f"The final answer is: {answer2}"],
+        ["Query: The fish .* seahorse", '<tool_call>{"name": "FilterMetadata", "arguments": {"expression": '
+         "\"time >= '2014-09-06' and time < '2014-09-07'\", \"save_as\": \"day\"}}</tool_call>"],
     ]
     path = tmp_path / "script.json"
     path.write_text(json.dumps({"rules": rules, "default": "The final answer is: []"}))

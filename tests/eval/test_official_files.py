@@ -369,3 +369,41 @@ def test_test_split_run_outputs_are_server_files(bench_dir, tmp_path):
     first = load_benchmark("cirr", bench_dir / "cirr").queries("test1")[0]
     assert recall_subset[first.id][0] == first.query.extra["members"][2] and len(recall_subset[first.id]) == 3
     assert first.query.reference.id not in recall_subset[first.id]
+
+
+def chatir_cumulative_hits(target_ranks: np.ndarray, k: int) -> list[float]:
+    """ChatIR eval.py's get_first_hitting_time + cumulative_hits_per_round (torch -> numpy): ``target_ranks`` is
+    (11 rounds, n dialogues) of 0-based ranks."""
+    hits = np.less(target_ranks.T, k)
+    final = np.full(hits.shape[0], np.inf)
+    times = []
+    for r in range(11):
+        rh = hits[:, r]
+        final[rh] = np.minimum(final[rh], r)
+        times.append(final.copy())
+    times = np.stack(times)
+    return list((times < np.inf).sum(axis=-1) * 100 / times[0].shape[0])
+
+
+def test_visdial_round_text_and_hits_match_chatir_eval(bench_dir, tmp_path):
+    bench = load_benchmark("visdial", bench_dir / "visdial")
+    items = bench.queries("val")
+    dialogs = json.loads((bench_dir / "visdial" / "VisDial_v1.0_queries_val.json").read_text())
+    for x in items[:40] + items[-11:]:  # the query at round r is ", ".join(dialog[:r+1]), exactly
+        d, r = x.truth["dialog"], x.truth["round"]
+        assert bench.adapt_query(x, {"tir"}).text == ", ".join(dialogs[d]["dialog"][: r + 1])
+        assert [f"{t.question} {t.answer}" for t in x.query.dialogue] == dialogs[d]["dialog"][1: r + 1]
+    rng = np.random.default_rng(5)
+    ranks = rng.integers(0, 14, size=(11, len(dialogs)))
+    preds = {}
+    for x in items:
+        d, r = x.truth["dialog"], x.truth["round"]
+        ranking = [f"other{i}" for i in range(20)]
+        ranking.insert(int(ranks[r, d]), x.truth["target"])
+        preds[x.id] = ranking
+    p = tmp_path / "v.json"
+    p.write_text(json.dumps(preds))
+    m = score_file("visdial", bench_dir / "visdial", p)["metrics"]
+    for k in (1, 5, 10):
+        official = chatir_cumulative_hits(ranks, k)
+        assert [m[f"hits@{k}/round_{r}"] for r in range(11)] == pytest.approx(official, abs=1e-9)

@@ -12,7 +12,6 @@ import pytest
 from PIL import EpsImagePlugin, Image
 
 from imagent.core import imageio
-from imagent.core.config import IndexOptions
 from imagent.index.builder import build_index
 from imagent.index.gallery import SPACE_CAPTION_TEXT, Gallery
 

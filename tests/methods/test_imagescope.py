@@ -290,7 +290,7 @@ def test_unknown_atomic_types_are_kept_and_long_outputs_are_noted(roles_context)
     assert any("outside the paper's five kept as given: counting" in n for n in reason.notes)
     assert any("step2[1] (1000 chars)" in n and "may have been cut" in n for n in reason.notes)
     # Prompt 2 lists the kept instruction under its own type.
-    assert "(2) Counting: two penguins" in [p for p in r.prompts() if STAGE2_MARK in p][0]
+    assert "(2) Counting: two penguins" in next(p for p in r.prompts() if STAGE2_MARK in p)
 
 
 def test_invalid_items_are_dropped_and_counted(roles_context):

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from imagent.core.types import ImageRecord, Query
 from imagent.index.embedding import gallery_from_records
 from imagent.methods.base import MethodContext, get_method
-from imagent.methods.captions import MissingCaptionsError, caption_coverage, capped_fields, check_captions
+from imagent.methods.captions import MissingCaptionsError, capped_fields, caption_coverage, check_captions
 from imagent.models.chat_scripted import ScriptedChatModel
 from imagent.models.roles import Roles
 
@@ -88,8 +88,8 @@ def test_partial_coverage_is_noted_and_candidate_pools_are_checked(partial_galle
     # A per-query pool (GeneCIS-style candidates) of uncaptioned images only is refused on its own.
     pool = partial_gallery.ids[30:35]
     with pytest.raises(MissingCaptionsError, match="none of the 5 images"):
-        method.search(Query("make it blue", reference=partial_gallery.record(pool[0]), candidates=pool[1:] + [
-            partial_gallery.ids[36]]), top_k=3)
+        method.search(Query("make it blue", reference=partial_gallery.record(pool[0]),
+                            candidates=[*pool[1:], partial_gallery.ids[36]]), top_k=3)
 
 
 def test_check_captions_needs_a_use_and_caps_are_exact(bare_gallery):

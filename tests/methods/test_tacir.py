@@ -636,3 +636,22 @@ def test_genecis_queries_use_the_task_template(make_context, scripted, frog, tmp
     off = get_method("tacir")(make_context(model), {"tool_policy": "none", "genecis_templates": False})
     off.search(Query("cardboard", reference=frog, extra={"task": "focus_object", "condition": "cardboard"}), top_k=5)
     assert "Manipulation Text: cardboard" in model.prompts()[-1]
+
+
+def test_cli_search_warns_about_missing_tools_before_it_starts(tmp_path, stamps_dir):
+    from typer.testing import CliRunner
+
+    from imagent.cli.main import app
+
+    rows = [json.loads(x) for x in (stamps_dir / "captions.jsonl").read_text().splitlines()[:8]]
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text("".join(json.dumps({"id": r["id"], "file": str(stamps_dir / r["file"]),
+                                            "caption": r["caption"]}) + "\n" for r in rows))
+    index = str(tmp_path / "idx")
+    runner = CliRunner()
+    assert runner.invoke(app, ["index", str(manifest), "--index", index]).exit_code == 0
+    # --max-calls 0: the search stops at its first model call; the warning came before it.
+    res = runner.invoke(app, ["search", "show a penguin", "--ref", rows[0]["id"], "-m", "tacir", "--index", index,
+                              "--max-calls", "0", "--no-server"])
+    out = " ".join(res.output.split())
+    assert "warning: TaCIR: no search or edit tool is configured" in out and "no-tool ablation" in out

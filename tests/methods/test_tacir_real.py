@@ -44,7 +44,9 @@ def test_tacir_search_with_real_qwen_and_exemplar_search(split, qwen_local, capt
     ref = next(gallery.record(i) for i in gallery.ids if gallery.record(i).caption == "A frog.")
     query = Query("show a penguin instead of the frog", reference=ref, exclude=[ref.id])
     t0 = time.perf_counter()
-    result = get_method("tacir")(ctx, {"tool_policy": "always_search"}).search(query, top_k=10)
+    # Field bounds and answer length as before the GPT-4-class defaults: a 0.5B model loops to any bound.
+    result = get_method("tacir")(ctx, {"tool_policy": "always_search", "max_field_chars": 400,
+                                       "max_tokens": 640}).search(query, top_k=10)
     print(f"\ntacir real-model query: {time.perf_counter() - t0:.1f} s, {result.trace.model_calls} reasoner calls")
 
     assert [s.name for s in result.trace.steps] == ["tacir.select", "tacir.tool.search", "tacir.refine",

@@ -65,7 +65,7 @@ def test_no_negative_selected_keeps_the_union():
     # Decision 2(a): the paper's (2e) would put every image in the "negative intersection" when no negative is
     # selected. Here the only negative also returns the target, so none is selected and the union survives.
     data = _inst("a", [("p", "t", "q", "+", 2, "ab"), ("n", "t", "x", "-", 2, "ab")])
-    inst, plan = _check(data)
+    _, plan = _check(data)
     assert plan.stage2.negative == [] and plan.final == ["a", "b"]
     assert plan.stage2.objective == pytest.approx(1 - 0.05)
 
@@ -73,7 +73,7 @@ def test_no_negative_selected_keeps_the_union():
 def test_false_positive_penalty_cannot_be_dodged():
     # Decision 2(b): kept non-targets are counted exactly; the negative removes them.
     data = _inst("a", [("p", "t", "q", "+", 4, "abcd"), ("n", "t", "x", "-", 3, "bcd")], lambda_fp=0.5)
-    _inst_, plan = _check(data)
+    _, plan = _check(data)
     assert plan.stage2.negative == ["n"] and plan.final == ["a"]
     assert plan.stage2.objective == pytest.approx(1.0)
     assert plan.stage2.removed == 3
@@ -83,7 +83,7 @@ def test_intersection_of_negatives_spares_a_target():
     # n1 alone would remove the target c, n2 alone the target a; n1 AND n2 removes only b and d.
     data = _inst("ac", [("p", "t", "q", "+", 4, "abcd"), ("n1", "t", "x", "-", 3, "bcd"),
                         ("n2", "u", "y", "-", 3, "abd")], lambda_fp=0.5)
-    _inst_, plan = _check(data)
+    _, plan = _check(data)
     assert sorted(plan.stage2.negative) == ["n1", "n2"] and plan.final == ["a", "c"]
 
 
@@ -91,19 +91,18 @@ def test_every_image_negative_and_empty_positives():
     gallery = ["a", "b", "c", *(f"x{i}" for i in range(197))]
     data = _inst("", [("p1", "t", "q", "+", 1, "abc"), ("p3", "t", "q", "+", 3, "abc"), ("n", "t", "x", "-", 1, "a")],
                  gallery=gallery)
-    _check(data)
-    inst, plan = _check(data)
+    _, plan = _check(data)
     # Recall term is 0; the smallest truncation earns the tool bonus (0.01 > 1/200); the negative removes its image.
     assert plan.stage1.selected == ["p1"] and plan.stage2.negative == ["n"] and plan.final == []
     assert plan.stage1.objective == pytest.approx(0.01 - 1 / 200)
     # In a small gallery one non-target costs more than the bonus: nothing is selected at all.
-    inst, plan = _check(_inst("", [("p1", "t", "q", "+", 1, "abc")]))
+    _, plan = _check(_inst("", [("p1", "t", "q", "+", 1, "abc")]))
     assert plan.stage1.selected == [] and plan.final == [] and plan.stage2.objective == 0
 
 
 def test_stage_one_prefers_the_truncation_that_reaches_the_target():
     data = _inst("c", [(f"k{k}", "t", "q", "+", k, "abcdefgh") for k in (1, 2, 3, 5, 8)])
-    _inst_, plan = _check(data)
+    _, plan = _check(data)
     assert plan.stage1.selected == ["k3"]
 
 

@@ -34,11 +34,13 @@ FULL_PLAN = "\n".join([
     block("caption_search_text", query="a European coin of 5 cents", top_k=10),
     block("embedding_search_dual", query="a small euro cent coin", top_k=5),
     block("caption_search_dual", query="2 euros", top_k=5),
-    steps(("positive", "UNION", [0, 1]), ("negative", "INTERSECT", [2]), ("final", "DIFFERENCE", ["positive", "negative"])),
+    steps(("positive", "UNION", [0, 1]), ("negative", "INTERSECT", [2]),
+          ("final", "DIFFERENCE", ["positive", "negative"])),
 ])
 
 
-def cir_query(ref: str = "symbols__money__euro__coins__002", text: str = "the next euro cent coin up in value") -> Query:
+def cir_query(ref: str = "symbols__money__euro__coins__002",
+              text: str = "the next euro cent coin up in value") -> Query:
     return Query(text=text, id="q1", reference=ImageRecord(id=ref, path=""), exclude=[ref])
 
 
@@ -190,7 +192,8 @@ def test_library_round_trip_steers_the_planner(make_context, tmp_path):
     cfg = OscarConfig(library=str(tmp_path / "lib.jsonl"))
     lib = GoldenLibrary(cfg.library_path())
     items = [("stamps/train/1", cir_query(), ["symbols__money__euro__coins__005"]),
-             ("stamps/train/2", cir_query("animals__birds__drake", "the female of this bird"), ["animals__birds__duck"])]
+             ("stamps/train/2", cir_query("animals__birds__drake", "the female of this bird"),
+              ["animals__birds__duck"])]
     report = build_library(ctx, cfg, items, lib)
     assert report.added == 2 and len(rewriter.calls) == 2
     entry = {e.key: e for e in GoldenLibrary(lib.path).entries()}["stamps/train/1"]

@@ -150,7 +150,8 @@ def test_page_runs_searches_and_shows_each_step(live_server, page, tmp_path):
     page.fill("#query", "the same bird but swimming in water")
     page.select_option("#method", "cirevl")
     page.click("#search-button")
-    page.wait_for_selector("#trace .step[data-step=edit_description]", timeout=120_000)
+    page.wait_for_selector("#trace .step[data-step=edit_description]:not(.running)", timeout=120_000)
+    page.wait_for_selector("#status:has-text('results in')")
     trace_text = page.inner_text("#trace")
     assert "reference" in trace_text and "target_description" in trace_text
     assert "model calls" in page.inner_text("#trace-summary")

@@ -31,7 +31,7 @@ def _server_at(host: str, port: int, body: bytes) -> Iterator[list[str]]:
         def log_message(self, *args: object) -> None:
             pass
 
-        def do_GET(self) -> None:  # noqa: N802 - the http.server API
+        def do_GET(self) -> None:
             seen.append(self.headers.get("host", ""))
             self.send_response(200)
             self.send_header("Content-Type", "image/png")
@@ -103,21 +103,20 @@ def _trickling_server(head: bytes, body_every_s: float, header_trickle: bool = F
                 conn, _ = srv.accept()
             except OSError:
                 continue
-            with conn:
-                with contextlib.suppress(OSError):
-                    conn.recv(65536)
-                    end = time.monotonic() + 30
-                    if header_trickle:
-                        for b in head:
-                            if stop.is_set() or time.monotonic() > end:
-                                break
-                            conn.sendall(bytes([b]))
-                            time.sleep(body_every_s)
-                    else:
-                        conn.sendall(head)
-                    while not stop.is_set() and time.monotonic() < end:
-                        conn.sendall(b"\x00")
+            with conn, contextlib.suppress(OSError):
+                conn.recv(65536)
+                end = time.monotonic() + 30
+                if header_trickle:
+                    for b in head:
+                        if stop.is_set() or time.monotonic() > end:
+                            break
+                        conn.sendall(bytes([b]))
                         time.sleep(body_every_s)
+                else:
+                    conn.sendall(head)
+                while not stop.is_set() and time.monotonic() < end:
+                    conn.sendall(b"\x00")
+                    time.sleep(body_every_s)
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()

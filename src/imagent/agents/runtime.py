@@ -42,7 +42,7 @@ from imagent.agents.protocol import (
 from imagent.agents.tools import Observation, Tool, ToolError
 from imagent.core.trace import CallRecord, SearchCancelled, Trace, current_trace, record_call
 from imagent.models.base import ChatError, ChatParams, ChatResponse, ImagePart, Message
-from imagent.models.roles import Role
+from imagent.models.roles import CallBudgetExceeded, Role
 
 ToolMode = Literal["auto", "native", "text"]
 Mode = Literal["native", "text"]
@@ -366,7 +366,8 @@ class AgentRuntime:
         try:
             resp = self.role.chat(state.messages, self._params(mode))
         except ChatError as exc:
-            if not (self.tool_mode == "auto" and mode == "native" and state.turn == 1):
+            if isinstance(exc, CallBudgetExceeded) or not (self.tool_mode == "auto" and mode == "native"
+                                                           and state.turn == 1):
                 raise
             from imagent.core.trace import note
 

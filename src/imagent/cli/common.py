@@ -17,6 +17,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.text import Text
 
+from imagent.core.redact import redact
+
 console = Console()
 err_console = Console(stderr=True)
 
@@ -131,7 +133,7 @@ def explain(exc: BaseException) -> tuple[str, str]:
         from imagent.models.presets import load_error_hint
 
         hint = load_error_hint(exc)
-    return str(msg), hint
+    return redact(str(msg)), hint  # an error may quote a server's reply, which may echo the API key
 
 
 def print_error(exc: BaseException, json_out: bool = False) -> None:

@@ -7,9 +7,11 @@ index, unreachable model server, unreadable image) print one clear line and exit
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -68,11 +70,18 @@ def index(
     caption_missing: Annotated[bool, typer.Option(help="caption uncaptioned images with the captioner role")] = False,
     captions: Annotated[Path | None, typer.Option(
         "--captions", help="import captions: JSONL/JSON/CSV rows {id|file|path, caption} (stored as given)")] = None,
+    ray: Annotated[str | None, typer.Option(
+        "--ray", help="embed on a Ray cluster: local (start one here), auto (join this one's), or HOST:PORT")] = None,
+    ray_actors: Annotated[int, typer.Option(help="encoder actors per model on the Ray cluster", min=1)] = 2,
+    ray_gpus: Annotated[float, typer.Option(help="GPUs per Ray actor (1 on a GPU cluster)", min=0)] = 0.0,
     config: ConfigOpt = None,
     set_: SetOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Index a gallery: records, metadata (EXIF time/GPS), embeddings. Incremental and resumable."""
+    """Index a gallery: records, metadata (EXIF time/GPS), embeddings. Incremental and resumable.
+
+    With --ray the same build runs with its encoders on a Ray cluster (actor pools; the database stays
+    here and is committed batch by batch, so a killed run resumes like a local one)."""
     from rich.markup import escape
     from rich.text import Text
 
@@ -103,10 +112,23 @@ def index(
                        "vision = true) or import captions with --captions FILE")
             options = options.model_copy(update={"caption_missing": False})
     # Loaded only when something must be embedded: a run that finds nothing new never loads a model.
-    text = LazyEncoder(lambda: ws.text_embedder, model_id_for("text", s.text_embedder))
-    dual = LazyEncoder(lambda: ws.dual_encoder, model_id_for("dual", s.dual_encoder, s.text_embedder),
-                       sees_pixels=False if s.dual_encoder.backend == "caption" else None)
-    with progress_bar() as bar:
+    load_text, load_dual = (lambda: ws.text_embedder), (lambda: ws.dual_encoder)
+    cluster = contextlib.nullcontext()
+    if ray:
+        from imagent.index.distributed import RayEncoderPool, ray_cluster
+
+        def pool(part: str) -> Callable[[], Any]:
+            # Each actor builds its own encoder from the settings (models are loaded there, not shipped).
+            return lambda: RayEncoderPool(lambda: getattr(Workspace(s), part), actors=ray_actors,
+                                          gpus_per_actor=ray_gpus)
+
+        load_text, load_dual = pool("text_embedder"), pool("dual_encoder")
+        cluster = ray_cluster(ray)
+        options = options.model_copy(update={"batch_size": max(options.batch_size, 64 * ray_actors)})
+    text = LazyEncoder(load_text, model_id_for("text", s.text_embedder))
+    dual = LazyEncoder(load_dual, model_id_for("dual", s.dual_encoder, s.text_embedder),
+                       sees_pixels={"caption": False, "hf": True, "open_clip": True}.get(s.dual_encoder.backend))
+    with cluster, progress_bar() as bar:
         task = bar.add_task("indexing", total=None, item="")
 
         def on_progress(done: int, total: int, path: str) -> None:
@@ -192,6 +214,8 @@ def search(
         cap = f", capped at {max_calls}" if max_calls is not None else ""
         err_console.print(f"{method}: up to ~{estimate} model calls at the current settings{cap}",
                           highlight=False)
+    for warning in ws.method(method, index_dir).preflight():  # no model call: missing tools, missing captions
+        err_console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
     status = SearchStatus(err_console, method, estimate if max_calls is None else min(estimate, max_calls))
     trace = Trace(listeners=[status], max_calls=max_calls)
     with status:

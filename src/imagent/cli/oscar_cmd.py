@@ -98,8 +98,9 @@ def register(app: typer.Typer, get_workspace: Callable[..., Any]) -> None:
     @user_errors
     def build_library_cmd(
         benchmark: Annotated[str, typer.Argument(help="benchmark with ground truth (stamps, cirr, circo, fashioniq)")],
-        split: Annotated[str, typer.Option(help="the training split (stamps: train; cirr/fashioniq: train; "
-                                           "circo: val)")] = "train",
+        split: Annotated[str, typer.Option(help="the split to learn from (stamps, cirr: train; circo: val; "
+                                           "fashioniq: a category or all, with --set "
+                                           "fashioniq.annotation_split=train)")] = "train",
         fraction: Annotated[float, typer.Option(help="share of the split's queries used (paper: 0.1 of CIRR "
                                                 "and FashionIQ train)", min=0.0, max=1.0)] = 1.0,
         seed: Annotated[int, typer.Option(help="seed of the --fraction sample")] = 0,

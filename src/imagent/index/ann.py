@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +154,10 @@ def search_reranked(store: AnnStore, matrix: np.ndarray, query: np.ndarray, k: i
     if rows is not None:
         allowed = np.zeros(n, dtype=bool)
         allowed[rows] = True
+    if rows is not None and len(rows) < n:
+        # A filter keeps a fraction f of the rows: probe about 1/f times more lists, so that as many
+        # allowed candidates are seen as an unfiltered search sees (recall holds under the filter).
+        params = replace(params, nprobe=min(1 << 30, math.ceil(params.nprobe * n / max(1, len(rows)))))
     cand = store.candidates(query, k * params.overfetch, params, allowed)
     if len(cand) < min(k, n if rows is None else len(rows)):
         return None

@@ -28,8 +28,9 @@ class MethodConfig(BaseModel):
     """Base of every method's hyper-parameters. Unknown keys are errors (typos in ``--set``)."""
 
     model_config = ConfigDict(extra="forbid")
-    # Parallel model calls inside one query (verifier fan-out); 1 = sequential.
-    concurrency: int = 1
+    # Parallel model calls inside one query (verifier fan-out). None: as many as the role's backend takes
+    # at once (a served model's `concurrency`; 1 for in-process llama.cpp); 1 = sequential.
+    concurrency: int | None = Field(None, ge=1)
     # Cap on uncached model calls per query (bounded cost). None: twice the method's expected count at these
     # settings (``Method.estimate_calls``). Past the cap the method stops with its best ranking so far.
     max_calls: int | None = Field(None, ge=0, description="cap on uncached model calls per query (None: 2x the "
@@ -190,6 +191,11 @@ class Method(ABC):
         """Model calls one query is expected to cost at ``config`` (cache hits not subtracted), shown
         before a search starts. ``query`` (when given) tells the task; 0 for methods that call no model."""
         return 0
+
+    def fanout(self, role: str) -> int:
+        """Threads for a fan-out of calls to ``role``: the configured ``concurrency``, else what the role's
+        backend takes at once (so a vLLM endpoint with concurrency 8 gets 8 verifications in flight)."""
+        return self.config.concurrency or self.ctx.roles[role].concurrency
 
     def search(self, query: Query, top_k: int = 50, trace: Trace | None = None) -> Result:
         """Run the method on one query. ``trace`` may be given to observe the search while it runs

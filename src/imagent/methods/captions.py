@@ -51,7 +51,7 @@ def caption_coverage(gallery: Gallery, ids: Iterable[str] | None = None) -> tupl
     """``(images with a real caption, images)`` over ``ids`` (default: the whole gallery)."""
     if ids is None and callable(getattr(gallery, "caption_coverage", None)):
         return gallery.caption_coverage()
-    records = gallery.records(list(ids)) if ids is not None else gallery.records()
+    records = gallery.records([i for i in ids if i in gallery]) if ids is not None else gallery.records()
     return sum(1 for r in records if r.has_caption), len(records)
 
 

@@ -393,7 +393,7 @@ class ImageScope(Method):
             return verifier.yes_no([Message.user(image, "\n", question)]).answer
 
         jobs = [(image_id, q) for image_id in head for q in questions]
-        answers = map_threads(ask, jobs, self.config.concurrency)
+        answers = map_threads(ask, jobs, self.fanout("verifier"))
         unanswered = sum(a is None for a in answers)
         if unanswered:
             trace.count("verifier_unanswered", unanswered)

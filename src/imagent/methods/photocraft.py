@@ -41,6 +41,7 @@ from pathlib import Path
 from string import Template
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import Field
 
 from imagent.agents.album_tools import AlbumToolsConfig, album_tools, unavailable_tools_note
@@ -148,7 +149,8 @@ class _DeepSearch(Method):
     @classmethod
     def estimate_calls(cls, config: MethodConfig, query: Query | None = None) -> int:
         assert isinstance(config, DeepSearchConfig)
-        return config.max_turns + 2  # every turn, the budget's last call, one compression
+        # every turn, the budget's last call, and a compression every few turns of a long search
+        return config.max_turns + 1 + max(1, config.max_turns // 4)
 
     # ------------------------------------------------------------------ parts
     def album(self, query: Query) -> Album:
@@ -176,8 +178,14 @@ class _DeepSearch(Method):
         return load_prompt(f"{self.prompt_dir}/system.txt") + (f"\n\n{note}" if note else "")
 
     def task_message(self, query: Query, album: Album) -> str:
-        times = [t for t in (self.ctx.gallery.record(i).taken_time for i in album.ids[:100_000]) if t is not None]
-        span = f", taken {min(times):%Y-%m-%d} to {max(times):%Y-%m-%d}" if times else ""
+        g = self.ctx.gallery
+        rows = g.rows(album.ids)
+        times = album.meta.time[rows]  # the filter language's column: vectorised over any album size
+        span = ""
+        if np.isfinite(times).any():
+            first = g.record(g.ids[int(rows[np.nanargmin(times)])]).taken_time
+            last = g.record(g.ids[int(rows[np.nanargmax(times)])]).taken_time
+            span = f", taken {first:%Y-%m-%d} to {last:%Y-%m-%d}"
         return Template(load_prompt("photocraft/task.txt")).safe_substitute(query=query.text, size=len(album),
                                                                              span=span)
 
@@ -255,7 +263,7 @@ class PhotoCraft(_DeepSearch):
     def estimate_calls(cls, config: MethodConfig, query: Query | None = None) -> int:
         assert isinstance(config, PhotoCraftConfig)
         audits = (config.max_audits or 2) if config.episodic_memory else 0
-        return config.max_turns + 2 + audits + (1 if config.semantic_memory else 0)
+        return super().estimate_calls(config, query) + audits + (1 if config.semantic_memory else 0)
 
     # ------------------------------------------------------------------ semantic memory
     def start_run(self, run_dir: Path) -> None:

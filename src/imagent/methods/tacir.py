@@ -569,11 +569,13 @@ class TaCIR(Method):
         return kept[0]
 
     def _in_gallery(self, image: ToolImage) -> bool:
+        """Whether a search result is an image of the searched gallery: its file (the cached copy's path, or
+        the exemplar backend's source path) is a gallery file, or its content hash is a gallery record's."""
         gallery = self.ctx.gallery
-        if image.path:
-            if self._gallery_paths is None:
-                self._gallery_paths = {str(Path(r.path).resolve()) for r in gallery.records() if r.path}
-            if str(Path(image.path).resolve()) in self._gallery_paths:
+        if self._gallery_paths is None:
+            self._gallery_paths = {str(Path(r.path).resolve()) for r in gallery.records() if r.path}
+        for path in (image.path, image.provenance.source):
+            if path and Path(path).is_absolute() and str(Path(path).resolve()) in self._gallery_paths:
                 return True
         try:
             return gallery.record_by_hash(image.content_hash()) is not None

@@ -552,7 +552,7 @@ class XR(Method):
                     return [None] * k
                 return list(value["answers"])
 
-            return map_threads(ask_all, records, self.config.concurrency)
+            return map_threads(ask_all, records, self.config.concurrency or role.concurrency)
 
         pairs = [(r, q) for r in records for q in questions]
 
@@ -564,7 +564,7 @@ class XR(Method):
                 trace.count(counter)
             return answer
 
-        flat = map_threads(ask, pairs, self.config.concurrency)
+        flat = map_threads(ask, pairs, self.config.concurrency or role.concurrency)
         k = len(questions)
         return [flat[i * k:(i + 1) * k] for i in range(len(records))]
 

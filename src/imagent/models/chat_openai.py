@@ -245,6 +245,7 @@ class OpenAIChatModel:
         # What besides the model name changes the answers: the call cache keys on it, so the same
         # model name on two servers, or another JSON mode / extra body, never shares entries.
         self.cache_tag = stable_key(self.base_url, json_mode, self.extra_body, seed, temperature)
+        self.concurrency = concurrency
         self._semaphore = threading.BoundedSemaphore(concurrency)
         headers = {"Content-Type": "application/json"}
         if api_key:
@@ -369,7 +370,7 @@ class OpenAIChatModel:
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise ChatError(
                 f"{self.url} returned HTTP {response.status_code} without a chat completion: {response.text[:300]!r}"
-            ) from None
+            ) from exc
         message = choice.get("message") or {}
         usage = data.get("usage") or {}
         return ChatResponse(

@@ -193,8 +193,8 @@ _DANGLING_KEY = re.compile(r'([{,])\s*"(?:[^"\\]|\\.)*"$')
 
 
 def _strip_separators(s: str) -> str:
-    """``s`` without trailing commas, colons and whitespace (``re.sub(r"[,:\s]+$", "", s)`` is quadratic on a
-    long run of them that does not reach the end: it retries the run from each of its positions)."""
+    """``s`` without trailing commas, colons and whitespace. (A ``[,:\\s]+$`` regex is quadratic on a long run
+    of them that does not reach the end: it retries the run from each of its positions.)"""
     while True:
         t = s.rstrip().rstrip(",:")
         if t == s:

@@ -21,6 +21,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from imagent.core.cache import ensure_dir
+
 OFFLINE_QWEN_NAME = "offline:qwen2.5-0.5b-instruct"
 QWEN_FILENAME = "qwen2.5-0.5b-instruct-q4_k_m.gguf"
 QWEN_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
@@ -124,7 +126,7 @@ def assemble_parts(parts: list[Path], target: Path, sha256: str, size: int) -> P
     (nothing is left under ``target`` then)."""
     if _verified(target, sha256, size):
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(target.parent)  # an unusable cache folder: one clear CacheError, not a traceback
     with _file_lock(target.with_name(target.name + ".lock")):
         # Another process may have finished while we waited for the lock.
         if _verified(target, sha256, size):

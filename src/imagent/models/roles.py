@@ -76,6 +76,12 @@ class Role:
     def caption_mode(self) -> bool:
         return not self.model.sees_images
 
+    @property
+    def concurrency(self) -> int:
+        """How many calls the backend takes at once (a served model's configured ``concurrency``; an
+        in-process model serialises its calls: 1). Methods fan verification out to this many threads."""
+        return max(1, int(getattr(self.model, "concurrency", 1) or 1))
+
     def chat(self, messages: list[Message], params: ChatParams | None = None) -> ChatResponse:
         """One call through the cache. A cache miss counts against the open trace's ``max_calls``: past
         the cap :class:`CallBudgetExceeded` is raised (noted in the trace) and the model is not called.

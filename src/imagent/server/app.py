@@ -44,6 +44,7 @@ from pydantic import BaseModel, Field
 
 from imagent.api import Workspace, result_json, user_error_types
 from imagent.core.imageio import ImageLoadError, is_image_name
+from imagent.core.redact import redact
 from imagent.core.trace import Trace
 from imagent.core.types import ImageRecord, Query, Result
 from imagent.methods.base import describe_methods, get_method
@@ -56,6 +57,7 @@ from imagent.server.uploads import UploadStore
 
 try:
     from fastapi import FastAPI, HTTPException, Request
+    from fastapi.exceptions import RequestValidationError
     from fastapi.openapi.docs import get_swagger_ui_html
     from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
     from starlette.concurrency import run_in_threadpool
@@ -142,10 +144,11 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
         # The same errors the CLI reports as one line: a bad method or parameter, a model server down.
         if not isinstance(exc, user_error_types()):
             return None
-        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+        # Redacted: a server's error text may echo the API key (see imagent.core.redact).
+        msg = redact(str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc))
         if isinstance(exc, ChatError):
             return 502, f"model call failed: {msg}"
-        return 400, str(msg)
+        return 400, msg
 
     def user_error(_request: Any, exc: Exception) -> JSONResponse:
         status, msg = describe_error(exc) or (500, "internal error")
@@ -153,6 +156,15 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
 
     for error_type in user_error_types():
         app.add_exception_handler(error_type, user_error)
+
+    def invalid_request(_request: Any, exc: RequestValidationError) -> Response:
+        # What was wrong and where, without echoing the input back (it may be large or not encodable);
+        # ASCII JSON, so a lone surrogate in the request cannot break the reply.
+        errors = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
+                  for e in exc.errors()]
+        return Response(json.dumps({"detail": errors}, default=str), status_code=422, media_type="application/json")
+
+    app.add_exception_handler(RequestValidationError, invalid_request)
 
     def fingerprint_of(image_id: str) -> str | None:
         generation = gallery.generation
@@ -168,15 +180,14 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
         return HTMLResponse((STATIC / "index.html").read_text(encoding="utf-8"),
                             headers={"Cache-Control": "no-store"})
 
+    shipped = {item.name for item in STATIC.iterdir() if item.is_file() and not item.name.startswith(".")}
+
     @app.get("/static/{name}", include_in_schema=False)
     def static(name: str) -> Response:
-        if "/" in name or "\\" in name or name.startswith(".") or "\x00" in name:
-            raise HTTPException(404, "no such file")
-        item = STATIC / name
-        if not item.is_file():
+        if name not in shipped:  # the name is matched against what ships, never used to build a path first
             raise HTTPException(404, "no such file")
         media = mimetypes.guess_type(name)[0] or "application/octet-stream"
-        return Response(item.read_bytes(), media_type=media)
+        return Response((STATIC / name).read_bytes(), media_type=media)
 
     @app.get("/api/docs", include_in_schema=False)
     def docs() -> HTMLResponse:

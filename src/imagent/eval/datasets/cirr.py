@@ -3,6 +3,7 @@
 Files (official repository layout, or flat): ``captions/cap.rc2.<split>.json`` (entries ``pairid,
 reference, target_hard, target_soft, caption, img_set{id, members, reference_rank, target_rank}``;
 test1 has no targets) and ``image_splits/split.rc2.<split>.json`` (image name -> ``./dev/<name>.png``).
+The ``train`` split (same format) is read for ``imagent oscar build-library cirr --split train``.
 
 Protocol: the gallery is *every* image of the split (2,297 val, 2,315 test1) and all 4,181 val
 queries are scored (no truncation). The reference is excluded from the method's ranking
@@ -51,12 +52,13 @@ class CIRROptions(BenchmarkOptions):
 
 class CIRR(Benchmark):
     name = "cirr"
-    splits = ("val", "test1")
+    splits = ("val", "test1", "train")  # train: for building OSCAR's golden library
     default_split = "val"
     test_splits = ("test1",)
     Options = CIRROptions
     layout = (
-        "<images-root>/dev/<name>.png (val) and <images-root>/test1/<name>.png (test1): the relative paths of "
+        "<images-root>/dev/<name>.png (val), <images-root>/test1/<name>.png (test1), <images-root>/train/<n>/"
+        "<name>.png (train): the relative paths of "
         "image_splits/split.rc2.<split>.json (NLVR2 images, e.g. the CIRR img_raw folder)"
     )
 

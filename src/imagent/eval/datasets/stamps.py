@@ -2,7 +2,8 @@
 
 Queries: ``queries.json`` (shipped in ``imagent/eval/data/stamps_mini/``; ``--annotations`` replaces
 it); the ``train`` split is ``train.json`` beside it (33 composed queries over stamps no evaluated query
-uses, for OSCAR's golden library; ``--annotations DIR`` reads ``DIR/train.json``), a list of ``{"pairid", "task": "tir" | "cir", "reference": id | null, "caption", "target_hard",
+uses, for OSCAR's golden library; ``--annotations DIR`` reads ``DIR/train.json``). Each is a list of
+``{"pairid", "task": "tir" | "cir", "reference": id | null, "caption", "target_hard",
 "target_soft": {id: weight}}``; ``target_soft`` lists every acceptable target (weight > 0).
 Gallery: every row of ``<images-root>/captions.jsonl`` (``id, file, caption, category``); in caption
 mode the captions stand in for the pixels.

@@ -1,13 +1,29 @@
 """VisDial chat-based retrieval, PlugIR protocol (Lee et al., 2024; ChatIR's setting).
 
-Files: ``VisDial_v1.0_queries_val.json`` (entries ``img`` and ``dialog``: the caption then 10
+Files: ``VisDial_v1.0_queries_val.json`` (2,064 entries ``img`` and ``dialog``: the caption then 10
 ``"question? answer"`` strings) and the corpus ``Search_Space_val_50k.json`` (50,000 relative image
 paths). Each dialogue gives 11 queries, one per round ``r`` = 0..10; round ``r`` sees the caption and
-the first ``r`` question/answer turns. Methods that handle chat get ``Query.dialogue``; others get the
-PlugIR text ``", ".join(dialog[:r+1])``. Metrics: Hits@K per round (cumulative: found at any round
-so far) and Recall@K per round (that round only), K in 1/5/10.
+the first ``r`` question/answer turns.
 
-Query ids are ``<dialogue index>:<round>``; gallery ids are the corpus paths' file stems.
+Round indexing, as the official ChatIR ``eval.py`` (``Queries.__getitem__``, ``cumulative_hits_per_round``)
+that PlugIR reuses:
+
+- the query at round ``r`` is ``", ".join(dialog[:r + 1])`` (``dialog_length = r``; round 0 = the caption
+  alone). Methods without chat support get exactly this text; chat methods get ``Query.text = dialog[0]``
+  and ``Query.dialogue`` = turns 1..r (each split at its first ``?`` into question and answer, so
+  ``"question answer"`` is the original string);
+- ``rank_r`` is the target's 0-based position in round ``r``'s ranking; a hit is ``rank_r < K``;
+- ``Hits@K(r) = 100 * mean over dialogues of 1[min over r' <= r of rank_r' < K]`` (cumulative: a
+  dialogue found at any round so far stays found; the official first-hitting-time computation), and
+  ``Recall@K(r)`` is that round alone. K in 1/5/10 (ChatIR prints Hits@10).
+- The official code divides by all dialogues (every dialogue has all 11 rounds); here a round is averaged
+  over the dialogues that have it, the same number on a complete run.
+
+The ImageScope script runs only rounds 1..10 and accumulates its hits from round 1; this loader also
+scores round 0 (the caption), as PlugIR and ChatIR do, so its Hits@K(r) counts a target found at round 0.
+
+Query ids are ``<dialogue index>:<round>``; gallery ids are the corpus paths' file stems (unique in the
+50k search space).
 """
 
 from __future__ import annotations

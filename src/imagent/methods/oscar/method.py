@@ -13,7 +13,8 @@ exact MIPs turn training queries into a golden library of optimal trajectories. 
    removed, the paper's Table 9).
 5. ``verify``: the verifier role scores each candidate of the composed set (reference, candidate, modification;
    text surrogates in caption mode) with sigmoid(logit_yes - logit_no) (Appendix F), concurrently
-   (``concurrency``), at most ``max_verified`` candidates (those first in fused-similarity order).
+   (``concurrency``, else what the verifier's backend takes at once), at most ``max_verified`` candidates
+   (those first in fused-similarity order).
 6. ``rank`` (decision 3): the composed set by verifier score, then the rest of the pool in fused-similarity
    order (the mean, over the plan's positive calls, of each call's cosine in its tool's space), so Recall@50
    stays defined. Stages ``fused`` (similarity only), ``composed`` (composed set first, no verifier) and the
@@ -36,7 +37,7 @@ import numpy as np
 from imagent.core.concurrency import map_threads
 from imagent.core.trace import Trace, note
 from imagent.core.types import Query, Ranking, Result
-from imagent.methods.base import Method, load_prompt, ranking_from_scores, register_method
+from imagent.methods.base import Method, keep_best, load_prompt, ranking_from_scores, register_method
 from imagent.methods.oscar.atomic import Retrievers, problem_context, reference_caption
 from imagent.methods.oscar.config import OscarConfig
 from imagent.methods.oscar.library import GoldenLibrary
@@ -99,11 +100,12 @@ class Oscar(Method):
             fused = self._fused(plan, retrievers, caption, query)
             step.outputs["top"] = fused.head(5)
         members = order_set(run.composed, fused)
+        composed_first = rank(members, {}, fused)
+        keep_best(composed_first)  # what the search returns if the call cap stops the verifier
         scores = self._verify(query, members, trace) if cfg.verify else {}
         with trace.step("rank") as step:
             final = rank(members, scores, fused)
             step.outputs.update(composed=len(members), verified=len(scores), top=final.head(10))
-        composed_first = rank(members, {}, fused)
         return Result(ranking=final.top(top_k), trace=trace,
                       stages={"fused": fused.top(top_k), "composed": composed_first.top(top_k)},
                       answer_set=[i for i in final.ids if i in run.composed])
@@ -194,7 +196,7 @@ class Oscar(Method):
                     return yn.probability, "logprob"
                 return (1.0 if yn.answer else 0.0) if yn.answer is not None else 0.5, "parsed"
 
-            out = map_threads(score, todo, max(1, cfg.concurrency))
+            out = map_threads(score, todo, self.fanout("verifier"))
             parsed = sum(1 for _, how in out if how == "parsed")
             if parsed:
                 trace.count("verifier_without_logprobs", parsed)

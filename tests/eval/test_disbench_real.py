@@ -1,0 +1,118 @@
+"""`imagent eval disbench` on the mini album with the real offline Qwen2.5 0.5B behind a real
+`python -m llama_cpp.server` (the OpenAI-compatible backend), caption mode (MiniLM), for `imageseeker` and
+`photocraft`: both complete on two queries with answers parsed from the model's replies, and the report
+shows EM/F1 and the per-query turns, tool calls, tokens and seconds.
+
+A 0.5B model reasons poorly, so these check the plumbing (answers parsed from the model, memories run,
+reports written), not the scores. Budgets are small (``max_turns=2``, short replies) to keep each run
+near a minute on two CPU cores.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from importlib.resources import files
+from pathlib import Path
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from imagent.cli.main import app
+
+pytestmark = [pytest.mark.real_model, pytest.mark.slow]
+
+ALBUM = Path(str(files("imagent.eval") / "data" / "album_mini"))
+# The agent's prompt (system, tools, album, a few turns) needs more room than the models' 2048 default.
+N_CTX = 8192
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def agent_server(qwen_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real llama.cpp server with a context big enough for an agent; stopped by its PID at the end."""
+    port = _free_port()
+    log_path = tmp_path_factory.mktemp("llama-agent-server") / "server.log"
+    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(qwen_path), "--host", "127.0.0.1",
+           "--port", str(port), "--n_ctx", str(N_CTX), "--n_threads", "2", "--model_alias", "qwen"]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"llama_cpp.server exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
+            try:
+                if httpx.get(f"{base}/v1/models", timeout=2.0).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"llama_cpp.server not up after 120 s:\n{log_path.read_text()[-3000:]}")
+            time.sleep(0.3)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=15)
+
+
+@pytest.fixture
+def server_config(agent_server, tmp_path, monkeypatch, offline_model_cache) -> Path:
+    monkeypatch.setenv("IMAGENT_CACHE_DIR", str(offline_model_cache))  # empty call cache: real calls
+    monkeypatch.setenv("IMAGENT_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.delenv("IMAGENT_CONFIG", raising=False)
+    cfg = tmp_path / "imagent.toml"
+    cfg.write_text(f'[models.qwen]\nbackend = "openai"\nmodel = "qwen"\nbase_url = "{agent_server}/v1"\n'
+                   f'json_mode = "json_object"\ntimeout_s = 300\nmax_retries = 1\n'
+                   f'[roles]\ndefault = "qwen"\n')
+    return cfg
+
+
+@pytest.mark.parametrize("method", ["imageseeker", "photocraft"])
+def test_eval_disbench_real_server(server_config, tmp_path, method):
+    run_dir = tmp_path / "run"
+    res = CliRunner().invoke(app, [
+        "eval", "disbench", "--images-root", str(ALBUM), "--method", method, "--limit", "2",
+        "--config", str(server_config), "--run-dir", str(run_dir), "--index", str(tmp_path / "index"), "--json",
+        "--set", "max_turns=2", "--set", "max_tokens=200", "--set", f"context_limit={N_CTX}",
+    ])
+    assert res.exit_code == 0, res.output[-3000:]
+    out = json.loads(res.stdout)
+    assert out["errors"] == 0 and out["new"] == 2
+    metrics = out["metrics"]
+    assert {"overall/em", "overall/f1", "intra/f1"} <= set(metrics["metrics"])
+    assert metrics["benchmark_info"]["track"] == "Open"  # the captions sidecar was used
+    records = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    for rec in records:
+        answer = next(s for s in rec["trace"]["steps"] if s["name"] == "answer")["outputs"]
+        assert rec["answer_set"] and set(rec["answer_set"]) == set(answer["answer_set"])
+        turns = [s for s in rec["trace"]["steps"] if s["name"].startswith("turn.")]
+        assert turns and all(s["model_calls"] + s["cached_calls"] >= 1 for s in turns)
+        assert sum(s["prompt_tokens"] for s in turns) > 0  # real calls with token counts
+        assert all(a.startswith("u1001/") for a in rec["answer_set"])  # q01 and q02 are u1001's: her photos
+    # At least one query's answer was parsed from the model's own reply (not the fall-back).
+    sources = [next(s for s in r["trace"]["steps"] if s["name"] == "answer")["outputs"]["source"] for r in records]
+    assert "model" in sources, sources
+    if method == "photocraft":
+        names = {s["name"] for r in records for s in r["trace"]["steps"]}
+        assert "memory.skill" in names
+    per_query = metrics["per_query"]
+    assert [r["qid"] for r in per_query] == ["q01", "q02"]
+    assert all(r["turns"] >= 1 and r["tokens"] > 0 and r["seconds"] > 0 for r in per_query)
+    report = (run_dir / "report.md").read_text()
+    assert "overall/f1" in report and "## Per query" in report

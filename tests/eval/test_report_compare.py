@@ -1,0 +1,162 @@
+"""Eval reports (issue 15): the per-query table, the code's commit and date, n in every plot, the benchmark
+index shared by runs with the same models, and `--compare` with per-query wins/losses and paired tests.
+
+Real parts: the stamps mini benchmark and the real MiniLM (caption mode); no chat model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from imagent.api import Workspace
+from imagent.cli.eval_cmd import register
+from imagent.core.trace import Trace
+from imagent.core.types import Query, Ranking
+from imagent.eval.compare import paired_comparison, permutation_test, sign_test
+from imagent.eval.runner import RunSpec, run_eval, shared_index_dir
+from imagent.methods.base import METHODS, Method, register_method
+
+REPO = Path(__file__).resolve().parents[2]
+ANNOTATIONS = REPO / "src/imagent/eval/data/stamps_mini/queries.json"
+
+
+class Backwards(Method):
+    """Test method: the caption baseline's ranking, reversed (so it loses every query that has a target)."""
+
+    name = "test_backwards"
+    tasks = frozenset({"tir", "cir"})
+
+    def run(self, query: Query, top_k: int, trace: Trace) -> Ranking:
+        from imagent.methods.base import get_method
+
+        full = get_method("caption")(self.ctx).run(query, len(self.ctx.gallery), trace)
+        ids = list(reversed(full.ids))[:top_k]
+        return Ranking(ids, [0.0] * len(ids))
+
+
+if "test_backwards" not in METHODS:
+    register_method(Backwards)
+
+
+def app() -> typer.Typer:
+    a = typer.Typer()
+
+    @a.callback()
+    def _root() -> None:
+        """test app"""
+
+    register(a, lambda config, sets: Workspace.from_config(config, sets))
+    return a
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, stamps_root):
+    """Two runs of the same 6 text queries without --index: caption, then the reversed caption ranking."""
+    base = tmp_path_factory.mktemp("report-compare")
+    titles: list[str] = []
+    logs: dict[str, list[str]] = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("IMAGENT_CACHE_DIR", str(base / "cache"))  # a fresh cache: the first run builds the index
+        import imagent.eval.report as report
+
+        for name in ("plot_recall_curve", "plot_time_per_stage"):
+            original = getattr(report, name)
+
+            def capture(data, title, path, _original=original):
+                titles.append(title)
+                return _original(data, title, path)
+
+            mp.setattr(report, name, capture)
+        ws = Workspace.from_config()
+        out = {}
+        for method in ("caption", "test_backwards"):
+            logs[method] = []
+            out[method] = run_eval(ws, RunSpec(benchmark="stamps", method=method, split="tir", limit=6,
+                                               annotations=ANNOTATIONS, images_root=stamps_root,
+                                               run_dir=base / method), log=logs[method].append)
+        from imagent.eval.datasets import load_benchmark
+
+        index = shared_index_dir(ws, load_benchmark("stamps", ANNOTATIONS), "tir", stamps_root)
+    return {"base": base, "out": out, "titles": titles, "logs": logs, "index": index, "ws": ws}
+
+
+def test_benchmark_index_is_shared_by_runs_with_the_same_encoders(runs, stamps_root):
+    index = runs["index"]
+    assert index.parent == runs["base"] / "cache" / "eval-indexes" and index.name.startswith("stamps-tir-")
+    assert (index / "records.sqlite").is_file()
+    assert not (runs["base"] / "caption" / "index").exists()
+    assert any("gallery index" in m for m in runs["logs"]["caption"])  # built by the first run
+    assert not any("gallery index" in m for m in runs["logs"]["test_backwards"])  # reused by the second
+    ws = runs["ws"]
+    from imagent.eval.datasets import load_benchmark
+
+    bench = load_benchmark("stamps", ANNOTATIONS)
+    other = Workspace(ws.settings.model_copy(update={"text_embedder": ws.settings.text_embedder.model_copy(
+        update={"batch_size": 7})}))
+    assert shared_index_dir(other, bench, "tir", stamps_root) != index  # other encoder settings, other index
+    assert shared_index_dir(ws, bench, "cir", stamps_root) != index
+
+
+def test_report_has_per_query_table_provenance_and_n(runs):
+    summary = runs["out"]["caption"]
+    rows = summary.metrics["per_query"]
+    assert [r["query"] for r in rows] == [json.loads(x)["qid"] for x in
+                                          (runs["base"] / "caption" / "results.jsonl").read_text().splitlines()]
+    assert all(set(r) == {"query", "target_rank", "calls", "seconds", "fallbacks", "error"} for r in rows)
+    assert all(r["calls"] == 0 and r["fallbacks"] == 0 for r in rows)
+    recs = {json.loads(x)["qid"]: json.loads(x) for x in
+            (runs["base"] / "caption" / "results.jsonl").read_text().splitlines()}
+    from imagent.eval.datasets import load_benchmark
+
+    positives = {it.id: set(it.positives) for it in load_benchmark("stamps", ANNOTATIONS).queries("tir")}
+    for r in rows:  # the target rank is where the first labelled target sits in the stored ranking
+        ids = recs[r["query"]]["ids"]
+        hits = [n for n, i in enumerate(ids, 1) if i in positives[r["query"]]]
+        assert r["target_rank"] == (hits[0] if hits else None)
+    report = (runs["base"] / "caption" / "report.md").read_text()
+    assert "## Per query" in report and "| query | target_rank | calls | seconds | fallbacks |" in report
+    prov = summary.metrics["provenance"]
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode == 0:
+        assert prov["commit"] == head.stdout.strip() and f"commit `{prov['commit'][:12]}`" in report
+    assert prov["date"][:4].isdigit() and "report written" in report and prov["version"]
+    assert runs["titles"] and all("(n=6 queries)" in t for t in runs["titles"])
+
+
+def test_compare_counts_wins_and_losses_with_paired_tests(runs):
+    base = runs["base"]
+    res = CliRunner().invoke(app(), ["eval", "--compare", str(base / "test_backwards"), str(base / "caption"),
+                                     "--json"])
+    assert res.exit_code == 0, res.output
+    pq = json.loads(res.stdout)["per_query"]
+    ranks = [r["target_rank"] for r in runs["out"]["caption"].metrics["per_query"]]
+    back = [r["target_rank"] for r in runs["out"]["test_backwards"].metrics["per_query"]]
+    rr = lambda r: 1 / r if r else 0.0  # noqa: E731
+    expected_wins = sum(rr(a) > rr(b) for a, b in zip(ranks, back, strict=True))
+    assert pq["queries"] == 6 and pq["wins"] == expected_wins >= 5 and pq["losses"] == 0
+    assert pq["sign_test_p"] == pytest.approx(2 / 2 ** expected_wins)
+    assert pq["better"] == "caption" and pq["labels"] == ["test_backwards", "caption"]
+    human = CliRunner().invoke(app(), ["eval", "--compare", str(base / "test_backwards"), str(base / "caption")])
+    assert f"caption wins {expected_wins}, loses 0" in " ".join(human.output.split())
+    assert "sign test p =" in human.output and "permutation test p =" in human.output
+
+
+def test_paired_tests_match_hand_computed_values():
+    assert sign_test(8, 2) == pytest.approx(2 * (1 + 10 + 45) / 1024)
+    assert sign_test(0, 0) == 1.0 and sign_test(5, 5) == 1.0
+    assert permutation_test(np.array([1.0, 1.0, 1.0])) == pytest.approx(2 / 8)  # exact: 2 of 8 sign patterns
+    assert permutation_test(np.zeros(4)) == 1.0
+    big = permutation_test(np.full(40, 0.5))
+    assert 0 < big < 0.001  # random flips never reach the all-positive mean; p counts the observed one
+    a = [{"query": str(i), "target_rank": 1} for i in range(4)] + [{"query": "x", "target_rank": 2, "error": "boom"}]
+    b = [{"query": str(i), "target_rank": 2 if i else 1} for i in range(4)]
+    out = paired_comparison(a, b, ["A", "B"])
+    assert (out["queries"], out["wins"], out["losses"], out["ties"]) == (4, 0, 3, 1)
+    assert out["mean_difference"] == pytest.approx(-0.375) and out["better"] == "A"
+    assert paired_comparison([{"query": "1"}], [{"query": "1"}], ["A", "B"]) is None

@@ -1,0 +1,164 @@
+"""`photocraft` and `imageseeker` as methods over the shipped mini album (caption mode, real MiniLM), with the
+scripted chat backend: the per-user album scope, the answer set apart from the ranking, which memories each
+method runs, the distillation threshold, a user marking an answer right, and `imagent search` printing turns."""
+
+from __future__ import annotations
+
+import json
+from importlib.resources import files
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from imagent.agents.skills import SkillLibrary
+from imagent.agents.tools import ToolError
+from imagent.cli.main import app
+from imagent.core.config import IndexOptions
+from imagent.core.types import Query
+from imagent.eval.datasets import load_benchmark
+from imagent.methods.base import MethodContext, get_method
+from imagent.methods.photocraft import ScopedAlbum
+from imagent.models.chat_scripted import ScriptedChatModel
+from imagent.models.roles import Roles
+
+ALBUM = Path(str(files("imagent.eval") / "data" / "album_mini"))
+FLAMINGO = "u1001/13942060112"
+
+
+@pytest.fixture(scope="module")
+def album_index(tmp_path_factory, caption_dual, minilm):
+    """Both users' photos in one index (the DISBench manifest: captions, time, place, device)."""
+    from imagent.index.builder import build_index
+
+    root = tmp_path_factory.mktemp("album")
+    manifest = root / "manifest.jsonl"
+    rows = load_benchmark("disbench", images_root=ALBUM).gallery_manifest()
+    manifest.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    build_index(manifest, root / "index", caption_dual, minilm, IndexOptions())
+    return root / "index"
+
+
+@pytest.fixture
+def ctx_for(album_index, caption_dual, minilm):
+    from imagent.index.gallery import Gallery
+
+    def make(model, memory=None):
+        models = {"default": model} | ({"memory": memory} if memory else {})
+        return MethodContext(gallery=Gallery(album_index), dual=caption_dual, text=minilm,
+                             roles=Roles.from_models(models))
+
+    return make
+
+
+def user_ids(gallery, user):
+    return [i for i in gallery.ids if i.startswith(f"{user}/")]
+
+
+def test_device_and_scope(ctx_for):
+    ctx = ctx_for(ScriptedChatModel(default="x"))
+    assert ctx.gallery.record(FLAMINGO).device == "Canon EOS 550D"  # the manifest's device column
+    scope = user_ids(ctx.gallery, "u1001")
+    album = ScopedAlbum(ctx.gallery, ctx.dual, ctx.text, scope)
+    assert len(album) == len(scope) == 55 and "u1002/27815530001" not in album
+    hits = album.search("a pigeon", 50)
+    assert hits.ids and set(hits.ids) <= set(scope)  # u1002 has a pigeon too; it is not this album's
+    assert set(album.filter("address ~ 'paris'")) == set()  # u1002's Paris photos are out of scope
+    assert len(album.filter("time >= '2014-04-20' and time < '2014-04-21'")) == 11
+    with pytest.raises(ToolError):
+        album.require_known(["u1002/27815530001"])
+
+
+AGENT_RULES = [
+    (r"\[REFLECTION", json.dumps({"anchor": "the flamingo", "constraint": "its day", "target": "birds",
+                                  "completeness": "ok", "decision": "keep", "verdict": "pass"})),
+    (r"\[ImageSearch\]", 'The zoo birds. The final answer is: ["u1001/13942060001", "u1001/13942060112", '
+                         '"u1002/27815530001"]'),
+]
+
+
+def agent(rules=AGENT_RULES):
+    return ScriptedChatModel(rules=list(rules), default='<tool_call>{"name": "ImageSearch", "arguments": '
+                             '{"query": "pink flamingo bird"}}</tool_call>')
+
+
+def query(ctx):
+    return Query("The birds I photographed on the day I saw the pink flamingo.", id="q01",
+                 candidates=user_ids(ctx.gallery, "u1001"))
+
+
+@pytest.mark.parametrize("name", ["photocraft", "imageseeker"])
+def test_answer_set_ranking_and_memories(ctx_for, tmp_path, name):
+    model = agent()
+    ctx = ctx_for(model)
+    params = {"skills_path": str(tmp_path / "skills.jsonl")} if name == "photocraft" else {}
+    method = get_method(name)(ctx, params)
+    result = method.search(query(ctx), top_k=10)
+    # u1002's photo is not in this user's album: dropped from the set.
+    assert result.answer_set == ["u1001/13942060001", FLAMINGO]
+    assert result.ranking.ids[:2] == result.answer_set and len(result.ranking) == 10
+    assert all(a >= b for a, b in zip(result.ranking.scores, result.ranking.scores[1:], strict=False))
+    assert set(result.ranking.ids) <= set(query(ctx).candidates)
+    names = [s.name for s in result.trace.steps]
+    assert names[-1] == "answer" and "turn.1" in names
+    memory_steps = {n for n in names if n.startswith("memory.")}
+    assert memory_steps == ({"memory.skill", "memory.audit"} if name == "photocraft" else set())
+    system = model.calls[0][0][0].text
+    assert ("MemoryCondense" in system) == (name == "photocraft")  # the working-memory tool
+    assert "ANCHOR" in system if name == "photocraft" else "photo-search agent" in system
+    assert "WebSearch is not available" in system  # no web backend configured
+
+
+def test_distillation_threshold_and_user_marked_answers(ctx_for, tmp_path):
+    skill_json = json.dumps({"task_pattern": "targets on the anchor's day",
+                             "strategy": "Find the anchor, filter its day, search inside the day.",
+                             "key_insight": "Scope before searching.", "applicable_when": "same-day queries"})
+    memory = ScriptedChatModel(rules=[("reusable search strategy", skill_json), *AGENT_RULES[:1]])
+    ctx = ctx_for(agent(), memory)
+    lib_path = tmp_path / "skills.jsonl"
+    method = get_method("photocraft")(ctx, {"skills_path": str(lib_path)})
+    q = query(ctx)
+    result = method.search(q, top_k=5)
+    assert method.learn_from_outcome(q, result, 0.85) is None  # F1 must exceed theta_conf = 0.85
+    assert not lib_path.exists() and not any("reusable" in p for p in memory.prompts())
+    skill = method.learn_from_outcome(q, result, 0.9)
+    assert skill is not None and skill.confidence == 0.9 and skill.origin == "evaluation"
+    step = next(s for s in result.trace.steps if s.name == "memory.distill" and s.outputs.get("distilled"))
+    assert step.outputs["skill"] == skill.id and not step.outputs["merged"]
+    trajectory = memory.prompts()[-1]
+    assert "ImageSearch" in trajectory and "pink flamingo bird" in trajectory  # the episode's trajectory
+    # The user marks the same search right: same source query -> merged, confidence 1.0, origin kept.
+    marked = method.mark_answer_correct(q.text, result.trace.to_dict())
+    assert marked is not None and marked.id == skill.id and marked.support == 2 and marked.confidence == 1.0
+    assert [s.id for s in SkillLibrary(lib_path).load()] == [skill.id]
+    # Skills are injected into the next similar search.
+    again = method.search(query(ctx), top_k=5)
+    inj = next(s for s in again.trace.steps if s.name == "memory.skill")
+    assert inj.outputs["injected"] == skill.id
+
+
+def test_context_limit_defaults_to_the_backend_window(ctx_for):
+    model = agent()
+    model.n_ctx = 2048
+    method = get_method("photocraft")(ctx_for(model), {"context_limit": None})
+    assert method.context_limit() == 2048
+    assert get_method("photocraft")(ctx_for(agent()), {}).context_limit() == 32768
+    assert get_method("imageseeker")(ctx_for(model), {"context_limit": 4096}).context_limit() == 4096
+
+
+def test_cli_search_prints_each_turn(album_index, tmp_path, monkeypatch):
+    monkeypatch.setenv("IMAGENT_DATA_DIR", str(tmp_path / "data"))
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"rules": [list(r) for r in AGENT_RULES],
+                                  "default": '<tool_call>{"name": "ImageSearch", "arguments": {"query": '
+                                             '"pink flamingo bird"}}</tool_call>'}))
+    cfg = tmp_path / "imagent.toml"
+    cfg.write_text(f'[models.s]\nbackend = "scripted"\nmodel = "{script}"\n[roles]\ndefault = "s"\n')
+    res = CliRunner().invoke(app, ["search", "the birds on the day I saw the pink flamingo", "--method",
+                                   "photocraft", "--index", str(album_index), "--config", str(cfg), "-k", "3"],
+                             env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output[-2000:]
+    out = res.output
+    assert "turn.1" in out and "turn.2" in out and "memory.audit" in out
+    assert 'ImageSearch {"query": "pink flamingo bird"' in out and "photos for 'pink flamingo bird'" in out
+    assert "answer" in out and FLAMINGO in out
