@@ -248,7 +248,7 @@ def test_fallback_with_nothing_seen_uses_the_method_fallback_then_empty():
 def test_budget_exhaustion_asks_for_the_answer_in_one_final_call_without_tools():
     model = scripted([call("ImageSearch", query="birds")] * 3 + ['The final answer is: ["p3"]'], supports_tools=True)
     run, trace = run_agent(model, max_turns=3)
-    assert len(model.calls) == 4  # 3 turns + the final call
+    assert len(model.calls) == 4 and run.turns == 4  # 3 turns + the final call
     final_msgs, final_params = model.calls[-1]
     assert "You have used all 3 turns" in final_msgs[-1].text
     assert final_params.tool_choice == "none"

@@ -407,3 +407,21 @@ def test_visdial_round_text_and_hits_match_chatir_eval(bench_dir, tmp_path):
     for k in (1, 5, 10):
         official = chatir_cumulative_hits(ranks, k)
         assert [m[f"hits@{k}/round_{r}"] for r in range(11)] == pytest.approx(official, abs=1e-9)
+
+
+def test_report_states_the_methods_start_of_run_warnings(bench_dir, tmp_path):
+    """A method's preflight warnings (TaCIR without tools, allow_missing_captions) reach report.md and metrics.json."""
+    from imagent.eval.report import write_outputs
+
+    bench = load_benchmark("circo", bench_dir / "circo")
+    items = bench.queries("val")[:3]
+    warning = "TaCIR: no search or edit tool is configured, so every query runs as the no-tool ablation"
+    records = {it.id: {"qid": it.id, "ids": [str(100 + i) for i in range(50)], "extras": {}, "stages": {},
+                       "error": None, "seconds": 0.1, "model_calls": 1,
+                       "trace": {"steps": [{"name": "checks", "notes": [warning]}, {"name": "tacir.select"}]}}
+               for it in items}
+    config = {"method": {"name": "tacir", "params": {}}, "top_k": 50, "settings": {}, "benchmark": "circo",
+              "split": "val"}
+    metrics, _ = write_outputs(tmp_path, bench, "val", items, records, config, 50, 220)
+    assert metrics["run"]["warnings"] == {warning: 3}
+    assert f"- **warning**: {warning} (3 queries)" in (tmp_path / "report.md").read_text()

@@ -83,6 +83,10 @@ def test_partial_and_malformed_plans_are_diagnosed():
     lone = parse_reply('<tool_call>{"name": "caption_search_text", "arguments": {"query": "x", "top_k": 500}}',
                        [], TOOLS, cfg)
     assert lone.ok and lone.calls[0].top_k == 50
+    # Untagged calls: only one can be read, so the plan is sent back (the 0.5B model does this).
+    untagged = parse_reply('{"name": "caption_search_text", "arguments": {"query": "x", "top_k": 5}}\n'
+                           '{"name": "caption_search_dual", "arguments": {"query": "y", "top_k": 5}}', [], TOOLS, cfg)
+    assert not untagged.ok and "<tool_call>" in untagged.errors[-1] and len(untagged.calls) == 1
 
 
 def test_set_operation_semantics():

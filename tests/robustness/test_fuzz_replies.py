@@ -24,6 +24,7 @@ import hashlib
 import io
 import json
 import math
+import os
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -48,7 +49,9 @@ from imagent.models.roles import Role, Roles, YesNo
 from imagent.tools.base import Provenance, ToolImage
 
 TOP_K = 8
-EXAMPLES = 12  # per method, task and cache setting: keeps the module within a CI minute or two
+# Examples per method, task and cache setting: 12 keeps the module within a CI minute or two;
+# IMAGENT_FUZZ_EXAMPLES=200 is a longer hunt.
+EXAMPLES = int(os.environ.get("IMAGENT_FUZZ_EXAMPLES", "12"))
 
 # --------------------------------------------------------------------------- a tiny deterministic gallery
 

@@ -21,6 +21,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -37,9 +38,9 @@ CAPTIONS = {"img00": "a red vintage car on a street", "img01": "a blue bicycle b
 class EchoHandler(BaseHTTPRequestHandler):
     """Every request fails, and the error text quotes the request's headers (what some proxies do)."""
 
-    seen: list[str] = []
+    seen: ClassVar[list[str]] = []
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+    def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         self.rfile.read(length)
         auth = self.headers.get("Authorization", "")
@@ -139,6 +140,9 @@ def test_redact_masks_registered_keys_and_credential_shapes(monkeypatch: pytest.
         assert secret not in out, (secret, out)
     assert "cx=1" in out and "GET /v1?key=***" in out  # the rest of the message stays readable
     assert redact(out) == out
+    record = json.dumps({"error": 'HTTP 400: {"headers": "Authorization: Bearer tok-1234567890"} \\ "quoted"'})
+    assert "tok-1234567890" not in redact(record) and json.loads(redact(record))  # serialised JSON stays JSON
+    assert redact("a standard bearer holding a flag") == "a standard bearer holding a flag"
     assert redact("a caption about keys and tokens: key lime pie") == "a caption about keys and tokens: key lime pie"
 
 

@@ -256,3 +256,22 @@ def test_files_are_rechecked_before_they_are_served(folder_gallery, tmp_path):
     # the untouched file is still served
     assert os.stat(photos / "green.png").st_mtime_ns == st.st_mtime_ns
     assert c.get(f"/api/images/{green}").status_code == 200
+
+
+def test_serve_generates_a_token_beyond_loopback(monkeypatch):
+    import socket
+
+    from imagent.server.security import server_access
+
+    monkeypatch.delenv("H3_TEST_TOKEN", raising=False)
+    token, hosts, url = server_access("127.0.0.1", 8765, None, [], "H3_TEST_TOKEN")
+    assert token is None and hosts == [] and url == "http://127.0.0.1:8765/"
+    token, hosts, url = server_access("0.0.0.0", 8765, None, ["nas"], "H3_TEST_TOKEN")
+    assert token and len(token) >= 24 and url == f"http://127.0.0.1:8765/?token={token}"
+    assert "nas" in hosts and socket.gethostname() in hosts
+    assert server_access("0.0.0.0", 8765, None, [], "H3_TEST_TOKEN")[0] != token  # a new one each start
+    token, hosts, _ = server_access("192.168.1.5", 80, None, [], "H3_TEST_TOKEN")
+    assert token and hosts == ["192.168.1.5"]
+    monkeypatch.setenv("H3_TEST_TOKEN", "from-env")
+    assert server_access("127.0.0.1", 8765, None, [], "H3_TEST_TOKEN")[0] == "from-env"
+    assert server_access("127.0.0.1", 8765, "flag", [], "H3_TEST_TOKEN")[0] == "flag"

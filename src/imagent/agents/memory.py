@@ -219,8 +219,12 @@ class WorkingMemory(AgentHooks):
         with state.trace.step("memory.condense", trigger=trigger, turn=state.turn) as step:
             sections = "\n".join(f"- {self.SECTION_TEXT[k]}" for k in self.summaries) if self.structured else (
                 "- one free-form summary of the search so far")
-            text = Template(self.prompt).safe_substitute(query=state.query, history=render_history(history),
-                                                         sections=sections)
+            rendered = render_history(history)
+            budget = int(self.limit * 2.5)  # ~2.5 characters a token: the compressor's prompt must fit its window
+            if len(rendered) > budget:
+                rendered = "[... earlier messages cut to fit the window ...]\n" + rendered[-budget:]
+                step.note("the history was cut to fit the compressor's window; the validator checks what was lost")
+            text = Template(self.prompt).safe_substitute(query=state.query, history=rendered, sections=sections)
             if self.structured:
                 value, ok = self.role.json([Message.user(text)], _schema(self.summaries), fallback=lambda: None,
                                            retries=1, max_tokens=900)

@@ -300,35 +300,7 @@ class AgentRuntime:
                     paths[turn.path] = paths.get(turn.path, 0) + 1
                     outputs = self._turn_outputs(turn)
                     if turn.answer is not None and not turn.calls:
-                        valid, bad = self._keep_known(turn.answer)
-                        dropped += bad
-                        outputs["answer"] = turn.answer
-                        if bad:
-                            outputs["dropped"] = bad
-                        feedback: str | Message | None = None
-                        if not valid and retries > 0:
-                            retries -= 1
-                            detail = (f"These ids are not in the album: {', '.join(bad)}. " if bad
-                                      else "The list was empty. ")
-                            feedback = NOT_IN_ALBUM.format(detail=detail)
-                        elif valid:
-                            for h in self.hooks:
-                                if state.turns_left == 0:
-                                    break  # no turn left to act on feedback: accept
-                                feedback = h.before_answer(state, valid)
-                                if feedback is not None:
-                                    outputs["rejected_by"] = type(h).__name__
-                                    break
-                        if feedback is not None:
-                            fb = feedback if isinstance(feedback, Message) else Message.user(feedback)
-                            state.messages.append(fb)
-                            outputs["feedback"] = fb.text
-                        elif valid:
-                            answer, reason = valid, "the model's final answer"
-                        else:
-                            outputs["feedback"] = "no usable answer; falling back"
-                            answer = []
-                            reason = "the model's answer named no photo in the album"
+                        answer, reason, retries = self._consider_answer(state, turn.answer, outputs, dropped, retries)
                     elif turn.answer is None and not turn.calls:
                         state.messages.append(Message.user(NUDGE))
                         outputs["feedback"] = NUDGE
@@ -360,6 +332,36 @@ class AgentRuntime:
         return run
 
     # ------------------------------------------------------------------ pieces
+    def _consider_answer(self, state: AgentState, proposed: list[str], outputs: dict[str, Any], dropped: list[str],
+                         retries: int) -> tuple[list[str] | None, str, int]:
+        """A proposed answer: ``(answer, reason, retries left)``; answer None means the loop goes on (the
+        model was told why), ``[]`` that no usable answer can come (the fallback answers)."""
+        valid, bad = self._keep_known(proposed)
+        dropped += bad
+        outputs["answer"] = proposed
+        if bad:
+            outputs["dropped"] = bad
+        feedback: str | Message | None = None
+        if not valid and retries > 0:
+            retries -= 1
+            detail = f"These ids are not in the album: {', '.join(bad)}. " if bad else "The list was empty. "
+            feedback = NOT_IN_ALBUM.format(detail=detail)
+        elif valid and state.turns_left > 0:  # with no turn left, feedback could not be acted on: accept
+            for h in self.hooks:
+                feedback = h.before_answer(state, valid)
+                if feedback is not None:
+                    outputs["rejected_by"] = type(h).__name__
+                    break
+        if feedback is not None:
+            fb = feedback if isinstance(feedback, Message) else Message.user(feedback)
+            state.messages.append(fb)
+            outputs["feedback"] = fb.text
+            return None, "", retries
+        if valid:
+            return valid, "the model's final answer", retries
+        outputs["feedback"] = "no usable answer; falling back"
+        return [], "the model's answer named no photo in the album", retries
+
     def _call(self, state: AgentState, mode: Mode) -> tuple[ChatResponse, Mode]:
         """One model call. In auto mode a backend that refuses ``tools`` on the first call is asked again
         in the text protocol, which the rest of the run then uses."""
@@ -468,7 +470,7 @@ class AgentRuntime:
     def _final_call(self, state: AgentState, mode: Mode, paths: dict[str, int],
                     dropped: list[str]) -> tuple[list[str] | None, str]:
         """The budget is spent: one last call, without tools, for the answer."""
-        n = state.turn + 1
+        n = state.turn = state.turn + 1
         state.messages.append(Message.user(BUDGET_SPENT.format(n=self.max_turns)))
         with state.trace.step(f"turn.{n}", turn=n, final=True) as step:
             resp = self.role.chat(state.messages, self._params(mode, final=True))

@@ -214,14 +214,15 @@ def search(
         cap = f", capped at {max_calls}" if max_calls is not None else ""
         err_console.print(f"{method}: up to ~{estimate} model calls at the current settings{cap}",
                           highlight=False)
-    for warning in ws.method(method, index_dir).preflight():  # no model call: missing tools, missing captions
-        err_console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
     status = SearchStatus(err_console, method, estimate if max_calls is None else min(estimate, max_calls))
     trace = Trace(listeners=[status], max_calls=max_calls)
-    with status:
+    with status:  # a server on this index answers with its models loaded (nothing is loaded here)
         result = served_search(ws, index_dir, config, set_, no_server, text, method, top_k, ref, keep_reference,
                                max_calls, status)
-        if result is None:  # no server on this index (or --no-server): search in this process
+    if result is None:  # no server on this index (or --no-server): search in this process
+        for warning in ws.method(method, index_dir).preflight():  # no model call: missing tools, missing captions
+            err_console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
+        with status:
             result = ws.search(text, method=method, top_k=top_k, reference=ref, index=index_dir,
                                keep_reference=keep_reference, trace=trace)
     if json_out:

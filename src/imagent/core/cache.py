@@ -85,6 +85,7 @@ class DiskCache:
                     "CREATE TABLE IF NOT EXISTS cache (key TEXT PRIMARY KEY, namespace TEXT, "
                     "value TEXT NOT NULL, created REAL NOT NULL)"
                 )
+                c.execute("CREATE TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, owner TEXT NOT NULL, expires REAL)")
                 # Take the write lock once: a read-only file (or folder, for WAL's side files) fails here,
                 # with one clear message, rather than at the first cached call in the middle of a search.
                 c.execute("BEGIN IMMEDIATE")
@@ -135,10 +136,60 @@ class DiskCache:
             if value is not None:
                 self.hits += 1
                 return value, True
+            if self.path is not None and not self._claim(key):
+                # Another process (a Ray worker, a second eval) is computing this key: wait for its value.
+                value = self._wait_for(key)
+                if value is not None:
+                    self.hits += 1
+                    return value, True
             self.misses += 1
-            value = compute()
-            self.put(key, value, namespace)
+            try:
+                value = compute()
+                self.put(key, value, namespace)
+            finally:
+                self._release(key)
             return value, False
+
+    # Cross-process claims: one computation per key among every process sharing the file. A claim names
+    # its owner and expires (a process killed mid-call does not block the key for ever).
+    claim_ttl_s = 600.0
+    poll_s = 0.05
+
+    def _claim(self, key: str) -> bool:
+        """Take the key's claim; False when a live claim of another owner holds it."""
+        c = self._conn()
+        now = time.time()
+        owner = f"{os.getpid()}:{threading.get_ident()}"
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            row = c.execute("SELECT owner, expires FROM claims WHERE key=?", (key,)).fetchone()
+            if row is not None and row[0] != owner and row[1] > now:
+                c.execute("COMMIT")
+                return False
+            c.execute("INSERT OR REPLACE INTO claims (key, owner, expires) VALUES (?,?,?)",
+                      (key, owner, now + self.claim_ttl_s))
+            c.execute("COMMIT")
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+        return True
+
+    def _release(self, key: str) -> None:
+        if self.path is not None:
+            self._conn().execute("DELETE FROM claims WHERE key=? AND owner=?",
+                                 (key, f"{os.getpid()}:{threading.get_ident()}"))
+
+    def _wait_for(self, key: str) -> Any | None:
+        """The value another process is computing, once stored; None if its claim ends without one (it
+        failed or died): the caller then computes it itself, under its own claim."""
+        while True:
+            value = self.get(key)
+            if value is not None:
+                return value
+            row = self._conn().execute("SELECT expires FROM claims WHERE key=?", (key,)).fetchone()
+            if (row is None or row[0] <= time.time()) and self._claim(key):
+                return None
+            time.sleep(self.poll_s)
 
     def stats(self) -> dict[str, int]:
         return {"hits": self.hits, "misses": self.misses}

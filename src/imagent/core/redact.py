@@ -35,14 +35,16 @@ _env_names: set[str] = set()
 _secrets: set[str] = set()
 
 # Header-like "name: value" / "name=value" pairs whose value is a credential; the value runs to the end of
-# the token (quotes, commas, braces and whitespace end it), so surrounding JSON or text stays readable.
-_VALUE = r"[^\s\"',;&}\])<>]+"
+# the token (quotes, backslashes, commas, braces and whitespace end it), so surrounding text stays readable and
+# redacting serialised JSON keeps it valid JSON (an escaped quote keeps its backslash).
+_VALUE = r"[^\s\"'\\,;&}\])<>]+"
 _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     # Authorization: Bearer abc / "authorization": "Basic abc" / Proxy-Authorization
     (re.compile(r"((?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?\s*(?:bearer|basic|token|digest)?\s*)" + _VALUE,
                 re.I), r"\1" + MASK),
-    # A bare bearer token anywhere (e.g. inside a repr of headers).
-    (re.compile(r"(\bbearer\s+)" + _VALUE, re.I), r"\1" + MASK),
+    # A bare bearer token anywhere (e.g. inside a repr of headers); only a credential-like word (a digit in it,
+    # or 20+ characters), so "a standard bearer holding a flag" in a caption stays as it is.
+    (re.compile(r"(\bbearer\s+)(?=" + _VALUE[:-1] + r"*\d|" + _VALUE[:-1] + r"{20})" + _VALUE, re.I), r"\1" + MASK),
     # api-key / x-api-key / x-goog-api-key / x-subscription-token / openai-api-key headers
     (re.compile(r"((?:x-[\w-]*)?(?:api[-_]?key|subscription[-_]token)[\"']?\s*:\s*[\"']?)" + _VALUE, re.I),
      r"\1" + MASK),

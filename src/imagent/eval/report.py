@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from imagent.core.redact import redact
 from imagent.eval import metrics as M
 from imagent.eval.datasets import Benchmark, EvalItem, Predictions
 from imagent.eval.runner import METRICS, predictions_from_results, stage_names, write_json_atomic
@@ -376,7 +377,7 @@ def write_outputs(run_dir: Path, bench: Benchmark, split: str, items: Sequence[E
         files[f"submission:{path.name}"] = str(path)
     write_json_atomic(run_dir / METRICS, metrics)
     files["metrics"] = str(run_dir / METRICS)
-    (run_dir / REPORT_MD).write_text(render_report(config, metrics, steps, files), encoding="utf-8")
+    (run_dir / REPORT_MD).write_text(redact(render_report(config, metrics, steps, files)), encoding="utf-8")
     files["report"] = str(run_dir / REPORT_MD)
     return metrics, files
 

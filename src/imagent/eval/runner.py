@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from imagent import __version__ as version
+from imagent.core.redact import redact
 from imagent.core.types import Query
 from imagent.eval.datasets import Benchmark, BenchmarkError, EvalItem, Predictions, load_benchmark
 
@@ -127,7 +128,7 @@ def json_default(obj: Any) -> Any:
 def write_json_atomic(path: Path, data: Any) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2, default=json_default, ensure_ascii=False)
+        f.write(redact(json.dumps(data, indent=2, default=json_default, ensure_ascii=False)))  # no key in a file
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -209,7 +210,8 @@ class ResultsLog:
         return out
 
     def append(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, default=json_default, ensure_ascii=False) + "\n"
+        # Redacted: a trace or error may quote a model server's reply, which may echo the API key.
+        line = redact(json.dumps(record, default=json_default, ensure_ascii=False)) + "\n"
         with self._lock, open(self.path, "a", encoding="utf-8") as f:
             f.write(line)
             f.flush()

@@ -152,6 +152,20 @@ class _DeepSearch(Method):
         # every turn, the budget's last call, and a compression every few turns of a long search
         return config.max_turns + 1 + max(1, config.max_turns // 4)
 
+    def preflight(self, query: Query | None = None) -> list[str]:
+        """A blind agent on an album without captions still runs (file names, dates and places are real
+        evidence), but the user must know that it never sees what the photos show."""
+        if not self.ctx.roles[self.config.agent_role].caption_mode:
+            return []
+        from imagent.methods.captions import caption_coverage
+
+        have, total = caption_coverage(self.ctx.gallery, query.candidates if query is not None else None)
+        if total and not have:
+            return [f"the {self.config.agent_role} model cannot see pixels and no photo of the album has a caption: "
+                    "the agent sees only file names, dates, places and devices (caption the photos, or configure "
+                    "a vision model for the role)"]
+        return []
+
     # ------------------------------------------------------------------ parts
     def album(self, query: Query) -> Album:
         g = self.ctx.gallery

@@ -24,7 +24,9 @@ ends when a round chooses ``none`` (lines 11) and when a tool fails or its resul
 falls back to ``none`` (App. A.4), keeping the latest description and the last good proxy.
 
 Ablation switches (all config fields): ``tool_policy`` always_search / always_edit / none (Table 7,
-Table 4 model 2); ``enabled_tools`` (models 3-4: w/o searching / editing); ``refine`` (model 5);
+Table 4 model 2) and always_model_picks (Fig. 5 "Always Use Tool": a tool for every query, the model picks
+which; a model that declines gets search with its target description); ``enabled_tools`` (models 3-4: w/o
+searching / editing); ``refine`` (model 5);
 ``proxy_weight`` = 0 (model 6, the proxy not used at retrieval); ``fusion = "feature_combination"``
 (model 8: one query vector, the normalised sum of the text and proxy vectors, instead of summing the
 two cosine scores).
@@ -33,7 +35,19 @@ Parsing (App. A.3): the JSON answer is parsed leniently (fences, wrappers, repai
 :mod:`imagent.models.json_output`), then the tool call is read from ``<search>``/``<edit>`` tags in
 ``tool_usage`` or from explicit JSON fields; anything else is ``none``. A tool chosen without an
 instruction (a bare "Search", an empty tag) gets the same stand-in as the always_* policies: the
-target description as the search query, the manipulation text as the edit instruction.
+target description as the search query, the manipulation text as the edit instruction. Decisions are
+parsed from whole fields: each JSON field is bounded only for constrained decoding (``max_field_chars``,
+2000, far above GPT-4-class output; a field stopped at the bound is noted in the trace), each answer by
+``max_tokens`` (1536), and a tool instruction is cut only beyond ``MAX_INSTRUCTION_CHARS``, at a word,
+with a note.
+
+Start of a search (:meth:`TaCIR.preflight`): with no tool configured the method is the paper's no-tool
+ablation, and the CLI, the web trace (step ``checks``) and the eval report say so. Search results that are
+images of the searched gallery are skipped (``exclude_gallery_exemplars``, default on): an exemplar
+collection holding the gallery would hand back the target itself. GeneCIS queries get their task's
+manipulation text from ``prompts/tacir/genecis/<task>.txt`` (focus: keep the named attribute or object;
+change: replace it), as the paper does following recent training-free work. In caption mode an edit proxy
+is encoded as ``"<source surrogate>, edited: <whole instruction>"``.
 
 Per query the reasoner is called once (selection) plus once per refinement round; by default
 ``1 + [a tool ran successfully]`` calls (each may be retried ``json_retries`` times on unusable JSON),

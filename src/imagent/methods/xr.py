@@ -24,6 +24,11 @@ Other choices the paper leaves open, each documented where it is made:
 
 - C (line 1) is the index's captions, computed once at indexing time and cached there. C_r (line 2) is the
   reference record's caption (or its index entry's); only a reference with no caption costs a ``captioner`` call.
+  An index where no image of the pool has a caption (file-name words do not count) is refused before any model
+  call, naming the fixes (:mod:`imagent.methods.captions`), unless ``allow_missing_captions=true``, which the
+  trace and the eval report then state; partial coverage is noted.
+- JSON bounds only stop a small model looping under constrained decoding; they sit far above GPT-4-class
+  output, a longer value is kept whole and a value stopped at its bound is noted in the trace.
 - The two similarity agents are the Table 3 switches: the *textual* agent A_t^s reads C_a, the *visual* agent
   A_v^s reads I_a. With one of them off, S_t and S_v each keep the other's term. (Both off leaves nothing to rank
   by: that row of Table 3 is the ``clip`` baseline method.)

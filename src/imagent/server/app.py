@@ -25,6 +25,7 @@ What the server trusts is in :mod:`imagent.server.security` (Host, token, body s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import hashlib
 import json
@@ -33,6 +34,7 @@ import os
 import re
 import socket
 import stat
+import threading
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -388,6 +390,9 @@ def serve(workspace: Workspace, index: str | Path | None = None, host: str = "12
                 write_discovery(root, host, port, token)
                 if on_listening is not None:
                     on_listening()
+                # Load the encoders now, not on the first search (LLMs load when a method first calls one);
+                # a failure here is reported by that search.
+                threading.Thread(target=_warm_up, args=(workspace, index), name="warm-up", daemon=True).start()
 
         async def shutdown(self, sockets: Any = None) -> None:
             # Here, not only in ``finally``: uvicorn re-raises SIGTERM/SIGINT after its shutdown, which ends
@@ -401,6 +406,11 @@ def serve(workspace: Workspace, index: str | Path | None = None, host: str = "12
     finally:
         remove_discovery(root)
         sock.close()
+
+
+def _warm_up(workspace: Workspace, index: str | Path | None) -> None:
+    with contextlib.suppress(Exception):  # the first search reports the same error to the user
+        workspace.context(index)
 
 
 class ServeError(ValueError):

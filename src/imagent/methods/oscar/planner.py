@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from string import Template
 from typing import Any
 
-from imagent.agents.protocol import ToolCall, native_tool_calls, parse_tool_calls
+from imagent.agents.protocol import TOOL_CALL_OPEN, ToolCall, native_tool_calls, parse_tool_calls
 from imagent.core.types import Ranking
 from imagent.methods.base import load_prompt
 from imagent.methods.oscar.config import OscarConfig, RetrieverSpec
@@ -285,7 +285,12 @@ def _assign_polarity(plan: Plan) -> None:
 def parse_reply(text: str, native: list[dict[str, Any]], tools: dict[str, RetrieverSpec], cfg: OscarConfig) -> Plan:
     """A plan from one planner reply: native tool calls when the backend returned any, else ``<tool_call>`` blocks."""
     calls = native_tool_calls(native) if native else parse_tool_calls(text, [*tools, SET_OPERATION])
-    return read_plan(calls, tools, cfg)
+    plan = read_plan(calls, tools, cfg)
+    if not native and TOOL_CALL_OPEN not in (text or "") and (text or "").count('"name"') > len(calls):
+        # Several bare JSON calls: only one can be read without the tags, so the plan would be cut short.
+        plan.errors.append("write every call inside <tool_call></tool_call> tags (only one untagged call could "
+                           "be read)")
+    return plan
 
 
 def fallback_plan(plan: Plan | None, tools: dict[str, RetrieverSpec], cfg: OscarConfig, composed_query: str) -> Plan:
