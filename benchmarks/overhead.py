@@ -36,7 +36,9 @@ from imagent.methods.base import MethodContext, list_methods
 from imagent.models.base import ChatParams, ChatResponse, Message
 from imagent.models.roles import Roles
 
-WORDS = ["red", "blue", "green", "small", "large", "dress", "shirt", "cat", "dog", "bird", "car", "house", "tree", "flower", "beach", "city", "night", "striped", "wooden", "metal", "sleeveless", "long", "short", "old", "new", "two", "three"]
+WORDS = ["red", "blue", "green", "small", "large", "dress", "shirt", "cat", "dog", "bird", "car", "house",
+         "tree", "flower", "beach", "city", "night", "striped", "wooden", "metal", "sleeveless", "long",
+         "short", "old", "new", "two", "three"]
 
 
 class Stopwatch:

@@ -101,7 +101,7 @@ class Workspace:
         g = self.__dict__.get(key)
         if g is None:
             g = self.__dict__[key] = Gallery(root, create=create)
-            g.configure_ann(self.settings.indexing)
+            g.configure(self.settings.indexing)
         return g
 
     def context(self, index: str | Path | None = None) -> MethodContext:

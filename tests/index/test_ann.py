@@ -41,7 +41,7 @@ def _gallery(tmp_path, n: int = 3000) -> tuple[Gallery, TableEmbedder]:
 
 def _exhaustive(g: Gallery) -> None:
     """Store settings under which the approximate search must equal the exact one: every list probed."""
-    g.configure_ann(IndexOptions(ann="on", ann_nprobe=100_000, ann_overfetch=2))
+    g.configure(IndexOptions(ann="on", ann_nprobe=100_000, ann_overfetch=2))
 
 
 def _queries(emb: TableEmbedder, n: int = 20) -> list[np.ndarray]:
@@ -67,7 +67,7 @@ def test_store_with_every_list_probed_equals_the_exact_scan(tmp_path):
 def test_default_probe_recall_on_clustered_vectors(tmp_path):
     g, emb = _gallery(tmp_path)
     exact = [set(g.search(q, SPACE_CAPTION_TEXT, 20).ids) for q in _queries(emb)]
-    g.configure_ann(IndexOptions(ann="on"))
+    g.configure(IndexOptions(ann="on"))
     g.build_ann()
     hits = sum(len(set(g.search(q, SPACE_CAPTION_TEXT, 20).ids) & want) for q, want in
                zip(_queries(emb), exact, strict=True))
@@ -118,6 +118,6 @@ def test_a_half_written_store_does_not_match(tmp_path):
 
 def test_auto_mode_leaves_small_galleries_to_the_exact_scan(tmp_path):
     g, _emb = _gallery(tmp_path, 500)
-    g.configure_ann(IndexOptions())  # auto, 200,000 rows minimum
+    g.configure(IndexOptions())  # auto, 200,000 rows minimum
     assert g.build_ann() == []
     assert not (tmp_path / "g" / "ann").exists()

@@ -89,3 +89,17 @@ def test_blas_thread_policy():
     big = scoring.blas_threads(scoring.PARALLEL_MIN_ELEMENTS)
     assert big >= 1
     scoring.blas_threads(1)  # back to one thread for the rest of the session
+
+
+def test_float16_snapshot_option(tmp_path):
+    from imagent.core.config import IndexOptions
+
+    g = _gallery(tmp_path)
+    full = g.vectors(SPACE_IMAGE).copy()
+    g2 = Gallery(tmp_path / "g")
+    g2.configure(IndexOptions(vectors_dtype="float16"))
+    v = g2.vectors(SPACE_IMAGE)  # the float32 snapshot does not match: rewritten as float16
+    assert v.dtype == np.float16 and np.allclose(v, full, atol=1e-3)
+    assert np.load(tmp_path / "g" / "vectors" / "image.npy", mmap_mode="r").dtype == np.float16
+    q = CaptionModeEncoder().encode_texts(["caption 4"])[0]
+    assert g2.search(q, SPACE_IMAGE, 1).ids == ["r4"]

@@ -95,6 +95,8 @@ class IndexOptions(_Strict):
     batch_size: int = Field(32, ge=1)
     # Approximate search (FAISS, the `ann` extra): "auto" builds and uses a store per vector space for
     # galleries of at least ann_min_rows images; results are always re-ranked exactly.
+    # The dense snapshot searches scan: float16 halves its size (memory-mapped; larger-than-RAM galleries).
+    vectors_dtype: Literal["float32", "float16"] = "float32"
     ann: Literal["auto", "on", "off"] = "auto"
     ann_min_rows: int = Field(200_000, ge=1)
     ann_nprobe: int = Field(32, ge=1, description="inverted lists scanned per query")

@@ -811,6 +811,7 @@ def build_index(
     t0 = time.perf_counter()
     options = options or IndexOptions()
     gallery = index_root if isinstance(index_root, Gallery) else Gallery(index_root, create=True)
+    gallery.configure(options)
     report = IndexReport()
     new_spaces = _check_spaces(gallery, dual, text)
     src = read_source(source, exclude=gallery.root)
@@ -840,7 +841,6 @@ def build_index(
         gallery.write_snapshot()
     else:
         gallery.reload()
-    gallery.configure_ann(options)
     try:
         built = gallery.build_ann()
     except AnnUnavailable as exc:  # a large gallery without the `ann` extra: the exact scan still answers

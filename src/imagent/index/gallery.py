@@ -135,6 +135,8 @@ class Gallery:
         self._local = threading.local()
         # Approximate search (see search()): "auto" uses a current store for pools of >= ann_min_rows rows.
         self.ann_mode: str = "auto"
+        # float16 halves the snapshot (and memory-mapped scans); SQLite keeps float32 either way.
+        self.snapshot_dtype = np.dtype(np.float32)
         self.ann_min_rows: int = 200_000
         self.ann_params = AnnParams()
         self._ann_stores: dict[str, AnnStore] = {}
@@ -332,7 +334,7 @@ class Gallery:
         if self._snapshot_ok() and path.exists():
             try:
                 arr = np.load(path, mmap_mode="r")
-                if arr.shape == (len(self.ids), self._spaces[space].dim):
+                if arr.shape == (len(self.ids), self._spaces[space].dim) and arr.dtype == self.snapshot_dtype:
                     return arr
             except (OSError, ValueError):
                 pass
@@ -382,7 +384,7 @@ class Gallery:
             written.append(space)
             tmp = vec_dir / f".{space}.npy.tmp"
             with open(tmp, "wb") as f:
-                np.save(f, arr)
+                np.save(f, arr.astype(self.snapshot_dtype, copy=False))
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, vec_dir / f"{space}.npy")
@@ -578,8 +580,10 @@ class Gallery:
             store = self._ann_stores[space] = AnnStore(self.root, space)
         return store
 
-    def configure_ann(self, options: IndexOptions) -> None:
-        """Apply the ``indexing.ann*`` settings (searches and store builds of this gallery)."""
+    def configure(self, options: IndexOptions) -> None:
+        """Apply the ``indexing`` settings that shape storage and search: the snapshot's float type and the
+        approximate store (``ann*``)."""
+        self.snapshot_dtype = np.dtype(options.vectors_dtype)
         self.ann_mode = options.ann
         self.ann_min_rows = 1 if options.ann == "on" else options.ann_min_rows
         self.ann_params = AnnParams(nprobe=options.ann_nprobe, overfetch=options.ann_overfetch)

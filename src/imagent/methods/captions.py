@@ -49,9 +49,9 @@ class CaptionsConfig(MethodConfig):
 
 def caption_coverage(gallery: Gallery, ids: Iterable[str] | None = None) -> tuple[int, int]:
     """``(images with a real caption, images)`` over ``ids`` (default: the whole gallery)."""
-    if ids is None and callable(getattr(gallery, "caption_coverage", None)):
-        return gallery.caption_coverage()
-    records = gallery.records([i for i in ids if i in gallery]) if ids is not None else gallery.records()
+    if ids is None:
+        return gallery.caption_coverage()  # cached per load of the index
+    records = gallery.records([i for i in ids if i in gallery])
     return sum(1 for r in records if r.has_caption), len(records)
 
 
