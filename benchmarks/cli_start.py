@@ -1,6 +1,6 @@
 """Start-up cost of a zero-call search from the command line, against the least a script can do.
 
-- cli:  ``imagent search "a penguin" --method caption --index I --json`` in a fresh process (imports,
+- cli:  ``imagent search "a penguin" --method caption --index I --json --no-server`` in a fresh process (imports,
         settings, the MiniLM load, one query encoding, the scan, the output);
 - bare: ``python -c 'import torch; SentenceTransformer(minilm_path).encode(["a penguin"])'`` in a fresh
         process (what any Python program using the same text model pays).
@@ -65,7 +65,8 @@ def main() -> None:
             print(f"building the stamps index in {index} ...", file=sys.stderr)
             subprocess.run([*imagent_cmd(), "index", str(STAMPS), "--index", str(index), "--json"], env=env,
                            check=True, capture_output=True)
-        cli = [*imagent_cmd(), "search", "a penguin", "--method", args.method, "--index", str(index), "--json"]
+        cli = [*imagent_cmd(), "search", "a penguin", "--method", args.method, "--index", str(index), "--json",
+               "--no-server"]  # in this process: the cost of a cold start, not of asking a running server
         bare = [sys.executable, "-c", BARE]
         timed(bare, env)  # warm the OS file cache for both
         timed(cli, env)

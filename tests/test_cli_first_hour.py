@@ -279,3 +279,23 @@ def test_offline_preset_load_names_the_preset_and_how_to_install(runner, tmp_pat
     assert "openai/clip-vit-base-patch32" in err["error"]
     assert "preset 'clip-b32'" in err["hint"] and "hf download openai/clip-vit-base-patch32" in err["hint"]
     assert "HF_HUB_OFFLINE=1" in err["hint"]
+
+
+def test_offline_model_assembly_says_what_it_is_doing(tmp_path, monkeypatch, capsys):
+    import hashlib
+
+    from imagent.models import offline
+
+    parts = [tmp_path / "p1", tmp_path / "p2"]
+    parts[0].write_bytes(b"GGUF" + b"a" * 100)
+    parts[1].write_bytes(b"b" * 50)
+    joined = parts[0].read_bytes() + parts[1].read_bytes()
+    monkeypatch.setattr(offline, "part_paths", lambda: parts)
+    monkeypatch.setattr(offline, "QWEN_SHA256", hashlib.sha256(joined).hexdigest())
+    monkeypatch.setattr(offline, "QWEN_SIZE", len(joined))
+    path = offline.ensure_offline_qwen(tmp_path / "cache")
+    assert path.read_bytes() == joined
+    err = capsys.readouterr().err
+    assert "assembling the offline chat model" in err and str(path) in err and "ready" in err
+    offline.ensure_offline_qwen(tmp_path / "cache")
+    assert capsys.readouterr().err == ""  # once only

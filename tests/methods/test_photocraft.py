@@ -162,3 +162,18 @@ def test_cli_search_prints_each_turn(album_index, tmp_path, monkeypatch):
     assert "turn.1" in out and "turn.2" in out and "memory.audit" in out
     assert 'ImageSearch {"query": "pink flamingo bird"' in out and "photos for 'pink flamingo bird'" in out
     assert "answer" in out and FLAMINGO in out
+
+
+def test_preflight_warns_a_blind_agent_without_captions(tmp_path, caption_dual, minilm, ctx_for):
+    from imagent.core.types import ImageRecord
+    from imagent.index.embedding import gallery_from_records
+
+    bare = [ImageRecord(id=f"p{i}", path="", derived_text=f"img {i} 2014-04-20") for i in range(3)]
+    g = gallery_from_records(str(tmp_path / "bare"), bare, caption_dual, minilm)
+    ctx = MethodContext(gallery=g, dual=caption_dual, text=minilm, roles=Roles.from_models({"default": agent()}))
+    warnings = get_method("photocraft")(ctx).preflight()
+    assert len(warnings) == 1 and "cannot see pixels" in warnings[0]
+    assert get_method("imageseeker")(ctx_for(agent())).preflight() == []  # the album has captions
+    seeing = ScriptedChatModel(default="x", sees_images=True)
+    assert get_method("photocraft")(MethodContext(gallery=g, dual=caption_dual, text=minilm,
+                                                  roles=Roles.from_models({"default": seeing}))).preflight() == []
