@@ -4,7 +4,7 @@
 shows EM/F1 and the per-query turns, tool calls, tokens and seconds.
 
 A 0.5B model reasons poorly, so these check the plumbing (answers parsed from the model, memories run,
-reports written), not the scores. Budgets are small (``max_turns=2``, short replies) to keep each run
+reports written), not the scores. Budgets are small (``max_turns=3``, short replies) to keep each run
 near a minute on two CPU cores.
 """
 
@@ -89,7 +89,7 @@ def test_eval_disbench_real_server(server_config, tmp_path, method):
     res = CliRunner().invoke(app, [
         "eval", "disbench", "--images-root", str(ALBUM), "--method", method, "--limit", "2",
         "--config", str(server_config), "--run-dir", str(run_dir), "--index", str(tmp_path / "index"), "--json",
-        "--set", "max_turns=2", "--set", "max_tokens=200", "--set", f"context_limit={N_CTX}",
+        "--set", "max_turns=3", "--set", "max_tokens=200", "--set", f"context_limit={N_CTX}",
     ])
     assert res.exit_code == 0, res.output[-3000:]
     out = json.loads(res.stdout)

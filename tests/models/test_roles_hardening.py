@@ -4,6 +4,7 @@ accepted half-written, the per-query cap on model calls, and lone surrogates in 
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import threading
 import time
@@ -216,3 +217,10 @@ def test_lone_surrogates_in_model_output_are_replaced_and_cache_safely(tmp_path:
         assert "\ufffd" in text and ok and value == {"target": "a \ufffd cat"}
     assert len(model.calls) == 2  # both calls were cached
     assert cache.hits == 2
+
+
+def test_json_escapes_that_decode_to_lone_surrogates_are_replaced() -> None:
+    # The text is valid UTF-8; json.loads turns the escapes into lone surrogates.
+    value = parse_json('{"target": "a \\ud800 cat", "\\udfff": ["\\udce9"]}', None)
+    assert value == {"target": "a \ufffd cat", "\ufffd": ["\ufffd"]}
+    json.dumps(value, ensure_ascii=False).encode("utf-8")

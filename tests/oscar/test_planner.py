@@ -149,6 +149,8 @@ def test_full_plan_runs_with_exact_model_calls(make_context, tmp_path):
     assert "symbols__money__euro__coins__002" not in result.ranking.ids and len(result.ranking.ids) == 50
     assert set(result.stages) == {"fused", "composed"}
     assert "no golden library" in " ".join(steps_by["demonstrations"]["notes"])
+    line = steps_by["rank"]["outputs"]["report_line"]  # the eval report's per-query detail
+    assert "final=DIFFERENCE" in line and f"removed {diff['removed']}" in line and "verified 4" in line
 
 
 def test_malformed_plan_is_retried_then_falls_back(make_context, tmp_path):

@@ -118,3 +118,22 @@ def test_view_of_a_photo_whose_file_is_gone_falls_back_to_its_surrogate(album_re
 def test_format_time(album_records):
     assert format_time(album_records[0]) == "2013-06-09 10:15:00"
     assert format_time(album_records[-1]) is None
+
+
+def test_metadata_columns_come_from_sqlite_and_fall_back_when_stale(album_records, caption_dual, minilm, tmp_path):
+    from imagent.index.embedding import gallery_from_records
+
+    gallery = gallery_from_records(str(tmp_path / "index"), album_records[:3], caption_dual, minilm)
+    assert gallery.metadata_columns(["address", "device"]) == [
+        [r.address for r in album_records[:3]], [r.device for r in album_records[:3]]]
+    with pytest.raises(ValueError, match="not record field names"):
+        gallery.metadata_columns(["address') FROM records; --"])
+    gallery_from_records(str(tmp_path / "index"), album_records[3:5], caption_dual, minilm)  # another writer
+    assert gallery.metadata_columns(["address"]) is None  # this instance's ids are older than the database
+    album = Album(gallery, caption_dual, minilm)
+    assert album.filter("address ~ 'cape town'") == ["penguin", "heron", "duck"]  # from its own records
+    assert Album(gallery, caption_dual, minilm).meta is album.meta  # built once per gallery
+    gallery.reload()
+    fresh = Album(gallery, caption_dual, minilm)
+    assert fresh.meta is not album.meta and fresh.filter("address ~ 'cape town'") == [
+        "penguin", "heron", "duck", "frog", "blackbird"]

@@ -23,8 +23,8 @@ from imagent.tools.filter_lang import (
 
 # An album with known metadata: ids say what they are.
 RECORDS = [
-    ImageRecord("paris_0609_morning", "", taken_time=datetime(2013, 6, 9, 8, 30), latitude=48.8566, longitude=2.3522,
-                address="Rue de Rivoli, Paris, France", device="Canon EOS 5D"),
+    ImageRecord("paris_0609_morning", "", taken_time=datetime(2013, 6, 9, 8, 30, 0, 250000), latitude=48.8566,
+                longitude=2.3522, address="Rue de Rivoli, Paris, France", device="Canon EOS 5D"),
     ImageRecord("paris_0609_night", "", taken_time=datetime(2013, 6, 9, 23, 59, 59), latitude=48.8606,
                 longitude=2.3376, address="Louvre, PARIS, France", device="iPhone 5"),
     ImageRecord("versailles_0610", "", taken_time=datetime(2013, 6, 10, 0, 0, 0), latitude=48.8049, longitude=2.1204,
@@ -43,7 +43,7 @@ IDS = [r.id for r in RECORDS]
 
 @pytest.fixture(scope="module")
 def meta() -> AlbumMeta:
-    return AlbumMeta(RECORDS)
+    return AlbumMeta.from_records(RECORDS)
 
 
 def ids(meta: AlbumMeta, expr: str) -> set[str]:
@@ -128,6 +128,15 @@ def test_missing_values_never_match_a_comparison_but_not_keeps_them(meta):
     assert "no_meta" in ids(meta, "not time = '2013'")
     assert "no_meta" not in ids(meta, "address != 'london, united kingdom'")
     assert "sydney_2012" not in ids(meta, "device != 'sony'")  # no device: no match
+
+
+def test_columns_read_from_stored_values_equal_the_records(meta):
+    d = [r.to_dict() for r in RECORDS]
+    cols = AlbumMeta.from_columns([x["taken_time"] for x in d], [x["latitude"] for x in d],
+                                  [x["longitude"] for x in d], [x["address"] for x in d], [x["device"] for x in d])
+    for name in ("time", "lat", "lon", "chrono"):
+        assert np.array_equal(getattr(cols, name), getattr(meta, name), equal_nan=True), name
+    assert cols.address.uniques == meta.address.uniques and (cols.device.codes == meta.device.codes).all()
 
 
 def test_results_are_in_chronological_order_undated_last(meta):

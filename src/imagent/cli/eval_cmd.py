@@ -156,6 +156,9 @@ def register(app: typer.Typer, get_workspace: Callable[..., Any]) -> None:
                                                      "runs/<bench>-<split>-<method>-<config hash>)")] = None,
         top_k: Annotated[int, typer.Option("--top-k", help="ranking depth kept and scored", min=1)] = 50,
         workers: Annotated[int, typer.Option(help="queries run in parallel", min=1)] = 1,
+        ray: Annotated[str | None, typer.Option(
+            "--ray", help="run queries on a Ray cluster: local, auto or HOST:PORT (--workers actors; default one "
+                          "per GPU)")] = None,
         allow_missing: Annotated[bool, typer.Option(help="index the images found, skip the rest")] = False,
         compare: Annotated[tuple[Path, Path] | None, typer.Option("--compare", help="two runs' metrics side by "
                                                                   "side, per-query wins/losses and a paired "
@@ -176,7 +179,7 @@ def register(app: typer.Typer, get_workspace: Callable[..., Any]) -> None:
         ws = get_workspace(config, settings_sets)
         spec = RunSpec(benchmark=benchmark, method=method, split=split, annotations=annotations,
                        images_root=images_root, bench_options=options, top_k=top_k, limit=limit,
-                       run_dir=run_dir, index=index_dir, workers=workers, allow_missing=allow_missing)
+                       run_dir=run_dir, index=index_dir, workers=workers, ray=ray, allow_missing=allow_missing)
         with progress_bar() as bar:
             tasks: dict[str, Any] = {}
 

@@ -64,13 +64,13 @@ SCORE_MEANING: dict[str, str] = {
     "clip": "cosine similarity of the query (text, fused with the reference) and the image vector; -1..1",
     "caption": "cosine similarity of the query text and the image's captions (text embedder); -1..1",
     "cirevl": "cosine similarity of the LLM-edited target description and the image vector; -1..1",
-    "imagescope": "stage-1 fused cosine (tau * caption + (1 - tau) * image, mean over 3 descriptions); "
-                  "stages 2-3 reorder the top without changing it",
-    "xr": "reciprocal-rank fusion of 4 cross-modal rankings (sum of 1/(z + rank), small numbers), then "
-          "the question agents' re-ranking score on the top k'",
+    "imagescope": "stage-1 fused cosine s (tau * caption + (1 - tau) * image, mean over 3 descriptions); "
+                  "stage 2 adds 10 per verified proposition (10 * matches + s), stage 3 puts its pick 10 above",
+    "xr": "the top k': the question agents' re-ranking score (questions answered right + weighted similarity); "
+          "below them reciprocal-rank fusion shifted under it (only the order counts)",
     "tacir": "cos(target description, image) + cos(tool proxy, image): up to 2 with a proxy",
 }
-SCORE_HELP = "Scores by method (higher is better; compare within one method only): " + "; ".join(
+SCORE_HELP = "Scores by method (higher is better; compare within one method only): " + " | ".join(
     f"{m}: {t}" for m, t in SCORE_MEANING.items()) + "."
 
 

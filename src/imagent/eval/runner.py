@@ -68,6 +68,7 @@ class RunSpec:
     run_dir: Path | None = None
     index: Path | None = None
     workers: int = 1
+    ray: str | None = None  # run the queries as tasks on a Ray cluster: "local", "auto" or an address
     allow_missing: bool = False
     runs_root: Path = Path("runs")
 
@@ -385,6 +386,43 @@ def _run_pending(ws: Any, spec: RunSpec, bench: Benchmark, split: str, pending: 
         rep = info.get("report", {})
         say(f"gallery index {index_dir}: {info['images']} images ({rep.get('added', 0)} added, "
             f"{len(rep.get('skipped', []))} skipped)")
+    one = query_runner(ws, spec, bench, split, index_dir, run_dir, say)
+    total, finished, errors = len(pending), 0, 0
+    lock = threading.Lock()
+
+    def record(rec: dict[str, Any]) -> None:
+        nonlocal finished, errors
+        results.append(rec)
+        with lock:
+            finished += 1
+            if rec.get("error"):
+                errors += 1
+                say(f"query {rec['qid']} failed: {rec['error']}")
+        if progress is not None:
+            progress("queries", finished, total, rec["qid"])
+
+    if progress is not None:
+        progress("queries", 0, total, "")
+    if spec.ray:
+        from imagent.eval.distributed import run_on_ray
+
+        for rec in run_on_ray(ws, spec, split, index_dir, run_dir, pending):
+            record(rec)
+    elif spec.workers <= 1:
+        for item in pending:
+            record(one(item))
+    else:
+        with ThreadPoolExecutor(max_workers=spec.workers) as pool:
+            futures = [pool.submit(one, it) for it in pending]
+            for fut in as_completed(futures):
+                record(fut.result())
+    return errors
+
+
+def query_runner(ws: Any, spec: RunSpec, bench: Benchmark, split: str, index_dir: Path, run_dir: Path,
+                 say: Callable[[str], None]) -> Callable[[EvalItem], dict[str, Any]]:
+    """Open the gallery and the method once and return ``one(item) -> results.jsonl record``: what every
+    worker runs, a thread here or a Ray actor (:mod:`imagent.eval.distributed`)."""
     gallery = ws.gallery(index_dir)
     gallery.reload()
     method = ws.method(spec.method, index_dir)
@@ -395,8 +433,6 @@ def _run_pending(ws: Any, spec: RunSpec, bench: Benchmark, split: str, pending: 
     for warning in method.preflight():  # raises (the run stops) when the method cannot run on this index
         say(f"warning: {warning}")
     depth = bench.search_depth(split, len(gallery), spec.top_k)
-    total, finished, errors = len(pending), 0, 0
-    lock = threading.Lock()
 
     def one(item: EvalItem) -> dict[str, Any]:
         t0 = time.perf_counter()
@@ -426,28 +462,7 @@ def _run_pending(ws: Any, spec: RunSpec, bench: Benchmark, split: str, pending: 
         }
         return rec
 
-    def record(rec: dict[str, Any]) -> None:
-        nonlocal finished, errors
-        results.append(rec)
-        with lock:
-            finished += 1
-            if rec.get("error"):
-                errors += 1
-                say(f"query {rec['qid']} failed: {rec['error']}")
-        if progress is not None:
-            progress("queries", finished, total, rec["qid"])
-
-    if progress is not None:
-        progress("queries", 0, total, "")
-    if spec.workers <= 1:
-        for item in pending:
-            record(one(item))
-    else:
-        with ThreadPoolExecutor(max_workers=spec.workers) as pool:
-            futures = [pool.submit(one, it) for it in pending]
-            for fut in as_completed(futures):
-                record(fut.result())
-    return errors
+    return one
 
 
 def _learn(learn: Callable[..., Any], bench: Benchmark, item: EvalItem, query: Query, result: Any) -> None:

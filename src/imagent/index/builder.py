@@ -23,7 +23,17 @@ Incremental and resumable
 Bad inputs
     Anything that is not a complete image within the limits (:mod:`imagent.core.imageio`), and
     manifest rows with unusable values, are skipped with a reason: listed in the report and stored
-    with :meth:`Gallery.mark_skipped`. One bad file never stops a build.
+    with :meth:`Gallery.mark_skipped`. One bad file never stops a build. File names that are not
+    UTF-8 keep their exact bytes (surrogate escapes, stored losslessly) so the file still opens; they
+    are *shown* escaped (``caf\\xe9.jpg``). Manifest text with lone surrogates or undecodable bytes is
+    cleaned where it enters (:func:`imagent.core.text.clean_text`).
+
+Captions
+    A manifest's captions are ``caption_source = "given"``; ``captions=FILE`` imports more
+    (:func:`import_captions`); ``options.caption_missing`` asks a captioner that sees pixels
+    (:mod:`imagent.index.captioning`: prompt files, the model + prompt identity kept in each
+    captioned record's fingerprint). An image with no caption gets ``derived_text``
+    (:mod:`imagent.index.derived`), which the caption spaces embed instead.
 
 ``imagent index SOURCE`` runs it with the configured encoders and a progress bar.
 """
@@ -108,7 +118,7 @@ class IndexReport:
     derived: int = 0  # of those without, how many have derived text (names, date, place)
     sees_pixels: bool | None = None  # whether the dual encoder sees pixels (None: no dual encoder)
 
-    def coverage(self, gallery: Gallery, scope: str, dual: Any) -> None:
+    def coverage(self, gallery: Gallery, dual: Any) -> None:
         """Count captions in the index, for :meth:`caption_note`."""
         self.with_caption, total = gallery.caption_coverage()
         self.without_caption = total - self.with_caption
@@ -848,6 +858,6 @@ def build_index(
         report.warnings.append(f"{exc}; searches use the exact scan")
     if built:
         report.warnings.append(f"approximate search store (re)built for {', '.join(built)}")
-    report.coverage(gallery, src.scope, dual)
+    report.coverage(gallery, dual)
     report.seconds = time.perf_counter() - t0
     return report

@@ -344,7 +344,9 @@ class Gallery:
             # A read-only index folder (shared, mounted read-only): rebuild in memory instead.
             self._load()
             return self._vectors_from_db(space)
-        return np.load(path, mmap_mode="r")
+        # The fresh snapshot may store this space as an alias of an identical one.
+        target = self._snapshot_aliases().get(space, space)
+        return np.load(self.root / "vectors" / f"{target}.npy", mmap_mode="r")
 
     def _vectors_from_db(self, space: str) -> np.ndarray:
         dim = self._spaces[space].dim

@@ -78,7 +78,9 @@ def guess_image_mime(data: bytes, path: str | None = None, default: str = "image
     try:
         from PIL import Image
 
-        with Image.open(io.BytesIO(data)) as im:
+        from imagent.core.imageio import ALLOWED_FORMATS
+
+        with Image.open(io.BytesIO(data), formats=ALLOWED_FORMATS) as im:  # header only, allowed parsers only
             mime = Image.MIME.get(im.format or "")
         if mime:
             return mime

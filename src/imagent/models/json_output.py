@@ -31,6 +31,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from imagent.core.text import clean_text
 from imagent.core.trace import current_trace, note
 
 
@@ -272,6 +273,18 @@ def strip_think(text: str) -> str:
     return "".join(out)
 
 
+def _clean_strings(value: Any) -> Any:
+    """``value`` with lone surrogates replaced in every string and key: clean text can still decode to them
+    (``"\\ud800"`` is a valid JSON escape), and parsed values are where model output enters a method."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, list):
+        return [_clean_strings(v) for v in value]
+    if isinstance(value, dict):
+        return {clean_text(k): _clean_strings(v) for k, v in value.items()}
+    return value
+
+
 def _values(text: str, complete_only: bool = False) -> Iterator[Any]:
     """Every JSON value found in ``text``, in order of likelihood: fenced blocks first, then
     top-level bracketed values left to right. A value cut short ends its candidate (and, with
@@ -286,8 +299,8 @@ def _values(text: str, complete_only: bool = False) -> Iterator[Any]:
             if not balanced and complete_only:
                 break
             try:
-                value = _parse_value(body, balanced)
-            except JSONParseError:
+                value = _clean_strings(_parse_value(body, balanced))
+            except (JSONParseError, RecursionError):
                 value = _NOTHING
             if value is not _NOTHING:
                 yield value

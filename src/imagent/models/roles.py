@@ -214,9 +214,11 @@ class Role:
 
 
 def _clean_response(resp: ChatResponse) -> ChatResponse:
-    """``resp`` with lone surrogates in its text and tokens replaced (U+FFFD): where model output enters."""
+    """``resp`` with lone surrogates in its text, tokens and tool calls replaced (U+FFFD): where model output
+    enters."""
     resp.text = clean_text(resp.text)
     resp.top_logprobs = [[TokenLogprob(clean_text(t.token), t.logprob) for t in pos] for pos in resp.top_logprobs]
+    resp.tool_calls = [{k: clean_text(v) if isinstance(v, str) else v for k, v in c.items()} for c in resp.tool_calls]
     return resp
 
 

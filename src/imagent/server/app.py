@@ -234,7 +234,7 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
 
     @app.post("/api/uploads", status_code=201)
     async def upload(request: Request) -> dict[str, Any]:
-        """The body is the image file itself (any content type); ``X-Filename`` may name it."""
+        """The body is the image file itself (any content type; no multipart form needed)."""
         data = await request.body()
         try:
             item = await run_in_threadpool(uploads.add, data)
@@ -267,7 +267,7 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
                 raise HTTPException(400, "unknown or expired reference_upload; upload the image again")
             ref = uploads.record(item, gallery)
             if ref.id not in gallery:
-                ref = _with_name_words(ref, req)
+                ref = _uploaded_record(ref)
         query = Query(text=req.text, reference=ref,
                       exclude=[ref.id] if ref is not None and not req.keep_reference and ref.id in gallery else [])
         if query.task not in cls.tasks:
@@ -284,7 +284,7 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
         return workspace.search(req.text, method=req.method, top_k=req.top_k, reference=query.reference,
                                 index=index, keep_reference=req.keep_reference, params=req.params, trace=trace)
 
-    def payload(result: Any) -> dict[str, Any]:
+    def payload(result: Result) -> dict[str, Any]:
         data = json.loads(result_json(result, gallery))
         if result.answer_set is not None:
             data["answer_set"] = list(result.answer_set)
@@ -300,7 +300,10 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
     @app.post("/api/searches", status_code=202)
     def start_search(req: SearchRequest) -> dict[str, Any]:
         query, config = prepare(req)
-        estimate = get_method(req.method).estimate_calls(config, query)
+        try:
+            estimate: int | None = get_method(req.method).estimate_calls(config, query)
+        except Exception:  # an estimate is a courtesy: never a reason to refuse the search
+            estimate = None
         trace = new_trace(req)
         try:
             job = jobs.start(trace, req.method, estimate, lambda t: payload(run(req, query, t)), describe_error)
@@ -319,7 +322,7 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
     async def events(job_id: str, request: Request) -> StreamingResponse:
         job = job_or_404(job_id)
         last = request.headers.get("last-event-id", "")
-        start = int(last) + 1 if last.isdigit() else 0
+        start = int(last) + 1 if last.isdigit() and len(last) < 12 else 0
 
         async def stream() -> AsyncIterator[str]:
             n, idle = start, 0.0
@@ -364,7 +367,7 @@ def _card(rec: ImageRecord) -> dict[str, Any]:
             "taken": rec.taken_time.isoformat() if rec.taken_time else None, "place": _place(rec)}
 
 
-def _with_name_words(ref: ImageRecord, req: SearchRequest) -> ImageRecord:
+def _uploaded_record(ref: ImageRecord) -> ImageRecord:
     """An uploaded reference is stored under a random name: its derived text must not be that name's
     words. Only its EXIF date and place stand in for it (marked as derived text, never a caption)."""
     from imagent.index.derived import date_phrase, place_phrase

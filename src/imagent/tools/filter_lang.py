@@ -194,8 +194,9 @@ _EPOCH = datetime(1970, 1, 1)
 
 
 def wall_seconds(dt: datetime) -> float:
-    """Seconds since 1970-01-01 of the wall-clock time ``dt`` shows (its time zone, if any, ignored)."""
-    return (dt.replace(tzinfo=None) - _EPOCH).total_seconds()
+    """Whole seconds since 1970-01-01 of the wall-clock time ``dt`` shows (its time zone, if any, and
+    fractions of a second ignored)."""
+    return (dt.replace(tzinfo=None, microsecond=0) - _EPOCH).total_seconds()
 
 
 class _Parser:
@@ -376,19 +377,41 @@ class _TextColumn:
 
 
 class AlbumMeta:
-    """Column arrays of an album's metadata, built once: what filters are evaluated on."""
+    """Column arrays of an album's metadata, built once: what filters are evaluated on.
 
-    def __init__(self, records: Sequence[ImageRecord]) -> None:
-        n = len(records)
-        self.size = n
-        self.time = np.fromiter(
-            (wall_seconds(r.taken_time) if r.taken_time is not None else np.nan for r in records), np.float64, n)
-        self.lat = np.fromiter((np.nan if r.latitude is None else r.latitude for r in records), np.float64, n)
-        self.lon = np.fromiter((np.nan if r.longitude is None else r.longitude for r in records), np.float64, n)
-        self.address = _TextColumn([r.address for r in records])
-        self.device = _TextColumn([r.device for r in records])
+    ``time``: wall-clock seconds (NaN: no time); ``lat``/``lon``: degrees (NaN: no GPS); ``address`` and
+    ``device``: text per photo (None: unknown)."""
+
+    def __init__(self, time: np.ndarray, lat: np.ndarray, lon: np.ndarray, address: Sequence[str | None],
+                 device: Sequence[str | None]) -> None:
+        self.size = len(time)
+        self.time = np.asarray(time, dtype=np.float64)
+        self.lat = np.asarray(lat, dtype=np.float64)
+        self.lon = np.asarray(lon, dtype=np.float64)
+        self.address = _TextColumn(address)
+        self.device = _TextColumn(device)
         # Rows in chronological order (photos without a time last): results are listed this way.
         self.chrono = np.argsort(np.where(np.isnan(self.time), np.inf, self.time), kind="stable")
+
+    @classmethod
+    def from_records(cls, records: Sequence[ImageRecord]) -> AlbumMeta:
+        n = len(records)
+        return cls(
+            np.fromiter((wall_seconds(r.taken_time) if r.taken_time is not None else np.nan for r in records),
+                        np.float64, n),
+            np.fromiter((np.nan if r.latitude is None else r.latitude for r in records), np.float64, n),
+            np.fromiter((np.nan if r.longitude is None else r.longitude for r in records), np.float64, n),
+            [r.address for r in records], [r.device for r in records])
+
+    @classmethod
+    def from_columns(cls, taken: Sequence[str | None], lat: Sequence[float | None], lon: Sequence[float | None],
+                     address: Sequence[str | None], device: Sequence[str | None]) -> AlbumMeta:
+        """From stored values: ``taken`` as ISO 8601 text (``ImageRecord.to_dict``), parsed by numpy in C;
+        the first 19 characters are the wall-clock time (fractions of a second and any offset dropped)."""
+        stamps = np.array([t[:19] if t else "NaT" for t in taken], dtype="datetime64[s]")
+        seconds = stamps.astype(np.int64).astype(np.float64)
+        seconds[np.isnat(stamps)] = np.nan
+        return cls(seconds, np.array(lat, dtype=np.float64), np.array(lon, dtype=np.float64), address, device)
 
     def evaluate(self, node: Any) -> np.ndarray:
         """A boolean mask over rows."""

@@ -67,7 +67,9 @@ def dilated_box(box: Sequence[float], width: int, height: int) -> tuple[float, f
 def write_crop(src: Path, box: Sequence[float], dst: Path) -> None:
     from PIL import Image
 
-    with Image.open(src) as im:
+    from imagent.core.imageio import ALLOWED_FORMATS
+
+    with Image.open(src, formats=ALLOWED_FORMATS) as im:  # no parser outside the allow-list (EPS -> Ghostscript)
         crop = im.crop(dilated_box(box, im.width, im.height))
         side = max(crop.width, crop.height)
         if crop.mode not in ("RGB", "L"):

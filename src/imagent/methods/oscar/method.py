@@ -42,6 +42,7 @@ from imagent.methods.oscar.atomic import Retrievers, problem_context, reference_
 from imagent.methods.oscar.config import OscarConfig
 from imagent.methods.oscar.library import GoldenLibrary
 from imagent.methods.oscar.planner import (
+    Execution,
     Plan,
     execute,
     fallback_plan,
@@ -105,7 +106,8 @@ class Oscar(Method):
         scores = self._verify(query, members, trace) if cfg.verify else {}
         with trace.step("rank") as step:
             final = rank(members, scores, fused)
-            step.outputs.update(composed=len(members), verified=len(scores), top=final.head(10))
+            step.outputs.update(composed=len(members), verified=len(scores), top=final.head(10),
+                                report_line=summary_line(plan, run, members, scores, final))
         return Result(ranking=final.top(top_k), trace=trace,
                       stages={"fused": fused.top(top_k), "composed": composed_first.top(top_k)},
                       answer_set=[i for i in final.ids if i in run.composed])
@@ -206,6 +208,20 @@ class Oscar(Method):
             return {i: s for i, (s, _) in zip(todo, out, strict=True)}
 
 
+def summary_line(plan: Plan, run: Execution, members: list[str], scores: dict[str, float], final: Ranking) -> str:
+    """One line for the eval report: the calls, each set operation's size, what the verifier moved to the top."""
+    calls = ", ".join(f"#{c.index} {c.tool}({c.query[:40]!r})@{c.top_k}{c.polarity}" for c in plan.calls if c.used)
+    ops = ", ".join(f"{e['name']}={e['op']}{e['operands']}->{e['size']}"
+                    + (f" (removed {e['removed']})" if e.get("removed") else "") for e in run.step_log)
+    line = f"calls: {calls} | sets: {ops}"
+    if any("fallback" in n for n in plan.notes):
+        line = "fallback plan; " + line
+    if scores and final.ids:
+        top = final.ids[0]
+        line += f" | verified {len(scores)}: top-1 {top} (p={scores.get(top, 0):.2f}, was #{members.index(top) + 1})"
+    return line
+
+
 def rank(members: list[str], scores: dict[str, float], fused: Ranking) -> Ranking:
     """Decision 3: verified members by score (ties: fused order), then unverified members, then the rest of
     the pool, both in fused order. Scores: 2*TIER + p, TIER + fused, fused (non-increasing)."""
@@ -221,4 +237,4 @@ def rank(members: list[str], scores: dict[str, float], fused: Ranking) -> Rankin
     return Ranking(ids, values)
 
 
-__all__ = ["Oscar", "rank"]
+__all__ = ["Oscar", "rank", "summary_line"]
