@@ -2,7 +2,7 @@
 ``python`` blocks in Python, and the ``toml`` blocks validate as configuration.
 
 The commands run in a temporary working folder laid out as they assume: ``~/Pictures`` (a few uncaptioned
-photos), ``data/captions.jsonl`` (a captioned manifest), ``dress.jpg``, ``circo/val.json`` with
+photos) with ``caps.jsonl`` (captions for them), ``data/captions.jsonl`` (a captioned manifest), ``dress.jpg``, ``circo/val.json`` with
 ``my_submission.json``, and ``../shared`` (the stamps). The index is ``$IMAGENT_INDEX``, and the config file
 ``$IMAGENT_CONFIG`` routes every chat role to a scripted model, so LLM examples cost no model time; the
 real MiniLM does the encoding and ``imagent models --check`` loads the real offline Qwen too. A command
@@ -89,9 +89,12 @@ def workdir(tmp_path, stamps_dir, offline_model_cache):
     (work / "data" / "images").mkdir(parents=True)
     (tmp_path / "shared").symlink_to(SHARED, target_is_directory=True)  # ../shared from the working folder
     captions = {json.loads(x)["id"]: json.loads(x) for x in (stamps_dir / "captions.jsonl").read_text().splitlines()}
+    caps = []
     for stem in PICTURES:
         src = _stamp(stamps_dir, stem)
         shutil.copyfile(src, home / "Pictures" / src.name)
+        caps.append({"file": src.name, "caption": captions[stem]["caption"]})  # named relative to ~/Pictures
+    (work / "caps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in caps))
     rows = []
     for stem in [PENGUIN, *list(captions)[:9]]:
         src = _stamp(stamps_dir, stem)

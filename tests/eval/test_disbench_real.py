@@ -5,7 +5,9 @@ shows EM/F1 and the per-query turns, tool calls, tokens and seconds.
 
 A 0.5B model reasons poorly, so these check the plumbing (answers parsed from the model, memories run,
 reports written), not the scores. Budgets are small (``max_turns=3``, short replies) to keep each run
-near a minute on two CPU cores.
+near a minute on two CPU cores. The tools go through the ``<tool_call>`` text protocol (``tool_mode=text``):
+``llama_cpp.server`` with its default chat format neither writes the request's ``tools`` into the prompt nor
+returns ``tool_calls``, so in native mode the model would never learn the tools' names.
 """
 
 from __future__ import annotations
@@ -90,6 +92,7 @@ def test_eval_disbench_real_server(server_config, tmp_path, method):
         "eval", "disbench", "--images-root", str(ALBUM), "--method", method, "--limit", "2",
         "--config", str(server_config), "--run-dir", str(run_dir), "--index", str(tmp_path / "index"), "--json",
         "--set", "max_turns=3", "--set", "max_tokens=200", "--set", f"context_limit={N_CTX}",
+        "--set", "tool_mode=text",
     ])
     assert res.exit_code == 0, res.output[-3000:]
     out = json.loads(res.stdout)

@@ -205,3 +205,14 @@ def test_no_key_in_web_api_error_body(world: dict[str, Path], monkeypatch: pytes
         assert KEY not in res.text and "model call failed" in res.text
     assert len(EchoHandler.seen) == 3 and all(a == f"Bearer {KEY}" for a in EchoHandler.seen)
     assert_no_key_in_files(world["base"])
+
+
+def test_chat_and_tool_errors_are_redacted_on_construction(monkeypatch: pytest.MonkeyPatch) -> None:
+    from imagent.models.base import ChatError
+    from imagent.tools.base import ToolError
+
+    monkeypatch.setenv(KEY_ENV, KEY)
+    register_env_names([KEY_ENV])
+    for exc_type in (ChatError, ToolError):
+        exc = exc_type(f"HTTP 403: quota exceeded for {KEY}; Authorization: Bearer {KEY[:20]}")
+        assert KEY not in str(exc) and KEY[:20] not in str(exc) and "HTTP 403" in str(exc)

@@ -249,3 +249,12 @@ def test_uploads_are_checked_as_images(client, site):
                  Path(photos / "red.png").read_bytes()[:40]):
         clear_4xx(client.post("/api/uploads", content=body), 415)
     assert client.post("/api/uploads", content=Path(photos / "red.png").read_bytes()).status_code == 201
+
+
+def test_no_websocket_is_ever_opened(app):
+    from starlette.websockets import WebSocketDisconnect
+
+    c = TestClient(app, base_url=LOCAL)
+    for path in ("/", "/api/searches/x/events", "/ws"):
+        with pytest.raises(WebSocketDisconnect), c.websocket_connect(path, headers={"Host": "evil.example"}):
+            pass

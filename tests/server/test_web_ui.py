@@ -245,6 +245,12 @@ def test_page_streams_a_long_search_cancels_it_and_takes_an_upload(album_workspa
     page.click("#search-button")
     page.wait_for_selector("#status:has-text('results in')")
     assert "from-disk" not in page.inner_text("#results")
+    # drag-and-drop onto the reference row uploads the same way
+    dropped = list(make_png(tmp_path / "dropped.png", (250, 250, 0), (20, 10)).read_bytes())
+    transfer = page.evaluate_handle("""(bytes) => { const dt = new DataTransfer();
+        dt.items.add(new File([new Uint8Array(bytes)], "dropped.png", { type: "image/png" })); return dt; }""", dropped)
+    page.dispatch_event("#reference-row", "drop", {"dataTransfer": transfer})
+    page.wait_for_selector("#reference-preview figcaption:has-text('dropped.png (uploaded, 20×10)')")
     # an uploaded non-image is refused with the reason
     bad = tmp_path / "notes.png"
     bad.write_text("not an image")

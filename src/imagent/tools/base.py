@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+from imagent.core.redact import redact
 from imagent.core.text import clean_text
 from imagent.core.types import ImageRecord
 from imagent.models.base import ImagePart
@@ -26,7 +27,13 @@ MAX_TITLE_CHARS = 200
 
 
 class ToolError(RuntimeError):
-    """A tool call failed (network, HTTP status, missing key, backend error). Never cached."""
+    """A tool call failed (network, HTTP status, missing key, backend error). Never cached.
+
+    The message is redacted on construction (:func:`imagent.core.redact.redact`): it may quote a service's
+    reply or a request URL, and so an API key."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(redact(a) if isinstance(a, str) else a for a in args))
 
 
 class ToolRejected(ToolError):

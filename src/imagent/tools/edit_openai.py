@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from imagent.core.redact import register_secret
 from imagent.tools.base import EditInput, Provenance, ToolError, ToolImage, ToolRejected, input_bytes, input_text
 from imagent.tools.download import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, fetch_image, verify_image_bytes
 
@@ -88,6 +89,7 @@ class OpenAIImageEditTool:
     def edit(self, image: EditInput, instruction: str) -> ToolImage:
         o = self.options
         key = os.environ.get(o.api_key_env, "").strip()
+        register_secret(key)  # masked in every error and trace from now on
         if not key:
             raise ToolError(f"the openai edit backend needs an API key in ${o.api_key_env}")
         png = self._png(input_bytes(image))

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from imagent.core.redact import redact, register_env_names, register_secret
+from imagent.core.redact import register_env_names, register_secret
 from imagent.tools.base import Provenance, ToolError, ToolImage, ToolRejected
 from imagent.tools.download import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, fetch_image
 
@@ -96,13 +96,13 @@ class WebImageSearch:
         return key
 
     def _get_json(self, url: str, params: dict[str, Any], headers: dict[str, str] | None, secret: str) -> Any:
-        register_secret(secret)  # the key must never reach a trace or a log (it is in the URL or a header)
+        register_secret(secret)  # in the URL or a header: ToolError redacts it from every message
         try:
             resp = self.client.get(url, params=params, headers=headers or {}, follow_redirects=False)
         except httpx.HTTPError as exc:
-            raise ToolError(redact(f"{self.backend} search request failed: {type(exc).__name__}: {exc}")) from None
+            raise ToolError(f"{self.backend} search request failed: {type(exc).__name__}: {exc}") from None
         if resp.status_code != 200:
-            raise ToolError(redact(f"{self.backend} search answered HTTP {resp.status_code}: {resp.text[:200]}"))
+            raise ToolError(f"{self.backend} search answered HTTP {resp.status_code}: {resp.text[:200]}")
         try:
             return resp.json()
         except ValueError:
