@@ -224,3 +224,12 @@ def test_json_escapes_that_decode_to_lone_surrogates_are_replaced() -> None:
     value = parse_json('{"target": "a \\ud800 cat", "\\udfff": ["\\udce9"]}', None)
     assert value == {"target": "a \ufffd cat", "\ufffd": ["\ufffd"]}
     json.dumps(value, ensure_ascii=False).encode("utf-8")
+
+
+def test_a_text_reply_cut_by_max_tokens_is_recorded() -> None:
+    trace = Trace()
+    with trace.step("s") as step:
+        assert Role("r", CutModel([("a red car with a", "length")])).text(MSGS, max_tokens=5) == "a red car with a"
+        assert Role("r", CutModel([("a red car.", "stop")])).text(MSGS) == "a red car."
+    assert trace.counters == {"text_cut_by_max_tokens": 1}
+    assert any("cut at max_tokens=5" in n for n in step.notes)

@@ -261,8 +261,10 @@ def _print_figures(request: pytest.FixtureRequest) -> Iterator[None]:
             f"{FIGURES['replies']} replies served, {FIGURES['crashed']} crashed, "
             f"{FIGURES['json_fallbacks']} JSON fallbacks, {FIGURES['yes_no_unanswered']} unanswered yes/no, "
             f"{FIGURES['capped']} stopped by the call cap")
-    if reporter is not None:
-        reporter.write_line(line)
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is not None and capture is not None:
+        with capture.global_and_fixture_disabled():  # fd-level capture would swallow it otherwise
+            reporter.write_line("\n" + line)
 
 
 # --------------------------------------------------------------------------- the property

@@ -93,12 +93,12 @@ class ImageSearchTool(Tool):
         what = " + ".join(x for x in (repr(query) if query else "", f"visual cue {cue}" if cue else "") if x)
         if not ranking.ids:
             return Observation(f"No photos found for {what}{scope}.", data={"count": 0})
-        lines = [f"{n}. {i} (score {s:.3f})" for n, (i, s) in enumerate(zip(ranking.ids, ranking.scores, strict=True),
-                                                                    1)]
+        pairs = list(zip(ranking.ids, ranking.scores, strict=True))
+        lines = [f"{n}. {i} (score {s:.3f})" for n, (i, s) in enumerate(pairs, 1)]
         text = f"Top {len(ranking)} photos for {what}{scope}, best first:\n" + "\n".join(lines)
-        return Observation(text, photos=list(ranking.ids), scores=dict(zip(ranking.ids, ranking.scores, strict=True)),
-                           data={"results": ranking.head(len(ranking))},
-                           summary=f"{len(ranking)} photos for {what}{scope}")
+        results = ranking.head(len(pairs))
+        return Observation(text, photos=list(ranking.ids), scores=dict(pairs), data={"results": results},
+                           summary=f"{len(pairs)} photos for {what}{scope}")
 
 
 class GetMetadataTool(Tool):

@@ -299,6 +299,9 @@ def distill_skill(role: Any, prompt: str, query: str, trajectory: str, confidenc
             continue
         fields = {k: " ".join(str(value.get(k, "")).split()) for k in SKILL_FIELDS}
         problems = skill_problems(fields, query, forbidden)
+        copied = [k for k, v in fields.items() if len(v) > 15 and v.lower() in " ".join(prompt.split()).lower()]
+        if copied:  # a small model may echo the prompt's field descriptions instead of writing a skill
+            problems.append(f"copies the instructions instead of describing the episode ({', '.join(copied)})")
         if not problems:
             now = _now()
             return Skill(id=new_skill_id(query, now), confidence=round(float(confidence), 4), source_query=query,

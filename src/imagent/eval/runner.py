@@ -442,7 +442,7 @@ def query_runner(ws: Any, spec: RunSpec, bench: Benchmark, split: str, index_dir
             if learn is not None:
                 _learn(learn, bench, item, query, result)
         except Exception as exc:  # one failing query must not end a long run; it is retried next time
-            return {"qid": item.id, "group": item.group, "error": f"{type(exc).__name__}: {exc}",
+            return {"qid": item.id, "group": item.group, "error": redact(f"{type(exc).__name__}: {exc}"),
                     "seconds": round(time.perf_counter() - t0, 4)}
         ids = list(result.ranking.ids)
         rec: dict[str, Any] = {

@@ -215,6 +215,7 @@ class Gallery:
         self._records = _LazyRecords({r[0]: r[1] for r in rows})
         self._row_of = {i: n for n, i in enumerate(self.ids)}
         self._coverage: tuple[int, int] | None = None
+        self._id_array: np.ndarray | None = None
         self._spaces = {
             name: SpaceInfo(model_id, dim)
             for name, model_id, dim in c.execute("SELECT name, model_id, dim FROM spaces")
@@ -242,6 +243,14 @@ class Gallery:
 
     def records(self, ids: Iterable[str] | None = None) -> list[ImageRecord]:
         return [self._records[i] for i in (self.ids if ids is None else ids)]
+
+    @property
+    def id_array(self) -> np.ndarray:
+        """:attr:`ids` as a numpy object array: ``id_array[rows].tolist()`` turns row numbers into ids
+        without a Python loop per row (a pool of 100,000 ids in a fraction of the time)."""
+        if self._id_array is None:
+            self._id_array = np.array(self.ids, dtype=object)
+        return self._id_array
 
     def row(self, image_id: str) -> int:
         return self._row_of[image_id]

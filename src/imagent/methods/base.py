@@ -85,7 +85,7 @@ class MethodContext:
         return self.gallery.scores(query_vec, space, rows)
 
     def pool_ids(self, rows: np.ndarray | None) -> list[str]:
-        return list(self.gallery.ids) if rows is None else [self.gallery.ids[int(r)] for r in rows]
+        return list(self.gallery.ids) if rows is None else self.gallery.id_array[rows].tolist()
 
     def rank(self, query: Query, query_vec: np.ndarray, space: str, top_k: int) -> Ranking:
         """Exact cosine top-k of one query vector over the query's pool (subset, filters, exclusions)."""
@@ -131,8 +131,10 @@ def load_prompt(relative: str) -> str:
 
 def ranking_from_scores(ids: list[str], scores: np.ndarray, k: int | None = None) -> Ranking:
     """Stable descending ranking of ``ids`` by ``scores``; ``k=None`` keeps every id."""
-    order = stable_order(scores) if k is None else top_k(np.asarray(scores), k)
-    return Ranking([ids[int(i)] for i in order], [float(scores[int(i)]) for i in order])
+    scores = np.asarray(scores)
+    order = stable_order(scores) if k is None else top_k(scores, k)
+    picked = np.asarray(ids, dtype=object)[order] if len(order) > 64 else [ids[int(i)] for i in order]
+    return Ranking(list(picked), scores[order].astype(np.float64).tolist())
 
 
 def fold_dialogue(query: Query) -> str:

@@ -301,6 +301,11 @@ class PhotoCraft(_DeepSearch):
             if score <= self.config.theta_conf:
                 step.outputs = {"distilled": False, "why": f"F1 {score:.2f} <= theta_conf {self.config.theta_conf}"}
                 return None
+            answer = next((st for st in result.trace.steps if st.name == "answer"), None)
+            if answer is not None and answer.outputs.get("source") == "fallback":
+                # The agent did not solve it (the never-empty fall-back answered): no successful trajectory.
+                step.outputs = {"distilled": False, "why": "the answer was the fall-back, not the agent's"}
+                return None
             return self._distil(query.text, result.trace.to_dict(), score, "evaluation", query.candidates, step)
 
     def mark_answer_correct(self, query: str, trace: Trace | dict[str, Any],

@@ -136,7 +136,16 @@ class Role:
         return resp
 
     def text(self, messages: list[Message], **params: Any) -> str:
-        return self.chat(messages, ChatParams(**params)).text.strip()
+        """The reply's text. One cut by ``max_tokens`` is returned as it is (free text has no closing to wait
+        for, and the caller chose the length) but never silently: the cut is noted and counted."""
+        p = ChatParams(**params)
+        resp = self.chat(messages, p)
+        if resp.finish_reason == "length":
+            note(f"role {self.name!r}: reply cut at max_tokens={p.max_tokens}")
+            trace = current_trace()
+            if trace is not None:
+                trace.count("text_cut_by_max_tokens")
+        return resp.text.strip()
 
     def json(
         self,
