@@ -2,10 +2,10 @@
 ``python`` blocks in Python, and the ``toml`` blocks validate as configuration.
 
 The commands run in a temporary working folder laid out as they assume: ``~/Pictures`` (a few uncaptioned
-photos) with ``caps.jsonl`` (captions for them), ``data/captions.jsonl`` (a captioned manifest), ``dress.jpg``, ``circo/val.json`` with
-``my_submission.json``, and ``../shared`` (the stamps). The index is ``$IMAGENT_INDEX``, and the config file
-``$IMAGENT_CONFIG`` routes every chat role to a scripted model, so LLM examples cost no model time; the
-real MiniLM does the encoding and ``imagent models --check`` loads the real offline Qwen too. A command
+photos) with ``caps.jsonl`` (captions for them), ``data/captions.jsonl`` (a captioned manifest), ``dress.jpg``,
+``circo/val.json`` with ``my_submission.json``, and ``../shared`` (the stamps). The index is ``$IMAGENT_INDEX``,
+and the config file ``$IMAGENT_CONFIG`` routes every chat role to a scripted model, so LLM examples cost no model
+time; the real MiniLM does the encoding and ``imagent models --check`` loads the real offline Qwen too. A command
 that cannot run here (installs, the test suite, a server that runs until stopped) is listed in ``SKIP`` with
 the reason; any other command, including ones added to the README later, must run."""
 

@@ -139,7 +139,8 @@ def test_caption_run_writes_everything_and_resumes(env, tmp_path):
     assert "| overall/recall@1 |" in report and "| retrieve | 4 |" in report
     assert "recall_at_k.png" in report and "time_per_stage.png" in report
     config = json.loads((run / "config.json").read_text())
-    assert config["method"]["params"] == {"concurrency": 1, "include_reference_caption": False}
+    assert config["method"]["params"] == {"concurrency": None, "max_calls": None,
+                                                "include_reference_caption": False}
     # The same command again: nothing new to run, same numbers.
     again = invoke("stamps", "--method", "caption", "--limit", "4", "--run-dir", str(run), *common(env))
     assert again["new"] == 0 and again["already_done"] == 4

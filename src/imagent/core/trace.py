@@ -9,6 +9,7 @@ all render this same structure.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import threading
 import time
@@ -125,10 +126,8 @@ class Trace:
 
     def emit(self, event: str, payload: dict[str, Any]) -> None:
         for listener in list(self.listeners):
-            try:
+            with contextlib.suppress(Exception):  # an observer never breaks a search
                 listener(event, payload)
-            except Exception:  # an observer never breaks a search
-                pass
 
     def check_cancelled(self) -> None:
         if self.cancel_event is not None and self.cancel_event.is_set():
