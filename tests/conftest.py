@@ -9,6 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -188,3 +194,51 @@ def known_album(tmp_path_factory, album_records, caption_dual, minilm):
 
     gallery = gallery_from_records(str(tmp_path_factory.mktemp("known-album")), album_records, caption_dual, minilm)
     return Album(gallery, caption_dual, minilm)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def llama_server(model: Path, log_path: Path, *args: str, start_timeout_s: float = 120.0) -> Iterator[str]:
+    """A real ``python -m llama_cpp.server`` for ``model`` on a free local port (``args``: more server
+    options); yields its base URL (no ``/v1``) and stops it by its PID. The log goes to a file: a full pipe
+    nobody reads would block the server."""
+    import httpx
+
+    port = _free_port()
+    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
+           "--port", str(port), "--n_threads", "2", "--model_alias", "qwen", *args]
+    base_url = f"http://127.0.0.1:{port}"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + start_timeout_s
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"llama_cpp.server exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
+            try:
+                if httpx.get(f"{base_url}/v1/models", timeout=2.0).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"llama_cpp.server not up after {start_timeout_s:g} s:\n{log_path.read_text()[-3000:]}")
+            time.sleep(0.3)
+        yield base_url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=15)
+
+
+@pytest.fixture(scope="session")
+def start_llama_server():
+    """:func:`llama_server` for fixtures in other conftest and test files (a context manager factory)."""
+    return llama_server

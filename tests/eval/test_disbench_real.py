@@ -13,15 +13,10 @@ returns ``tool_calls``, so in native mode the model would never learn the tools'
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from importlib.resources import files
 from pathlib import Path
 
-import httpx
 import pytest
 from typer.testing import CliRunner
 
@@ -34,43 +29,12 @@ ALBUM = Path(str(files("imagent.eval") / "data" / "album_mini"))
 N_CTX = 8192
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
-def agent_server(qwen_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def agent_server(qwen_path: Path, tmp_path_factory: pytest.TempPathFactory, start_llama_server) -> Iterator[str]:
     """A real llama.cpp server with a context big enough for an agent; stopped by its PID at the end."""
-    port = _free_port()
     log_path = tmp_path_factory.mktemp("llama-agent-server") / "server.log"
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(qwen_path), "--host", "127.0.0.1",
-           "--port", str(port), "--n_ctx", str(N_CTX), "--n_threads", "2", "--model_alias", "qwen"]
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"llama_cpp.server exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{base}/v1/models", timeout=2.0).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"llama_cpp.server not up after 120 s:\n{log_path.read_text()[-3000:]}")
-            time.sleep(0.3)
+    with start_llama_server(qwen_path, log_path, "--n_ctx", str(N_CTX)) as base:
         yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
 
 
 @pytest.fixture

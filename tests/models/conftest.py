@@ -6,61 +6,18 @@ adds the real llama.cpp server and the HTTP client pointing at it.
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
-
-SERVER_START_TIMEOUT_S = 60.0
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
-def qwen_server(qwen_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def qwen_server(qwen_path: Path, tmp_path_factory: pytest.TempPathFactory, start_llama_server) -> Iterator[str]:
     """A real ``python -m llama_cpp.server`` on a free local port; yields its base URL (no ``/v1``)."""
-    port = _free_port()
     log_path = tmp_path_factory.mktemp("llama-server") / "server.log"
-    cmd = [
-        sys.executable, "-m", "llama_cpp.server",
-        "--model", str(qwen_path), "--host", "127.0.0.1", "--port", str(port),
-        "--n_ctx", "2048", "--n_threads", "2", "--logits_all", "true", "--model_alias", "qwen",
-    ]
-    base_url = f"http://127.0.0.1:{port}"
-    # The log goes to a file: a full pipe nobody reads would block the server.
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"llama_cpp.server exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{base_url}/v1/models", timeout=2.0).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"llama_cpp.server not up after {SERVER_START_TIMEOUT_S:g} s:\n"
-                            f"{log_path.read_text()[-3000:]}")
-            time.sleep(0.3)
+    with start_llama_server(qwen_path, log_path, "--n_ctx", "2048", "--logits_all", "true") as base_url:
         yield base_url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
 
 
 @pytest.fixture(scope="session")
