@@ -131,3 +131,19 @@ def test_real_concurrent_calls_are_serialised(qwen_local: LlamaCppChatModel) -> 
         t.join()
     assert errors == [] and len(out) == 3
     assert len(set(out)) == 1  # greedy decoding of one prompt: the same text every time
+
+
+def test_grammar_bounds_are_kept_small_for_llama_cpp():
+    """A maxLength of thousands builds a grammar llama.cpp's parser cannot hold (a segfault): bounded, noted."""
+    from imagent.core.trace import Trace
+    from imagent.models.chat_llamacpp import GRAMMAR_MAX_CHARS, grammar_safe_schema
+
+    schema = {"type": "object", "properties": {"a": {"type": "string", "maxLength": 2000},
+                                               "b": {"type": "array", "items": {"type": "string", "maxLength": 10}}}}
+    trace = Trace()
+    with trace.step("s") as step:
+        safe = grammar_safe_schema(schema)
+    assert safe["properties"]["a"]["maxLength"] == GRAMMAR_MAX_CHARS
+    assert safe["properties"]["b"]["items"]["maxLength"] == 10
+    assert schema["properties"]["a"]["maxLength"] == 2000  # the caller's schema is untouched
+    assert any("bounded" in n for n in step.notes)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from imagent.core.cache import stable_key
+from imagent.core.trace import note
 from imagent.models.base import ChatError, ChatParams, ChatResponse, Message
 from imagent.models.chat_openai import parse_openai_logprobs
 from imagent.models.offline import INSTALL_HINT, OFFLINE_QWEN_NAME, ensure_offline_qwen
@@ -176,7 +177,7 @@ class LlamaCppChatModel:
         if params.repeat_penalty is not None:
             kw["repeat_penalty"] = params.repeat_penalty
         if params.json_schema is not None:
-            kw["response_format"] = {"type": "json_object", "schema": params.json_schema}
+            kw["response_format"] = {"type": "json_object", "schema": grammar_safe_schema(params.json_schema)}
         if params.tools:
             kw["tools"] = params.tools
         # llama.cpp raises if logprobs are asked of a model loaded without logits_all.
@@ -207,3 +208,32 @@ class LlamaCppChatModel:
             finish_reason=choice.get("finish_reason") or "",
             raw=out,
         )
+
+
+# llama.cpp turns a string's maxLength into that many nested optional repetitions in its grammar; a bound
+# of thousands (the GPT-4-class room methods ask for, e.g. TaCIR's 2,000 characters) builds a grammar whose
+# parsing overflows the native stack and kills the process (a segfault, seen here with the 0.5B Qwen). The
+# in-process backend therefore bounds each constrained string at GRAMMAR_MAX_CHARS; the trace says so.
+GRAMMAR_MAX_CHARS = 256
+
+
+def grammar_safe_schema(schema: Any) -> Any:
+    """``schema`` with every ``maxLength`` above :data:`GRAMMAR_MAX_CHARS` lowered to it (a copy)."""
+    lowered: list[int] = []
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            out = {k: walk(v) for k, v in node.items()}
+            if isinstance(out.get("maxLength"), int) and out["maxLength"] > GRAMMAR_MAX_CHARS:
+                lowered.append(out["maxLength"])
+                out["maxLength"] = GRAMMAR_MAX_CHARS
+            return out
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    safe = walk(schema)
+    if lowered:
+        note(f"llama.cpp grammar: strings bounded at {GRAMMAR_MAX_CHARS} characters (the schema asked up to "
+             f"{max(lowered)}; larger bounds crash llama.cpp's grammar parser)")
+    return safe
