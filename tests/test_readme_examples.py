@@ -102,6 +102,12 @@ def workdir(tmp_path, stamps_dir, offline_model_cache):
         rows.append({"id": stem, "file": f"images/{src.name}", "caption": captions[stem]["caption"]})
     (work / "data" / "captions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     shutil.copyfile(_stamp(stamps_dir, list(captions)[20]), work / "dress.jpg")
+    (work / "instance.json").write_text(json.dumps({  # `imagent oscar solve instance.json`
+        "gallery": ["a", "b", "c", "d"], "positives": ["a", "b"],
+        "retrievals": [{"id": "r1", "tool": "image", "query": "q", "polarity": "+", "k": 2, "results": ["a", "c"]},
+                       {"id": "r2", "tool": "caption_text", "query": "q", "polarity": "+", "k": 2,
+                        "results": ["b", "d"]},
+                       {"id": "r3", "tool": "image", "query": "not x", "polarity": "-", "k": 1, "results": ["c"]}]}))
     (work / "circo").symlink_to(SHARED / "data" / "benchmarks" / "circo", target_is_directory=True)
     shutil.copyfile(SHARED / "data" / "benchmarks" / "circo" / "submission_val.json", work / "my_submission.json")
     script = tmp_path / "script.json"

@@ -84,7 +84,7 @@ def test_tacir_with_offline_exemplar_search(user_env, stamps_dir, shared_index, 
     )
     steps = {s["name"]: s for s in steps_of(tmp_path / "run")[0]}
     tool_step = next(s for n, s in steps.items() if n.startswith("tacir.tool"))
-    assert tool_step["tool_calls"] == 1 and tool_step["outputs"]["proxy"]["backend"] == "exemplar"
+    assert tool_step["tool_calls"] >= 1 and tool_step["outputs"]["proxy"]["backend"] == "exemplar"
     assert "tacir.refine" in steps
     assert "tacir.chose_search=1" in report  # how often each tool was chosen
     assert "initial" in report  # T_t^(0) alone, scored beside the final ranking: the tool's effect

@@ -51,7 +51,9 @@ def test_disk_cache_stores_and_returns_text_with_surrogates(tmp_path):
     assert value == [ESCAPED_NAME] and not cached
 
 
-@pytest.mark.parametrize("kind", ["file_as_folder", "file_as_db", "db_is_folder", "read_only"])
+# "read_only" (a folder without write permission) is not here: root, who runs CI, ignores folder permissions, and
+# a skipped test fails CI; the three cases above reach the same error path.
+@pytest.mark.parametrize("kind", ["file_as_folder", "file_as_db", "db_is_folder"])
 def test_unusable_cache_dir_is_one_clear_error(tmp_path, kind):
     base = tmp_path / "cache"
     if kind == "file_as_folder":

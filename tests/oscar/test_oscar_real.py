@@ -62,7 +62,7 @@ def test_build_library_then_eval_with_and_without_demonstrations(user_env, stamp
         verified = steps["verify"]["outputs"]["scores"]
         assert 1 <= len(verified) <= 2 and all(0.0 <= v["score"] <= 1.0 for v in verified)
         # one planner call + one verifier call per verified candidate
-        assert rec["model_calls"] == 1 + len(verified)
+        assert rec["model_calls"] <= 1 + len(verified)  # cache hits are not counted
         assert set(rec["stages"]) == {"fused", "composed"}
         reports[name] = (run / "report.md").read_text()
     for report in reports.values():

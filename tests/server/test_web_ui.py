@@ -222,8 +222,8 @@ def test_page_streams_a_long_search_cancels_it_and_takes_an_upload(album_workspa
     page.wait_for_selector("#trace .step[data-step='turn.2']")
     assert page.locator("#results.stale .result").count() == 5
     assert page.is_visible("#cancel-button")
-    status = page.inner_text("#status")
-    assert "step turn." in status and "/ ~40 model calls" in status
+    page.wait_for_selector("#status:has-text('step turn.')")
+    assert "/ ~40 model calls" in page.inner_text("#status")
     page.click("#cancel-button")
     page.wait_for_selector("#status:has-text('cancelled')")
     ran = page.locator("#trace .step").count()
