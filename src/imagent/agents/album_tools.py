@@ -62,16 +62,26 @@ def _subset_name(value: str) -> str:
     return name
 
 
-class ImageSearchTool(Tool):
+class _AlbumTool(Tool):
+    """A tool over one album: keeps the album and the tools' settings; ``schema`` gives its parameters."""
+
+    def __init__(self, album: Album, config: AlbumToolsConfig) -> None:
+        self.album = album
+        self.config = config
+        self.parameters = self.schema(config)
+
+    def schema(self, config: AlbumToolsConfig) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+class ImageSearchTool(_AlbumTool):
     name = "ImageSearch"
     description = ("Search the photo album with SHORT keywords (2-5 words) describing what the photos show; "
                    "returns photo ids with similarity scores, best first. Optionally search only within a "
                    "saved subset (search_within) and/or use a photo as a visual cue (visual_cue).")
 
-    def __init__(self, album: Album, config: AlbumToolsConfig) -> None:
-        self.album = album
-        self.config = config
-        self.parameters = {
+    def schema(self, config: AlbumToolsConfig) -> dict[str, Any]:
+        return {
             "type": "object",
             "properties": {
                 "query": {"type": "string", "description": "short keywords, e.g. 'seaside sunset'"},
@@ -101,15 +111,13 @@ class ImageSearchTool(Tool):
                            summary=f"{len(pairs)} photos for {what}{scope}")
 
 
-class GetMetadataTool(Tool):
+class GetMetadataTool(_AlbumTool):
     name = "GetMetadata"
     description = ("Get metadata of photos: the time taken, the place (lat, lon, address) and the device. "
                    "Use it to turn an anchor photo into a date or place constraint.")
 
-    def __init__(self, album: Album, config: AlbumToolsConfig) -> None:
-        self.album = album
-        self.config = config
-        self.parameters = {
+    def schema(self, config: AlbumToolsConfig) -> dict[str, Any]:
+        return {
             "type": "object",
             "properties": {
                 "photo_ids": {"type": "array", "items": {"type": "string"},
@@ -156,7 +164,7 @@ def _metadata_line(row: dict[str, Any]) -> str:
     return f"{row['id']}: " + "; ".join(bits)
 
 
-class FilterMetadataTool(Tool):
+class FilterMetadataTool(_AlbumTool):
     name = "FilterMetadata"
     description = ("Select the photos whose metadata match an expression, e.g. "
                    "time >= '2013-06-09' and time < '2013-06-10' (always a date RANGE or prefix: "
@@ -164,10 +172,8 @@ class FilterMetadataTool(Tool):
                    "device ~ 'iphone', near(48.85, 2.35, 5) (within 5 km), lat/lon comparisons, and/or/not, "
                    "parentheses. save_as names the result so ImageSearch can search_within it.")
 
-    def __init__(self, album: Album, config: AlbumToolsConfig) -> None:
-        self.album = album
-        self.config = config
-        self.parameters = {
+    def schema(self, config: AlbumToolsConfig) -> dict[str, Any]:
+        return {
             "type": "object",
             "properties": {
                 "expression": {"type": "string", "description": "the filter expression", "minLength": 1},
@@ -208,15 +214,13 @@ class FilterMetadataTool(Tool):
                            summary=head + (f"; saved as {save_as!r}" if save_as else ""))
 
 
-class ViewPhotosTool(Tool):
+class ViewPhotosTool(_AlbumTool):
     name = "ViewPhotos"
     description = ("Look at photos to verify what they show (anchors, candidates, final targets). "
                    "The photos follow in the next message, each labelled with its id.")
 
-    def __init__(self, album: Album, config: AlbumToolsConfig) -> None:
-        self.album = album
-        self.config = config
-        self.parameters = {
+    def schema(self, config: AlbumToolsConfig) -> dict[str, Any]:
+        return {
             "type": "object",
             "properties": {"photo_ids": {"type": "array", "items": {"type": "string"},
                                          "description": f"photo ids (at most {config.max_view} per call)"}},
