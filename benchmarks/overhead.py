@@ -139,7 +139,7 @@ def queries_for(method: type, gallery: Any, count: int) -> list[Query]:
     return out
 
 
-def measure(n: int, queries: int, tmp: Path) -> dict[str, tuple[float, float]]:
+def measure(n: int, queries: int, tmp: Path, only: list[str] | None = None) -> dict[str, tuple[float, float]]:
     watch = Stopwatch()
     enc = HashEncoder(watch)
     t0 = time.perf_counter()
@@ -147,7 +147,7 @@ def measure(n: int, queries: int, tmp: Path) -> dict[str, tuple[float, float]]:
     print(f"N={n:,}: gallery built in {time.perf_counter() - t0:.1f} s", flush=True)
     results: dict[str, tuple[float, float]] = {}
     for name, cls in list_methods().items():
-        if not ({"tir", "cir"} & set(cls.tasks)):
+        if not ({"tir", "cir"} & set(cls.tasks)) or (only and name not in only):
             continue  # chat-only or album methods need another query shape
         chat = InstantChat(watch)
         ctx = MethodContext(gallery=gallery, dual=enc, text=enc, roles=Roles.from_models({"default": chat}))
@@ -174,11 +174,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     ap.add_argument("--queries", type=int, default=5)
+    ap.add_argument("--methods", nargs="+", help="only these methods (default: every registered one)")
     args = ap.parse_args(argv)
     table: dict[int, dict[str, tuple[float, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for n in args.sizes:
-            table[n] = measure(n, args.queries, Path(tmp))
+            table[n] = measure(n, args.queries, Path(tmp), args.methods)
     names = sorted({m for r in table.values() for m in r})
     print("\n" + f"{'method':<12}" + "".join(f"{f'{n:,} ms':>14}" for n in args.sizes))
     for m in names:

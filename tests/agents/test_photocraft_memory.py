@@ -251,3 +251,71 @@ def test_unreadable_audit_accepts_the_answer():
 def test_working_memory_rejects_unknown_summary_kinds():
     with pytest.raises(ValueError, match="summaries"):
         WorkingMemory(None, "", summaries=("digest", "plan"))
+
+
+def test_compression_in_context_reads_the_history_where_it_is():
+    """The compressor is the agent's own model: the request follows the conversation (a KV cache reuses the
+    prefix) instead of a fresh prompt with the history rendered as text; the next prompt starts the same."""
+    agent = ScriptedChatModel(default=sequence(*AGENT))
+    mem = ScriptedChatModel(default=summary("u1/1001 u1/1002 Melbourne Zoo 2014-04-20 u1/2001 Yarra Valley farm "
+                                            "2014-06-14"))
+    wm = WorkingMemory(Role("memory", mem), CONDENSE_PROMPT, context_limit=2000, compress_at=0.04, known_ids=ALBUM,
+                       in_context=True)
+    runtime = AgentRuntime(Role("agent", agent), [FakeSearch(), FakeMetadata()], "You search photos.", max_turns=8,
+                           hooks=[wm], known_ids=ALBUM)
+    trace = Trace()
+    with trace.activate():
+        run = runtime.run("the birds on the day of the zoo")
+    assert run.answer == ["u1/1001", "u1/1002"] and wm.compressions >= 1
+    step = next(s for s in trace.steps if s.name == "memory.condense")
+    assert step.inputs["in_context"] is True
+    messages = mem.calls[0][0]
+    assert messages[0].text.startswith("You search photos.") and len(messages) > 3  # the conversation, then the request
+    assert WorkingMemory.IN_CONTEXT_HISTORY in messages[-1].text and "tool_response" not in messages[-1].text
+    after = agent.calls[-1][0]  # the agent's next prompt: system, task, summary (same prefix as the request)
+    assert [m.text for m in after[:2]] == [m.text for m in messages[:2]] and "[WORKING MEMORY" in after[2].text
+    # a window without room for the request and its reply: the history goes as text, as before
+    wm2 = WorkingMemory(Role("memory", mem), CONDENSE_PROMPT, context_limit=60, compress_at=1.0, known_ids=ALBUM,
+                        in_context=True)
+    agent2 = ScriptedChatModel(default=sequence(*AGENT))
+    runtime2 = AgentRuntime(Role("agent", agent2), [FakeSearch(), FakeMetadata()], "You search photos.", max_turns=8,
+                            hooks=[wm2], known_ids=ALBUM)
+    trace2 = Trace()
+    with trace2.activate():
+        runtime2.run("the birds on the day of the zoo")
+    step2 = next(s for s in trace2.steps if s.name == "memory.condense")
+    assert step2.inputs["in_context"] is False and len(mem.calls[-1][0]) == 1
+    assert "</tool_response>" in mem.calls[-1][0][0].text  # the history rendered into the request
+
+
+def test_the_audit_prompt_is_fitted_to_the_window():
+    answer = json.dumps(sorted(ALBUM))
+    long = "a long description of the photo " * 7  # ~220 characters a photo
+
+    def audited(limit):
+        auditor = ScriptedChatModel(default=audit("pass"))
+        reloaded: list[list[str]] = []
+
+        def reload(ids):
+            reloaded.append(list(ids))
+            return [(i, ImagePart(description=long)) for i in ids]
+
+        epi = EpisodicMemory(Role("auditor", auditor), AUDIT_PROMPT, FEEDBACK, reload, context_limit=limit)
+        runtime = AgentRuntime(Role("agent", ScriptedChatModel(default=sequence(
+            call("ImageSearch", query="birds"), f"The final answer is: {answer}"))), [FakeSearch(), FakeMetadata()],
+            "You search photos.", max_turns=8, hooks=[epi], known_ids=ALBUM)
+        trace = Trace()
+        with trace.activate():
+            run = runtime.run("the birds on the zoo day")
+        return run, reloaded, auditor, next(s for s in trace.steps if s.name == "memory.audit")
+
+    run, reloaded, auditor, step = audited(None)
+    assert run.answer == sorted(ALBUM) and [len(r) for r in reloaded] == [5]
+    assert not any("would not fit" in n for n in step.notes)
+    _, reloaded, auditor, step = audited(1000)  # 5 photos do not fit beside the verdict's room: 3 do
+    assert [len(r) for r in reloaded] == [5, 3] and "(only the first 3 proposed photos are shown)" in \
+        auditor.calls[0][0][-1].text
+    _, reloaded, auditor, step = audited(700)  # not even 3: the history goes as text, cut to fit
+    assert any("would not fit" in n for n in step.notes)
+    messages = auditor.calls[0][0]
+    assert len(messages) == 4 and messages[2].text.startswith("THE SEARCH SO FAR")

@@ -1,4 +1,4 @@
-"""The runtime with the real offline Qwen 0.5B (in-process llama.cpp): the text protocol end to end."""
+"""The runtime with the real offline Qwen 0.5B (in-process llama.cpp): the JSON protocol end to end."""
 
 from __future__ import annotations
 
@@ -23,9 +23,11 @@ def test_qwen_runs_the_loop_over_a_real_album(qwen_local, known_album):
     trace = Trace()
     with trace.activate():
         run = runtime.run("Find the photo of a penguin.")
-    # The text protocol was offered (llama.cpp returns no native tool calls).
+    # The JSON protocol was offered (the in-process backend's default: llama.cpp grammars), and the model
+    # called a tool through it on its first turn (no answer can come before a photo was seen).
     turn1 = trace.steps[0]
-    assert turn1.name == "turn.1" and turn1.outputs["path"] in {"text", "none"}
+    assert turn1.name == "turn.1" and turn1.outputs["protocol"] == "json" and turn1.outputs["path"] == "json"
+    assert turn1.outputs["calls"][0]["tool"] in {t.name for t in tools} and run.tool_calls >= 1
     chat = [c for c in turn1.calls if c.kind == "chat"]
     assert len(chat) == 1 and chat[0].prompt_tokens > 300 and chat[0].completion_tokens > 0 and chat[0].error is None
     # Whatever the small model did, the loop settled an answer from the album, with its reason.

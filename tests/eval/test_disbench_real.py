@@ -5,9 +5,10 @@ shows EM/F1 and the per-query turns, tool calls, tokens and seconds.
 
 A 0.5B model reasons poorly, so these check the plumbing (answers parsed from the model, memories run,
 reports written), not the scores. Budgets are small (``max_turns=3``, short replies) to keep each run
-near a minute on two CPU cores. The tools go through the ``<tool_call>`` text protocol (``tool_mode=text``):
-``llama_cpp.server`` with its default chat format neither writes the request's ``tools`` into the prompt nor
-returns ``tool_calls``, so in native mode the model would never learn the tools' names.
+near a minute on two CPU cores. The tools go through the JSON protocol (``tool_mode=json``: each turn's reply
+constrained by the server's JSON-schema grammar to one tool call or the answer): ``llama_cpp.server`` with its
+default chat format neither writes the request's ``tools`` into the prompt nor returns ``tool_calls``, and the
+0.5B model never wrote a usable ``<tool_call>`` block in the text protocol. The model must call a tool itself.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def test_eval_disbench_real_server(server_config, tmp_path, method):
         "eval", "disbench", "--images-root", str(ALBUM), "--method", method, "--limit", "2",
         "--config", str(server_config), "--run-dir", str(run_dir), "--index", str(tmp_path / "index"), "--json",
         "--set", "max_turns=3", "--set", "max_tokens=200", "--set", f"context_limit={N_CTX}",
-        "--set", "tool_mode=text",
+        "--set", "tool_mode=json",
     ])
     assert res.exit_code == 0, res.output[-3000:]
     out = json.loads(res.stdout)
@@ -74,8 +75,14 @@ def test_eval_disbench_real_server(server_config, tmp_path, method):
         assert all(a.startswith("u1001/") for a in rec["answer_set"])  # q01 and q02 are u1001's: her photos
     # The model's own replies were parsed for a final answer (a 0.5B model often invents ids, which the
     # runtime drops; the never-empty fall-back then answers, and the trace says so).
-    parsed = [s["outputs"].get("answer") for r in records for s in r["trace"]["steps"] if s["name"].startswith("turn.")]
+    turns = [s for r in records for s in r["trace"]["steps"] if s["name"].startswith("turn.")]
+    parsed = [s["outputs"].get("answer") for s in turns]
     assert any(a is not None for a in parsed), parsed
+    # ...and the model itself called the album tools (the JSON protocol's path), with arguments they took
+    calls = [c for s in turns if s["outputs"].get("path") == "json" for c in s["outputs"]["calls"]]
+    assert calls and {c["tool"] for c in calls} <= {"ImageSearch", "GetMetadata", "FilterMetadata", "ViewPhotos",
+                                                     "MemoryCondense"}
+    assert any(not c["error"] and c["photos"] for c in calls), calls
     if method == "photocraft":
         names = {s["name"] for r in records for s in r["trace"]["steps"]}
         assert "memory.skill" in names

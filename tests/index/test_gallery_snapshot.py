@@ -57,7 +57,7 @@ def test_snapshot_of_another_database_is_not_trusted(tmp_path):
     g = gallery_from_records(str(root), _records(4), None, HashEmbedder(salt="b"))
     shutil.rmtree(root / "vectors")
     shutil.copytree(saved, root / "vectors")  # the old database's snapshot, same generation and ids
-    assert json.loads((root / "vectors" / "ids.json").read_text())["generation"] == g.generation()
+    assert json.loads((root / "vectors" / "snapshot.json").read_text())["generation"] == g.generation()
     g = Gallery(root)
     assert not g.snapshot_is_current()
     assert np.allclose(g.vectors(SPACE_CAPTION_TEXT)[0], HashEmbedder(salt="b").encode_texts(["caption 0"])[0])
@@ -66,11 +66,13 @@ def test_snapshot_of_another_database_is_not_trusted(tmp_path):
 def test_corrupt_or_missing_snapshot_files(tmp_path):
     root = tmp_path / "g"
     gallery_from_records(str(root), _records(3), None, HashEmbedder())
-    (root / "vectors" / "ids.json").write_text("{broken")
+    (root / "vectors" / "snapshot.json").write_text("{broken")
     assert Gallery(root).vectors(SPACE_CAPTION_TEXT).shape == (3, 8)
-    (root / "vectors" / f"{SPACE_CAPTION_TEXT}.npy").write_bytes(b"garbage")
+    (shard,) = (root / "vectors" / SPACE_CAPTION_TEXT).glob("*/shard-00000.npy")
+    shard.write_bytes(b"garbage")
     assert Gallery(root).vectors(SPACE_CAPTION_TEXT).shape == (3, 8)
-    (root / "vectors" / f"{SPACE_CAPTION_TEXT}.npy").unlink()
+    (shard,) = (root / "vectors" / SPACE_CAPTION_TEXT).glob("*/shard-00000.npy")
+    shard.unlink()
     g = Gallery(root)
     assert not g.snapshot_is_current() and g.vectors(SPACE_CAPTION_TEXT).shape == (3, 8)
 

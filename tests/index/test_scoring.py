@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from imagent.core.vectors import l2_normalize
 from imagent.index import scoring
@@ -13,8 +15,10 @@ from imagent.index.scoring import (
     cosine_scores,
     haversine_km,
     minmax,
+    ranks_at,
     ranks_from_scores,
     reciprocal_rank_fusion,
+    rrf_top_k,
     stable_order,
     top_k,
     weighted_sum,
@@ -172,6 +176,36 @@ def test_reciprocal_rank_fusion_by_hand() -> None:
 
 
 # --------------------------------------------------------------------------- geography
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    n=st.integers(1, 1500), lists=st.integers(1, 3), decimals=st.integers(0, 3), k=st.integers(0, 1600),
+    z=st.sampled_from([0.0, 1.0, 60.0]), seed=st.integers(0, 2**31),
+)
+def test_rrf_top_k_equals_a_full_fusion(n: int, lists: int, decimals: int, k: int, z: float, seed: int) -> None:
+    """The top-k fusion gives the full fusion's first k positions, scores and ranks (coarse rounding: many
+    ties, at the boundary too)."""
+    rng = np.random.default_rng(seed)
+    scores = [np.round(rng.standard_normal(n), decimals).astype(np.float32) for _ in range(lists)]
+    idx, fused, ranks = rrf_top_k(scores, k, z)
+    full = reciprocal_rank_fusion(scores, z)
+    expected = stable_order(full)[: min(k, n)]
+    assert idx.tolist() == expected.tolist()
+    assert fused.tolist() == full[expected].tolist()
+    for row, s in zip(ranks, scores, strict=True):
+        assert row.tolist() == ranks_from_scores(s)[expected].tolist()
+        assert ranks_at(s, expected).tolist() == row.tolist()
+
+
+def test_cosine_scores_few_queries_read_in_blocks() -> None:
+    """A handful of queries over a large matrix (the block path) equals one product per query."""
+    rng = np.random.default_rng(3)
+    m = rng.standard_normal((scoring.CHUNK_ROWS * 2 + 5, 16)).astype(np.float32)
+    q = rng.standard_normal((3, 16)).astype(np.float32)
+    out = cosine_scores(m, q)
+    assert out.shape == (3, m.shape[0])
+    np.testing.assert_allclose(out, np.stack([m @ v for v in q]), rtol=1e-5, atol=1e-6)
 
 
 def test_haversine_known_distances() -> None:

@@ -38,8 +38,8 @@ def _gallery(tmp_path, n: int = 50) -> Gallery:
 
 def test_identical_spaces_are_stored_once_and_shared(tmp_path):
     g = _gallery(tmp_path)
-    files = sorted(p.name for p in (tmp_path / "g" / "vectors").glob("*.npy"))
-    assert len(files) == 1, files
+    files = sorted((tmp_path / "g" / "vectors").rglob("*.npy"))
+    assert len(files) == 1, files  # one space's one shard; the other two spaces alias it
     assert g.snapshot_is_current()
     g2 = Gallery(tmp_path / "g")
     assert g2.vectors(SPACE_IMAGE) is g2.vectors(SPACE_CAPTION_DUAL) is g2.vectors(SPACE_CAPTION_TEXT)
@@ -56,7 +56,7 @@ def test_one_query_over_shared_spaces_is_scanned_once(tmp_path, monkeypatch):
         calls.append(matrix.shape)
         return real(matrix, query)
 
-    monkeypatch.setattr("imagent.index.gallery.cosine_scores", counting)
+    monkeypatch.setattr("imagent.index.shards.cosine_scores", counting)
     a = g.scores(q, SPACE_CAPTION_DUAL)
     b = g.scores(q, SPACE_IMAGE)
     assert len(calls) == 1 and np.array_equal(a, b)
@@ -75,7 +75,7 @@ def test_a_large_pool_is_scored_without_gathering_rows(tmp_path, monkeypatch):
         shapes.append(matrix.shape[0])
         return real(matrix, query)
 
-    monkeypatch.setattr("imagent.index.gallery.cosine_scores", spy)
+    monkeypatch.setattr("imagent.index.shards.cosine_scores", spy)
     rows = g.candidate_rows(exclude=["r1"])  # 39 of 40 rows: scan all, then index
     assert np.allclose(g.scores(q + 0, SPACE_IMAGE, rows), full[rows])
     small = np.array([2, 5, 9])  # a small pool: its rows are gathered
@@ -100,6 +100,7 @@ def test_float16_snapshot_option(tmp_path):
     g2.configure(IndexOptions(vectors_dtype="float16"))
     v = g2.vectors(SPACE_IMAGE)  # the float32 snapshot does not match: rewritten as float16
     assert v.dtype == np.float16 and np.allclose(v, full, atol=1e-3)
-    assert np.load(tmp_path / "g" / "vectors" / "image.npy", mmap_mode="r").dtype == np.float16
+    (shard,) = (tmp_path / "g" / "vectors").rglob("shard-*.npy")
+    assert np.load(shard, mmap_mode="r").dtype == np.float16
     q = CaptionModeEncoder().encode_texts(["caption 4"])[0]
     assert g2.search(q, SPACE_IMAGE, 1).ids == ["r4"]

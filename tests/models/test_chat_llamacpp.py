@@ -79,7 +79,8 @@ def test_request_kwargs_map_params(tmp_path: Path) -> None:
                               {"role": "user", "content": "a [Image, described in text: a cat] b"}]
     assert kw["max_tokens"] == 7 and kw["temperature"] == 0.0 and kw["seed"] == 5
     assert kw["response_format"] == {"type": "json_object", "schema": schema}
-    assert kw["logprobs"] is True and kw["top_logprobs"] == 5
+    # logprobs are read by a logits processor in chat(), not asked of llama.cpp (that needs logits_all)
+    assert "logprobs" not in kw and "top_logprobs" not in kw
     assert kw["stop"] == ["\n"] and kw["repeat_penalty"] == 1.1
     plain = model.request_kwargs([Message.user("q")], ChatParams(seed=2))
     assert plain["seed"] == 2
@@ -92,7 +93,7 @@ def test_request_kwargs_map_params(tmp_path: Path) -> None:
 
 
 def test_no_logprobs_requested_of_a_model_loaded_without_them(tmp_path: Path) -> None:
-    # llama.cpp raises on logprobs without logits_all; the call must still answer, just unscored.
+    # logprobs=false: the call must still answer, just unscored (no logits processor either; see chat()).
     model = LlamaCppChatModel(tmp_path / "m.gguf", logprobs=False)
     kw = model.request_kwargs([Message.user("q")], ChatParams(top_logprobs=20))
     assert "logprobs" not in kw and "top_logprobs" not in kw
@@ -109,6 +110,7 @@ def test_real_top_logprobs_per_position(qwen_local: LlamaCppChatModel) -> None:
     assert 1 <= len(resp.top_logprobs) <= 2
     first = resp.top_logprobs[0]
     assert 1 <= len(first) <= 5 and all(t.logprob <= 0.0 for t in first)
+    assert [t.logprob for t in first] == sorted((t.logprob for t in first), reverse=True)
     assert {"yes", "no"} <= {t.token.strip().lower() for t in first}
 
 
@@ -147,3 +149,18 @@ def test_grammar_bounds_are_kept_small_for_llama_cpp():
     assert safe["properties"]["b"]["items"]["maxLength"] == 10
     assert schema["properties"]["a"]["maxLength"] == 2000  # the caller's schema is untouched
     assert any("bounded" in n for n in step.notes)
+
+
+def test_calls_go_to_the_slot_sharing_their_prompt_prefix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two contexts: a long planner prompt and short verifier prompts alternate without evicting each other.
+    model = LlamaCppChatModel(tmp_path / "m.gguf", slots=2)
+    monkeypatch.setattr(model, "_new_llama", lambda: object())
+    planner, verifier = "P" * 300, "V" * 300
+    a = model._load_locked(planner + " query 1")
+    b = model._load_locked(verifier + " candidate 1")
+    assert a is not b
+    assert model._load_locked(verifier + " candidate 2") is b
+    assert model._load_locked(planner + " query 2") is a
+    assert model._load_locked(verifier + " candidate 3") is b
+    # a prompt sharing nothing goes to the least recently used slot (here the planner's)
+    assert model._load_locked("other " * 60) is a

@@ -10,10 +10,12 @@ import pytest
 
 from imagent.core.trace import Trace
 from imagent.core.types import ImageRecord, Query, Ranking
+from imagent.methods.base import ranking_from_scores
+from imagent.methods.oscar.atomic import Retrievers
 from imagent.methods.oscar.config import OscarConfig, default_retrievers
 from imagent.methods.oscar.library import GoldenLibrary, build_library
 from imagent.methods.oscar.method import Oscar, rank
-from imagent.methods.oscar.planner import execute, parse_reply, render_planner_prompt
+from imagent.methods.oscar.planner import execute, order_set, parse_reply, render_planner_prompt
 from imagent.models.chat_scripted import ScriptedChatModel
 
 TOOLS = default_retrievers()
@@ -83,10 +85,16 @@ def test_partial_and_malformed_plans_are_diagnosed():
     lone = parse_reply('<tool_call>{"name": "caption_search_text", "arguments": {"query": "x", "top_k": 500}}',
                        [], TOOLS, cfg)
     assert lone.ok and lone.calls[0].top_k == 50
-    # Untagged calls: only one can be read, so the plan is sent back (the 0.5B model does this).
+    # Untagged calls, one per line and some in parentheses (the 0.5B model writes this): every one is read.
     untagged = parse_reply('{"name": "caption_search_text", "arguments": {"query": "x", "top_k": 5}}\n'
-                           '{"name": "caption_search_dual", "arguments": {"query": "y", "top_k": 5}}', [], TOOLS, cfg)
-    assert not untagged.ok and "<tool_call>" in untagged.errors[-1] and len(untagged.calls) == 1
+                           '({"name": "caption_search_dual", "arguments": {"query": "y", "top_k": 5}})\n'
+                           '({"name": "set_operation", "arguments": {"steps": [{"name": "final", "op": '
+                           '"DIFFERENCE", "operands": [0, 1]}]}})', [], TOOLS, cfg)
+    assert untagged.ok and [c.polarity for c in untagged.calls] == ["+", "-"] and not untagged.errors
+    # ... and what is not a call (a step, prose) is not taken for one; a cut-off call is reported
+    cut_off = parse_reply('{"name": "caption_search_text", "arguments": {"query": "x", "top_k": 5}}\n'
+                          '{"name": "caption_search_dual", "arguments": {"query": "y"', [], TOOLS, cfg)
+    assert not cut_off.ok and len(cut_off.calls) == 1 and "<tool_call>" in cut_off.errors[-1]
 
 
 def test_set_operation_semantics():
@@ -151,6 +159,27 @@ def test_full_plan_runs_with_exact_model_calls(make_context, tmp_path):
     assert "no golden library" in " ".join(steps_by["demonstrations"]["notes"])
     line = steps_by["rank"]["outputs"]["report_line"]  # the eval report's per-query detail
     assert "final=DIFFERENCE" in line and f"removed {diff['removed']}" in line and "verified 4" in line
+
+
+def test_ranking_equals_decision_3_over_the_whole_pool(make_context, tmp_path):
+    # The method ranks only the composed set and the head of the fused ranking (framework speed); the result
+    # must equal decision 3 applied to the fused ranking of the whole pool, computed here the slow way.
+    model = scripted([FULL_PLAN], verifier="no")
+    method = Oscar(make_context(model), {"library": str(tmp_path / "none.jsonl"), "max_verified": 3})
+    query = cir_query()
+    result = method.search(query, top_k=30)
+    steps_by = {s["name"]: s for s in result.trace.to_dict()["steps"]}
+    calls = steps_by["retrieve"]["outputs"]["calls"]
+    retrievers = Retrievers(method.ctx, method.config.retrievers, query)
+    positive = list(dict.fromkeys((c["tool"], c["query"]) for c in calls if c["polarity"] == "+"))
+    fused = retrievers.scan([(tool, text, "+") for tool, text in positive]).mean(axis=0)
+    pool = retrievers.rows
+    full = ranking_from_scores(retrievers.pool_ids(), fused[pool])
+    assert len(full) == len(method.ctx.gallery) - 1
+    scores = {v["id"]: v["score"] for v in steps_by["verify"]["outputs"]["scores"]}
+    expected = rank(order_set(set(result.answer_set), full), scores, full)
+    assert result.ranking.ids == expected.ids[:30]
+    assert result.stages["fused"].ids == full.ids[:30]
 
 
 def test_malformed_plan_is_retried_then_falls_back(make_context, tmp_path):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -39,7 +39,8 @@ class AlbumToolsConfig(BaseModel):
     max_top_k: int = Field(100, ge=1, description="the most ImageSearch results one call may ask for")
     max_view: int = Field(10, ge=1, description="the most photos one ViewPhotos call shows")
     max_metadata: int = Field(50, ge=1, description="the most photos one GetMetadata call describes")
-    list_limit: int = Field(50, ge=1, description="FilterMetadata lists at most this many ids in its reply")
+    list_limit: int = Field(20, ge=1, description="FilterMetadata lists at most this many ids in its reply (the "
+                            "rest stay in the saved subset; ImageSearch's 20 by default)")
     web_results: int = Field(5, ge=1, le=20, description="WebSearch snippets per call")
 
 
@@ -76,6 +77,9 @@ class _AlbumTool(Tool):
 
 class ImageSearchTool(_AlbumTool):
     name = "ImageSearch"
+    id_params = ("visual_cue",)
+    subset_params = ("search_within",)
+    example: ClassVar[dict[str, Any]] = {"query": "pink flamingo"}
     description = ("Search the photo album with SHORT keywords (2-5 words) describing what the photos show; "
                    "returns photo ids with similarity scores, best first. Optionally search only within a "
                    "saved subset (search_within) and/or use a photo as a visual cue (visual_cue).")
@@ -113,6 +117,9 @@ class ImageSearchTool(_AlbumTool):
 
 class GetMetadataTool(_AlbumTool):
     name = "GetMetadata"
+    id_params = ("photo_ids",)
+    repeat_ids = False
+    example: ClassVar[dict[str, Any]] = {"photo_ids": ["<photo id>"]}
     description = ("Get metadata of photos: the time taken, the place (lat, lon, address) and the device. "
                    "Use it to turn an anchor photo into a date or place constraint.")
 
@@ -166,6 +173,9 @@ def _metadata_line(row: dict[str, Any]) -> str:
 
 class FilterMetadataTool(_AlbumTool):
     name = "FilterMetadata"
+    subset_params = ("search_within",)
+    example: ClassVar[dict[str, Any]] = {"expression": "time >= '2013-06-09' and time < '2013-06-10'",
+                                         "save_as": "that_day"}
     description = ("Select the photos whose metadata match an expression, e.g. "
                    "time >= '2013-06-09' and time < '2013-06-10' (always a date RANGE or prefix: "
                    "time = '2013-06' is the whole month), address ~ 'paris' (case-insensitive contains), "
@@ -177,7 +187,8 @@ class FilterMetadataTool(_AlbumTool):
             "type": "object",
             "properties": {
                 "expression": {"type": "string", "description": "the filter expression", "minLength": 1},
-                "save_as": {"type": "string", "description": "name to save the matching photos under"},
+                "save_as": {"type": "string", "description": "name to save the matching photos under",
+                            "pattern": "^[A-Za-z0-9_.-]{1,64}$"},
                 "search_within": {"type": "string", "description": "filter only this saved subset"},
             },
             "required": ["expression"],
@@ -216,6 +227,9 @@ class FilterMetadataTool(_AlbumTool):
 
 class ViewPhotosTool(_AlbumTool):
     name = "ViewPhotos"
+    id_params = ("photo_ids",)
+    repeat_ids = False
+    example: ClassVar[dict[str, Any]] = {"photo_ids": ["<photo id>"]}
     description = ("Look at photos to verify what they show (anchors, candidates, final targets). "
                    "The photos follow in the next message, each labelled with its id.")
 
@@ -249,6 +263,7 @@ class ViewPhotosTool(_AlbumTool):
 
 class WebSearchTool(Tool):
     name = "WebSearch"
+    example: ClassVar[dict[str, Any]] = {"query": "where is the Blue Mosque"}
     description = ("Search the web for facts the album cannot tell (a landmark, a venue, an event, an object "
                    "named by a clue). Returns snippets: supporting context only; decide on album evidence.")
 

@@ -146,8 +146,19 @@ class WorkingMemory(AgentHooks):
     - ``structured``: PhotoCraft's three summaries (``summaries`` picks which) or one free-form text;
     - ``fidelity_check`` / ``tau`` / ``keep_verbatim``: the validator and what it keeps;
     - ``metadata_tools``: the tools whose messages carry metadata (ids, dates, places);
-    - ``known_ids``: the album's ids (what counts as a photo id in a message).
+    - ``known_ids``: the album's ids (what counts as a photo id in a message);
+    - ``in_context``: the compressor is the agent's own model: it reads the history where it already is (the
+      conversation, then the request as one more user message; ``$history`` names "the conversation above")
+      instead of a fresh prompt with the history rendered as text. Same content, but a backend that keeps
+      the previous prompt's KV cache (llama.cpp) evaluates only the request, and the agent's next prompt
+      (system, task, summary) shares its prefix with it. Used only while prompt + reply fit the window.
     """
+
+    # Phrased as a pointer, not as content: the 0.5B model echoed a descriptive placeholder as its "summary".
+    IN_CONTEXT_HISTORY = "[above this message; summarise the tool calls there and what they returned]"
+    # Room reserved for the request and the reply when compressing in context (llama.cpp bounds each summary at
+    # 256 characters; a free-form summary stops at the window's end). The prompt is estimated conservatively.
+    IN_CONTEXT_ROOM = 500
 
     SECTION_TEXT: ClassVar[dict[str, str]] = {
         "digest": "digest: the step-level log: each action taken (tool, arguments) and its outcome, with every "
@@ -160,12 +171,15 @@ class WorkingMemory(AgentHooks):
     def __init__(self, role: Any, prompt: str, *, context_limit: int = 32768, compress_at: float = 0.8,
                  structured: bool = True, summaries: Sequence[str] = SUMMARY_KINDS, fidelity_check: bool = True,
                  tau: float = 0.5, keep_verbatim: int = 3, metadata_tools: Sequence[str] = ("GetMetadata",
-                 "FilterMetadata"), known_ids: Container[str] | None = None, min_messages: int = 2) -> None:
+                 "FilterMetadata"), known_ids: Container[str] | None = None, min_messages: int = 2,
+                 in_context: bool = False) -> None:
         bad = [s for s in summaries if s not in SUMMARY_KINDS]
         if bad or (structured and not summaries):
             raise ValueError(f"summaries must be a non-empty subset of {SUMMARY_KINDS}, not {list(summaries)}")
         self.role = role
         self.prompt = prompt
+        self.context_limit = context_limit
+        self.in_context = in_context
         self.limit = int(context_limit * compress_at)
         self.structured = structured
         self.summaries = [s for s in SUMMARY_KINDS if s in summaries]
@@ -187,11 +201,12 @@ class WorkingMemory(AgentHooks):
         """Compress before the next turn whatever the size (the ``MemoryCondense`` tool)."""
         self.requested = True
 
-    def estimate_tokens(self, state: AgentState) -> int:
-        """The latest prompt's measured size plus ~4 characters per token for what came after it."""
+    def estimate_tokens(self, state: AgentState, chars_per_token: int = 4) -> int:
+        """The latest prompt's measured size plus ~4 characters per token for what came after it (2: an upper
+        bound for text full of photo ids and dates, whose digits are one token each)."""
         new = state.messages[self._count_at_call:] if state.last_prompt_tokens else state.messages
         chars = sum(len(m.text) + sum(len(str(c)) for c in (m.tool_calls or [])) for m in new)
-        return state.last_prompt_tokens + chars // 4
+        return state.last_prompt_tokens + chars // chars_per_token
 
     def before_turn(self, state: AgentState) -> None:
         history = state.messages[2:]
@@ -219,19 +234,26 @@ class WorkingMemory(AgentHooks):
         with state.trace.step("memory.condense", trigger=trigger, turn=state.turn) as step:
             sections = "\n".join(f"- {self.SECTION_TEXT[k]}" for k in self.summaries) if self.structured else (
                 "- one free-form summary of the search so far")
-            rendered = render_history(history)
-            budget = int(self.limit * 2.5)  # ~2.5 characters a token: the compressor's prompt must fit its window
-            if len(rendered) > budget:
-                rendered = "[... earlier messages cut to fit the window ...]\n" + rendered[-budget:]
-                step.note("the history was cut to fit the compressor's window; the validator checks what was lost")
+            in_context = self.in_context and (self.estimate_tokens(state, 2) + self.IN_CONTEXT_ROOM
+                                              <= self.context_limit)
+            if in_context:
+                rendered = self.IN_CONTEXT_HISTORY
+            else:
+                rendered = render_history(history)
+                budget = int(self.limit * 2.5)  # ~2.5 characters a token: the compressor's prompt must fit its window
+                if len(rendered) > budget:
+                    rendered = "[... earlier messages cut to fit the window ...]\n" + rendered[-budget:]
+                    step.note("the history was cut to fit the compressor's window; the validator checks what was lost")
             text = Template(self.prompt).safe_substitute(query=state.query, history=rendered, sections=sections)
+            request = [*state.messages, Message.user(text)] if in_context else [Message.user(text)]
+            step.inputs["in_context"] = in_context
             if self.structured:
-                value, ok = self.role.json([Message.user(text)], _schema(self.summaries), fallback=lambda: None,
+                value, ok = self.role.json(request, _schema(self.summaries), fallback=lambda: None,
                                            retries=1, max_tokens=900)
                 parts = {k: " ".join(str((value or {}).get(k, "")).split()) for k in self.summaries} if ok else {}
                 summary = "\n".join(f"[{k.upper()}] {v}" for k, v in parts.items() if v)
             else:
-                summary = self.role.text([Message.user(text)], max_tokens=600)
+                summary = self.role.text(request, max_tokens=600)
                 parts = {"summary": summary}
             if not summary.strip():
                 step.note("compression produced no usable summary; the history was left as it was")
@@ -253,6 +275,8 @@ class WorkingMemory(AgentHooks):
                 memory += ["", "Metadata the summary lost, in the tool's own words:", *kept]
             memory.append("\nContinue the search from here (the working summary says what comes next).")
             state.messages = [system, task, Message.user("\n".join(memory))]
+            for key in ("calls_made", "ids_used"):  # results folded away: a repeated call may be needed again
+                state.extra.pop(key, None)
             self._turns_done = len(state.turns)
             self._carried = carried
             self.compressions += 1
@@ -313,12 +337,17 @@ class EpisodicMemory(AgentHooks):
     - ``feedback``: template of the message a failed audit sends back (``$verdict``, ``$keywords``,
       ``$used``, ``$pred_ids``);
     - ``reload``: photo ids -> ``(id, ImagePart)`` pairs (the visual reload ``V(R)``);
-    - ``max_reload``: how many proposed photos are reloaded; ``max_audits``: None = until one passes.
+    - ``max_reload``: how many proposed photos are reloaded; ``max_audits``: None = until one passes;
+    - ``context_limit``: the model's window in tokens; an audit prompt that would not fit reloads fewer photos,
+      then gets the history as text cut to fit (None: no check).
     """
+
+    REPLY_TOKENS = 600  # the verdict's room (the audit's max_tokens)
 
     def __init__(self, role: Any, prompt: str, feedback: str,
                  reload: Callable[[list[str]], list[tuple[str, ImagePart]]], *, max_reload: int = 10,
-                 max_audits: int | None = None, search_tools: Sequence[str] = ("ImageSearch",)) -> None:
+                 max_audits: int | None = None, search_tools: Sequence[str] = ("ImageSearch",),
+                 context_limit: int | None = None) -> None:
         self.role = role
         self.prompt = prompt
         self.feedback = feedback
@@ -326,6 +355,7 @@ class EpisodicMemory(AgentHooks):
         self.max_reload = max_reload
         self.max_audits = max_audits
         self.search_tools = {t.lower() for t in search_tools}
+        self.context_limit = context_limit
         self.audits = 0
 
     def used_keywords(self, state: AgentState) -> list[str]:
@@ -338,22 +368,53 @@ class EpisodicMemory(AgentHooks):
                     out.append(q.strip())
         return out
 
+    def _audit_message(self, answer: list[str], pred: str, shown: int) -> Message:
+        photos = self.reload(answer[:shown])
+        parts: list[str | ImagePart] = [Template(self.prompt).safe_substitute(
+            pred_ids=pred, extra_notes="" if len(answer) <= shown else
+            f" (only the first {shown} proposed photos are shown)")]
+        if photos:
+            parts.append("\nThe proposed photos, reloaded:")
+            for pid, part in photos:
+                parts += [f"\nPhoto ID {pid}: ", part]
+        return Message("user", parts)
+
+    def request(self, state: AgentState, answer: list[str], pred: str, step: Any) -> list[Message]:
+        """The audit's messages: the history, then the audit request with the proposed photos reloaded. When
+        ``context_limit`` is set and that would not fit with room for the verdict, fewer photos are reloaded
+        (down to 3), then the history is given as text cut to fit (noted in the trace)."""
+        shown = min(self.max_reload, len(answer))
+        msg = self._audit_message(answer, pred, shown)
+        if self.context_limit is None:
+            return [*state.messages, msg]
+        last = state.turns[-1].completion_tokens if state.turns else 0
+        base = state.last_prompt_tokens + last
+
+        def size(m: Message) -> int:
+            # ~2 characters a token: photo ids and dates are digits, one token each for Qwen-style tokenizers
+            return len(" ".join(p if isinstance(p, str) else p.surrogate() for p in m.parts)) // 2
+
+        room = self.context_limit - self.REPLY_TOKENS
+        while base + size(msg) > room and shown > 3:
+            shown = max(3, shown // 2)
+            msg = self._audit_message(answer, pred, shown)
+        if base + size(msg) <= room:
+            return [*state.messages, msg]
+        budget = max(0, (room - size(msg) - len(state.messages[0].text) // 3 - len(state.messages[1].text) // 2) * 2)
+        rendered = render_history(state.messages[2:])[-budget:] if budget else ""
+        step.note(f"the audit's prompt would not fit the {self.context_limit}-token window: the history was given "
+                  "as text, cut to fit")
+        return [*state.messages[:2], Message.user("THE SEARCH SO FAR (cut to fit the window):\n" + rendered), msg]
+
     def before_answer(self, state: AgentState, answer: list[str]) -> str | Message | None:
         if self.max_audits is not None and self.audits >= self.max_audits:
             return None
         self.audits += 1
         pred = json.dumps(answer, ensure_ascii=False)
         with state.trace.step("memory.audit", audit=self.audits, proposed=list(answer)) as step:
-            photos = self.reload(answer[: self.max_reload])
-            parts: list[str | ImagePart] = [Template(self.prompt).safe_substitute(
-                pred_ids=pred, extra_notes="" if len(answer) <= self.max_reload else
-                f" (only the first {self.max_reload} proposed photos are shown)")]
-            if photos:
-                parts.append("\nThe proposed photos, reloaded:")
-                for pid, part in photos:
-                    parts += [f"\nPhoto ID {pid}: ", part]
-            messages = [*state.messages, Message("user", parts)]
-            value, ok = self.role.json(messages, AUDIT_SCHEMA, fallback=lambda: None, retries=1, max_tokens=600)
+            messages = self.request(state, answer, pred, step)
+            value, ok = self.role.json(messages, AUDIT_SCHEMA, fallback=lambda: None, retries=1,
+                                       max_tokens=self.REPLY_TOKENS)
             if not ok or not isinstance(value, dict):
                 step.note("the audit gave no usable verdict; the answer was accepted as proposed")
                 step.outputs = {"verdict": "pass", "parsed": False}

@@ -16,14 +16,31 @@ set, which the runtime reports back to the model instead of guessing.
 
 The answer is parsed from ``The final answer is: ["id", ...]`` (PhotoCraft's and ImageSeeker's answer
 format, A.3.3); the last such statement in a reply counts.
+
+A third path serves small local models, which follow a free-text protocol poorly (the offline Qwen 0.5B
+answered with invented ids and never called a tool):
+
+- **json**: every reply is one JSON object, decoded under a grammar built from :func:`json_turn_schema`
+  (llama.cpp's JSON-schema grammars; any backend with schema-constrained output): either a tool call
+  ``{"thought": ..., "tool": NAME, "arguments": {...}}`` or the answer ``{"thought": ..., "final_answer":
+  [ids]}``. The schema is rebuilt each turn from the runtime's state: photo-id arguments and the answer
+  may only name ids the tools have returned, subset names only saved subsets, and the answer is not
+  offered before any tool returned a photo (the agent searches first). :func:`json_protocol_prompt` is the
+  system-prompt section: a short tool list with one example call each and one worked example.
+
+In the text path a call written as a function call (``ImageSearch(query="pink flamingo")``, keyword
+arguments as Python literals, read by :func:`ast.literal_eval`, never evaluated) is accepted when it names
+an offered tool and no ``<tool_call>`` block is present.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from imagent.models.json_output import JSONParseError, extract_json, parse_json
@@ -145,7 +162,67 @@ def parse_tool_calls(text: str, tool_names: Collection[str] | None = None) -> li
         fn = value.get("function")
         if value.get("name") in names or (isinstance(fn, dict) and fn.get("name") in names):
             calls.append(_call_from_value(value, body, len(calls)))
+    return calls or _function_calls(text, names)
+
+
+def _function_calls(text: str, names: set[str]) -> list[ToolCall]:
+    """Calls written as ``Name(key="value", ...)`` naming one of ``names`` (keyword arguments only)."""
+    if not names:
+        return []
+    pattern = _call_pattern(frozenset(names))
+    calls: list[ToolCall] = []
+    for m in pattern.finditer(text):
+        end = _closing_paren(text, m.end())
+        if end < 0:
+            continue
+        raw = text[m.start(): end + 1]
+        try:
+            node = ast.parse(f"f({text[m.end(): end]})", mode="eval").body
+        except SyntaxError:
+            continue  # prose that mentions a tool, e.g. "ImageSearch (the search tool)"
+        assert isinstance(node, ast.Call)
+        cid = f"call_{len(calls)}"
+        try:
+            args = {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords if kw.arg}
+        except (ValueError, SyntaxError):
+            calls.append(ToolCall(m.group(1), id=cid, raw=raw, error="the arguments must be literals, e.g. "
+                                  f'{m.group(1)}(query="keywords")'))
+            continue
+        if node.args:
+            calls.append(ToolCall(m.group(1), id=cid, raw=raw, error="name every argument, e.g. "
+                                  f'{m.group(1)}(query="keywords")'))
+            continue
+        calls.append(ToolCall(m.group(1), args, id=cid, raw=raw))
     return calls
+
+
+@lru_cache(maxsize=64)
+def _call_pattern(names: frozenset[str]) -> re.Pattern[str]:
+    return re.compile(r"\b(" + "|".join(map(re.escape, sorted(names, key=len, reverse=True))) + r")\s*\(")
+
+
+def _closing_paren(text: str, start: int) -> int:
+    """The index of the ``)`` closing the call whose arguments start at ``start`` (quote-aware), or -1."""
+    depth, quote, esc = 1, "", False
+    for i in range(start, min(len(text), start + 4000)):
+        ch = text[i]
+        if quote:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == quote:
+                quote = ""
+            continue
+        if ch in "\"'":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth == 0:
+                return i
+    return -1
 
 
 def native_tool_calls(raw_calls: Sequence[dict[str, Any]]) -> list[ToolCall]:
@@ -239,17 +316,161 @@ def text_protocol_prompt(tools: Sequence[Tool]) -> str:
     return "\n".join(lines)
 
 
+# --------------------------------------------------------------------------- the JSON protocol
+
+JSON_THOUGHT_CHARS = 300  # the reasoning a turn writes before its action (bounded: the grammar needs a bound)
+JSON_ANSWER_KEY = "final_answer"
+
+
+def json_turn_schema(tools: Sequence[Tool], ids: Sequence[str], subsets: Sequence[str], *, tools_allowed: bool = True,
+                     answer_allowed: bool = True, max_answer: int = 20,
+                     used: dict[str, Collection[str]] | None = None) -> dict[str, Any]:
+    """The schema of one JSON-protocol reply: one of the offered tools' calls, or the final answer.
+
+    ``ids`` (the photos the tools returned so far) bound every photo-id argument and the answer;
+    ``subsets`` the subset names; ``used`` (tool name -> ids it was called on) removes those ids from
+    the tools that do not take a photo twice (``Tool.repeat_ids``). ``answer_allowed=False`` (no photo seen
+    yet) leaves only tool calls; ``tools_allowed=False`` (the budget is spent) only the answer. Raises
+    ValueError when nothing is left."""
+    thought = {"type": "string", "maxLength": JSON_THOUGHT_CHARS}
+    alternatives: list[dict[str, Any]] = []
+    used = used or {}
+    if tools_allowed:
+        for t in tools:
+            done = used.get(t.name) if not t.repeat_ids else None
+            params = t.grammar_parameters([i for i in ids if i not in done] if done else ids, subsets)
+            if params is None:
+                continue
+            alternatives.append({"type": "object",
+                                 "properties": {"thought": thought, "tool": {"const": t.name}, "arguments": params},
+                                 "required": ["thought", "tool", "arguments"], "additionalProperties": False})
+    if answer_allowed and ids:
+        answer = {"type": "array", "items": {"enum": list(ids)}, "minItems": 1, "maxItems": max_answer}
+        alternatives.append({"type": "object", "properties": {"thought": thought, JSON_ANSWER_KEY: answer},
+                             "required": ["thought", JSON_ANSWER_KEY], "additionalProperties": False})
+    if not alternatives:
+        raise ValueError("no tool can be called and no photo was seen: nothing to offer")
+    return alternatives[0] if len(alternatives) == 1 else {"oneOf": alternatives}
+
+
+def parse_json_turn(text: str, index: int = 0) -> tuple[str, list[ToolCall], list[str] | None]:
+    """A JSON-protocol reply as ``(thought, calls, answer)``: one call, or the answer ids, or (a reply that
+    is not such an object) one unreadable call whose error goes back to the model."""
+    try:
+        value = extract_json(_strip_think(text))
+    except JSONParseError as exc:
+        return "", [ToolCall("", id=f"call_{index}", raw=text, error=f"the reply is not a JSON object ({exc})")], None
+    if not isinstance(value, dict):
+        return "", [ToolCall("", id=f"call_{index}", raw=text, error="the reply is not a JSON object")], None
+    thought = str(value.get("thought") or "").strip()
+    if JSON_ANSWER_KEY in value and "tool" not in value:
+        raw = value[JSON_ANSWER_KEY]
+        items = raw if isinstance(raw, list) else [raw]
+        return thought, [], list(dict.fromkeys(str(i).strip() for i in items if str(i).strip()))
+    call = _call_from_value({"name": value.get("tool") or value.get("name"),
+                             "arguments": value.get("arguments", {})}, text, index)
+    return thought, [call], None
+
+
+def render_worked_example(example: dict[str, Any], mode: str) -> str:
+    """A worked example (``{"query", "steps": [{"thought", "tool", "arguments", "result"}], "answer": {"thought",
+    "ids"}}``) written in the protocol ``mode`` speaks ("json" or "text"), so a small model sees the exact turns
+    it must write."""
+    lines = [f"User: {example['query']}"]
+    for st in example.get("steps") or []:
+        if mode == "json":
+            body = json.dumps({"thought": st["thought"], "tool": st["tool"], "arguments": st["arguments"]},
+                              ensure_ascii=False)
+            lines.append(f"You: {body}")
+        else:
+            lines.append(f"You: {st['thought']}\n{format_tool_call(st['tool'], st['arguments'])}")
+        lines.append(f"Tool: {format_tool_response(st['tool'], st['result'])}")
+    ans = example.get("answer") or {}
+    if ans:
+        ids = json.dumps(list(ans["ids"]), ensure_ascii=False)
+        if mode == "json":
+            lines.append("You: " + json.dumps({"thought": ans["thought"], JSON_ANSWER_KEY: list(ans["ids"])},
+                                              ensure_ascii=False))
+        else:
+            lines.append(f"You: {ans['thought']} The final answer is: {ids}")
+    return "\n".join(lines)
+
+
+def _example_args(tool: Tool) -> dict[str, Any]:
+    if tool.example is not None:
+        return tool.example
+    props = tool.parameters.get("properties") or {}
+    return {k: f"<{k}>" for k in tool.parameters.get("required") or [] if k in props}
+
+
+def compact_tool_list(tools: Sequence[Tool], name_key: str = "tool") -> str:
+    """One line per tool (signature, description) and an example call (``name_key`` names the tool: "tool" in
+    the JSON protocol, "name" in the text protocol): what a small model can take in."""
+    lines = []
+    for t in tools:
+        lines.append(f"- {t.signature()}: {t.description}")
+        lines.append(f'  e.g. {json.dumps({name_key: t.name, "arguments": _example_args(t)}, ensure_ascii=False)}')
+    return "\n".join(lines)
+
+
+def json_protocol_prompt(tools: Sequence[Tool], worked_example: str = "") -> str:
+    """The system-prompt section of the JSON protocol: the reply format, the tools, one worked example."""
+    lines = [
+        "# How to reply",
+        "",
+        "Every reply is ONE JSON object, either a tool call:",
+        '{"thought": "<what you know and what you do next>", "tool": "<tool name>", "arguments": {...}}',
+        "or, when you are done, your answer:",
+        '{"thought": "<why these photos>", "final_answer": ["<photo id>", "<photo id>"]}',
+        "Call a tool first: photo ids come only from tool results. The result comes back inside "
+        "<tool_response></tool_response>. This JSON answer replaces any other answer format named above.",
+        "",
+        "# Tools",
+        "",
+        compact_tool_list(tools),
+    ]
+    if worked_example.strip():
+        lines += ["", "# Worked example", "", worked_example.strip()]
+    return "\n".join(lines)
+
+
+def text_protocol_prompt_compact(tools: Sequence[Tool], worked_example: str = "") -> str:
+    """The text protocol's section for a small model: the short tool list instead of full JSON Schemas."""
+    lines = [
+        "# Tools",
+        "",
+        "To call a tool, write exactly one block like this:",
+        "<tool_call>",
+        '{"name": "<tool name>", "arguments": {...}}',
+        "</tool_call>",
+        "Call a tool first: photo ids come only from tool results, which come back inside "
+        "<tool_response></tool_response>. When you are done, reply without a <tool_call> block.",
+        "",
+        compact_tool_list(tools, "name"),
+    ]
+    if worked_example.strip():
+        lines += ["", "# Worked example", "", worked_example.strip()]
+    return "\n".join(lines)
+
+
 __all__ = [
+    "JSON_ANSWER_KEY",
     "TOOL_CALL_CLOSE",
     "TOOL_CALL_OPEN",
     "ToolCall",
+    "compact_tool_list",
     "format_tool_call",
     "format_tool_response",
+    "json_protocol_prompt",
+    "json_turn_schema",
     "native_tool_calls",
     "parse_arguments",
     "parse_final_answer",
+    "parse_json_turn",
     "parse_tool_calls",
+    "render_worked_example",
     "strip_tool_calls",
     "text_protocol_prompt",
+    "text_protocol_prompt_compact",
     "tools_as_openai",
 ]

@@ -2,10 +2,14 @@
 
 One turn is one model call: the model reasons and either calls tools or answers. Tools are offered as
 OpenAI ``tools`` and called through native ``tool_calls`` where the backend returns them, else through
-the ``<tool_call>`` text protocol (:mod:`imagent.agents.protocol`); each turn's trace step says which
-path was used. A tool's error goes back to the model as the observation (it may correct the call);
-it never ends the loop. After ``max_turns`` turns (30, the paper's budget, A.2.2) the model is told
-to answer now, in one last call without tools.
+the ``<tool_call>`` text protocol, or (``tool_mode="json"``, the default for the in-process llama.cpp
+backend, whose small local models never managed the free-text protocol) through grammar-constrained JSON
+replies (:mod:`imagent.agents.protocol`); each turn's trace step says which protocol was offered
+(``protocol``) and which path a call took (``path``). With ``search_first`` an answer given before any
+tool returned a photo is sent back once with the request to search first (the papers' agent always
+searches before it answers; the JSON protocol enforces it by its grammar). A tool's error goes back to
+the model as the observation (it may correct the call); it never ends the loop. After ``max_turns``
+turns (30, the paper's budget, A.2.2) the model is told to answer now, in one last call without tools.
 
 Photos a tool shows (``ViewPhotos``) reach the model as a user message with each photo's id written
 beside its image: OpenAI tool messages carry text only. A blind model gets each photo's text surrogate
@@ -24,6 +28,7 @@ role records its model call (tokens, seconds) into the open step, the runtime ea
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field
@@ -32,11 +37,16 @@ from typing import Any, Literal
 from imagent.agents.protocol import (
     ToolCall,
     format_tool_response,
+    json_protocol_prompt,
+    json_turn_schema,
     native_tool_calls,
     parse_final_answer,
+    parse_json_turn,
     parse_tool_calls,
+    render_worked_example,
     strip_tool_calls,
     text_protocol_prompt,
+    text_protocol_prompt_compact,
     tools_as_openai,
 )
 from imagent.agents.tools import Observation, Tool, ToolError
@@ -44,9 +54,9 @@ from imagent.core.trace import CallRecord, SearchCancelled, Trace, current_trace
 from imagent.models.base import ChatError, ChatParams, ChatResponse, ImagePart, Message
 from imagent.models.roles import CallBudgetExceeded, Role
 
-ToolMode = Literal["auto", "native", "text"]
-Mode = Literal["native", "text"]
-CallPath = Literal["native", "text", "none"]
+ToolMode = Literal["auto", "native", "text", "json"]
+Mode = Literal["native", "text", "json"]
+CallPath = Literal["native", "text", "json", "none"]
 
 # Paper defaults (A.2.2): 30 interaction turns, then the agent must answer.
 DEFAULT_MAX_TURNS = 30
@@ -56,6 +66,13 @@ NUDGE = ("You neither called a tool nor gave a final answer. Call a tool, or giv
          f"exactly as: {ANSWER_FORMAT}")
 BUDGET_SPENT = ("You have used all {n} turns. Do not call any more tools. Based on what you found, give your "
                 f"final answer now, exactly as: {ANSWER_FORMAT}")
+BUDGET_SPENT_JSON = ("You have used all {n} turns. Do not call any more tools. Based on what you found, give your "
+                     'final answer now: {{"thought": "...", "final_answer": ["<photo id>", ...]}}')
+REPEATED = "Error: the same {tool} call as in turn {turn}; its result is above. Use that result now."
+SEARCH_FIRST = ("Do not answer yet: photo ids come only from tool results. Call a tool first (start with "
+                "ImageSearch and a few keywords), then answer from what it returns.")
+# The JSON protocol offers at most this many photo ids (the best seen) to its grammar.
+MAX_GRAMMAR_IDS = 200
 NOT_IN_ALBUM = ("Your final answer must list photo ids from the album and must not be empty. {detail}Use the "
                 f"ids your tools returned, exactly as: {ANSWER_FORMAT}")
 
@@ -206,7 +223,14 @@ class AgentRuntime:
     - ``known_ids``: the ids an answer may contain (the album); None accepts any id;
     - ``fallback_k``: how many best candidates stand in for a missing answer;
     - ``fallback``: called when no candidate was seen at all (e.g. a plain search for the query);
-    - ``answer_retries``: how often an empty or unknown-ids answer is sent back before falling back.
+    - ``answer_retries``: how often an empty or unknown-ids answer is sent back before falling back;
+    - ``search_first``: an answer before any tool returned a photo is sent back once (text and native paths);
+    - ``loop_guard``: in the JSON protocol, a tool called in each of the last ``loop_guard`` turns is left out
+      of the next turn's grammar (0: never), as is a tool whose last call repeated an earlier one exactly;
+    - ``compact_prompt``: the short tool list (signatures, one example call each) instead of full JSON
+      Schemas; None: compact for the JSON protocol and for in-process llama.cpp models;
+    - ``worked_example``: one worked example for the compact prompt, written in the protocol's own turns
+      (:func:`~imagent.agents.protocol.render_worked_example`).
     """
 
     def __init__(
@@ -224,11 +248,15 @@ class AgentRuntime:
         answer_retries: int = 1,
         max_tokens: int = 1024,
         temperature: float | None = None,
+        search_first: bool = False,
+        loop_guard: int = 3,
+        compact_prompt: bool | None = None,
+        worked_example: dict[str, Any] | None = None,
     ) -> None:
         if max_turns < 1:
             raise ValueError("max_turns must be at least 1")
-        if tool_mode not in ("auto", "native", "text"):
-            raise ValueError(f"tool_mode must be auto, native or text, not {tool_mode!r}")
+        if tool_mode not in ("auto", "native", "text", "json"):
+            raise ValueError(f"tool_mode must be auto, native, text or json, not {tool_mode!r}")
         names = [t.name for t in tools]
         if len(set(names)) != len(names):
             raise ValueError(f"tool names must be unique: {names}")
@@ -246,23 +274,59 @@ class AgentRuntime:
         self.answer_retries = answer_retries
         self.max_tokens = max_tokens
         self.temperature = temperature
+        self.search_first = search_first
+        self.loop_guard = loop_guard
+        self.compact_prompt = compact_prompt
+        self.worked_example = worked_example
 
     # ------------------------------------------------------------------ set-up
     def resolve_mode(self) -> Mode:
+        """``auto``: native tool calls when the backend has them; the JSON protocol for the in-process llama.cpp
+        backend (small local models; its grammars make every reply a well-formed call or answer); else text."""
         if self.tool_mode != "auto":
             return self.tool_mode
-        return "native" if getattr(self.role.model, "supports_tools", False) else "text"
+        model = self.role.model
+        if getattr(model, "supports_tools", False):
+            return "native"
+        return "json" if getattr(model, "backend", "") == "llama.cpp" and self.tools else "text"
+
+    def _compact(self, mode: str) -> bool:
+        if self.compact_prompt is not None:
+            return self.compact_prompt
+        return mode == "json" or getattr(self.role.model, "backend", "") == "llama.cpp"
 
     def system_message(self, mode: str) -> Message:
-        if mode == "text" and self.tools:
-            return Message.system(f"{self.system_prompt.rstrip()}\n\n{text_protocol_prompt(self.tools)}")
-        return Message.system(self.system_prompt)
+        if not self.tools or mode == "native":
+            return Message.system(self.system_prompt)
+        example = render_worked_example(self.worked_example, mode) if self.worked_example else ""
+        if mode == "json":
+            section = json_protocol_prompt(self.tools, example)
+        elif self._compact(mode):
+            section = text_protocol_prompt_compact(self.tools, example)
+        else:
+            section = text_protocol_prompt(self.tools)
+        return Message.system(f"{self.system_prompt.rstrip()}\n\n{section}")
 
-    def _params(self, mode: str, final: bool = False) -> ChatParams:
+    def _params(self, mode: str, state: AgentState | None = None, final: bool = False) -> ChatParams:
         p = ChatParams(max_tokens=self.max_tokens, temperature=self.temperature)
         if mode == "native" and self.tools:
             p.tools = tools_as_openai(self.tools)
             p.tool_choice = "none" if final else "auto"
+        if mode == "json" and state is not None:
+            ids = [i for i in state.best_candidates(MAX_GRAMMAR_IDS) if self._known(i)]
+            # Loop breakers for small models: a tool whose call was just refused as a repeat, or that the model
+            # called in each of the last ``loop_guard`` turns, is left out of the next turn's grammar.
+            blocked = set(state.extra.pop("blocked_tools", set()))
+            last = [t.calls[0][0].name if len(t.calls) == 1 else None for t in state.turns[-self.loop_guard:]]
+            if self.loop_guard and len(last) == self.loop_guard and last[0] and len(set(last)) == 1:
+                blocked.add(last[0])
+            tools = [t for t in self.tools if t.name not in blocked] or ([] if ids else self.tools)
+            try:
+                p.json_schema = json_turn_schema(tools, ids, list(state.subsets), tools_allowed=not final,
+                                                 answer_allowed=True, used=state.extra.get("ids_used"))
+            except ValueError:  # the budget is spent and nothing was seen: a plain reply (the fall-back answers)
+                return p
+            p.repeat_penalty = 1.1  # with bounded strings: what keeps a small model out of loops (models README)
         return p
 
     def find_tool(self, name: str) -> Tool | None:
@@ -279,6 +343,7 @@ class AgentRuntime:
         state.max_turns = self.max_turns
         mode = self.resolve_mode()
         state.messages = [self.system_message(mode), msg]
+        state.extra["protocol"] = mode
         paths: dict[str, int] = {}
         t0 = time.perf_counter()
         for h in self.hooks:
@@ -288,18 +353,25 @@ class AgentRuntime:
         reason = ""
         dropped: list[str] = []
         retries = self.answer_retries
+        search_nudged = not self.search_first
         try:
             while state.turn < self.max_turns and answer is None:
                 for h in self.hooks:
                     h.before_turn(state)
                 state.turn += 1
-                with trace.step(f"turn.{state.turn}", turn=state.turn) as step:
+                with trace.step(f"turn.{state.turn}", turn=state.turn, protocol=mode) as step:
                     t_turn = time.perf_counter()
                     resp, mode = self._call(state, mode)
                     turn = self._turn(state, resp, mode)
                     paths[turn.path] = paths.get(turn.path, 0) + 1
                     outputs = self._turn_outputs(turn)
-                    if turn.answer is not None and not turn.calls:
+                    outputs["protocol"] = mode
+                    if turn.answer is not None and not turn.calls and not state.seen and not search_nudged:
+                        search_nudged = True
+                        outputs["answer"] = turn.answer
+                        state.messages.append(Message.user(SEARCH_FIRST))
+                        outputs["feedback"] = SEARCH_FIRST
+                    elif turn.answer is not None and not turn.calls:
                         answer, reason, retries = self._consider_answer(state, turn.answer, outputs, dropped, retries)
                     elif turn.answer is None and not turn.calls:
                         state.messages.append(Message.user(NUDGE))
@@ -366,7 +438,7 @@ class AgentRuntime:
         """One model call. In auto mode a backend that refuses ``tools`` on the first call is asked again
         in the text protocol, which the rest of the run then uses."""
         try:
-            resp = self.role.chat(state.messages, self._params(mode))
+            resp = self.role.chat(state.messages, self._params(mode, state))
         except ChatError as exc:
             if isinstance(exc, CallBudgetExceeded) or not (self.tool_mode == "auto" and mode == "native"
                                                            and state.turn == 1):
@@ -376,7 +448,7 @@ class AgentRuntime:
             note(f"the backend refused native tool calls ({exc}); using the <tool_call> text protocol")
             mode = "text"
             state.messages[0] = self.system_message(mode)
-            resp = self.role.chat(state.messages, self._params(mode))
+            resp = self.role.chat(state.messages, self._params(mode, state))
         state.prompt_tokens += resp.prompt_tokens
         state.completion_tokens += resp.completion_tokens
         state.last_prompt_tokens = resp.prompt_tokens
@@ -402,10 +474,18 @@ class AgentRuntime:
             if images:
                 state.messages.append(self._images_message(images))
             return turn
-        calls = parse_tool_calls(resp.text, tool_names=list(self._by_name))
+        if mode == "json":
+            thought, calls, answer = parse_json_turn(resp.text)
+            turn.reasoning = thought
+            if not calls:
+                state.messages.append(Message.assistant(resp.text))
+                turn.answer = answer
+                return turn
+        else:
+            calls = parse_tool_calls(resp.text, tool_names=list(self._by_name))
         state.messages.append(Message.assistant(resp.text))
         if calls:
-            turn.path = "text"
+            turn.path = "json" if mode == "json" else "text"
             parts: list[str | ImagePart] = []
             images = []
             for c in calls:
@@ -426,15 +506,25 @@ class AgentRuntime:
         error: str | None = None
         tool = self.find_tool(call.name) if call.name else None
         if call.error:
-            obs = Observation(f"Error: your tool call could not be read: {call.error}. Write it as "
-                              '<tool_call>{"name": "<tool name>", "arguments": {...}}</tool_call>', error=True)
+            form = ('one JSON object: {"thought": "...", "tool": "<tool name>", "arguments": {...}}'
+                    if state.extra.get("protocol") == "json"
+                    else '<tool_call>{"name": "<tool name>", "arguments": {...}}</tool_call>')
+            obs = Observation(f"Error: your tool call could not be read: {call.error}. Write it as {form}", error=True)
             error = call.error
         elif tool is None:
             names = ", ".join(t.name for t in self.tools) or "none"
             obs = Observation(f"Error: there is no tool named {call.name!r}. Available tools: {names}.", error=True)
             error = f"unknown tool {call.name!r}"
+        elif (earlier := self._repeat_of(call, tool, state)) is not None:
+            obs = Observation(REPEATED.format(tool=tool.name, turn=earlier), error=True)
+            error = "repeated call"
+            state.extra.setdefault("blocked_tools", set()).add(tool.name)
         else:
             call.name = tool.name
+            used = state.extra.setdefault("ids_used", {}).setdefault(tool.name, set())
+            for k in tool.id_params:
+                v = call.arguments.get(k)
+                used.update(str(i) for i in (v if isinstance(v, list) else [v] if v else []))
             try:
                 obs = tool(call.arguments, state)
             except SearchCancelled:
@@ -450,6 +540,19 @@ class AgentRuntime:
         state.add_candidates(obs.photos, obs.scores)
         state.viewed += [i for i, _ in obs.images if i not in state.viewed]
         return obs
+
+    @staticmethod
+    def _repeat_of(call: ToolCall, tool: Tool, state: AgentState) -> int | None:
+        """The turn of an identical earlier call still in the history (None if there is none), and remember
+        this one. A small model at temperature 0 tends to copy its last turn forever; the repeat is answered
+        with an error instead of the same result (the history is append-only, so the result is still there).
+        A context compression forgets the calls (their results may be gone)."""
+        made: dict[str, int] = state.extra.setdefault("calls_made", {})
+        key = json.dumps([tool.name, call.arguments], sort_keys=True, ensure_ascii=False, default=str)
+        if key in made:
+            return made[key]
+        made[key] = state.turn
+        return None
 
     @staticmethod
     def _image_parts(images: list[tuple[str, ImagePart]]) -> list[str | ImagePart]:
@@ -471,14 +574,19 @@ class AgentRuntime:
                     dropped: list[str]) -> tuple[list[str] | None, str]:
         """The budget is spent: one last call, without tools, for the answer."""
         n = state.turn = state.turn + 1
-        state.messages.append(Message.user(BUDGET_SPENT.format(n=self.max_turns)))
-        with state.trace.step(f"turn.{n}", turn=n, final=True) as step:
-            resp = self.role.chat(state.messages, self._params(mode, final=True))
+        params = self._params(mode, state, final=True)
+        spent = BUDGET_SPENT_JSON if params.json_schema is not None else BUDGET_SPENT
+        state.messages.append(Message.user(spent.format(n=self.max_turns)))
+        with state.trace.step(f"turn.{n}", turn=n, final=True, protocol=mode) as step:
+            resp = self.role.chat(state.messages, params)
             state.prompt_tokens += resp.prompt_tokens
             state.completion_tokens += resp.completion_tokens
             state.messages.append(Message.assistant(resp.text))
-            ids = parse_final_answer(resp.text)
-            turn = TurnRecord(n=n, path="none", reasoning=strip_tool_calls(resp.text), answer=ids,
+            if params.json_schema is not None:
+                reasoning, _, ids = parse_json_turn(resp.text)
+            else:
+                reasoning, ids = strip_tool_calls(resp.text), parse_final_answer(resp.text)
+            turn = TurnRecord(n=n, path="none", reasoning=reasoning, answer=ids,
                               prompt_tokens=resp.prompt_tokens, completion_tokens=resp.completion_tokens)
             state.turns.append(turn)
             paths["none"] = paths.get("none", 0) + 1

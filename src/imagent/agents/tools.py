@@ -14,8 +14,9 @@ asked). No ``jsonschema`` dependency: the tools' schemas stay inside this subset
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from imagent.models.base import ImagePart
 from imagent.models.json_output import JSONParseError, coerce
@@ -71,6 +72,15 @@ class Tool(ABC):
     name: str
     description: str
     parameters: dict[str, Any]
+    # Parameters that take photo ids / names of saved subsets: the JSON protocol's grammar limits them to
+    # the ids the tools have returned and the subsets saved so far (:meth:`grammar_parameters`).
+    id_params: ClassVar[tuple[str, ...]] = ()
+    subset_params: ClassVar[tuple[str, ...]] = ()
+    # False: a photo this tool was already called on is not offered to it again by the grammar (its result is
+    # still in the history; GetMetadata and ViewPhotos tell nothing new the second time).
+    repeat_ids: ClassVar[bool] = True
+    # An example call for the compact tool list a small model reads: ``{"query": "pink flamingo"}``.
+    example: ClassVar[dict[str, Any] | None] = None
 
     @abstractmethod
     def run(self, args: dict[str, Any], state: AgentState) -> Observation:
@@ -85,6 +95,26 @@ class Tool(ABC):
         return {"type": "function",
                 "function": {"name": self.name, "description": self.description, "parameters": self.parameters}}
 
+    def grammar_parameters(self, ids: Sequence[str], subsets: Sequence[str]) -> dict[str, Any] | None:
+        """:attr:`parameters` as a schema a grammar can enforce (the JSON protocol, :mod:`imagent.agents.protocol`):
+        strings and lists bounded (a small model loops inside an unbounded one), photo-id parameters limited
+        to ``ids`` (the ids the tools returned so far: a model cannot name a photo it has not seen), subset
+        parameters to ``subsets`` (left out while none is saved); descriptions, defaults and numeric bounds
+        dropped (:func:`validate_args` still checks the call). None when a required parameter can take no
+        value yet (an id parameter before any photo was seen): the tool is not offered this turn."""
+        props = self.parameters.get("properties") or {}
+        required = [k for k in self.parameters.get("required") or [] if k in props]
+        out: dict[str, Any] = {}
+        for k, sch in props.items():
+            choices = list(ids) if k in self.id_params else list(subsets) if k in self.subset_params else None
+            if choices is not None and not choices:
+                if k in required:
+                    return None
+                continue
+            out[k] = _grammar_property(sch, choices)
+        return {"type": "object", "properties": out, "required": [k for k in required if k in out],
+                "additionalProperties": False}
+
     def signature(self) -> str:
         """One line for a text prompt: ``Name(arg: type, opt?: type)``."""
         props = self.parameters.get("properties") or {}
@@ -96,6 +126,31 @@ class Tool(ABC):
                 t = f"list[{(sch.get('items') or {}).get('type', 'any')}]"
             args.append(f"{k}{'' if k in required else '?'}: {t}")
         return f"{self.name}({', '.join(args)})"
+
+
+# Bounds the JSON protocol's grammar puts on a tool's strings and lists (see Tool.grammar_parameters).
+GRAMMAR_STRING_CHARS = 160
+GRAMMAR_LIST_ITEMS = 20
+
+
+def _grammar_property(sch: dict[str, Any], choices: list[str] | None) -> dict[str, Any]:
+    """One property for the grammar: ``choices`` (ids or subset names) as an enum, else the type, bounded."""
+    kind = sch.get("type")
+    if kind == "array":
+        items = dict(sch.get("items") or {"type": "string"})
+        item = {"enum": choices} if choices is not None else _grammar_property(items, None)
+        return {"type": "array", "items": item, "minItems": 1,
+                "maxItems": min(int(sch.get("maxItems", GRAMMAR_LIST_ITEMS)), GRAMMAR_LIST_ITEMS)}
+    if choices is not None:
+        return {"enum": choices}
+    if "enum" in sch:
+        return {"enum": list(sch["enum"])}
+    if kind == "string" and "pattern" in sch:
+        return {"type": "string", "pattern": sch["pattern"]}
+    if kind == "string":
+        return {"type": "string", "minLength": 1,
+                "maxLength": min(int(sch.get("maxLength", GRAMMAR_STRING_CHARS)), GRAMMAR_STRING_CHARS)}
+    return {"type": kind} if kind else {}
 
 
 def _type_name(value: Any) -> str:

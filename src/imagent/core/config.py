@@ -97,6 +97,11 @@ class IndexOptions(_Strict):
     # galleries of at least ann_min_rows images; results are always re-ranked exactly.
     # The dense snapshot searches scan: float16 halves its size (memory-mapped; larger-than-RAM galleries).
     vectors_dtype: Literal["float32", "float16"] = "float32"
+    # The snapshot is a set of memory-mapped shard files per space (imagent/index/shards.py): rows per shard
+    # (a multiple of 64, so scores equal a one-array scan's to the last bit), and how many shards a search
+    # keeps mapped (0: all, the fastest; a few bound the memory a scan maps, for galleries larger than RAM).
+    shard_rows: int = Field(131_072, ge=64, multiple_of=64, description="rows per vector shard file")
+    mapped_shards: int = Field(0, ge=0, description="shards a search keeps memory-mapped (0: all)")
     ann: Literal["auto", "on", "off"] = "auto"
     ann_min_rows: int = Field(200_000, ge=1)
     ann_nprobe: int = Field(32, ge=1, description="inverted lists scanned per query")

@@ -63,6 +63,7 @@ class TraceStep:
     seconds: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     _trace: Trace | None = field(default=None, repr=False, compare=False)
+    _noted: set[str] = field(default_factory=set, repr=False, compare=False)
 
     def add_call(self, call: CallRecord) -> None:
         if call.error:
@@ -73,11 +74,15 @@ class TraceStep:
             self._trace.emit("call", {"step": self.name, **call.to_dict()})
 
     def note(self, text: str) -> None:
-        """A remark a user should see (a fall-back taken, caption mode used, a parse failure)."""
-        text = redact(text)
+        """A remark a user should see (a fall-back taken, caption mode used, a parse failure); a remark
+        already made in this step is not repeated (nor redacted again: a verifier notes per call)."""
+        if text in self._noted:
+            return
+        clean = redact(text)
         with self._lock:
-            if text not in self.notes:
-                self.notes.append(text)
+            self._noted.add(text)
+            if clean not in self.notes:
+                self.notes.append(clean)
 
     @property
     def model_calls(self) -> int:

@@ -193,8 +193,8 @@ def target_rank(ids: Sequence[str], positives: Sequence[str]) -> int | None:
 def query_rows(items: Sequence[EvalItem], records: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """The generic per-query table: target rank (of the first positive in the kept top-k; "-" when it is
     not there or the split has no labels), model calls, seconds, fall-backs taken (trace counters whose
-    name says fallback), the error of a failed query and the method's own summary (trace step outputs
-    ``report_line``; the column is left out when no method gave one)."""
+    name says fallback), the error of a failed query, the rank in each stored stage and the method's own
+    summary (trace step outputs ``report_line``; a column is left out when no query has a value)."""
     rows = []
     for it in items:
         rec = records.get(it.id)
@@ -208,6 +208,10 @@ def query_rows(items: Sequence[EvalItem], records: dict[str, dict[str, Any]]) ->
             "seconds": float(rec.get("seconds", 0.0) or 0.0),
             "fallbacks": sum(int(v) for k, v in counters.items() if "fallback" in k),
             "error": rec.get("error"),
+            # The same rank in each stored stage (OSCAR: fused similarity, composed set before the verifier), so a
+            # reader sees per query what a later stage moved; "-" when the target is outside that stage's top-k.
+            "stage_ranks": " ".join(f"{s}={target_rank(ids, it.positives) or '-'}"
+                                    for s, ids in (rec.get("stages") or {}).items()) if it.positives else "",
             # A method's own one-line summary of the query (OSCAR: the plan, set sizes, the verifier's effect).
             "detail": " ".join(str(st["outputs"]["report_line"]) for st in (rec.get("trace") or {}).get("steps", [])
                                if (st.get("outputs") or {}).get("report_line")),

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from imagent.index.scoring import cosine_scores, top_k
+from imagent.index.shards import ShardedVectors
 
 
 class AnnUnavailable(RuntimeError):
@@ -94,9 +95,12 @@ class AnnStore:
         return meta is not None and all(meta.get(k) == v for k, v in identity.items()) and self.index_path.is_file()
 
     # ------------------------------------------------------------------ build
-    def build(self, vectors: np.ndarray, identity: dict[str, Any], params: AnnParams | None = None) -> None:
+    def build(self, vectors: np.ndarray | ShardedVectors, identity: dict[str, Any],
+              params: AnnParams | None = None) -> None:
         """Train and fill the index from ``vectors`` (rows = gallery rows), then write it atomically:
-        the sidecar naming the identity is replaced last, so a killed build leaves a store that does not match."""
+        the sidecar naming the identity is replaced last, so a killed build leaves a store that does not match.
+        Rows are read a sample (training) and a block of 65,536 (adding) at a time, so a sharded snapshot
+        larger than memory is never read whole."""
         faiss = _faiss()
         params = params or AnnParams()
         if params.threads:
@@ -143,8 +147,8 @@ class AnnStore:
         return found[found >= 0].astype(np.int64)
 
 
-def search_reranked(store: AnnStore, matrix: np.ndarray, query: np.ndarray, k: int, params: AnnParams,
-                    rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+def search_reranked(store: AnnStore, matrix: np.ndarray | ShardedVectors, query: np.ndarray, k: int,
+                    params: AnnParams, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray] | None:
     """Top-``k`` rows of ``matrix`` for ``query`` among ``rows`` (None: all): the store proposes
     ``k * overfetch`` candidates inside the filter and they are re-ranked by their exact cosine. Returns
     ``(rows, scores)`` best first, or None when the store found fewer than the pool allows (the caller

@@ -2,17 +2,31 @@
 
 Layout of an index directory::
 
-    records.sqlite     records, per-record vectors (the source of truth), skipped files, spaces
-    vectors/<space>.npy  dense snapshot of each space, rows aligned with ``ids.json``
-    vectors/ids.json     row order of the snapshot, the generation it was made at and the index's uuid
+    records.sqlite          records, per-record float32 vectors (the source of truth), skipped files, spaces
+    vectors/snapshot.json   the snapshot's manifest: generation, index uuid, row count, sha256 of the row order,
+                            spaces, dtype, shard_rows, each stored space's shard folder and rows per shard,
+                            aliases (a space whose vectors equal another's is stored once, as that one)
+    vectors/<space>/g<generation>-<token>/shard-00000.npy, shard-00001.npy, ...
+                            the space's rows in row order, ``shard_rows`` per file (the last one shorter)
+    vectors/.write.lock     taken by snapshot writers (one at a time per index)
+    ann/<space>.faiss, .json  approximate stores (:mod:`imagent.index.ann`)
+    manifest.json           count, generation and models, for people and scripts
 
 Every write goes through SQLite transactions, so a killed build leaves the database at its last
-committed batch (resume picks up from there) and never half-written. The ``.npy`` snapshots are
-derived data, replaced atomically (write to a temp file, ``os.replace``); when their generation,
-row order or index uuid does not match the database's, they are rebuilt from SQLite on first use.
+committed batch (resume picks up from there) and never half-written. The shards are derived data
+(:mod:`imagent.index.shards`): a snapshot write streams SQLite into a new shard folder, a batch of rows
+at a time (bounded memory), and makes it current by replacing ``snapshot.json`` last; a write killed
+between shards leaves the old manifest naming the old shards, untouched. When the manifest's generation,
+row order or index uuid does not match the database's, the snapshot is rebuilt from SQLite on first use.
 Every record write bumps the generation in the same transaction, so a snapshot can never be
 mistaken for current after a write (a killed build included). The uuid is drawn when the database
 is created, so a snapshot left beside a re-created database is not mistaken for its own either.
+Indexes from before shards (``vectors/<space>.npy`` described by ``vectors/ids.json``) are read as they
+are, one file as one shard, and rewritten in this layout by the next snapshot write.
+
+Searches read the shards memory-mapped, one after another (:class:`~imagent.index.shards.ShardedVectors`):
+the scan keeps a running top-k and never builds an (N, d) array; ``mapped_shards`` bounds how many stay
+mapped, so a gallery larger than the memory a process may use can still be searched.
 
 Vector spaces (names used by every method):
 
@@ -23,6 +37,8 @@ Vector spaces (names used by every method):
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
 import sqlite3
@@ -38,12 +54,22 @@ import numpy as np
 from imagent.core.config import IndexOptions
 from imagent.core.types import ImageRecord, MetadataConstraints, Ranking
 from imagent.index.ann import AnnParams, AnnStore, search_reranked
-from imagent.index.scoring import cosine_scores, haversine_km, top_k
+from imagent.index.scoring import haversine_km, top_k
+from imagent.index.shards import (
+    DEFAULT_SHARD_ROWS,
+    LEGACY_IDS_FILE,
+    SNAPSHOT_FILE,
+    SNAPSHOT_FORMAT,
+    WRITE_BATCH_ROWS,
+    ShardedVectors,
+    remove_unnamed_snapshots,
+    shard_name,
+    write_json_atomic,
+    write_shards,
+    writer_lock,
+)
 
 SPACE_IMAGE = "image"
-# A candidate pool of at least 1/_GATHER_FRACTION of the gallery is scored by scanning every row and
-# indexing the scores (no copy of the matrix); smaller pools gather their rows first.
-_GATHER_FRACTION = 4
 SPACE_CAPTION_DUAL = "caption_dual"
 SPACE_CAPTION_TEXT = "caption_text"
 
@@ -137,6 +163,9 @@ class Gallery:
         self.ann_mode: str = "auto"
         # float16 halves the snapshot (and memory-mapped scans); SQLite keeps float32 either way.
         self.snapshot_dtype = np.dtype(np.float32)
+        # Rows per shard file of the next snapshot written; shards a search keeps mapped (0: all).
+        self.shard_rows: int = DEFAULT_SHARD_ROWS
+        self.mapped_shards: int = 0
         self.ann_min_rows: int = 200_000
         self.ann_params = AnnParams()
         self._ann_stores: dict[str, AnnStore] = {}
@@ -220,8 +249,9 @@ class Gallery:
             name: SpaceInfo(model_id, dim)
             for name, model_id, dim in c.execute("SELECT name, model_id, dim FROM spaces")
         }
-        self._vectors: dict[str, np.ndarray] = {}
-        self._score_memo: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = {}
+        self._ids_sha: str | None = None
+        self._vectors: dict[str, ShardedVectors] = {}
+        self._score_memo: dict[tuple[Any, ...], tuple[ShardedVectors, np.ndarray]] = {}
         self._meta_arrays: dict[str, np.ndarray] | None = None
         self._by_hash: dict[str, str] | None = None
 
@@ -290,122 +320,196 @@ class Gallery:
         return [_from_sql(k) for (k,) in self._conn().execute("SELECT source_key FROM skipped")]
 
     def vectors(self, space: str) -> np.ndarray:
-        """(N, dim) float32 rows aligned with :attr:`ids`, loaded from the snapshot (rebuilt if stale)."""
+        """(N, dim) rows aligned with :attr:`ids`, from the snapshot (rebuilt if stale), of the snapshot's type.
+
+        A one-shard snapshot (up to ``shard_rows`` images) is returned as its read-only memory map; a larger
+        one as a copy in memory, made once. Searching never needs it: :meth:`scores`, :meth:`search` and
+        :meth:`vector` read the shards; use this only where a whole matrix is really wanted."""
+        return self.vector_shards(space).array()
+
+    def vector(self, space: str, image_id: str) -> np.ndarray:
+        """One record's stored vector in ``space`` as a float32 copy (no whole matrix is built)."""
+        return np.array(self.vector_shards(space)[self.row(image_id)], dtype=np.float32)
+
+    def vector_shards(self, space: str) -> ShardedVectors:
+        """``space``'s snapshot as shards (memory-mapped), rebuilt first if stale; identical spaces share one."""
         if space not in self._spaces:
             raise GalleryError(
                 f"the index at {self.root} has no {space!r} vectors (it has: "
                 f"{', '.join(sorted(self._spaces)) or 'none'}); re-index with an encoder that provides them"
             )
-        arr = self._vectors.get(space)
-        if arr is None:
+        sv = self._vectors.get(space)
+        if sv is None:
             target = self._snapshot_aliases().get(space)
-            # A space stored as another's (identical vectors): the very same array, so scores are shared.
-            arr = self.vectors(target) if target in self._spaces else self._load_snapshot(space)
-            self._vectors[space] = arr
-        return arr
+            # A space stored as another's (identical vectors): the very same shards, so scores are shared.
+            sv = self.vector_shards(target) if target in self._spaces else self._load_snapshot(space)
+            self._vectors[space] = sv
+        return sv
 
-    def _snapshot_meta(self) -> dict[str, Any] | None:
-        info = self.root / "vectors" / "ids.json"
+    def _ids_digest(self) -> str:
+        """sha256 of the row order (the manifest stores this, not a million ids)."""
+        if self._ids_sha is None:
+            joined = "\0".join(self.ids).encode("utf-8", "surrogatepass")  # ids hold no NUL (SQLite text)
+            self._ids_sha = hashlib.sha256(joined).hexdigest()
+        return self._ids_sha
+
+    def _snapshot_meta(self, name: str = SNAPSHOT_FILE) -> dict[str, Any] | None:
         try:
-            meta = json.loads(info.read_text())
+            meta = json.loads((self.root / "vectors" / name).read_text())
         except (OSError, ValueError):
             return None
         return meta if isinstance(meta, dict) else None
 
-    def _snapshot_ok(self) -> bool:
-        meta = self._snapshot_meta()
-        if meta is None:
-            return False
+    def _current_meta(self) -> tuple[dict[str, Any], bool] | None:
+        """The manifest that matches the database as it is now, and whether it is the legacy one
+        (``ids.json`` beside one ``<space>.npy`` per space, written before shards); None when neither does."""
         spaces = {k: [v.model_id, v.dim] for k, v in self._spaces.items()}
-        return (
-            meta.get("generation") == self.generation()
-            and meta.get("uuid") == self.uuid()
-            and meta.get("ids") == self.ids
-            and meta.get("spaces", spaces) == spaces
-        )
+        meta = self._snapshot_meta()
+        if (meta is not None and meta.get("format") == SNAPSHOT_FORMAT and meta.get("generation") == self.generation()
+                and meta.get("uuid") == self.uuid() and meta.get("count") == len(self.ids)
+                and meta.get("spaces") == spaces and meta.get("ids_sha256") == self._ids_digest()):
+            return meta, False
+        legacy = self._snapshot_meta(LEGACY_IDS_FILE)
+        if (legacy is not None and legacy.get("generation") == self.generation() and legacy.get("uuid") == self.uuid()
+                and legacy.get("ids") == self.ids and legacy.get("spaces", spaces) == spaces):
+            return legacy, True
+        return None
 
     def _snapshot_aliases(self) -> dict[str, str]:
-        """Spaces whose snapshot is another space's file (identical vectors), when the snapshot is current."""
-        if not self._snapshot_ok():
-            return {}
-        aliases = (self._snapshot_meta() or {}).get("aliases") or {}
+        """Spaces whose snapshot is another space's (identical vectors), when the snapshot is current."""
+        current = self._current_meta()
+        aliases = (current[0].get("aliases") or {}) if current else {}
         return {k: v for k, v in aliases.items() if isinstance(k, str) and isinstance(v, str)}
 
     def snapshot_is_current(self) -> bool:
-        """Whether every space's ``.npy`` matches the database as it is now (nothing to rebuild)."""
-        if not self._snapshot_ok():
+        """Whether every space's snapshot matches the database as it is now (nothing to rebuild)."""
+        current = self._current_meta()
+        if current is None:
             return False
+        meta, legacy = current
         aliases = self._snapshot_aliases()
-        return all((self.root / "vectors" / f"{aliases.get(s, s)}.npy").exists() for s in self._spaces)
+        vec_dir = self.root / "vectors"
+        if legacy:
+            return all((vec_dir / f"{aliases.get(s, s)}.npy").exists() for s in self._spaces)
+        shards = meta.get("shards") or {}
+        for s in self._spaces:
+            entry = shards.get(aliases.get(s, s))
+            if not isinstance(entry, dict) or not isinstance(entry.get("rows"), list):
+                return False
+            if not all((vec_dir / str(entry.get("dir")) / shard_name(i)).is_file() for i in range(len(entry["rows"]))):
+                return False
+        return True
 
-    def _load_snapshot(self, space: str) -> np.ndarray:
-        path = self.root / "vectors" / f"{space}.npy"
-        if self._snapshot_ok() and path.exists():
-            try:
-                arr = np.load(path, mmap_mode="r")
-                if arr.shape == (len(self.ids), self._spaces[space].dim) and arr.dtype == self.snapshot_dtype:
-                    return arr
-            except (OSError, ValueError):
-                pass
+    def _open_snapshot(self, space: str) -> ShardedVectors | None:
+        """``space``'s current snapshot of the configured type, or None (missing, stale, damaged)."""
+        current = self._current_meta()
+        if current is None:
+            return None
+        meta, legacy = current
+        target = self._snapshot_aliases().get(space, space)
+        dim = self._spaces[space].dim
+        vec_dir = self.root / "vectors"
+        try:
+            if legacy:
+                arr = np.load(vec_dir / f"{target}.npy", mmap_mode="r", allow_pickle=False)
+                ok = arr.shape == (len(self.ids), dim) and arr.dtype == self.snapshot_dtype
+                return ShardedVectors.of_array(arr) if ok else None
+            entry = (meta.get("shards") or {}).get(target)
+            if not isinstance(entry, dict) or meta.get("dtype") != self.snapshot_dtype.name:
+                return None
+            counts = [int(c) for c in entry.get("rows", [])]
+            if sum(counts) != len(self.ids) or ".." in Path(str(entry.get("dir"))).parts:
+                return None
+            return ShardedVectors.open(vec_dir / str(entry["dir"]), counts, dim, self.snapshot_dtype,
+                                       self.mapped_shards)
+        except OSError as exc:
+            if exc.errno == errno.ENOMEM:  # no room to map it (a memory cap): rewriting would not help
+                raise
+            return None
+        except (ValueError, TypeError):
+            return None
+
+    def _load_snapshot(self, space: str) -> ShardedVectors:
+        # Twice: a writer in another process may have replaced the snapshot between our reading its
+        # manifest and opening its shards (it removes the old ones once the new manifest is in place).
+        for _ in range(2):
+            sv = self._open_snapshot(space)
+            if sv is not None:
+                return sv
         try:
             self.write_snapshot()
         except OSError:
             # A read-only index folder (shared, mounted read-only): rebuild in memory instead.
             self._load()
-            return self._vectors_from_db(space)
-        # The fresh snapshot may store this space as an alias of an identical one.
-        target = self._snapshot_aliases().get(space, space)
-        return np.load(self.root / "vectors" / f"{target}.npy", mmap_mode="r")
+            return ShardedVectors.of_array(self._vectors_from_db(space).astype(self.snapshot_dtype, copy=False))
+        sv = self._open_snapshot(space)  # the fresh snapshot may store this space as an alias of an identical one
+        if sv is None:
+            raise GalleryError(f"the vector snapshot at {self.root / 'vectors'} cannot be read back after writing it")
+        return sv
+
+    def _vector_batches(self, c: sqlite3.Connection, space: str) -> Iterator[np.ndarray]:
+        """``space``'s vectors in row order, :data:`WRITE_BATCH_ROWS` float32 rows at a time (zeros for a
+        record without one), read in the caller's transaction."""
+        dim = self._spaces[space].dim
+        cur = c.execute("SELECT v.vec FROM records r LEFT JOIN vectors v ON v.space = ? AND v.id = r.id "
+                        "ORDER BY r.row", (space,))
+        while blobs := [b for (b,) in cur.fetchmany(WRITE_BATCH_ROWS)]:
+            if all(b is not None and len(b) == 4 * dim for b in blobs):
+                yield np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), dim)
+                continue
+            out = np.zeros((len(blobs), dim), dtype=np.float32)
+            for j, blob in enumerate(blobs):
+                if blob is not None:
+                    out[j] = np.frombuffer(blob, dtype=np.float32)  # a wrong length raises, as it should
+            yield out
 
     def _vectors_from_db(self, space: str) -> np.ndarray:
-        dim = self._spaces[space].dim
-        out = np.zeros((len(self.ids), dim), dtype=np.float32)
-        for image_id, blob in self._conn().execute("SELECT id, vec FROM vectors WHERE space=?", (space,)):
-            r = self._row_of.get(image_id)
-            if r is not None:
-                out[r] = np.frombuffer(blob, dtype=np.float32)
-        return out
+        parts = list(self._vector_batches(self._conn(), space))
+        return np.concatenate(parts) if parts else np.zeros((0, self._spaces[space].dim), dtype=np.float32)
 
     def write_snapshot(self) -> None:
-        """Rewrite every space's ``.npy`` and ``ids.json`` atomically from SQLite.
+        """Rewrite every space's shards and the snapshot manifest from SQLite, in bounded memory.
 
         Records, vectors and generation are read in one read transaction, so a writer committing
         meanwhile (another process) cannot make the snapshot mix two states under one generation.
-        ``ids.json`` is replaced last: until then the old one names an older generation and
-        readers keep treating the snapshot as stale."""
-        c = self._conn()
-        c.execute("BEGIN")
-        try:
-            self._load_from(c)
-            generation = int(self._meta("generation", "0") or 0)
-            index_uuid = self._meta("uuid", "") or ""
-            arrays = {space: self._vectors_from_db(space) for space in self._spaces}
-        finally:
-            c.execute("COMMIT")
+        Each space's shards go to a new directory (``vectors/<space>/g<generation>-<token>/``), a batch of
+        rows at a time; ``snapshot.json`` naming them is replaced last: until then the old manifest names the
+        old shards, untouched, and readers keep using them. Then the shards no manifest names are removed
+        (with a legacy single-file snapshot). Snapshot writers on one index take turns (a file lock)."""
         vec_dir = self.root / "vectors"
-        # Identical spaces are stored once (caption mode embeds the same captions for `image`,
-        # `caption_dual` and `caption_text` when one text model serves both roles).
-        aliases: dict[str, str] = {}
-        written: list[str] = []
-        for space, arr in arrays.items():
-            same = next((w for w in written if arrays[w].shape == arr.shape and np.array_equal(arrays[w], arr)), None)
-            if same is not None:
-                aliases[space] = same
-                continue
-            written.append(space)
-            tmp = vec_dir / f".{space}.npy.tmp"
-            with open(tmp, "wb") as f:
-                np.save(f, arr.astype(self.snapshot_dtype, copy=False))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, vec_dir / f"{space}.npy")
-        spaces = {k: [v.model_id, v.dim] for k, v in self._spaces.items()}
-        tmp = vec_dir / ".ids.json.tmp"
-        tmp.write_text(json.dumps({"generation": generation, "uuid": index_uuid, "spaces": spaces,
-                                   "aliases": aliases, "ids": self.ids}))
-        os.replace(tmp, vec_dir / "ids.json")
-        for space in aliases:  # an older snapshot's own file for a space that is now an alias
-            (vec_dir / f"{space}.npy").unlink(missing_ok=True)
+        vec_dir.mkdir(exist_ok=True)
+        with writer_lock(vec_dir / ".write.lock"):
+            c = self._conn()
+            c.execute("BEGIN")
+            try:
+                self._load_from(c)
+                generation = int(self._meta("generation", "0") or 0)
+                index_uuid = self._meta("uuid", "") or ""
+                stamp = f"g{generation}-{uuid.uuid4().hex[:8]}"
+                written: dict[str, ShardedVectors] = {}
+                entries: dict[str, dict[str, Any]] = {}
+                # Identical spaces are stored once (caption mode embeds the same captions for `image`,
+                # `caption_dual` and `caption_text` when one text model serves both roles).
+                aliases: dict[str, str] = {}
+                for space, info in self._spaces.items():
+                    rel = f"{space}/{stamp}"
+                    done = write_shards(vec_dir / rel, self._vector_batches(c, space), len(self.ids), info.dim,
+                                        self.snapshot_dtype, self.shard_rows, written)
+                    if done.alias is not None:
+                        aliases[space] = done.alias
+                        continue
+                    entries[space] = {"dir": rel, "rows": done.counts}
+                    written[space] = ShardedVectors.open(vec_dir / rel, done.counts, info.dim, self.snapshot_dtype,
+                                                         mapped_shards=1)
+            finally:
+                c.execute("COMMIT")
+            written.clear()  # unmapped before the old files go
+            spaces = {k: [v.model_id, v.dim] for k, v in self._spaces.items()}
+            write_json_atomic(vec_dir / SNAPSHOT_FILE, {
+                "format": SNAPSHOT_FORMAT, "generation": generation, "uuid": index_uuid, "count": len(self.ids),
+                "ids_sha256": self._ids_digest(), "spaces": spaces, "dtype": self.snapshot_dtype.name,
+                "shard_rows": self.shard_rows, "shards": entries, "aliases": aliases})
+            remove_unnamed_snapshots(vec_dir, {e["dir"] for e in entries.values()})
         manifest = {
             "count": len(self.ids),
             "generation": generation,
@@ -546,24 +650,34 @@ class Gallery:
 
         A pool that covers most of the gallery (every row but the reference, a broad date filter)
         is scored by one scan of the whole matrix and then indexed: gathering ``mat[rows]`` would copy
-        the matrix first (147 MB and ~7x the time at 100k x 384). Small pools are gathered."""
-        mat = self.vectors(space)
+        the matrix first (147 MB and ~7x the time at 100k x 384). Small pools are gathered. Shards are
+        scanned one after another (:meth:`ShardedVectors.scores`), the same scores as one array."""
+        mat = self.vector_shards(space)
         q = np.asarray(query, dtype=np.float32)
         # The same query over the same matrix (two spaces stored as one) is scanned once.
-        key = (id(mat), q.tobytes(), None if rows is None else hash(np.asarray(rows).tobytes()))
+        key = (id(mat), q.shape, q.tobytes(), None if rows is None else hash(np.asarray(rows).tobytes()))
         hit = self._score_memo.get(key)
         if hit is not None and hit[0] is mat:
             return hit[1].copy()
-        if rows is None:
-            out = cosine_scores(mat, q)
-        elif len(rows) * _GATHER_FRACTION >= mat.shape[0]:
-            out = cosine_scores(mat, q)[..., rows]
-        else:
-            out = cosine_scores(mat[rows], q)
+        out = mat.scores(q, rows)
         if len(self._score_memo) >= 8:
             self._score_memo.pop(next(iter(self._score_memo)), None)
         self._score_memo[key] = (mat, out)
         return out.copy()
+
+    def scan(self, queries: np.ndarray, space: str, rows: np.ndarray | None = None) -> np.ndarray:
+        """Cosine of each of ``queries`` (q, d) with every row of ``space``: a (q, len(self)) array aligned with
+        :attr:`ids`, rows outside ``rows`` (when given) set to -inf.
+
+        For a method that ranks several queries over one pool (OSCAR's tool calls): one matrix product reads
+        the matrix once for all of them, and the pool is a mask on the result, never a gathered copy of the
+        matrix or of the scores. Always exact (no approximate store)."""
+        out = self.vector_shards(space).scores(np.atleast_2d(np.asarray(queries, dtype=np.float32)))
+        if rows is not None:
+            keep = np.zeros(out.shape[1], dtype=bool)
+            keep[rows] = True
+            out[:, ~keep] = -np.inf
+        return out
 
     def search(
         self,
@@ -579,14 +693,21 @@ class Gallery:
         Exact scan by default. When the space has a current approximate store (:mod:`imagent.index.ann`,
         large galleries) and the pool is large, the store proposes ``k * overfetch`` candidates inside the
         filter and they are re-ranked exactly: scores are exact cosines either way. Small pools (a tight
-        filter, a per-query subset) are always scanned exactly, which is then cheaper than the store."""
+        filter, a per-query subset) are always scanned exactly, which is then cheaper than the store.
+        A snapshot of several shards is scanned shard by shard with a running top-k (no gallery-sized
+        array of scores); the ranking is the one the single-array scan gives, ties in row order."""
         rows = self.candidate_rows(constraints, subset, exclude)
         ids_ = self.ids
         store = self._usable_ann(space, query, rows)
+        mat = self.vector_shards(space)
         if store is not None:
-            found = search_reranked(store, self.vectors(space), query, k, self.ann_params, rows)
+            found = search_reranked(store, mat, query, k, self.ann_params, rows)
             if found is not None:
                 return Ranking([ids_[int(r)] for r in found[0]], [float(x) for x in found[1]])
+        if mat.num_shards > 1 and np.ndim(query) == 1:
+            pos, top = mat.top_k(query, k, rows)
+            picked = pos if rows is None else rows[pos]
+            return Ranking([ids_[int(r)] for r in picked], [float(x) for x in top])
         s = self.scores(query, space, rows)
         best = top_k(s, k)
         picked = best if rows is None else rows[best]
@@ -606,8 +727,12 @@ class Gallery:
 
     def configure(self, options: IndexOptions) -> None:
         """Apply the ``indexing`` settings that shape storage and search: the snapshot's float type and the
-        approximate store (``ann*``)."""
+        approximate store (``ann*``), the shard size of the next snapshot and how many shards stay mapped."""
         self.snapshot_dtype = np.dtype(options.vectors_dtype)
+        self.shard_rows = options.shard_rows
+        if options.mapped_shards != self.mapped_shards:
+            self.mapped_shards = options.mapped_shards
+            self._vectors, self._score_memo = {}, {}
         self.ann_mode = options.ann
         self.ann_min_rows = 1 if options.ann == "on" else options.ann_min_rows
         self.ann_params = AnnParams(nprobe=options.ann_nprobe, overfetch=options.ann_overfetch)
@@ -633,6 +758,6 @@ class Gallery:
         built = []
         for space in list(spaces or self._spaces):
             if force or not self.ann_current(space):
-                self.ann_store(space).build(self.vectors(space), self._ann_identity(space), self.ann_params)
+                self.ann_store(space).build(self.vector_shards(space), self._ann_identity(space), self.ann_params)
                 built.append(space)
         return built

@@ -70,7 +70,7 @@ class MethodContext:
     def image_vector(self, record: ImageRecord) -> np.ndarray:
         """A reference image's vector in the ``image`` space: stored if it is in the gallery."""
         if record.id in self.gallery and self.gallery.has_space(SPACE_IMAGE):
-            return np.asarray(self.gallery.vectors(SPACE_IMAGE)[self.gallery.row(record.id)], dtype=np.float32)
+            return self.gallery.vector(SPACE_IMAGE, record.id)
         return self.dual.encode_images([record])[0]
 
     @property
@@ -86,6 +86,11 @@ class MethodContext:
 
     def pool_ids(self, rows: np.ndarray | None) -> list[str]:
         return list(self.gallery.ids) if rows is None else self.gallery.id_array[rows].tolist()
+
+    def pool_id_array(self, rows: np.ndarray | None) -> np.ndarray:
+        """:meth:`pool_ids` as a numpy object array (``ids[i]`` is a ``str``): no Python list of the whole
+        pool is built when only its top few ids are read."""
+        return self.gallery.id_array if rows is None else self.gallery.id_array[rows]
 
     def rank(self, query: Query, query_vec: np.ndarray, space: str, top_k: int) -> Ranking:
         """Exact cosine top-k of one query vector over the query's pool (subset, filters, exclusions)."""

@@ -32,6 +32,17 @@ e.g. llama.cpp's ``n_ctx``, else 32768 tokens; compression at 0.8 of it), how ma
 validator keeps verbatim (``keep_verbatim`` = 3) or a cap on audits (``max_audits`` = None, as in the paper:
 until one passes or the budget ends). Images reach the model as a user message with ids (OpenAI tool
 messages carry text only); a blind model reads each photo's caption, date and place instead (caption mode).
+
+Deviations for small local models (the paper's agents are GPT-4o / Qwen3-VL-32B class): with the in-process
+llama.cpp backend the turns use the runtime's JSON protocol (``tool_mode="json"``: grammar-constrained
+``{"thought", "tool", "arguments"}`` / ``{"thought", "final_answer"}``; photo ids limited to those the tools
+returned; no answer before a search), the tools are listed compactly with one worked example
+(:data:`WORKED_EXAMPLE`, invented ids) instead of full JSON Schemas, an exact repeat of an earlier call is
+refused, and a tool called ``loop_guard`` (3) turns in a row is left out of the next turn's grammar. An answer
+before any search is sent back once on every path (``search_first``: the paper's agent always searches
+first). When the memory role is the agent's own model, compression reads the history in context (same
+content; llama.cpp's prefix cache then evaluates only the request), and the audit's prompt is fitted to the
+model's window (fewer reloaded photos, then the history as text; noted in the trace).
 """
 
 from __future__ import annotations
@@ -58,6 +69,27 @@ from imagent.tools.album import Album
 ANSWER_SCORE = 2.0
 # Window assumed for a backend that does not say (OpenAI-compatible servers do not report it).
 DEFAULT_CONTEXT = 32768
+# The one worked example a small model's compact prompt shows (written in the protocol's own turns by the
+# runtime). Invented ids and dates on purpose: nothing here is from any album.
+WORKED_EXAMPLE: dict[str, Any] = {
+    "query": "The dogs I photographed on the day I saw the lighthouse.",
+    "steps": [
+        {"thought": "Anchor: the lighthouse. Constraint: the day of that photo. Target: dogs. First find the anchor.",
+         "tool": "ImageSearch", "arguments": {"query": "lighthouse"},
+         "result": "Top 3 photos for 'lighthouse', best first:\n1. a17 (score 0.612)\n2. b03 (score 0.305)\n"
+                   "3. c40 (score 0.281)"},
+        {"thought": "a17 is the lighthouse. Read its date.", "tool": "GetMetadata", "arguments": {"photo_ids": ["a17"]},
+         "result": "a17: time 2019-05-04 15:20:11; lat -34.35710, lon 18.49700; address Cape Point; device iPhone 8"},
+        {"thought": "Keep the photos of 2019-05-04.", "tool": "FilterMetadata",
+         "arguments": {"expression": "time >= '2019-05-04' and time < '2019-05-05'", "save_as": "that_day"},
+         "result": "12 photo(s) match. Saved as subset 'that_day'."},
+        {"thought": "Search for dogs on that day only.", "tool": "ImageSearch",
+         "arguments": {"query": "dog", "search_within": "that_day"},
+         "result": "Top 3 photos for 'dog' within subset 'that_day' (12 photos), best first:\n1. a21 (score 0.583)\n"
+                   "2. a24 (score 0.551)\n3. a19 (score 0.122)"},
+    ],
+    "answer": {"thought": "a21 and a24 show dogs on the lighthouse day; a19 scores too low.", "ids": ["a21", "a24"]},
+}
 
 
 class ScopedAlbum(Album):
@@ -66,13 +98,18 @@ class ScopedAlbum(Album):
 
     def __init__(self, gallery: Any, dual: Any, text: Any, scope: Sequence[str]) -> None:
         super().__init__(gallery, dual, text)
-        wanted = set(scope)
-        self._scope_ids = [i for i in gallery.ids if i in wanted]
+        # In gallery order, by row numbers: work in the scope's size, never a Python loop over the gallery.
+        self._rows = np.unique(gallery.rows(scope))
+        self._scope_ids: list[str] = gallery.id_array[self._rows].tolist()
         self._scope = set(self._scope_ids)
 
     @property
     def ids(self) -> list[str]:
         return self._scope_ids
+
+    @property
+    def rows(self) -> np.ndarray:
+        return self._rows
 
     def __len__(self) -> int:
         return len(self._scope_ids)
@@ -103,8 +140,15 @@ class DeepSearchConfig(MethodConfig):
     max_turns: int = Field(30, ge=1, description="interaction turns before the agent must answer (A.2.2)")
     top_k: int = Field(20, ge=1, description="ImageSearch results per call by default (A.2.2)")
     max_view: int = Field(10, ge=1, description="photos one ViewPhotos call shows")
-    tool_mode: ToolMode = Field("auto", description="native tool calls when the backend has them, else the "
-                                "<tool_call> text protocol; or force one")
+    tool_mode: ToolMode = Field("auto", description="native tool calls when the backend has them; grammar-constrained "
+                                "JSON turns (json) for the in-process llama.cpp backend; else the <tool_call> text "
+                                "protocol; or force one of native, text, json")
+    search_first: bool = Field(True, description="send an answer given before any tool returned a photo back once "
+                               "(the papers' agent always searches first)")
+    loop_guard: int = Field(3, ge=0, description="JSON protocol: a tool called in each of the last N turns is left "
+                            "out of the next turn's grammar (a small model's loop breaker; 0: never)")
+    compact_prompt: bool | None = Field(None, description="short tool list with one worked example instead of full "
+                                        "JSON Schemas (None: for the JSON protocol and in-process llama.cpp models)")
     fallback_k: int = Field(5, ge=1, description="best candidates that stand in when the model gives no answer")
     max_tokens: int = Field(1024, ge=16, description="reply tokens per agent turn")
     context_limit: int | None = Field(None, ge=256, description="context window in tokens (None: the backend's "
@@ -178,6 +222,11 @@ class _DeepSearch(Method):
             return self.config.context_limit
         return int(getattr(self.ctx.roles[self.config.agent_role].model, "n_ctx", 0) or DEFAULT_CONTEXT)
 
+    def shared_model(self) -> bool:
+        """Whether the memory role is the agent's own model (then compression reads the history in context)."""
+        roles = self.ctx.roles
+        return roles[self.config.memory_role].model is roles[self.config.agent_role].model
+
     def tools(self, album: Album) -> list[Any]:
         web = None
         if self.config.web_search:
@@ -192,14 +241,10 @@ class _DeepSearch(Method):
         return load_prompt(f"{self.prompt_dir}/system.txt") + (f"\n\n{note}" if note else "")
 
     def task_message(self, query: Query, album: Album) -> str:
-        g = self.ctx.gallery
-        rows = g.rows(album.ids)
-        times = album.meta.time[rows]  # the filter language's column: vectorised over any album size
+        ends = album.time_span()  # vectorised over any album size (columns cached per gallery)
         span = ""
-        if np.isfinite(times).any():
-            first = g.record(g.ids[int(rows[np.nanargmin(times)])]).taken_time
-            last = g.record(g.ids[int(rows[np.nanargmax(times)])]).taken_time
-            span = f", taken {first:%Y-%m-%d} to {last:%Y-%m-%d}"
+        if ends is not None and ends[0].taken_time is not None and ends[1].taken_time is not None:
+            span = f", taken {ends[0].taken_time:%Y-%m-%d} to {ends[1].taken_time:%Y-%m-%d}"
         return Template(load_prompt("photocraft/task.txt")).safe_substitute(query=query.text, size=len(album),
                                                                              span=span)
 
@@ -216,6 +261,8 @@ class _DeepSearch(Method):
             self.ctx.roles[cfg.agent_role], tools, self.system_prompt(tools), max_turns=cfg.max_turns, hooks=hooks,
             tool_mode=cfg.tool_mode, known_ids=album, fallback_k=cfg.fallback_k, max_tokens=cfg.max_tokens,
             fallback=lambda _state: list(album.search(query.text, cfg.fallback_k).ids),
+            search_first=cfg.search_first, loop_guard=cfg.loop_guard, compact_prompt=cfg.compact_prompt,
+            worked_example=WORKED_EXAMPLE,
         )
         run = runtime.run(self.task_message(query, album))
         ranking = self.ranking(run, top_k)
@@ -256,7 +303,7 @@ class ImageSeeker(_DeepSearch):
             return tools, []
         return tools, [WorkingMemory(self.ctx.roles[self.config.memory_role], load_prompt("imageseeker/condense.txt"),
                                      context_limit=self.context_limit(), compress_at=self.config.compress_at,
-                                     structured=False)]
+                                     structured=False, in_context=self.shared_model())]
 
 
 @register_method
@@ -341,7 +388,7 @@ class PhotoCraft(_DeepSearch):
             working = WorkingMemory(self.ctx.roles[c.memory_role], load_prompt("photocraft/condense.txt"),
                                     context_limit=self.context_limit(), compress_at=c.compress_at, structured=True,
                                     summaries=c.summaries, fidelity_check=c.fidelity, tau=c.tau,
-                                    keep_verbatim=c.keep_verbatim, known_ids=album)
+                                    keep_verbatim=c.keep_verbatim, known_ids=album, in_context=self.shared_model())
             tools.append(MemoryCondense(working))
             hooks.append(working)
         if c.episodic_memory:
@@ -350,7 +397,8 @@ class PhotoCraft(_DeepSearch):
 
             hooks.append(EpisodicMemory(self.ctx.roles[c.memory_role], load_prompt("photocraft/audit.txt"),
                                         load_prompt("photocraft/audit_feedback.txt"), reload,
-                                        max_reload=c.max_view, max_audits=c.max_audits))
+                                        max_reload=c.max_view, max_audits=c.max_audits,
+                                        context_limit=self.context_limit()))
         return tools, hooks
 
 

@@ -64,7 +64,14 @@ from imagent.core.concurrency import map_threads
 from imagent.core.trace import Trace, note
 from imagent.core.types import ImageRecord, Query, Ranking
 from imagent.index.gallery import GalleryError
-from imagent.index.scoring import minmax, ranks_from_scores, reciprocal_rank_fusion, stable_order, weighted_sum
+from imagent.index.scoring import (
+    minmax,
+    reciprocal_rank_fusion,
+    rrf_top_k,
+    stable_order,
+    top_k,
+    weighted_sum,
+)
 from imagent.methods.base import (
     SPACE_CAPTION_DUAL,
     SPACE_IMAGE,
@@ -234,6 +241,17 @@ def coarse_scores(s_t: np.ndarray, s_v: np.ndarray, z: float = 60.0, fusion: str
     return reciprocal_rank_fusion([s_t, s_v], z=z)
 
 
+def coarse_top(s_t: np.ndarray, s_v: np.ndarray, k: int, z: float = 60.0, fusion: str = "rrf"
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The first ``k`` positions of ``stable_order(coarse_scores(...))``, their fused scores and (RRF) their
+    ranks in S_t and S_v: the same numbers without sorting the whole gallery (only the top is ever used)."""
+    if fusion == "sum":
+        fused = coarse_scores(s_t, s_v, z, fusion)
+        best = top_k(fused, k)
+        return best, fused[best], None
+    return rrf_top_k([s_t, s_v], k, z)
+
+
 def rerank_scores(sq: np.ndarray, s_t: np.ndarray, s_v: np.ndarray, lam: float) -> np.ndarray:
     """Line 15: S^k' = (S_q^t + S_q^v) * minmax(lambda S_t + (1 - lambda) S_v), over the k' block only.
     ``sq`` is S_q^t + S_q^v (correct answers per candidate)."""
@@ -320,7 +338,7 @@ class XR(Method):
 
         # Lines 5-9: similarity agents.
         rows = self.ctx.pool(query)
-        ids = self.ctx.pool_ids(rows)
+        ids = self.ctx.pool_id_array(rows)
         with trace.step("coarse.similarity", line="5-9", agents="A_t^s, A_v^s") as step:
             s_t, s_v, parts = self._similarities(text_im.caption, vision_im.caption, rows)
             step.outputs.update({
@@ -333,23 +351,23 @@ class XR(Method):
             if self.ctx.caption_mode and cfg.visual_similarity:
                 step.note("caption mode: I_a vectors are the dual encoder's encoding of the captions")
 
-        # Line 10: reciprocal rank fusion -> top k'.
+        # Line 10: reciprocal rank fusion -> top k'. Only the top max(k', top_k) of the fused order is ever
+        # returned (the block, then RRF order below it), so only that much is ranked.
         with trace.step("coarse.rrf", line="10", z=cfg.rrf_z, k_prime=cfg.k_prime, fusion=cfg.fusion) as step:
-            fused = coarse_scores(s_t, s_v, cfg.rrf_z, cfg.fusion)
-            order = stable_order(fused)
             k_block = min(cfg.k_prime, len(ids))
+            order, fused, ranks = coarse_top(s_t, s_v, max(k_block, top_k), cfg.rrf_z, cfg.fusion)
             block = order[:k_block]
-            rank_t, rank_v = ranks_from_scores(s_t), ranks_from_scores(s_v)
             step.outputs.update({
                 "kept": k_block,
                 "top": [
-                    {"id": ids[i], "rrf": round(float(fused[i]), 6), "rank_t": int(rank_t[i]),
-                     "rank_v": int(rank_v[i]), "S_t": round(float(s_t[i]), 4), "S_v": round(float(s_v[i]), 4),
+                    {"id": ids[int(i)], "rrf": round(float(fused[n]), 6),
+                     **({} if ranks is None else {"rank_t": int(ranks[0, n]), "rank_v": int(ranks[1, n])}),
+                     "S_t": round(float(s_t[i]), 4), "S_v": round(float(s_v[i]), 4),
                      **{k: round(float(v[i]), 4) for k, v in parts.items()}}
-                    for i in order[: min(k_block, 20)]
+                    for n, i in enumerate(order[: min(k_block, 20)])
                 ],
             })
-        coarse = Ranking([ids[int(i)] for i in order], [float(fused[int(i)]) for i in order])
+        coarse = Ranking([ids[int(i)] for i in order], [float(x) for x in fused])
         keep_best(coarse)  # what the search returns if the call cap stops the question agents
 
         if not (cfg.text_questions or cfg.visual_questions) or k_block == 0:
@@ -405,7 +423,7 @@ class XR(Method):
             sim = minmax(weighted_sum([s_t[block], s_v[block]], [cfg.lam, 1.0 - cfg.lam]))
             new_order = rerank_order(final_scores)
             rest = order[k_block:]
-            rest_scores = np.asarray(fused[rest], dtype=np.float64)
+            rest_scores = np.asarray(fused[k_block:], dtype=np.float64)
             if rest.size:
                 # Below the block only the order matters: shift the coarse scores under every block score (>= 0).
                 rest_scores = rest_scores - rest_scores.max() - 1.0
@@ -496,12 +514,10 @@ class XR(Method):
         # Both spaces hold the dual encoder's vectors: C_t and C_v are encoded once by its text side.
         q = self.ctx.encode([c_t, c_v], spaces[0])
         parts: dict[str, np.ndarray] = {}
-        if cfg.text_similarity:
-            parts["cos(C_t,C_a)"] = gallery.scores(q[0], SPACE_CAPTION_DUAL, rows)
-            parts["cos(C_v,C_a)"] = gallery.scores(q[1], SPACE_CAPTION_DUAL, rows)
+        if cfg.text_similarity:  # C_t and C_v in one scan of each space
+            parts["cos(C_t,C_a)"], parts["cos(C_v,C_a)"] = gallery.scores(q, SPACE_CAPTION_DUAL, rows)
         if cfg.visual_similarity:
-            parts["cos(C_t,I_a)"] = gallery.scores(q[0], SPACE_IMAGE, rows)
-            parts["cos(C_v,I_a)"] = gallery.scores(q[1], SPACE_IMAGE, rows)
+            parts["cos(C_t,I_a)"], parts["cos(C_v,I_a)"] = gallery.scores(q, SPACE_IMAGE, rows)
         s_t, s_v = similarity_scores(parts.get("cos(C_t,C_a)"), parts.get("cos(C_t,I_a)"),
                                      parts.get("cos(C_v,C_a)"), parts.get("cos(C_v,I_a)"))
         return s_t, s_v, parts

@@ -96,10 +96,6 @@ class Role:
         if caption_mode:
             messages = to_caption_mode(messages)
             note(f"caption mode: role {self.name!r} received image captions instead of pixels")
-        key = stable_key(
-            "chat", CACHE_VERSION, self.model.backend, self.model.model_id, getattr(self.model, "cache_tag", ""),
-            _message_key(messages), params.to_dict(),
-        )
         t0 = time.perf_counter()
         error: str | None = None
 
@@ -110,6 +106,10 @@ class Role:
 
         try:
             if self.cache is not None:
+                key = stable_key(
+                    "chat", CACHE_VERSION, self.model.backend, self.model.model_id,
+                    getattr(self.model, "cache_tag", ""), _message_key(messages), params.to_dict(),
+                )
                 data, cached = self.cache.get_or_compute(key, compute, namespace="chat")
             else:
                 data, cached = compute(), False

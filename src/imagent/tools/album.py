@@ -85,6 +85,24 @@ class Album:
     def __contains__(self, image_id: object) -> bool:
         return image_id in self.gallery
 
+    @property
+    def rows(self) -> np.ndarray | None:
+        """The album's gallery rows, or None for the whole gallery (what vectorised calls index with)."""
+        return None
+
+    def time_span(self) -> tuple[ImageRecord, ImageRecord] | None:
+        """The records of the album's oldest and newest photo (by the filter language's time column), or None
+        when no photo has a time. Vectorised: a 100,000-photo album is one pass over a numpy column."""
+        rows = self.rows
+        times = self.meta.time if rows is None else self.meta.time[rows]
+        if not len(times) or not np.isfinite(times).any():
+            return None
+        first, last = int(np.nanargmin(times)), int(np.nanargmax(times))
+        if rows is not None:
+            first, last = int(rows[first]), int(rows[last])
+        ids = self.gallery.ids
+        return self.gallery.record(ids[first]), self.gallery.record(ids[last])
+
     def split_known(self, ids: Iterable[str]) -> tuple[list[str], list[str]]:
         """``(known, unknown)``, each in the given order without duplicates."""
         known: list[str] = []
@@ -165,7 +183,7 @@ class Album:
         for space, w in self.spaces:
             q = self._text_vector(space, query) if query else None
             if visual_cue is not None:
-                cue = np.asarray(self.gallery.vectors(space)[self.gallery.row(visual_cue)], dtype=np.float32)
+                cue = self.gallery.vector(space, visual_cue)
                 q = cue if q is None else q + cue
                 q = q / max(float(np.linalg.norm(q)), 1e-12)
             total += (w / weight) * np.asarray(self.gallery.scores(q, space, rows), dtype=np.float32)

@@ -26,9 +26,10 @@ from typing import Any, Literal
 import numpy as np
 
 from imagent.core.trace import note
-from imagent.core.types import Query, Ranking
+from imagent.core.types import Query
 from imagent.core.vectors import l2_normalize
 from imagent.index.gallery import SPACE_IMAGE
+from imagent.index.scoring import top_k
 from imagent.methods.base import MethodContext, load_prompt
 from imagent.methods.oscar.config import OscarConfig, RetrieverSpec
 from imagent.models.base import Message
@@ -94,7 +95,7 @@ class Retrievers:
                 if space == SPACE_IMAGE:
                     vec = self.ctx.image_vector(ref)
                 elif ref.id in self.ctx.gallery:
-                    vec = np.asarray(self.ctx.gallery.vectors(space)[self.ctx.gallery.row(ref.id)], dtype=np.float32)
+                    vec = self.ctx.gallery.vector(space, ref.id)
                 else:
                     caption = reference_caption(self.ctx, self.query)
                     vec = self.ctx.encode([caption], space)[0] if caption else None
@@ -132,14 +133,34 @@ class Retrievers:
             self._vecs[key] = vec
         return vec
 
-    def search(self, tool: str, text: str, polarity: Polarity, k: int) -> Ranking:
-        """The top ``k`` of ``tool`` for ``text`` (best first) over the query's pool."""
-        return self.ctx.rank(self.query, self.vector(tool, text, polarity), self.specs[tool].space, k)
+    def scan(self, calls: list[tuple[str, str, Polarity]]) -> np.ndarray:
+        """Cosine of each ``(tool, text, polarity)`` with every gallery image: one row per call, aligned with the
+        gallery's rows, -inf outside the query's pool.
 
-    def pool_scores(self, tool: str, text: str, polarity: Polarity) -> np.ndarray:
-        """Cosine of ``text`` (as ``tool`` encodes it) with every image of the pool, aligned with :meth:`pool_ids`."""
-        return np.asarray(self.ctx.pool_scores(self.vector(tool, text, polarity), self.specs[tool].space, self.rows),
-                          dtype=np.float32)
+        All calls on one stored matrix are scored by one matrix product (spaces stored as one file, like the
+        caption-mode defaults, share it), and a vector asked twice is scored once. Exact, like the index's
+        default search (an approximate store, when the index has one, is not used here)."""
+        gallery = self.ctx.gallery
+        out = np.empty((len(calls), len(gallery)), dtype=np.float32)
+        groups: dict[int, tuple[str, dict[bytes, tuple[np.ndarray, list[int]]]]] = {}
+        self.encode([(tool, text) for tool, text, _ in calls])
+        for n, (tool, text, pol) in enumerate(calls):
+            space = self.specs[tool].space
+            vec = self.vector(tool, text, pol)
+            _, vecs = groups.setdefault(id(gallery.vector_shards(space)), (space, {}))
+            vecs.setdefault(vec.tobytes(), (vec, []))[1].append(n)
+        for space, vecs in groups.values():
+            scores = gallery.scan(np.stack([v for v, _ in vecs.values()]), space, self.rows)
+            for row, (_, targets) in zip(scores, vecs.values(), strict=True):
+                out[targets] = row
+        return out
+
+    def top_ids(self, scores: np.ndarray, k: int) -> list[str]:
+        """The ids of the ``k`` best of one :meth:`scan` row inside the pool, best first (ties: gallery order)."""
+        best = top_k(scores, k)
+        best = best[np.isfinite(scores[best])]
+        ids = self.ctx.gallery.ids
+        return [ids[int(r)] for r in best]
 
     def pool_ids(self) -> list[str]:
         return self.ctx.pool_ids(self.rows)
@@ -200,12 +221,12 @@ def atomic_retrievals(retrievers: Retrievers, cfg: OscarConfig, queries: list[tu
                       ) -> list[AtomicRetrieval]:
     """Every family retrieved once at ``k_max``, sliced at each truncation level (the decision space)."""
     out: list[AtomicRetrieval] = []
-    retrievers.encode([(tool, text) for tool in retrievers.names() for text, _pol in queries])
-    for tool in retrievers.names():
-        for qi, (text, pol) in enumerate(queries):
-            ranked = tuple(retrievers.search(tool, text, pol, cfg.k_max).ids)
-            for k in cfg.truncations:
-                out.append(AtomicRetrieval(f"{tool}|{pol}{qi}|k{k}", tool, text, pol, k, ranked))
+    families = [(tool, qi, text, pol) for tool in retrievers.names() for qi, (text, pol) in enumerate(queries)]
+    scores = retrievers.scan([(tool, text, pol) for tool, _qi, text, pol in families])
+    for (tool, qi, text, pol), row in zip(families, scores, strict=True):
+        ranked = tuple(retrievers.top_ids(row, cfg.k_max))
+        for k in cfg.truncations:
+            out.append(AtomicRetrieval(f"{tool}|{pol}{qi}|k{k}", tool, text, pol, k, ranked))
     return out
 
 

@@ -8,7 +8,8 @@ exact MIPs turn training queries into a golden library of optimal trajectories. 
 2. ``plan``: one planner call (role ``planner``) with the tools, set-operation rules, static examples and the
    retrieved cases (Appendix I); its ``<tool_call>`` blocks (or native tool calls) are read into retrieval
    calls and a ``set_operation``; malformed plans are retried, then fall back (see :mod:`.planner`).
-3. ``retrieve``: each used call runs its tool for its query at its ``top_k`` (capped at ``k_max``).
+3. ``retrieve``: each used call runs its tool for its query at its ``top_k`` (capped at ``k_max``); all calls
+   and the fused similarity's queries are scored by one scan per stored matrix (:meth:`Retrievers.scan`).
 4. ``set_operations``: the named steps, with every operand's size and the result's (how many DIFFERENCE
    removed, the paper's Table 9).
 5. ``verify``: the verifier role scores each candidate of the composed set (reference, candidate, modification;
@@ -37,7 +38,8 @@ import numpy as np
 from imagent.core.concurrency import map_threads
 from imagent.core.trace import Trace, note
 from imagent.core.types import Query, Ranking, Result
-from imagent.methods.base import Method, keep_best, load_prompt, ranking_from_scores, register_method
+from imagent.index.scoring import top_k as top_k_rows
+from imagent.methods.base import Method, keep_best, load_prompt, register_method
 from imagent.methods.oscar.atomic import Retrievers, problem_context, reference_caption
 from imagent.methods.oscar.config import OscarConfig
 from imagent.methods.oscar.library import GoldenLibrary
@@ -81,24 +83,27 @@ class Oscar(Method):
         retrievers = Retrievers(self.ctx, cfg.retrievers, query)
         cases = self._demonstrations(query, caption, trace)
         plan = self._plan(query, caption, retrievers, cases, trace)
+        used = [c for c in plan.calls if c.used]
+        # Decision 3's fused similarity averages the plan's distinct positive calls (the composed query when none).
+        fusing = list(dict.fromkeys((c.tool, c.query) for c in used if c.polarity == "+")) or [
+            (retrievers.names()[0], f"{caption} {query.text}".strip())]
         with trace.step("retrieve", calls=len(plan.calls)) as step:
+            scores = retrievers.scan([(c.tool, c.query, c.polarity) for c in used]
+                                     + [(tool, text, "+") for tool, text in fusing])
             results: dict[int, list[str]] = {}
             rows = []
-            retrievers.encode([(c.tool, c.query) for c in plan.calls if c.used])
-            for c in plan.calls:
-                if not c.used:
-                    continue
-                ids = retrievers.search(c.tool, c.query, c.polarity, c.top_k).ids  # type: ignore[arg-type]
-                results[c.index] = list(ids)
-                rows.append({**c.to_dict(), "returned": len(ids), "top": list(ids[:5])})
+            for c, row in zip(used, scores, strict=False):
+                ids = retrievers.top_ids(row, c.top_k)
+                results[c.index] = ids
+                rows.append({**c.to_dict(), "returned": len(ids), "top": ids[:5]})
             step.outputs["calls"] = rows
         with trace.step("set_operations", ablation=cfg.set_operations) as step:
             run = execute(plan, results, cfg)
             step.outputs["steps"] = run.step_log
             removed = sum(e.get("removed", 0) for e in run.step_log)
             step.outputs.update(composed=len(run.composed), removed_by_difference=removed)
-        with trace.step("fuse") as step:
-            fused = self._fused(plan, retrievers, caption, query)
+        with trace.step("fuse", calls=len(fusing)) as step:
+            fused = self._fused(scores[len(used):].mean(axis=0), run.composed, top_k)
             step.outputs["top"] = fused.head(5)
         members = order_set(run.composed, fused)
         composed_first = rank(members, {}, fused)
@@ -166,14 +171,19 @@ class Oscar(Method):
                 note(n)
         return best
 
-    def _fused(self, plan: Plan, retrievers: Retrievers, caption: str, query: Query) -> Ranking:
-        """Decision 3's fused similarity: the mean cosine of the plan's positive calls over the whole pool."""
-        calls = [c for c in plan.calls if c.used and c.polarity == "+"]
-        pairs = [(c.tool, c.query) for c in calls] or [(retrievers.names()[0], f"{caption} {query.text}".strip())]
-        total = np.zeros(len(retrievers.pool_ids()), dtype=np.float32)
-        for tool, text in dict.fromkeys(pairs):
-            total += retrievers.pool_scores(tool, text, "+")
-        return ranking_from_scores(retrievers.pool_ids(), total / len(dict.fromkeys(pairs)))
+    def _fused(self, fused: np.ndarray, members: set[str], top_k: int) -> Ranking:
+        """The head of the fused-similarity ranking that the final ranking can use: every member of the
+        composed set and the ``top_k`` best other pool images, in fused order (ties: gallery order). The rest
+        of the pool would follow them, so the final ranking's first ``top_k`` are those of the full ranking,
+        without sorting or listing the whole pool (``fused`` is one score per gallery row, -inf outside it)."""
+        gallery = self.ctx.gallery
+        member_rows = gallery.rows(members)
+        head = top_k_rows(fused, top_k + len(member_rows))
+        picked = np.union1d(head, member_rows)
+        picked = picked[np.isfinite(fused[picked])]
+        picked = picked[np.lexsort((picked, -fused[picked]))]
+        ids = gallery.ids
+        return Ranking([ids[int(r)] for r in picked], fused[picked].astype(np.float64).tolist())
 
     def _verify(self, query: Query, members: list[str], trace: Trace) -> dict[str, float]:
         cfg = self.config
@@ -188,11 +198,16 @@ class Oscar(Method):
             if ref is not None and not ref.captions and ref.id in self.ctx.gallery:
                 ref = self.ctx.gallery.record(ref.id)
 
+            # The shared part (instruction, query, reference) comes first and the candidate last, so a backend
+            # with a prompt cache (in-process llama.cpp keeps the previous prompt's KV for a common prefix, as do
+            # vLLM and llama.cpp server) evaluates only each candidate's tokens.
+            shared: list[str | ImagePart] = [prompt, "\n"]
+            if ref is not None:
+                shared += ["Reference image:", ImagePart(record=ref), "\n"]
+
             def score(image_id: str) -> tuple[float, str]:
-                parts: list[str | ImagePart] = []
-                if ref is not None:
-                    parts += ["Reference image:", ImagePart(record=ref), "\n"]
-                parts += ["Candidate image:", ImagePart(record=self.ctx.gallery.record(image_id)), "\n", prompt]
+                parts = [*shared, "Candidate image:", ImagePart(record=self.ctx.gallery.record(image_id)),
+                         "\nAnswer (yes or no):"]
                 yn = verifier.yes_no([Message.user(*parts)], max_tokens=1)
                 if yn.probability is not None:
                     return yn.probability, "logprob"

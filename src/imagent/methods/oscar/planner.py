@@ -24,6 +24,7 @@ Every fallback is noted in the trace and counted.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from string import Template
 from typing import Any
@@ -283,14 +284,40 @@ def _assign_polarity(plan: Plan) -> None:
 
 
 def parse_reply(text: str, native: list[dict[str, Any]], tools: dict[str, RetrieverSpec], cfg: OscarConfig) -> Plan:
-    """A plan from one planner reply: native tool calls when the backend returned any, else ``<tool_call>`` blocks."""
-    calls = native_tool_calls(native) if native else parse_tool_calls(text, [*tools, SET_OPERATION])
+    """A plan from one planner reply: native tool calls when the backend returned any, else ``<tool_call>`` blocks,
+    else every bare JSON call in the text (small models often drop the tags and write one call per line)."""
+    names = [*tools, SET_OPERATION]
+    calls = native_tool_calls(native) if native else parse_tool_calls(text, names)
+    named = len(re.findall(r'"name"\s*:\s*"(?:' + "|".join(map(re.escape, names)) + ')"', text or ""))
+    if not native and TOOL_CALL_OPEN not in (text or "") and named > len(calls):
+        calls = max(calls, _bare_calls(text, names), key=len)
     plan = read_plan(calls, tools, cfg)
-    if not native and TOOL_CALL_OPEN not in (text or "") and (text or "").count('"name"') > len(calls):
-        # Several bare JSON calls: only one can be read without the tags, so the plan would be cut short.
-        plan.errors.append("write every call inside <tool_call></tool_call> tags (only one untagged call could "
-                           "be read)")
+    if not native and TOOL_CALL_OPEN not in (text or "") and named > len(calls):
+        # Bare JSON that could not all be read as calls: the plan would be cut short.
+        plan.errors.append("write every call inside <tool_call></tool_call> tags (only "
+                           f"{len(calls)} untagged call(s) could be read)")
     return plan
+
+
+def _bare_calls(text: str, names: list[str]) -> list[ToolCall]:
+    """Every top-level JSON object in ``text`` that is a call of one of ``names``, in order (each read as
+    :func:`parse_tool_calls` reads one untagged call, with its aliases); text between them is ignored."""
+    decoder = json.JSONDecoder()
+    out: list[ToolCall] = []
+    i = text.find("{")
+    while i >= 0:
+        try:
+            _value, end = decoder.raw_decode(text, i)
+        except json.JSONDecodeError:
+            i = text.find("{", i + 1)
+            continue
+        found = parse_tool_calls(text[i:end], names)
+        if len(found) == 1 and found[0].error is None:
+            out.append(ToolCall(found[0].name, found[0].arguments, id=f"call_{len(out)}", raw=text[i:end]))
+            i = text.find("{", end)
+        else:
+            i = text.find("{", i + 1)
+    return out
 
 
 def fallback_plan(plan: Plan | None, tools: dict[str, RetrieverSpec], cfg: OscarConfig, composed_query: str) -> Plan:
