@@ -9,8 +9,11 @@ what is left is the framework: pools and filters, scans, fusion, sorting, trace,
     python benchmarks/overhead.py                 # N = 10,000 and 100,000
     python benchmarks/overhead.py --sizes 10000   # one size
 
-Prints a table (median ms per query of overhead, model calls per query) and, last,
-``overhead_ms_100k max=<x> method=<name>`` (the largest overhead at the largest size).
+Prints a table (median ms per query of overhead, model calls per query), the scan floor of each size (a bare
+numpy ``matrix @ q`` over the gallery's own matrix, and ``matrix @ Q.T`` for 2 query vectors, timed between the
+methods' queries under the thread count imagent's scans use: a reference for a noisy machine, where each
+method's multiple of it says more than its milliseconds) and, last, ``overhead_ms_100k max=<x> method=<name>``
+(the largest overhead at the largest size).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # run from
 
 from imagent.core.types import ImageRecord, Query
 from imagent.index.embedding import gallery_from_records
+from imagent.index.scoring import blas_threads
 from imagent.methods.base import MethodContext, list_methods
 from imagent.models.base import ChatParams, ChatResponse, Message
 from imagent.models.roles import Roles
@@ -139,12 +143,41 @@ def queries_for(method: type, gallery: Any, count: int) -> list[Query]:
     return out
 
 
-def measure(n: int, queries: int, tmp: Path, only: list[str] | None = None) -> dict[str, tuple[float, float]]:
+class ScanFloor:
+    """Bare numpy products over the gallery's matrix: ``matrix @ q`` (1 query) and ``matrix @ Q.T`` (2)."""
+
+    def __init__(self, gallery: Any) -> None:
+        self.matrix = gallery.vector_shards("image").array()
+        q = np.random.default_rng(1).standard_normal((2, self.matrix.shape[1])).astype(np.float32)
+        self.q = q / np.linalg.norm(q, axis=1, keepdims=True)
+        self.one: list[float] = []
+        self.two: list[float] = []
+
+    def sample(self, reps: int = 3) -> None:
+        blas_threads(self.matrix.size)  # the BLAS thread count imagent's own scan of this matrix gets
+        for _ in range(reps):
+            t = time.perf_counter()
+            self.matrix @ self.q[0]
+            self.one.append(1000 * (time.perf_counter() - t))
+            t = time.perf_counter()
+            self.matrix @ self.q.T
+            self.two.append(1000 * (time.perf_counter() - t))
+
+    def medians(self) -> tuple[float, float]:
+        return statistics.median(self.one), statistics.median(self.two)
+
+
+def measure(n: int, queries: int, tmp: Path, only: list[str] | None = None,
+            floors: dict[int, ScanFloor] | None = None) -> dict[str, tuple[float, float]]:
     watch = Stopwatch()
     enc = HashEncoder(watch)
     t0 = time.perf_counter()
     gallery = build_gallery(tmp / f"g{n}", n, enc)
     print(f"N={n:,}: gallery built in {time.perf_counter() - t0:.1f} s", flush=True)
+    floor = ScanFloor(gallery)
+    floor.sample()
+    if floors is not None:
+        floors[n] = floor
     results: dict[str, tuple[float, float]] = {}
     for name, cls in list_methods().items():
         if not ({"tir", "cir"} & set(cls.tasks)) or (only and name not in only):
@@ -157,6 +190,7 @@ def measure(n: int, queries: int, tmp: Path, only: list[str] | None = None) -> d
             print(f"  {name}: skipped ({exc})")
             continue
         overheads = []
+        floor.sample()  # between methods: the floor sees the load the methods see
         calls0 = chat.calls
         for q in [*queries_for(cls, gallery, 1), *queries_for(cls, gallery, queries)]:
             watch.seconds = 0.0
@@ -166,7 +200,8 @@ def measure(n: int, queries: int, tmp: Path, only: list[str] | None = None) -> d
         overheads = overheads[1:]  # the first query warms caches (snapshot load, prompt files)
         calls = (chat.calls - calls0) / (queries + 1)
         results[name] = (statistics.median(overheads), calls)
-        print(f"  {name:<12} {results[name][0]:8.2f} ms  {calls:6.1f} calls/query", flush=True)
+        print(f"  {name:<12} {results[name][0]:8.2f} ms  {calls:6.1f} calls/query  "
+              f"({results[name][0] / floor.medians()[0]:.2f}x scan floor)", flush=True)
     return results
 
 
@@ -177,14 +212,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--methods", nargs="+", help="only these methods (default: every registered one)")
     args = ap.parse_args(argv)
     table: dict[int, dict[str, tuple[float, float]]] = {}
+    floors: dict[int, ScanFloor] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for n in args.sizes:
-            table[n] = measure(n, args.queries, Path(tmp), args.methods)
+            table[n] = measure(n, args.queries, Path(tmp), args.methods, floors)
     names = sorted({m for r in table.values() for m in r})
     print("\n" + f"{'method':<12}" + "".join(f"{f'{n:,} ms':>14}" for n in args.sizes))
     for m in names:
         print(f"{m:<12}" + "".join(f"{table[n][m][0]:>14.2f}" if m in table[n] else f"{'-':>14}"
                                    for n in args.sizes))
+    for n in args.sizes:
+        one, two = floors[n].medians()
+        print(f"scan floor {n:,}: {one:.2f} ms (1 query) / {two:.2f} ms (2 queries)")
     largest = table[args.sizes[-1]]
     worst = max(largest, key=lambda m: largest[m][0])
     label = "100k" if args.sizes[-1] == 100_000 else f"{args.sizes[-1]}"

@@ -10,18 +10,21 @@ For N random L2-normalised d-dimensional vectors stored as a ``.npy`` file and o
 
 Prints the median over several queries of each, in milliseconds, and the ratio imagent / bare.
 
-Then the approximate store (``--ann-size``, default 1,000,000 rows): clustered unit vectors (embeddings
-cluster; uniform random vectors have no neighbours worth the name), the FAISS store built as ``imagent
-index`` builds it, and per query the store's candidates re-ranked exactly (``Gallery.search``'s path)
-against the exact scan: speed-up, recall@50, and recall@50 under a filter keeping 1% of the rows (which
-``Gallery.search`` answers by scanning the small pool exactly; the store's own filtered search is shown
-beside it). The exact scan is also set against the memory-bandwidth bound (one streaming pass over the
-matrix). The last line reads ``ann N=<rows> speedup=<x> recall@50=<r> filtered_recall@50=<r>``.
-
-Recall depends on the data. The default clusters are well separated (the store's lists match them); with
-``--ann-spread 1.5`` neighbours sit barely above the background and, measured at 200,000 rows, recall@50 was
-0.68 / 0.77 / 0.89 at nprobe 32 / 128 / 512 (spread 2.0: 0.27 / 0.41 / 0.68). Measure on your own vectors
-before trusting the store; raise ``indexing.ann_nprobe`` / ``ann_overfetch`` or keep ``indexing.ann = "off"``.
+Then the approximate store (``--ann-size``, default 1,000,000 rows), for the default data and for harder
+spreads (``--ann-hard-spread``, default 2.0): clustered unit vectors (embeddings cluster; uniform random vectors
+have no neighbours worth the name), the FAISS store built as ``imagent index`` builds it (training, filling, and the
+calibration of ``nprobe`` to ``indexing.ann_target_recall`` on held-out stored rows), with the settings of
+``IndexOptions()`` (``ann_min_rows``, ``ann_nprobe`` as the floor, ``ann_overfetch``). Every figure comes from
+:func:`imagent.index.ann.search_pool`, the function ``Gallery.search`` runs for each query (store or exact scan
+over the pool, filter scaling, fallback), given the pool a filter leaves: no filter, a random filter keeping
+1% of the rows (below ``ann_min_rows`` at 1M: the function scans the pool exactly), one keeping 25% (the store
+answers, under its calibrated filtered ``nprobe``), and the 1% filter forced through the store (``min_rows=1``,
+as ``indexing.ann = "on"``). Recall@50 is measured against the exact top-50 of the same pool over
+``--ann-queries`` queries (a stored row plus noise, as a real query is near its answers but not on one); times
+are medians over up to ``--repeats`` x 3 of them. The exact scan (the same function without a store) is also set
+against the memory-bandwidth bound: one streaming pass over the matrix (``np.add.reduce``, which reads every
+byte once and computes almost nothing). The last line reads
+``ann N=<rows> speedup=<x> recall@50=<r> filtered_recall@50=<r>`` (the default data; the 1% filter).
 
     python benchmarks/search_scan.py            # N = 100,000 and 1,000,000 (needs ~3 GB of disk and RAM)
     python benchmarks/search_scan.py --quick    # N = 100,000 only, ANN at 200,000
@@ -44,8 +47,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # run from a checkout without installing
 
+from imagent.core.config import IndexOptions
 from imagent.index import scoring
-from imagent.index.ann import AnnParams, AnnStore, search_reranked
+from imagent.index.ann import AnnParams, AnnStore, search_pool
 from imagent.index.scoring import cosine_scores, top_k
 
 
@@ -79,49 +83,84 @@ def write_clustered(path: Path, n: int, d: int, seed: int = 0, clusters: int = 4
     return centres
 
 
-def ann_section(n: int, d: int, n_queries: int, budget: float, tmp: str, spread: float = 1.0) -> str:
-    path = Path(tmp) / f"clustered{n}.npy"
+def exact_answers(matrix: np.ndarray, queries: np.ndarray, k: int, pools: list[np.ndarray | None],
+                  block: int = 65_536) -> list[list[set[int]]]:
+    """The exact top-``k`` rows of each query within each pool (None: every row), as sets: one pass over the
+    matrix in blocks for all queries at once (the reference answers; the searches themselves run one query
+    at a time through ``search_pool``)."""
+    scores = np.empty((len(queries), matrix.shape[0]), dtype=np.float32)
+    for start in range(0, matrix.shape[0], block):
+        scores[:, start : start + block] = cosine_scores(np.asarray(matrix[start : start + block]), queries)
+    out = []
+    for rows in pools:
+        sub = scores if rows is None else scores[:, rows]
+        picked = [top_k(s, k) for s in sub]
+        out.append([set((p if rows is None else rows[p]).tolist()) for p in picked])
+    return out
+
+
+def ann_section(n: int, d: int, n_queries: int, n_timed: int, budget: float, tmp: str, spread: float,
+                label: str) -> dict[str, float]:
+    """Build, calibrate and measure the store on ``n`` clustered rows; print a block, return its figures."""
+    path = Path(tmp) / f"clustered{n}_{spread}.npy"
     write_clustered(path, n, d, spread=spread)
-    matrix = np.load(path, mmap_mode="r")
+    matrix = np.load(path, mmap_mode="r")  # as the gallery maps its snapshot
     rng = np.random.default_rng(3)
     queries = []
     for r in rng.integers(0, n, n_queries):  # near a stored point, as a real query is near its answers
         q = np.asarray(matrix[r], dtype=np.float32) + 0.6 / np.sqrt(d) * rng.standard_normal(d, dtype=np.float32)
         queries.append(q / np.linalg.norm(q))
-    params = AnnParams()
-    store = AnnStore(Path(tmp) / "idx", "image")
+    options = IndexOptions()  # imagent's defaults: the threshold, the nprobe floor, over-fetch, target recall
+    params = AnnParams.of(options)
+    store = AnnStore(Path(tmp) / f"idx{spread}", "image")
+    identity = {"rows": n}
     t0 = time.perf_counter()
-    store.build(matrix, {"rows": n}, params)
+    meta = store.build(matrix, identity, params)
     build_s = time.perf_counter() - t0
     k = 50
-    exact = [set(top_k(cosine_scores(matrix, q), k).tolist()) for q in queries]
-    approx = [search_reranked(store, matrix, q, k, params) for q in queries]
-    recall = float(np.mean([len(set(a[0].tolist()) & e) / k for a, e in zip(approx, exact, strict=True)]))
-    exact_ms = median_ms(lambda q: top_k(cosine_scores(matrix, q), k), queries, budget)
-    ann_ms = median_ms(lambda q: search_reranked(store, matrix, q, k, params), queries, budget)
+    pools: dict[str, np.ndarray | None] = {"none": None}
+    for name, frac in (("1%", 0.01), ("25%", 0.25)):
+        pools[name] = np.sort(rng.choice(n, size=max(k, int(n * frac)), replace=False))
+    truth = dict(zip(pools, exact_answers(matrix, np.stack(queries), k, list(pools.values())), strict=True))
+
+    def run(q: np.ndarray, rows: np.ndarray | None, min_rows: int | None = None) -> object:
+        return search_pool(matrix, q, k, rows, store, identity, params, min_rows)
+
+    def measure(name: str, min_rows: int | None = None) -> tuple[float, float, str]:
+        rows = pools[name]
+        got = [run(q, rows, min_rows) for q in queries]
+        recall = float(np.mean([len(set(g.rows.tolist()) & t) / k for g, t in zip(got, truth[name], strict=True)]))
+        paths = {p: sum(g.path == p for g in got) for p in sorted({g.path for g in got})}
+        ms = median_ms(lambda q: run(q, rows, min_rows), queries[:n_timed], budget)
+        return ms, recall, ", ".join(f"{p} {c}/{len(got)}" for p, c in paths.items())
+
+    exact_ms = median_ms(lambda q: search_pool(matrix, q, k), queries[:n_timed], budget)  # no store: the scan
     stream_ms = median_ms(lambda q: np.add.reduce(matrix, axis=0), queries[:3], budget)
-    # A filter keeping 1% of the rows: Gallery.search scans such a small pool exactly (pool < ann_min_rows).
-    rows = np.sort(rng.choice(n, size=max(k, n // 100), replace=False))
-    f_exact = [set(rows[top_k(cosine_scores(matrix[rows], q), k)].tolist()) for q in queries]
-    f_gallery = f_exact  # the gallery's path for a small pool is this exact scan
-    f_store = [search_reranked(store, matrix, q, k, params, rows) for q in queries]
-    f_recall = float(np.mean([len(g & e) / k for g, e in zip(f_gallery, f_exact, strict=True)]))
-    answered = [(a, e) for a, e in zip(f_store, f_exact, strict=True) if a is not None]
-    f_store_recall = float(np.mean([len(set(a[0].tolist()) & e) / k for a, e in answered])) if answered else 0.0
-    f_ms = median_ms(lambda q: top_k(cosine_scores(matrix[rows], q), k), queries, budget)
+    ann_ms, recall, ann_paths = measure("none")
+    f_ms, f_recall, f_paths = measure("1%")
+    q_ms, q_recall, q_paths = measure("25%")
+    forced_ms, forced_recall, forced_paths = measure("1%", min_rows=1)
     gb = matrix.nbytes / 1e9
-    print(f"\nANN store IVF{store.meta()['nlist']},SQ8 over {n:,} x {d} clustered float32 ({gb:.1f} GB); "
-          f"built in {build_s:.1f} s; nprobe={params.nprobe}, overfetch={params.overfetch}")
-    print(f"  exact scan      {exact_ms:8.2f} ms  ({gb / (exact_ms / 1000):.1f} GB/s; one streaming pass "
-          f"{stream_ms:.2f} ms = the bandwidth bound, scan/bound {exact_ms / stream_ms:.2f})")
-    print(f"  store + re-rank {ann_ms:8.2f} ms  speed-up {exact_ms / ann_ms:.1f}x  recall@50 {recall:.3f}")
-    print(f"  1% filter       {f_ms:8.2f} ms  (exact over the pool) recall@50 {f_recall:.3f}; "
-          f"the store's own filtered search found {k} for {len(answered)}/{len(queries)} queries"
-          + (f", recall@50 {f_store_recall:.3f} on those" if answered else ""))
+    levels = ", ".join(f"{e['fraction']:g}: {e['nprobe']}" for e in meta.get("filtered", []))
+    print(f"\nANN, {label}: {n:,} x {d} clustered float32 ({gb:.1f} GB), {meta['factory']}, built in "
+          f"{build_s:.1f} s (training and filling {meta.get('build_seconds')} s, calibration "
+          f"{meta.get('calibration_seconds')} s)")
+    print(f"  nprobe {store.nprobe_for(params)} of {meta['nlist']} lists (floor {params.nprobe}; calibrated recall@"
+          f"{meta.get('recall_k')} {meta.get('recall')} on {meta.get('calibration_queries')} held-out rows, target "
+          f"{params.target_recall}{', CAPPED' if meta.get('capped') else ''}); under filters keeping {levels or '-'}")
+    print(f"  exact scan       {exact_ms:8.2f} ms  ({gb / (exact_ms / 1000):.1f} GB/s); one streaming pass "
+          f"{stream_ms:.2f} ms ({gb / (stream_ms / 1000):.1f} GB/s) = the bandwidth bound, scan/bound "
+          f"{exact_ms / stream_ms:.2f}")
+    print(f"  no filter        {ann_ms:8.2f} ms  speed-up {exact_ms / ann_ms:6.1f}x over the scan, "
+          f"{stream_ms / ann_ms:6.1f}x over the bound  recall@50 {recall:.3f}  [{ann_paths}]")
+    print(f"  1% filter        {f_ms:8.2f} ms  recall@50 {f_recall:.3f}  [{f_paths}]")
+    print(f"  25% filter       {q_ms:8.2f} ms  recall@50 {q_recall:.3f}  [{q_paths}]")
+    print(f"  1%, store forced {forced_ms:8.2f} ms  recall@50 {forced_recall:.3f}  [{forced_paths}]  (min_rows=1)")
+    if store.calibration_note():
+        print(f"  warning: {store.calibration_note()}")
     matrix = None
     path.unlink()
-    return (f"ann N={n} speedup={exact_ms / ann_ms:.1f} recall@50={recall:.3f} "
-            f"filtered_recall@50={f_recall:.3f}")
+    return {"n": n, "speedup": exact_ms / ann_ms, "recall": recall, "filtered_recall": f_recall}
 
 
 def imagent_search(matrix: np.ndarray, q: np.ndarray, k: int) -> np.ndarray:
@@ -159,9 +198,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", help="where to write the vector files (default: a temporary folder)")
     ap.add_argument("--ann-size", type=int, help="rows for the ANN section (default 1,000,000; 200,000 with --quick)")
     ap.add_argument("--ann-spread", type=float, default=1.0,
-                    help="noise around each cluster centre (1.0: a member's cosine to its centre ~0.7; larger is "
-                         "harder: at 1.5 and 200,000 rows the 50th neighbour's cosine is ~0.19 and recall@50 "
-                         "fell to ~0.68 at nprobe 32)")
+                    help="noise around each cluster centre of the default data (1.0: a member's cosine to its "
+                         "centre ~0.7)")
+    ap.add_argument("--ann-hard-spread", type=float, nargs="*", default=[2.0],
+                    help="harder data, one section each (neighbours barely above the rest; at 200,000 rows an "
+                         "uncalibrated nprobe 32 gave recall@50 ~0.68 at 1.5 and ~0.27 at 2.0; at 1,000,000 rows "
+                         "1.5 is about as easy as 1.0, 2.0 is not); none: skip")
+    ap.add_argument("--ann-queries", type=int, default=100, help="queries recall is measured on")
     args = ap.parse_args(argv)
     sizes = args.sizes if args.sizes is not None else ([100_000] if args.quick else [100_000, 1_000_000])
     ann_n = args.ann_size or (200_000 if args.quick else 1_000_000)
@@ -190,8 +233,15 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{n:>10,} {dt:>8} {k:>4} {a:>11.2f} {b:>9.2f} {a / b:>6.2f}", flush=True)
                 matrix = None  # release the map before the file goes
                 path.unlink()
-        last = ann_section(ann_n, args.dim, args.repeats * 3, args.budget, tmp, args.ann_spread)
-    print(last)
+        print(f"\nload: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (1/5/15 min)")
+        main_ann = ann_section(ann_n, args.dim, args.ann_queries, args.repeats * 3, args.budget, tmp,
+                               args.ann_spread, f"spread {args.ann_spread:g} (default data)")
+        for spread in args.ann_hard_spread:
+            ann_section(ann_n, args.dim, args.ann_queries, args.repeats * 3, args.budget, tmp, spread,
+                        f"spread {spread:g} (harder)")
+        print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (1/5/15 min)")
+    print(f"ann N={main_ann['n']} speedup={main_ann['speedup']:.1f} recall@50={main_ann['recall']:.3f} "
+          f"filtered_recall@50={main_ann['filtered_recall']:.3f}")
     return 0
 
 

@@ -21,10 +21,17 @@ from imagent.core.cache import DiskCache
 from imagent.core.config import Settings, load_settings, register_secret_env_names
 from imagent.core.trace import Trace
 from imagent.core.types import ImageRecord, Query, Result
+from imagent.index.embedding import ExtraEncoder, LazyEncoder
 from imagent.index.gallery import Gallery
 from imagent.methods.base import Method, MethodContext, get_method
 from imagent.models.base import ChatModel
-from imagent.models.registry import build_chat_model, build_dual_encoder, build_text_embedder
+from imagent.models.registry import (
+    build_chat_model,
+    build_dual_encoder,
+    build_text_embedder,
+    model_id_for,
+    sees_pixels_for,
+)
 from imagent.models.roles import Roles
 
 
@@ -46,6 +53,7 @@ class Workspace:
         self.settings = settings or Settings()
         register_secret_env_names(self.settings)  # settings built in code skip load_settings
         self._chat_models: dict[str, ChatModel] = {}
+        self._encoders: dict[str, Any] = {}
         self._lock = threading.Lock()
 
     @classmethod
@@ -72,6 +80,33 @@ class Workspace:
             return build_dual_encoder(cfg, text_embedder=self._text_embedder_for(cfg))
         limits = self.settings.indexing
         return build_dual_encoder(cfg, max_pixels=limits.max_pixels, max_bytes=limits.max_file_bytes)
+
+    def encoder(self, name: str) -> Any:
+        """The extra encoder ``[encoders.<name>]``, loaded on first use and then shared. A text embedder, or a
+        caption-mode dual encoder, with the main text embedder's model shares its loaded instance."""
+        cfg = self.settings.encoders.get(name)
+        if cfg is None:
+            raise KeyError(f"no encoder {name!r} under [encoders] (configured: "
+                           f"{', '.join(self.settings.encoders) or 'none'})")
+        with self._lock:  # concurrent searches load a model once
+            enc = self._encoders.get(name)
+            if enc is None:
+                main = self.settings.text_embedder
+                if cfg.kind == "text":
+                    same = (cfg.backend, cfg.model, cfg.device) == (main.backend, main.model, main.device)
+                    enc = self.text_embedder if same else build_text_embedder(cfg)
+                elif cfg.backend == "caption":
+                    enc = build_dual_encoder(cfg, text_embedder=self._text_embedder_for(cfg))
+                else:
+                    limits = self.settings.indexing
+                    enc = build_dual_encoder(cfg, max_pixels=limits.max_pixels, max_bytes=limits.max_file_bytes)
+                self._encoders[name] = enc
+            return enc
+
+    @cached_property
+    def extra_encoders(self) -> list[ExtraEncoder]:
+        """Every ``[encoders.*]`` entry as an :class:`ExtraEncoder` whose model loads on first use."""
+        return extra_encoders(self.settings, self.encoder)
 
     def _text_embedder_for(self, cfg: Any) -> Any:
         """Caption mode with the configured text embedder's model shares the loaded instance."""
@@ -112,6 +147,7 @@ class Workspace:
             dual=self.dual_encoder,
             text=self.text_embedder,
             roles=self.roles,
+            extras={e.name: e for e in self.extra_encoders},
             tools=build_tools(self.settings, self.call_cache, text_embedder=self.text_embedder),
         )
 
@@ -164,6 +200,18 @@ class Workspace:
         if ref in g:
             return g.record(ref)
         return record_for_file(Path(ref), g)
+
+
+def extra_encoders(settings: Settings, load: Any) -> list[ExtraEncoder]:
+    """The configured extra encoders (``[encoders.*]``), each a :class:`LazyEncoder` over ``load(name)`` with its
+    model id (and whether it sees pixels) known from the config, so nothing loads until a vector is needed."""
+    out = []
+    for name, cfg in settings.encoders.items():
+        kind = cfg.kind or "dual"
+        lazy = LazyEncoder(lambda n=name: load(n), model_id_for(kind, cfg, settings.text_embedder),
+                           sees_pixels=sees_pixels_for(kind, cfg))
+        out.append(ExtraEncoder(name, kind, lazy))
+    return out
 
 
 # --------------------------------------------------------------------- results as data

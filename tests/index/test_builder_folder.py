@@ -181,13 +181,18 @@ def test_other_encoder_is_refused(exif_folder, tmp_path, caption_dual, minilm):
     assert len(Gallery(idx)) == 5  # untouched
 
 
-def test_new_space_reembeds(exif_folder, tmp_path, caption_dual, minilm):
+def test_new_space_embeds_stored_records_in_it_only(exif_folder, tmp_path, caption_dual, minilm):
     idx = tmp_path / "idx"
     build_index(exif_folder, idx, None, minilm, IndexOptions())
     assert set(Gallery(idx).spaces()) == {SPACE_CAPTION_TEXT}
+    before = Gallery(idx).vectors(SPACE_CAPTION_TEXT).copy()
     r = build_index(exif_folder, idx, caption_dual, minilm, IndexOptions())
-    assert r.updated == 5 and any("embedded again" in w for w in r.warnings)
-    assert len(Gallery(idx).spaces()) == 3
+    assert (r.updated, r.unchanged, r.backfilled) == (0, 5, 5)
+    assert any("gains space(s) image, caption_dual" in w and "5 stored image(s)" in w for w in r.warnings)
+    g = Gallery(idx)
+    assert len(g.spaces()) == 3 and np.array_equal(g.vectors(SPACE_CAPTION_TEXT), before)
+    assert np.allclose(g.vectors("image"), before, atol=1e-5)  # caption mode: the same MiniLM caption vectors
+    assert build_index(exif_folder, idx, caption_dual, minilm, IndexOptions()).backfilled == 0
 
 
 # --------------------------------------------------------------------------- captioning

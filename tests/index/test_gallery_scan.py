@@ -22,3 +22,19 @@ def test_scan_equals_one_query_at_a_time_and_masks_the_pool(stamps_gallery, mini
     # the masked row ranks as the filtered search does
     best = np.argsort(-masked[1], kind="stable")[:10]
     assert [g.ids[int(r)] for r in best] == g.search(queries[1], SPACE_CAPTION_TEXT, 10, exclude=excluded).ids
+
+
+def test_scores_memo_tells_pools_of_one_size_apart(stamps_gallery, minilm):
+    """The memo of Gallery.scores keys a pool by its size and ends and compares it whole: two pools with the
+    same size and ends but other rows in between get their own scores, and a repeated pool its memo."""
+    g = stamps_gallery
+    q = minilm.encode_texts(["a red coin", "a blue ship at sea"])
+    full = g.scores(q, SPACE_CAPTION_TEXT)
+    n = len(g)
+    first = np.flatnonzero(np.arange(n) != 3)
+    second = np.flatnonzero(np.arange(n) != 4)
+    for rows in (first, second, first, second.tolist(), second.astype(np.int32)):
+        np.testing.assert_array_equal(g.scores(q, SPACE_CAPTION_TEXT, rows), full[:, rows])
+    again = g.scores(q, SPACE_CAPTION_TEXT, first)
+    again[:] = 0.0  # a caller's copy: the memo keeps its own
+    np.testing.assert_array_equal(g.scores(q, SPACE_CAPTION_TEXT, first), full[:, first])

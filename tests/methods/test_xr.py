@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from imagent.core.types import ImageRecord, Query
 from imagent.index.gallery import SPACE_CAPTION_DUAL, SPACE_IMAGE, Gallery
+from imagent.index.scoring import ranks_from_scores, reciprocal_rank_fusion, stable_order
 from imagent.methods.base import MethodContext, get_method
 from imagent.methods.xr import XRConfig, coarse_scores, rerank_order, rerank_scores, similarity_scores
 from imagent.models.roles import Roles
@@ -358,3 +359,85 @@ def test_unusable_imagination_falls_back_to_reference_plus_text(make_context, sc
 def test_text_query_is_refused(make_context, scripted):
     with pytest.raises(ValueError, match="cir"):
         get_method("xr")(make_context(scripted(default="x"))).search(Query("a penguin"), 5)
+
+
+# --------------------------------------------------------------------------- a large gallery (fast paths)
+
+
+@pytest.fixture(scope="module", params=["two matrices", "one matrix"])
+def large_gallery(request, tmp_path_factory) -> Gallery:
+    """20,000 images whose cosines with C_t and C_v take few values (ties everywhere): large enough for the
+    pre-selected top-k and the bounded RRF. "one matrix": both spaces hold the same vectors (stored once, as in
+    caption mode), so the image terms reuse the caption scan."""
+    rng = np.random.default_rng(21)
+    g = Gallery(tmp_path_factory.mktemp("xr-large"), create=True)
+    grid = np.round(np.arange(0.0, 0.65, 0.05), 2)
+    with g.transaction() as c:
+        g.ensure_space(c, SPACE_IMAGE, FakeDual.model_id, 4)
+        g.ensure_space(c, SPACE_CAPTION_DUAL, FakeDual.model_id, 4)
+        for i in range(20_000):
+            cap = _unit(*rng.choice(grid, 2), 2)
+            img = cap if request.param == "one matrix" else _unit(*rng.choice(grid, 2), 3)
+            g.upsert(c, ImageRecord(id=f"r{i:05d}", path=f"/nonexistent/{i}.jpg", captions=[f"image {i}"]),
+                     f"record:{i}", f"r{i:05d}", {SPACE_CAPTION_DUAL: cap, SPACE_IMAGE: img})
+    g.write_snapshot()
+    return g
+
+
+@pytest.mark.parametrize(("k_prime", "top_k"), [(100, 50), (7, 50), (400, 20)])
+def test_coarse_ranking_on_a_large_gallery_equals_the_full_fusion(large_gallery, scripted, k_prime, top_k):
+    g = large_gallery
+    cfg = {"text_questions": False, "visual_questions": False, "k_prime": k_prime}
+    query = Query("make it sunny", reference=ImageRecord(id="ref", path="/nonexistent/ref.jpg", captions=["a field"]),
+                  exclude=["r00000", "r00777", "r19999"])
+    result = get_method("xr")(hand_context(g, hand_model(scripted)), cfg).search(query, top_k=top_k)
+    # The straightforward computation: every pool image's S_t and S_v, RRF over all of them, a stable sort.
+    pool = g.candidate_rows(exclude=query.exclude)
+    q = FakeDual().encode_texts([C_T, C_V])
+    cap, img = g.scores(q, SPACE_CAPTION_DUAL, pool), g.scores(q, SPACE_IMAGE, pool)
+    s_t, s_v = cap[0] + img[0], cap[1] + img[1]
+    fused = reciprocal_rank_fusion([s_t, s_v], 60.0)
+    order = stable_order(fused)[: max(min(k_prime, len(pool)), top_k)]
+    coarse = result.stages["coarse"]
+    assert coarse.ids == [g.ids[int(pool[i])] for i in order[:top_k]]
+    assert coarse.scores == fused[order[:top_k]].tolist()
+    ranks_t, ranks_v = ranks_from_scores(s_t), ranks_from_scores(s_v)
+    top = step(result, "coarse.rrf").outputs["top"]
+    assert [(r["id"], r["rank_t"], r["rank_v"]) for r in top] == [
+        (g.ids[int(pool[i])], int(ranks_t[i]), int(ranks_v[i])) for i in order[: len(top)]]
+    assert step(result, "coarse.similarity").outputs["pool"] == len(pool) == 20_000 - 3
+
+
+def test_prompt_pieces_substitute_as_template_does():
+    """Prompt files are parsed once (_Piece); the text is what string.Template gives, values with $ included,
+    and an invalid placeholder still raises as Template does."""
+    from importlib import resources
+    from string import Template
+
+    from imagent.methods.xr import IMAGE_MARK, _Piece, load_prompt
+
+    rng = np.random.default_rng(22)
+    names = [p.name for p in (resources.files("imagent.methods") / "prompts" / "xr").iterdir()
+             if p.name.endswith(".txt")]
+    assert "verify_text.txt" in names
+    for name in names:
+        for text in load_prompt(name).split(IMAGE_MARK):
+            keys = set(re.findall(r"\$\{?([_a-z][_a-z0-9]*)", text, re.IGNORECASE))
+            for _ in range(20):
+                values = {k: "".join(rng.choice(list("ab $${}x_1\n"), int(rng.integers(0, 12)))) for k in keys}
+                assert _Piece(text).substitute(values) == Template(text).substitute(values)
+    values = {"a": "$b", "b": "${a}"}
+    for text in ["$a and ${b} $$c $$$a", "price $$5", "${a}${a}$a", "", "end $a", "$a$"]:
+        try:
+            want: object = Template(text).substitute(values)
+        except ValueError:
+            want = ValueError
+        try:
+            got: object = _Piece(text).substitute(values)
+        except ValueError:
+            got = ValueError
+        assert got == want, text
+    with pytest.raises(ValueError):
+        _Piece("bad $ here").substitute(values)
+    with pytest.raises(KeyError):
+        _Piece("$missing").substitute(values)

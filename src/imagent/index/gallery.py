@@ -32,7 +32,9 @@ Vector spaces (names used by every method):
 
 - ``image``: the dual encoder's image vectors (in caption mode, the captions encoded as images are);
 - ``caption_dual``: captions in the dual encoder's text space (CLIP text encoder on both sides);
-- ``caption_text``: captions in the text embedder's space.
+- ``caption_text``: captions in the text embedder's space;
+- ``image@<name>``, ``caption_dual@<name>``, ``caption_text@<name>``: the same kinds from an extra encoder
+  ``[encoders.<name>]`` (a dual encoder gives the first two, a text embedder the third): :func:`encoder_space`.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ import os
 import sqlite3
 import threading
 import uuid
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,7 +56,7 @@ import numpy as np
 
 from imagent.core.config import IndexOptions
 from imagent.core.types import ImageRecord, MetadataConstraints, Ranking
-from imagent.index.ann import AnnParams, AnnStore, search_reranked
+from imagent.index.ann import DEFAULT_MIN_ROWS, AnnParams, AnnRecallWarning, AnnStore, search_pool
 from imagent.index.scoring import haversine_km, top_k
 from imagent.index.shards import (
     DEFAULT_SHARD_ROWS,
@@ -72,6 +75,20 @@ from imagent.index.shards import (
 SPACE_IMAGE = "image"
 SPACE_CAPTION_DUAL = "caption_dual"
 SPACE_CAPTION_TEXT = "caption_text"
+BASE_SPACES = (SPACE_IMAGE, SPACE_CAPTION_DUAL, SPACE_CAPTION_TEXT)
+
+
+def encoder_space(base: str, encoder: str | None = None) -> str:
+    """The space of kind ``base`` (``image``, ``caption_dual``, ``caption_text``) filled by the extra encoder
+    named ``encoder`` (``[encoders.<name>]``): ``image@siglip``; the main encoders' spaces (None) keep the bare
+    kind."""
+    return f"{base}@{encoder}" if encoder else base
+
+
+def split_space(space: str) -> tuple[str, str | None]:
+    """``image@siglip`` -> ``("image", "siglip")``; ``image`` -> ``("image", None)`` (the main encoders)."""
+    base, sep, name = space.partition("@")
+    return base, (name if sep else None)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS records (
@@ -166,8 +183,9 @@ class Gallery:
         # Rows per shard file of the next snapshot written; shards a search keeps mapped (0: all).
         self.shard_rows: int = DEFAULT_SHARD_ROWS
         self.mapped_shards: int = 0
-        self.ann_min_rows: int = 200_000
+        self.ann_min_rows: int = DEFAULT_MIN_ROWS
         self.ann_params = AnnParams()
+        self.ann_notes: list[str] = []  # warnings of the last build_ann (a calibration short of its target)
         self._ann_stores: dict[str, AnnStore] = {}
         conn = self._conn()
         conn.executescript(SCHEMA)
@@ -251,7 +269,7 @@ class Gallery:
         }
         self._ids_sha: str | None = None
         self._vectors: dict[str, ShardedVectors] = {}
-        self._score_memo: dict[tuple[Any, ...], tuple[ShardedVectors, np.ndarray]] = {}
+        self._score_memo: dict[tuple[Any, ...], tuple[ShardedVectors, np.ndarray, np.ndarray | None]] = {}
         self._meta_arrays: dict[str, np.ndarray] | None = None
         self._by_hash: dict[str, str] | None = None
 
@@ -534,6 +552,33 @@ class Gallery:
                 f"configured encoder is {model_id} (dim {dim}); use another --index or delete this one"
             )
 
+    def missing_vectors(self, spaces: Iterable[str]) -> dict[str, list[str]]:
+        """space -> ids of the records (in row order) that have no vector in it: records stored before the
+        space was added (or by a run killed while adding it). Reads SQLite only (no model, no snapshot)."""
+        c = self._conn()
+        out: dict[str, list[str]] = {}
+        records = c.execute("SELECT COUNT(*) FROM records").fetchone()[0]
+        for space in spaces:
+            # Vectors belong to stored records (removals delete them), so a full count means none is missing:
+            # the common case, read from the (space, id) index without a join.
+            if c.execute("SELECT COUNT(*) FROM vectors WHERE space = ?", (space,)).fetchone()[0] >= records:
+                continue
+            ids = [i for (i,) in c.execute(
+                "SELECT r.id FROM records r WHERE NOT EXISTS (SELECT 1 FROM vectors v WHERE v.space = ? AND "
+                "v.id = r.id) ORDER BY r.row", (space,))]
+            if ids:
+                out[space] = ids
+        return out
+
+    def put_vectors(self, c: sqlite3.Connection, image_id: str, vectors: dict[str, np.ndarray]) -> None:
+        """Store vectors of an existing record (spaces added to the index later) inside the caller's
+        transaction; the record and its other spaces stay as they are."""
+        for space, vec in vectors.items():
+            v = np.asarray(vec, dtype=np.float32).reshape(-1)
+            c.execute("INSERT OR REPLACE INTO vectors(space, id, vec) VALUES (?,?,?)", (space, image_id, v.tobytes()))
+        if vectors:
+            self._bump_generation(c)
+
     def upsert(
         self,
         c: sqlite3.Connection,
@@ -654,15 +699,18 @@ class Gallery:
         scanned one after another (:meth:`ShardedVectors.scores`), the same scores as one array."""
         mat = self.vector_shards(space)
         q = np.asarray(query, dtype=np.float32)
-        # The same query over the same matrix (two spaces stored as one) is scanned once.
-        key = (id(mat), q.shape, q.tobytes(), None if rows is None else hash(np.asarray(rows).tobytes()))
+        # The same query over the same matrix (two spaces stored as one) is scanned once. The pool enters the
+        # key by its size and ends and is compared whole on a hit (cheaper than hashing 100,000 row numbers).
+        pool = None if rows is None else np.asarray(rows)
+        key = (id(mat), q.shape, q.tobytes(),
+               None if pool is None else (pool.shape, pool.dtype.str, pool[:1].tobytes(), pool[-1:].tobytes()))
         hit = self._score_memo.get(key)
-        if hit is not None and hit[0] is mat:
+        if hit is not None and hit[0] is mat and (pool is None or np.array_equal(hit[2], pool)):
             return hit[1].copy()
         out = mat.scores(q, rows)
         if len(self._score_memo) >= 8:
             self._score_memo.pop(next(iter(self._score_memo)), None)
-        self._score_memo[key] = (mat, out)
+        self._score_memo[key] = (mat, out, None if pool is None else pool.copy())
         return out.copy()
 
     def scan(self, queries: np.ndarray, space: str, rows: np.ndarray | None = None) -> np.ndarray:
@@ -694,24 +742,28 @@ class Gallery:
         large galleries) and the pool is large, the store proposes ``k * overfetch`` candidates inside the
         filter and they are re-ranked exactly: scores are exact cosines either way. Small pools (a tight
         filter, a per-query subset) are always scanned exactly, which is then cheaper than the store.
-        A snapshot of several shards is scanned shard by shard with a running top-k (no gallery-sized
-        array of scores); the ranking is the one the single-array scan gives, ties in row order."""
+        The decision is :func:`~imagent.index.ann.search_pool`'s (the one ``benchmarks/search_scan.py``
+        measures). A snapshot of several shards is scanned shard by shard with a running top-k (no
+        gallery-sized array of scores); the ranking is the one the single-array scan gives, ties in row order."""
         rows = self.candidate_rows(constraints, subset, exclude)
         ids_ = self.ids
-        store = self._usable_ann(space, query, rows)
+        store = self._usable_ann(space, query)
+        found = search_pool(self.vector_shards(space), query, k, rows, store,
+                            self._ann_identity(space) if store is not None else None, self.ann_params,
+                            self.ann_min_rows, exact=lambda: self._exact_top_k(query, space, k, rows))
+        return Ranking([ids_[int(r)] for r in found.rows], [float(x) for x in found.scores])
+
+    def _exact_top_k(self, query: np.ndarray, space: str, k: int,
+                     rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """The exact scan of :meth:`search`: ``(rows, cosines)`` best first (one shard: through :meth:`scores`,
+        whose memo scans the same query over the same matrix once)."""
         mat = self.vector_shards(space)
-        if store is not None:
-            found = search_reranked(store, mat, query, k, self.ann_params, rows)
-            if found is not None:
-                return Ranking([ids_[int(r)] for r in found[0]], [float(x) for x in found[1]])
         if mat.num_shards > 1 and np.ndim(query) == 1:
             pos, top = mat.top_k(query, k, rows)
-            picked = pos if rows is None else rows[pos]
-            return Ranking([ids_[int(r)] for r in picked], [float(x) for x in top])
+            return (pos if rows is None else rows[pos]), top
         s = self.scores(query, space, rows)
         best = top_k(s, k)
-        picked = best if rows is None else rows[best]
-        return Ranking([ids_[int(r)] for r in picked], [float(x) for x in s[best]])
+        return (best if rows is None else rows[best]), s[best]
 
     # ------------------------------------------------------------------ approximate search
     def _ann_identity(self, space: str) -> dict[str, Any]:
@@ -735,29 +787,44 @@ class Gallery:
             self._vectors, self._score_memo = {}, {}
         self.ann_mode = options.ann
         self.ann_min_rows = 1 if options.ann == "on" else options.ann_min_rows
-        self.ann_params = AnnParams(nprobe=options.ann_nprobe, overfetch=options.ann_overfetch)
+        self.ann_params = AnnParams.of(options)
 
     def ann_current(self, space: str) -> bool:
         """Whether ``space`` has an approximate store built from the database as it is now."""
         return space in self._spaces and self.ann_store(space).matches(self._ann_identity(space))
 
-    def _usable_ann(self, space: str, query: np.ndarray, rows: np.ndarray | None) -> AnnStore | None:
+    def _usable_ann(self, space: str, query: np.ndarray) -> AnnStore | None:
+        """The space's store when a search may use it (its identity and the pool's size are
+        :func:`~imagent.index.ann.search_pool`'s to check); None when approximate search is off or the
+        gallery is smaller than ``ann_min_rows`` (no pool of it can reach the threshold)."""
         if self.ann_mode == "off" or np.ndim(query) != 1 or space not in self._spaces:
             return None
-        pool = len(self.ids) if rows is None else len(rows)
-        if pool < self.ann_min_rows or not self.ann_current(space):
+        if len(self.ids) < self.ann_min_rows:
             return None
         return self.ann_store(space)
 
     def build_ann(self, spaces: Iterable[str] | None = None, force: bool = False) -> list[str]:
-        """(Re)build the approximate store of each space (default: every space) unless it is current;
-        returns the spaces built. ``ann_mode == "auto"`` builds only for galleries of at least
-        ``ann_min_rows`` images (below that the exact scan is fast enough and exact)."""
+        """(Re)build the approximate store of each space (default: every space) unless it is current, and
+        recalibrate a current one whose calibration was made for other settings (target recall, nprobe floor,
+        over-fetch); returns the spaces built or recalibrated. ``ann_mode == "auto"`` builds only for galleries
+        of at least ``ann_min_rows`` images (below that the exact scan is fast enough and exact). A calibration
+        that stays short of its target at the probe cap is warned about (:class:`AnnRecallWarning`) and kept
+        in :attr:`ann_notes` for the build report."""
+        self.ann_notes = []
         if self.ann_mode == "off" or (self.ann_mode == "auto" and len(self.ids) < self.ann_min_rows and not force):
             return []
         built = []
         for space in list(spaces or self._spaces):
+            store = self.ann_store(space)
             if force or not self.ann_current(space):
-                self.ann_store(space).build(self.vector_shards(space), self._ann_identity(space), self.ann_params)
-                built.append(space)
+                store.build(self.vector_shards(space), self._ann_identity(space), self.ann_params)
+            elif not store.calibrated_for(self.ann_params):
+                store.recalibrate(self.vector_shards(space), self.ann_params)
+            else:
+                continue
+            built.append(space)
+            note = store.calibration_note()
+            if note:
+                self.ann_notes.append(note)
+                warnings.warn(note, AnnRecallWarning, stacklevel=2)
         return built

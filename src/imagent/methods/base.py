@@ -18,7 +18,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from imagent.core.trace import Trace, note
 from imagent.core.types import ImageRecord, Query, Ranking, Result
-from imagent.index.gallery import SPACE_CAPTION_DUAL, SPACE_CAPTION_TEXT, SPACE_IMAGE, Gallery
+from imagent.index.embedding import ExtraEncoder
+from imagent.index.gallery import (
+    SPACE_CAPTION_DUAL,
+    SPACE_CAPTION_TEXT,
+    SPACE_IMAGE,
+    Gallery,
+    GalleryError,
+    split_space,
+)
 from imagent.index.scoring import stable_order, top_k
 from imagent.models.base import DualEncoder, TextEmbedder
 from imagent.models.roles import CallBudgetExceeded, Roles
@@ -36,6 +44,11 @@ class MethodConfig(BaseModel):
     max_calls: int | None = Field(None, ge=0, description="cap on uncached model calls per query (None: 2x the "
                                   "expected count at these settings); past it the best ranking so far is returned")
 
+    def for_context(self, ctx: MethodContext) -> MethodConfig:
+        """These settings completed by what ``ctx`` offers (OSCAR: a retrieval tool per extra encoder's space).
+        :class:`Method` applies it when it is built; the default changes nothing."""
+        return self
+
 
 @dataclass
 class MethodContext:
@@ -46,9 +59,28 @@ class MethodContext:
     text: TextEmbedder
     roles: Roles
     tools: dict[str, Any] = field(default_factory=dict)
+    # Extra encoders by name (config ``[encoders.<name>]``): the query side of spaces ``image@<name>``,
+    # ``caption_dual@<name>`` (a dual encoder's text tower) and ``caption_text@<name>`` (a text embedder).
+    extras: dict[str, ExtraEncoder] = field(default_factory=dict)
 
     def encoder_for(self, space: str) -> DualEncoder | TextEmbedder:
-        return self.text if space == SPACE_CAPTION_TEXT else self.dual
+        """The encoder whose text side queries ``space``: the text embedder for ``caption_text``, the dual
+        encoder for ``image`` and ``caption_dual``, and extra encoder X for ``<kind>@X``."""
+        base, name = split_space(space)
+        if name is None:
+            return self.text if space == SPACE_CAPTION_TEXT else self.dual
+        extra = self.extras.get(name)
+        if extra is None:
+            raise GalleryError(
+                f"space {space!r} belongs to the extra encoder {name!r}, which is not configured: add "
+                f"[encoders.{name}] with the model the index holds"
+                f"{f' ({self.gallery.spaces()[space].model_id})' if self.gallery.has_space(space) else ''}, "
+                f"or search another space (configured extra encoders: {', '.join(self.extras) or 'none'})")
+        wanted = "text" if base == SPACE_CAPTION_TEXT else "dual"
+        if extra.kind != wanted:
+            raise GalleryError(f"space {space!r} needs a {wanted} encoder, but [encoders.{name}] is a {extra.kind} "
+                               f"encoder (its spaces: {', '.join(extra.spaces)})")
+        return extra.encoder
 
     def check_space(self, space: str) -> None:
         """Refuse to compare vectors from different models (index built with other encoders)."""
@@ -67,11 +99,12 @@ class MethodContext:
         self.check_space(space)
         return self.encoder_for(space).encode_texts(texts)
 
-    def image_vector(self, record: ImageRecord) -> np.ndarray:
-        """A reference image's vector in the ``image`` space: stored if it is in the gallery."""
-        if record.id in self.gallery and self.gallery.has_space(SPACE_IMAGE):
-            return self.gallery.vector(SPACE_IMAGE, record.id)
-        return self.dual.encode_images([record])[0]
+    def image_vector(self, record: ImageRecord, space: str = SPACE_IMAGE) -> np.ndarray:
+        """A reference image's vector in an image space (``image``, or ``image@<name>`` of an extra dual
+        encoder): stored if it is in the gallery, else encoded by that space's encoder."""
+        if record.id in self.gallery and self.gallery.has_space(space):
+            return self.gallery.vector(space, record.id)
+        return self.encoder_for(space).encode_images([record])[0]
 
     @property
     def caption_mode(self) -> bool:
@@ -191,7 +224,7 @@ class Method(ABC):
             config = self.Config()
         elif isinstance(config, dict):
             config = self.Config.model_validate(config)
-        self.config = config
+        self.config = config.for_context(ctx)
 
     @classmethod
     def estimate_calls(cls, config: MethodConfig, query: Query | None = None) -> int:

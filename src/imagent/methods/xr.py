@@ -181,13 +181,47 @@ def load_prompt(name: str) -> str:
     return (resources.files("imagent.methods") / "prompts" / "xr" / name).read_text(encoding="utf-8")
 
 
+class _Piece:
+    """One text piece of a prompt file: ``Template(text).substitute(values)``, with the template parsed once
+    into literal text and placeholder names (verifiers build hundreds of messages per query from one file).
+    A piece with an invalid placeholder is left to ``Template``, which raises as it always did."""
+
+    def __init__(self, text: str) -> None:
+        self.template = Template(text)
+        self.segments: list[tuple[str, str | None]] | None = []
+        pos = 0
+        for mo in self.template.pattern.finditer(text):
+            name = mo.group("named") or mo.group("braced")
+            if name is not None:
+                self.segments.append((text[pos:mo.start()], name))
+            elif mo.group("escaped") is not None:
+                self.segments.append((text[pos:mo.start()] + self.template.delimiter, None))
+            else:
+                self.segments = None
+                break
+            pos = mo.end()
+        if self.segments is not None:
+            self.segments.append((text[pos:], None))
+
+    def substitute(self, values: dict[str, str]) -> str:
+        if self.segments is None:
+            return self.template.substitute(values)
+        return "".join(literal if name is None else literal + str(values[name]) for literal, name in self.segments)
+
+
+@cache
+def _prompt_pieces(name: str) -> tuple[_Piece, ...]:
+    """The prompt file's pieces around its ``<image>`` markers, split and parsed once."""
+    return tuple(_Piece(p) for p in load_prompt(name).split(IMAGE_MARK))
+
+
 def prompt_message(name: str, image: ImagePart | None = None, **values: str) -> Message:
     """A user message from a prompt file; an ``<image>`` line in the file marks where the image goes.
     The template is split before substitution so that text inside values never acts as a marker."""
-    pieces = load_prompt(name).split(IMAGE_MARK)
+    pieces = _prompt_pieces(name)
     if len(pieces) > 1 and image is None:
         raise ValueError(f"prompt {name!r} needs an image")
-    texts = [Template(p).substitute(values) for p in pieces]
+    texts = [p.substitute(values) for p in pieces]
     parts: list[str | ImagePart] = [texts[0]]
     for t in texts[1:]:
         parts += [image, t]  # type: ignore[list-item]
@@ -338,11 +372,11 @@ class XR(Method):
 
         # Lines 5-9: similarity agents.
         rows = self.ctx.pool(query)
-        ids = self.ctx.pool_id_array(rows)
+        pool_size = len(self.ctx.gallery.ids) if rows is None else len(rows)
         with trace.step("coarse.similarity", line="5-9", agents="A_t^s, A_v^s") as step:
             s_t, s_v, parts = self._similarities(text_im.caption, vision_im.caption, rows)
             step.outputs.update({
-                "pool": len(ids),
+                "pool": pool_size,
                 "agents": [n for n, on in (("textual (C_a)", cfg.text_similarity),
                                            ("visual (I_a)", cfg.visual_similarity)) if on],
                 "S_t": "cos(C_t, C_a) + cos(C_t, I_a)",
@@ -354,20 +388,22 @@ class XR(Method):
         # Line 10: reciprocal rank fusion -> top k'. Only the top max(k', top_k) of the fused order is ever
         # returned (the block, then RRF order below it), so only that much is ranked.
         with trace.step("coarse.rrf", line="10", z=cfg.rrf_z, k_prime=cfg.k_prime, fusion=cfg.fusion) as step:
-            k_block = min(cfg.k_prime, len(ids))
+            k_block = min(cfg.k_prime, pool_size)
             order, fused, ranks = coarse_top(s_t, s_v, max(k_block, top_k), cfg.rrf_z, cfg.fusion)
             block = order[:k_block]
+            # The ids of the ranked positions only (no list of the whole pool's ids).
+            order_ids: list[str] = self.ctx.gallery.id_array[order if rows is None else rows[order]].tolist()
             step.outputs.update({
                 "kept": k_block,
                 "top": [
-                    {"id": ids[int(i)], "rrf": round(float(fused[n]), 6),
+                    {"id": order_ids[n], "rrf": round(float(fused[n]), 6),
                      **({} if ranks is None else {"rank_t": int(ranks[0, n]), "rank_v": int(ranks[1, n])}),
                      "S_t": round(float(s_t[i]), 4), "S_v": round(float(s_v[i]), 4),
                      **{k: round(float(v[i]), 4) for k, v in parts.items()}}
                     for n, i in enumerate(order[: min(k_block, 20)])
                 ],
             })
-        coarse = Ranking([ids[int(i)] for i in order], [float(x) for x in fused])
+        coarse = Ranking(list(order_ids), fused.tolist())
         keep_best(coarse)  # what the search returns if the call cap stops the question agents
 
         if not (cfg.text_questions or cfg.visual_questions) or k_block == 0:
@@ -383,7 +419,7 @@ class XR(Method):
                 "parsed": ok,
             })
 
-        block_ids = [ids[int(i)] for i in block]
+        block_ids = order_ids[:k_block]
         records = [self.ctx.gallery.record(i) for i in block_ids]
         sq = np.zeros(k_block, dtype=np.float32)
         verifiers = [
@@ -427,19 +463,18 @@ class XR(Method):
             if rest.size:
                 # Below the block only the order matters: shift the coarse scores under every block score (>= 0).
                 rest_scores = rest_scores - rest_scores.max() - 1.0
-            final = Ranking(
-                [block_ids[int(j)] for j in new_order] + [ids[int(i)] for i in rest],
-                [float(final_scores[int(j)]) for j in new_order] + [float(x) for x in rest_scores],
-            )
+            kept, scores_, sims = new_order.tolist(), final_scores.tolist(), sim.tolist()  # Python numbers once
+            final = Ranking([block_ids[j] for j in kept] + order_ids[k_block:],
+                            [scores_[j] for j in kept] + rest_scores.tolist())
             step.outputs.update({
                 "kept_order": [
-                    {"id": block_ids[int(j)], "coarse_rank": int(j) + 1, "Sq_t":
-                     per_candidate[block_ids[int(j)]].get("text", {}).get("correct"),
-                     "Sq_v": per_candidate[block_ids[int(j)]].get("vision", {}).get("correct"),
-                     "sim": round(float(sim[int(j)]), 4), "score": round(float(final_scores[int(j)]), 4)}
-                    for j in new_order
+                    {"id": block_ids[j], "coarse_rank": j + 1,
+                     "Sq_t": per_candidate[block_ids[j]].get("text", {}).get("correct"),
+                     "Sq_v": per_candidate[block_ids[j]].get("vision", {}).get("correct"),
+                     "sim": round(sims[j], 4), "score": round(scores_[j], 4)}
+                    for j in kept
                 ],
-                "moved": int(sum(int(j) != n for n, j in enumerate(new_order))),
+                "moved": sum(j != n for n, j in enumerate(kept)),
             })
         final = final.top(top_k)
         return final, {"coarse": coarse.top(top_k), "full": final}
@@ -515,9 +550,13 @@ class XR(Method):
         q = self.ctx.encode([c_t, c_v], spaces[0])
         parts: dict[str, np.ndarray] = {}
         if cfg.text_similarity:  # C_t and C_v in one scan of each space
-            parts["cos(C_t,C_a)"], parts["cos(C_v,C_a)"] = gallery.scores(q, SPACE_CAPTION_DUAL, rows)
+            parts["cos(C_t,C_a)"], parts["cos(C_v,C_a)"] = caption_scores = gallery.scores(q, SPACE_CAPTION_DUAL, rows)
         if cfg.visual_similarity:
-            parts["cos(C_t,I_a)"], parts["cos(C_v,I_a)"] = gallery.scores(q, SPACE_IMAGE, rows)
+            # Spaces stored as one matrix (caption mode) give the same scores: the first scan's are reused.
+            same = cfg.text_similarity and gallery.vector_shards(SPACE_IMAGE) is gallery.vector_shards(
+                SPACE_CAPTION_DUAL)
+            parts["cos(C_t,I_a)"], parts["cos(C_v,I_a)"] = caption_scores if same else gallery.scores(
+                q, SPACE_IMAGE, rows)
         s_t, s_v = similarity_scores(parts.get("cos(C_t,C_a)"), parts.get("cos(C_t,I_a)"),
                                      parts.get("cos(C_v,C_a)"), parts.get("cos(C_v,I_a)"))
         return s_t, s_v, parts

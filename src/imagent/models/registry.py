@@ -88,3 +88,11 @@ def model_id_for(kind: str, config: EncoderConfig, text_config: EncoderConfig | 
         if config.backend == "open_clip":
             return f"{config.model}:{config.pretrained}" if config.pretrained else config.model
     return None
+
+
+def sees_pixels_for(kind: str, config: EncoderConfig) -> bool | None:
+    """Whether the encoder this config builds sees pixels, from the config alone (None: only loading tells).
+    A text embedder never does; of the dual backends, only caption mode does not."""
+    if kind == "text":
+        return False
+    return {"caption": False, "hf": True, "open_clip": True}.get(config.backend)

@@ -7,6 +7,7 @@ backend instance is shared by every role that names the same entry.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -126,7 +127,9 @@ class Role:
                 record_call(CallRecord("chat", self.name, self.model.model_id,
                                        time.perf_counter() - t0, error=error,
                                        caption_mode=caption_mode))
-        resp = _clean_response(ChatResponse.from_dict(data))  # entries cached before cleaning existed
+        resp = ChatResponse.from_dict(data)
+        if self.cache is not None:  # entries cached before cleaning existed (compute() cleaned a fresh reply)
+            resp = _clean_response(resp)
         record_call(
             CallRecord(
                 "chat", self.name, self.model.model_id, time.perf_counter() - t0,
@@ -218,7 +221,7 @@ class Role:
         params.setdefault("max_tokens", 3)
         params.setdefault("top_logprobs", 20)
         resp = self.chat(messages, ChatParams(**params))
-        prob = yes_no_probability(resp.top_logprobs[0] if resp.top_logprobs else [])
+        prob = yes_no_probability(resp.top_logprobs[0]) if resp.top_logprobs else None  # none: neither word
         return YesNo(parse_yes_no(resp.text), prob, resp.text)
 
 
@@ -231,11 +234,12 @@ def _clean_response(resp: ChatResponse) -> ChatResponse:
     return resp
 
 
+_FIRST_WORD = re.compile(r"\W*([A-Za-z]+)")
+
+
 def parse_yes_no(text: str) -> bool | None:
     """Strict: the first word must be yes/no (or true/false); anything else is unanswered."""
-    import re
-
-    m = re.match(r"\W*([A-Za-z]+)", text or "")
+    m = _FIRST_WORD.match(text or "")
     if not m:
         return None
     word = m.group(1).lower()

@@ -2,7 +2,8 @@
 
 A *retriever* is one vector space of the index searched with its encoder's query side (config
 ``methods.oscar.retrievers``; by default the index's three spaces: the dual encoder's image vectors, captions
-in the dual text space, captions in the text embedder's space). The planner calls them as tools online; the
+in the dual text space, captions in the text embedder's space; plus one per space of each extra encoder
+``[encoders.<name>]``: :meth:`OscarConfig.for_context`). The planner calls them as tools online; the
 library builder calls all of them offline.
 
 An *atomic retrieval* ``(tool, rewritten query, polarity, k)`` is one planning unit. The rewriter role
@@ -28,7 +29,7 @@ import numpy as np
 from imagent.core.trace import note
 from imagent.core.types import Query
 from imagent.core.vectors import l2_normalize
-from imagent.index.gallery import SPACE_IMAGE
+from imagent.index.gallery import SPACE_IMAGE, split_space
 from imagent.index.scoring import top_k
 from imagent.methods.base import MethodContext, load_prompt
 from imagent.methods.oscar.config import OscarConfig, RetrieverSpec
@@ -92,8 +93,8 @@ class Retrievers:
             ref = self.query.reference
             vec: np.ndarray | None = None
             if ref is not None:
-                if space == SPACE_IMAGE:
-                    vec = self.ctx.image_vector(ref)
+                if split_space(space)[0] == SPACE_IMAGE:  # image, or image@<extra dual encoder>
+                    vec = self.ctx.image_vector(ref, space)
                 elif ref.id in self.ctx.gallery:
                     vec = self.ctx.gallery.vector(space, ref.id)
                 else:

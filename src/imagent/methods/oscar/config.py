@@ -3,13 +3,14 @@ them (truncation levels, one demonstration, the sigmoid verifier score), documen
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from imagent.core.config import user_data_dir
-from imagent.index.gallery import SPACE_CAPTION_DUAL, SPACE_CAPTION_TEXT, SPACE_IMAGE
+from imagent.index.gallery import SPACE_CAPTION_DUAL, SPACE_CAPTION_TEXT, SPACE_IMAGE, encoder_space
 from imagent.methods.base import MethodConfig
 from imagent.tools.oscar_mip import MipWeights
 
@@ -47,6 +48,29 @@ def default_retrievers() -> dict[str, RetrieverSpec]:
     }
 
 
+def extra_retrievers(extras: Iterable[Any]) -> dict[str, RetrieverSpec]:
+    """One tool per space of each extra encoder (``[encoders.<name>]``; items with ``name`` and ``kind``):
+    a dual encoder X gives ``embedding_search_X`` (``image@X``, fused with the reference like the default
+    embedding tool) and ``caption_search_dual_X`` (``caption_dual@X``); a text embedder X gives
+    ``caption_search_text_X`` (``caption_text@X``)."""
+    out: dict[str, RetrieverSpec] = {}
+    for e in extras:
+        if e.kind == "dual":
+            out[f"embedding_search_{e.name}"] = RetrieverSpec(
+                space=encoder_space(SPACE_IMAGE, e.name), kind="embedding", reference_weight=0.5,
+                description=f"visual similarity with the {e.name} dual encoder: the query (fused with the reference "
+                            "image) against its image vectors; a second view for visual attributes")
+            out[f"caption_search_dual_{e.name}"] = RetrieverSpec(
+                space=encoder_space(SPACE_CAPTION_DUAL, e.name), kind="caption",
+                description=f"the query against image captions in the {e.name} dual encoder's text space")
+        else:
+            out[f"caption_search_text_{e.name}"] = RetrieverSpec(
+                space=encoder_space(SPACE_CAPTION_TEXT, e.name), kind="caption",
+                description=f"the query against image captions in the {e.name} text embedder's space; a second "
+                            "view for semantic descriptions")
+    return out
+
+
 def default_library_path() -> Path:
     return user_data_dir() / "oscar" / "library.jsonl"
 
@@ -54,7 +78,8 @@ def default_library_path() -> Path:
 class OscarConfig(MethodConfig):
     # ---- tools and atomic retrievals (Sec. 3.2)
     retrievers: dict[str, RetrieverSpec] = Field(
-        default_factory=default_retrievers, description="retrieval tools: name -> {space, kind, reference_weight}")
+        default_factory=default_retrievers, description="retrieval tools: name -> {space, kind, reference_weight}; "
+        "left unset: the three main spaces plus one tool per space of each [encoders.<name>] entry")
     truncations: list[int] = Field(default_factory=lambda: list(range(5, 55, 5)),
                                    description="top-k levels K (paper: 5..50 step 5); retrieved once at max(K)")
     max_positive_queries: int = Field(3, ge=0, le=8, description="rewriter: most positive (include) queries")
@@ -104,6 +129,15 @@ class OscarConfig(MethodConfig):
             raise ValueError(f"retriever names must be identifiers other than set_operation: {bad}")
         return v
 
+    def for_context(self, ctx: Any) -> OscarConfig:
+        """``retrievers`` left at its default also offers one tool per space of each extra encoder the context
+        has (:func:`extra_retrievers`); a ``retrievers`` table the user wrote is kept as written."""
+        extras = getattr(ctx, "extras", None) or {}
+        if "retrievers" in self.model_fields_set or not extras:
+            return self
+        added = {n: s for n, s in extra_retrievers(extras.values()).items() if n not in self.retrievers}
+        return self.model_copy(update={"retrievers": {**self.retrievers, **added}}) if added else self
+
     @property
     def k_max(self) -> int:
         return self.truncations[-1]
@@ -115,4 +149,4 @@ class OscarConfig(MethodConfig):
         return Path(self.library).expanduser() if self.library else default_library_path()
 
 
-__all__ = ["OscarConfig", "RetrieverSpec", "default_library_path", "default_retrievers"]
+__all__ = ["OscarConfig", "RetrieverSpec", "default_library_path", "default_retrievers", "extra_retrievers"]

@@ -225,6 +225,7 @@ def build_library(ctx: MethodContext, cfg: OscarConfig, items: Iterable[tuple[st
                   library: GoldenLibrary, progress: Callable[[int, str], None] | None = None) -> BuildReport:
     """Add every ``(key, query, targets)`` not yet in ``library`` (resumable). ``progress(done, key)``
     is called after each item."""
+    cfg = cfg.for_context(ctx)  # left at its default, the tools include the extra encoders' spaces
     report = BuildReport()
     t0 = time.perf_counter()
     have = library.keys()
