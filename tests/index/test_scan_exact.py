@@ -133,6 +133,7 @@ def test_few_queries_scan_is_bit_identical_to_2048_row_blocks(monkeypatch: pytes
             q = rng.standard_normal((nq, 24)).astype(np.float32)
             want = _blockwise_reference(big[:n], q)
             with monkeypatch.context() as mp:
+                mp.setattr(scoring, "FEW_QUERIES_BACKEND", "numpy")  # the blockwise numpy scan (no torch)
                 if threaded:  # scanned in parts by two threads (the blocks' own products stay on one BLAS thread)
                     mp.setattr(scoring, "scan_threads", lambda elements: 2 if elements > scoring.BLOCK_ROWS * 24 else 1)
                     mp.setattr(scoring, "CLAIM_BLOCKS", 1)
@@ -165,3 +166,27 @@ def test_take_last_equals_fancy_indexing() -> None:
         np.testing.assert_array_equal(take_last(s[0], idx), s[0][..., idx])
     mask = rng.random(500) < 0.5
     np.testing.assert_array_equal(take_last(s, mask), s[..., mask])
+
+
+def test_few_queries_torch_scan_gives_each_row_one_score() -> None:
+    """The torch path of the few-queries scan: a row's score does not depend on where the row sits or on torch's
+    thread count, and it is the cosine (numpy's, up to float32 rounding; another number of queries may take
+    another kernel, so only up to rounding too)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(29)
+    m = rng.standard_normal((3 * scoring.CHUNK_ROWS + 77, 48)).astype(np.float32)
+    q = rng.standard_normal((5, 48)).astype(np.float32)
+    got = cosine_scores(m, q)
+    assert got.shape == (5, m.shape[0]) and got.dtype == np.float32 and got.flags.c_contiguous
+    np.testing.assert_allclose(got, q @ m.T, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(cosine_scores(m, q[:2]), got[:2], rtol=0, atol=1e-5)
+    np.testing.assert_array_equal(cosine_scores(m[101:], q), got[:, 101:])  # shifted rows: the same scores
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        np.testing.assert_array_equal(cosine_scores(m, q), got)
+    finally:
+        torch.set_num_threads(threads)
+    readonly = np.lib.stride_tricks.as_strided(m)  # a read-only view, like a memory-mapped snapshot
+    readonly.flags.writeable = False
+    np.testing.assert_array_equal(cosine_scores(readonly, q), got)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import sqlite3
 import threading
 import time
@@ -63,6 +64,31 @@ def ensure_dir(path: str | Path) -> Path:
     if not os.access(p, os.W_OK | os.X_OK):
         raise _unusable(p, PermissionError(13, "the folder is not writable"))
     return p
+
+
+_HOST = socket.gethostname()
+
+
+def _claim_owner() -> str:
+    return f"{_HOST}:{os.getpid()}:{threading.get_ident()}"
+
+
+def _owner_gone(owner: str) -> bool:
+    """Whether a claim's owner is a process of this host that no longer runs. Owners of other hosts, and
+    claims written before owners named their host, are left to their expiry."""
+    parts = owner.rsplit(":", 2)
+    if len(parts) != 3 or parts[0] != _HOST or not parts[1].isdigit():
+        return False
+    pid = int(parts[1])
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return True
+    except OSError:  # exists, owned by another user
+        return False
+    return False
 
 
 class DiskCache:
@@ -151,7 +177,9 @@ class DiskCache:
             return value, False
 
     # Cross-process claims: one computation per key among every process sharing the file. A claim names
-    # its owner and expires (a process killed mid-call does not block the key for ever).
+    # its owner (host, process, thread) and expires, so a process killed mid-call does not block the key for
+    # ever; a claim of a process of this host that no longer runs is taken at once (a killed eval resumed
+    # straight away used to wait out the whole ttl).
     claim_ttl_s = 600.0
     poll_s = 0.05
 
@@ -159,11 +187,11 @@ class DiskCache:
         """Take the key's claim; False when a live claim of another owner holds it."""
         c = self._conn()
         now = time.time()
-        owner = f"{os.getpid()}:{threading.get_ident()}"
+        owner = _claim_owner()
         c.execute("BEGIN IMMEDIATE")
         try:
             row = c.execute("SELECT owner, expires FROM claims WHERE key=?", (key,)).fetchone()
-            if row is not None and row[0] != owner and row[1] > now:
+            if row is not None and row[0] != owner and row[1] > now and not _owner_gone(row[0]):
                 c.execute("COMMIT")
                 return False
             c.execute("INSERT OR REPLACE INTO claims (key, owner, expires) VALUES (?,?,?)",
@@ -176,8 +204,7 @@ class DiskCache:
 
     def _release(self, key: str) -> None:
         if self.path is not None:
-            self._conn().execute("DELETE FROM claims WHERE key=? AND owner=?",
-                                 (key, f"{os.getpid()}:{threading.get_ident()}"))
+            self._conn().execute("DELETE FROM claims WHERE key=? AND owner=?", (key, _claim_owner()))
 
     def _wait_for(self, key: str) -> Any | None:
         """The value another process is computing, once stored; None if its claim ends without one (it
@@ -186,8 +213,8 @@ class DiskCache:
             value = self.get(key)
             if value is not None:
                 return value
-            row = self._conn().execute("SELECT expires FROM claims WHERE key=?", (key,)).fetchone()
-            if (row is None or row[0] <= time.time()) and self._claim(key):
+            row = self._conn().execute("SELECT owner, expires FROM claims WHERE key=?", (key,)).fetchone()
+            if (row is None or row[1] <= time.time() or _owner_gone(row[0])) and self._claim(key):
                 return None
             time.sleep(self.poll_s)
 

@@ -133,8 +133,6 @@ class IndexOptions(_Strict):
     caption_prompt: str = "default"
     caption_max_tokens: int = Field(200, ge=8, description="tokens a captioner may use for one caption")
     batch_size: int = Field(32, ge=1)
-    # Approximate search (FAISS, the `ann` extra): "auto" builds and uses a store per vector space for
-    # galleries of at least ann_min_rows images; results are always re-ranked exactly.
     # The dense snapshot searches scan: float16 halves its size (memory-mapped; larger-than-RAM galleries).
     vectors_dtype: Literal["float32", "float16"] = "float32"
     # The snapshot is a set of memory-mapped shard files per space (imagent/index/shards.py): rows per shard
@@ -142,6 +140,8 @@ class IndexOptions(_Strict):
     # keeps mapped (0: all, the fastest; a few bound the memory a scan maps, for galleries larger than RAM).
     shard_rows: int = Field(131_072, ge=64, multiple_of=64, description="rows per vector shard file")
     mapped_shards: int = Field(0, ge=0, description="shards a search keeps memory-mapped (0: all)")
+    # Approximate search (FAISS, the `ann` extra): "auto" builds and uses a store per vector space for
+    # galleries of at least ann_min_rows images; results are always re-ranked exactly.
     ann: Literal["auto", "on", "off"] = "auto"
     ann_min_rows: int = Field(200_000, ge=1)
     # ann_nprobe is a floor: `imagent index` calibrates the lists a query probes so that recall@50 on held-out

@@ -941,6 +941,7 @@ def build_index(
         report.warnings.append(f"{exc}; searches use the exact scan")
     if built:
         report.warnings.append(f"approximate search store (re)built for {', '.join(built)}")
+    report.warnings.extend(gallery.ann_notes)  # a calibration short of its recall target
     report.coverage(gallery, dual)
     report.seconds = time.perf_counter() - t0
     return report

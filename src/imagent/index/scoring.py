@@ -50,6 +50,10 @@ BLOCK_ROWS = 512
 
 def _few_queries(matrix: np.ndarray, q: np.ndarray) -> np.ndarray:
     matrix = np.asarray(matrix)  # a memmap as a plain view: slicing a memmap subclass costs per block
+    if FEW_QUERIES_BACKEND == "torch":
+        out = _few_queries_torch(matrix, q)
+        if out is not None:
+            return out
     blas_threads(BLOCK_ROWS * matrix.shape[1])  # each block is a small product: one BLAS thread
     n = matrix.shape[0]
     out = np.empty((q.shape[0], n), dtype=np.float32)
@@ -73,6 +77,33 @@ def _few_queries(matrix: np.ndarray, q: np.ndarray) -> np.ndarray:
         return out
     _shared_scan(scan, len(bounds), threads)
     return out
+
+
+# Which library scans a few queries over a large float32 matrix: "torch" when it is installed (its product with
+# a transposed query block reads the matrix once for all of them: measured here at 100,000 x 384, 2 queries in
+# 3.0 ms, as fast as numpy's 1-query scan, against 5.2 ms for the blockwise numpy scan; 8 queries 6.3 against
+# 9.3 ms), else "numpy" (the blockwise scan below). Each row's score from torch is the same wherever the row
+# sits and whatever torch's thread count (checked in tests/index/test_scan_exact.py), so a pool's scores are the
+# whole gallery's; it may differ in the last bit from numpy's 1-query scan of the same row, or with another
+# number of queries (another kernel, another summation order): only exact ties can order differently there.
+FEW_QUERIES_BACKEND = "torch"
+
+
+def _few_queries_torch(matrix: np.ndarray, q: np.ndarray) -> np.ndarray | None:
+    torch = _torch()
+    if torch is None or not matrix.dtype.isnative or any(st < 0 for st in matrix.strides):
+        return None
+    try:
+        with warnings.catch_warnings():
+            # A read-only memmap: torch warns that writes would be undefined; it only reads here.
+            warnings.simplefilter("ignore", UserWarning)
+            tm = torch.from_numpy(matrix)
+        tq = torch.from_numpy(np.ascontiguousarray(q, dtype=np.float32))
+        with torch.inference_mode():
+            scores = (tm @ tq.T).numpy()  # (n, q): the matrix is read once
+        return np.ascontiguousarray(scores.T)
+    except (RuntimeError, TypeError, ValueError):
+        return None  # a layout torch refuses: the numpy scan
 
 
 # A parallel scan hands out this many blocks at a time.

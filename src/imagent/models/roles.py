@@ -100,10 +100,13 @@ class Role:
         t0 = time.perf_counter()
         error: str | None = None
 
-        def compute() -> dict[str, Any]:
+        fresh: list[ChatResponse] = []  # the reply this call computed (no round trip through its dict)
+
+        def call() -> ChatResponse:
             if trace is not None and not trace.claim_call():
                 raise CallBudgetExceeded(f"call cap {trace.max_calls} reached")
-            return _clean_response(self.model.chat(messages, params)).to_dict()
+            fresh.append(_clean_response(self.model.chat(messages, params)))
+            return fresh[-1]
 
         try:
             if self.cache is not None:
@@ -111,9 +114,10 @@ class Role:
                     "chat", CACHE_VERSION, self.model.backend, self.model.model_id,
                     getattr(self.model, "cache_tag", ""), _message_key(messages), params.to_dict(),
                 )
-                data, cached = self.cache.get_or_compute(key, compute, namespace="chat")
+                data, cached = self.cache.get_or_compute(key, lambda: call().to_dict(), namespace="chat")
             else:
-                data, cached = compute(), False
+                data, cached = None, False
+                call()
         except CallBudgetExceeded as exc:
             note(f"{exc}: role {self.name!r} was not called")
             if trace is not None:
@@ -127,9 +131,8 @@ class Role:
                 record_call(CallRecord("chat", self.name, self.model.model_id,
                                        time.perf_counter() - t0, error=error,
                                        caption_mode=caption_mode))
-        resp = ChatResponse.from_dict(data)
-        if self.cache is not None:  # entries cached before cleaning existed (compute() cleaned a fresh reply)
-            resp = _clean_response(resp)
+        # From the cache: cleaned again (entries cached before cleaning existed); computed here: as it came.
+        resp = _clean_response(ChatResponse.from_dict(data)) if cached or not fresh else fresh[-1]
         record_call(
             CallRecord(
                 "chat", self.name, self.model.model_id, time.perf_counter() - t0,
