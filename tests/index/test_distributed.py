@@ -157,3 +157,12 @@ def test_cli_ray_builds_the_extra_encoders_as_pools(tmp_path, cluster, monkeypat
     assert len(made) == 3  # dual encoder, text embedder, and the extra one
     g = Gallery(tmp_path / "ray")
     assert np.allclose(g.vectors("caption_text@minilm2"), g.vectors("caption_text"), atol=1e-5)
+
+
+def test_local_cluster_workers_run_at_the_callers_priority(cluster):
+    """Ray's default worker niceness (15) starves a local run's actors behind any busy process."""
+    @cluster.remote
+    def niceness() -> int:
+        return os.nice(0)
+
+    assert cluster.get(niceness.remote()) == os.nice(0)

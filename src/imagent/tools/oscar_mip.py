@@ -409,8 +409,8 @@ def solve_stage_one(inst: MipInstance, time_limit_s: float = DEFAULT_TIME_LIMIT_
         tools[f[0]].append(f)
     for fams in tools.values():
         u = m.var(inst.weights.lambda_div)
-        for f in fams:  # u >= x_r for each r of the tool, one row per family (sum over a family is 0/1)
-            m.row([*((x[r], 1.0) for r in families[f]), (u, -1.0)], hi=0.0)
+        # A tool counts only if used: u <= sum x. lambda_div >= 0 (validated) pushes u up to that bound, so
+        # u >= x needs no rows (they held at every optimum and only slowed each node's LP).
         m.row([(u, 1.0), *((x[r], -1.0) for f in fams for r in families[f])], hi=0.0)
     members: dict[int, list[int]] = defaultdict(list)
     for r in cand:
@@ -421,7 +421,13 @@ def solve_stage_one(inst: MipInstance, time_limit_s: float = DEFAULT_TIME_LIMIT_
         if coef == 0:
             continue
         v = m.var(coef)
-        m.row([(v, 1.0), *((x[r], -1.0) for r in key)], hi=0.0)
+        # Only the side the objective pushes against is needed: a class worth covering (coef > 0) is covered
+        # only if some retrieval returns it (v <= sum x); a costly one (coef < 0) is counted whenever one does
+        # (v >= x, one row per family: a family holds at most one selected truncation). The other side holds
+        # at every optimum by itself, and leaving it out makes each node's LP smaller.
+        if coef > 0:
+            m.row([(v, 1.0), *((x[r], -1.0) for r in key)], hi=0.0)
+            continue
         by_family: dict[tuple, list[int]] = defaultdict(list)
         for r in key:
             by_family[family_of[r]].append(r)
