@@ -614,12 +614,13 @@ class XR(Method):
 
             return map_threads(ask_all, records, self.config.concurrency or role.concurrency)
 
-        pairs = [(r, q) for r in records for q in questions]
+        inputs = [candidate_input(r) for r in records]  # once per candidate, not per question
+        pairs = [(i, q) for i in range(len(records)) for q in questions]
 
-        def ask(pair: tuple[ImageRecord, Question]) -> bool | None:
-            record, question = pair
+        def ask(pair: tuple[int, Question]) -> bool | None:
+            i, question = pair
             answer = role.yes_no([prompt_message(f"verify_{modality}.txt", question=question.text,
-                                                 **candidate_input(record))]).answer
+                                                 **inputs[i])]).answer
             if answer is None:
                 trace.count(counter)
             return answer
