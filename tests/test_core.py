@@ -141,3 +141,15 @@ def test_types_roundtrip_and_task():
     assert Query("a").task == "tir" and Query("b", reference=r).task == "cir"
     with pytest.raises(ValueError):
         Ranking(["a"], [])
+
+
+def test_note_once_goes_to_the_first_step_only():
+    from imagent.core.trace import note, note_once
+
+    trace = Trace("q")
+    for turn in (1, 2, 3):
+        with trace.step(f"turn.{turn}"):
+            note_once("backend limit")
+            note("every turn")
+    assert [s.notes for s in trace.steps] == [["backend limit", "every turn"], ["every turn"], ["every turn"]]
+    note_once("outside any search")  # no trace: nothing to note, no error

@@ -120,6 +120,7 @@ class Trace:
     # verifier calls never overshoot the cap; failed calls count: they were attempted).
     _claimed: int = field(default=0, repr=False, compare=False)
     _claim_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _noted_once: set[str] = field(default_factory=set, repr=False, compare=False)  # see note_once
 
     def claim_call(self) -> bool:
         """Claim one uncached model call; False when ``max_calls`` is reached (the caller must not call)."""
@@ -210,3 +211,15 @@ def note(text: str) -> None:
     step = _CURRENT_STEP.get()
     if step is not None:
         step.note(text)
+
+
+def note_once(text: str) -> None:
+    """:func:`note`, but once per search: a remark about a setting that holds for every step (a backend's
+    limit) goes to the first step it concerns, not to each agent turn again."""
+    trace = _CURRENT_TRACE.get()
+    if trace is not None:
+        with trace._claim_lock:
+            if text in trace._noted_once:
+                return
+            trace._noted_once.add(text)
+    note(text)

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from imagent.core.cache import stable_key
-from imagent.core.trace import note
+from imagent.core.trace import note_once
 from imagent.models.base import ChatError, ChatParams, ChatResponse, Message, TokenLogprob
 from imagent.models.offline import INSTALL_HINT, OFFLINE_QWEN_NAME, ensure_offline_qwen
 
@@ -292,6 +292,6 @@ def grammar_safe_schema(schema: Any) -> Any:
 
     safe = walk(schema)
     if lowered:
-        note(f"llama.cpp grammar: strings bounded at {GRAMMAR_MAX_CHARS} characters (the schema asked up to "
+        note_once(f"llama.cpp grammar: strings bounded at {GRAMMAR_MAX_CHARS} characters (the schema asked up to "
              f"{max(lowered)}; larger bounds crash llama.cpp's grammar parser)")
     return safe
