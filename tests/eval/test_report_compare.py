@@ -145,6 +145,15 @@ def test_compare_counts_wins_and_losses_with_paired_tests(runs):
     human = CliRunner().invoke(app(), ["eval", "--compare", str(base / "test_backwards"), str(base / "caption")])
     assert f"caption wins {expected_wins}, loses 0" in " ".join(human.output.split())
     assert "sign test p =" in human.output and "permutation test p =" in human.output
+    # The comparison is also written as a report: in the second run's folder, or where --compare-report says.
+    written = (base / "caption" / "compare-vs-test_backwards.md").read_text()
+    assert written.startswith("# Comparison: test_backwards vs caption")
+    assert "| metric | test_backwards | caption | delta |" in written
+    assert f"caption wins {expected_wins}, loses 0" in written and "sign test p =" in written
+    elsewhere = base / "cmp.md"
+    CliRunner().invoke(app(), ["eval", "--compare", str(base / "test_backwards"), str(base / "caption"),
+                               "--compare-report", str(elsewhere)])
+    assert elsewhere.read_text() == written
 
 
 def test_paired_tests_match_hand_computed_values():

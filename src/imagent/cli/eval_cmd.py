@@ -163,13 +163,16 @@ def register(app: typer.Typer, get_workspace: Callable[..., Any]) -> None:
         compare: Annotated[tuple[Path, Path] | None, typer.Option("--compare", help="two runs' metrics side by "
                                                                   "side, per-query wins/losses and a paired "
                                                                   "significance test (RUN_A RUN_B)")] = None,
+        compare_report: Annotated[Path | None, typer.Option(
+            "--compare-report", help="where --compare writes its Markdown report (default: "
+            "RUN_B/compare-vs-<A>.md)")] = None,
         config: Annotated[Path | None, typer.Option("--config", "-c", help="config file (TOML or YAML)")] = None,
         set_: SetOpt = None,
         json_out: JsonOpt = False,
     ) -> None:
         """Run a method over a benchmark (resumable) and write metrics, report, plots and server files."""
         if compare:
-            _compare(list(compare), json_out)
+            _compare(list(compare), json_out, compare_report)
             return
         if not benchmark:
             raise ConfigError("name a benchmark (imagent eval BENCH --method M) or use --compare RUN_A RUN_B")
@@ -207,12 +210,16 @@ def register(app: typer.Typer, get_workspace: Callable[..., Any]) -> None:
             if name.startswith("submission:") or name in ("report",):
                 console.print(f"{name}: {path}")
 
-    def _compare(run_dirs: list[Path], json_out: bool) -> None:
-        from imagent.eval.compare import compare_runs
+    def _compare(run_dirs: list[Path], json_out: bool, report: Path | None = None) -> None:
+        from imagent.core.redact import redact
+        from imagent.eval.compare import compare_markdown, compare_runs, default_report_path
 
         result = compare_runs(run_dirs)
         for w in result["warnings"]:
             err_console.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
+        report = report or default_report_path(result)
+        report.write_text(redact(compare_markdown(result)), encoding="utf-8")  # like report.md: no key in a file
+        result["report"] = str(report)
         if json_out:
             _print_json(result, True)
             return
@@ -232,6 +239,7 @@ def register(app: typer.Typer, get_workspace: Callable[..., Any]) -> None:
                           f"permutation test p = {pq['permutation_p']:.3g}"
                           + ("" if min(pq["sign_test_p"], pq["permutation_p"]) < 0.05 else
                              " (not significant at 0.05)"), highlight=False)
+        console.print(f"report: {report}", highlight=False, soft_wrap=True)
 
 
 __all__ = ["register", "route_sets"]

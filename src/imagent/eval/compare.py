@@ -83,6 +83,49 @@ def compare_runs(run_dirs: Sequence[Path]) -> dict[str, Any]:
     return out
 
 
+def compare_markdown(result: dict[str, Any]) -> str:
+    """:func:`compare_runs`'s result as a Markdown report: the runs, the metrics side by side (with the delta
+    for two runs), the paired per-query comparison, and the warnings."""
+    labels = list(result["runs"])
+    lines = ["# Comparison: " + " vs ".join(labels), ""]
+    for label, info in result["runs"].items():
+        lines.append(f"- {label}: `{info['run_dir']}` ({info['benchmark']} {info['split']}, {info['queries']} queries)")
+    two = len(labels) == 2
+    lines += ["", "| metric | " + " | ".join(labels) + (" | delta |" if two else " |"),
+              "| --- |" + " ---: |" * (len(labels) + (1 if two else 0))]
+
+    def cell(v: Any) -> str:
+        return "" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v)
+
+    for row in result["rows"]:
+        values = [cell(row.get(lab)) for lab in labels] + ([cell(row.get("delta"))] if two else [])
+        lines.append(f"| {row['metric']} | " + " | ".join(values) + " |")
+    pq = result.get("per_query")
+    if pq:
+        a, b = pq["labels"]
+        significant = min(pq["sign_test_p"], pq["permutation_p"]) < 0.05
+        lines += ["", "## Per query", "",
+                  f"Score: {pq['score']}, on the {pq['queries']} queries both runs answered. {b} wins {pq['wins']}, "
+                  f"loses {pq['losses']}, ties {pq['ties']} against {a}; mean {pq['mean_a']:.3f} -> "
+                  f"{pq['mean_b']:.3f}.", "",
+                  f"Paired tests of no difference: sign test p = {pq['sign_test_p']:.3g}, permutation test "
+                  f"p = {pq['permutation_p']:.3g}" + ("." if significant else " (not significant at 0.05)."),
+                  "", f"Wins (first 10): {', '.join(pq['examples']['wins']) or 'none'}",
+                  "", f"Losses (first 10): {', '.join(pq['examples']['losses']) or 'none'}"]
+    if result["warnings"]:
+        lines += ["", "## Warnings", "", *[f"- {w}" for w in result["warnings"]]]
+    return "\n".join(lines) + "\n"
+
+
+def default_report_path(result: dict[str, Any]) -> Path:
+    """Where ``--compare`` writes its report when not told: in the last run's directory, named after the
+    first (``compare-vs-<label>.md``)."""
+    runs = list(result["runs"].items())
+    first, last = runs[0][0], runs[-1][1]["run_dir"]
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in first)
+    return Path(last) / f"compare-vs-{safe}.md"
+
+
 # Per-query scores for the paired comparison, by the per-query table's columns: the reciprocal rank of
 # the first correct image (0 when it is not in the kept top-k), else a benchmark's own per-query metric.
 _SCORE_COLUMNS = ("target_rank", "f1", "em")
