@@ -219,6 +219,8 @@ def test_page_streams_a_long_search_cancels_it_and_takes_an_upload(album_workspa
     # a long search: steps stream in while the old results stay, dimmed; Cancel stops it on the server
     page.fill("#params", "steps=40\ndelay_s=0.15")
     page.click("#search-button")
+    # The first search's trace also has a turn.2: wait until the new search has replaced it (dimming the results).
+    page.wait_for_selector("#results.stale")
     page.wait_for_selector("#trace .step[data-step='turn.2']")
     assert page.locator("#results.stale .result").count() == 5
     assert page.is_visible("#cancel-button")
