@@ -242,3 +242,54 @@ def llama_server(model: Path, log_path: Path, *args: str, start_timeout_s: float
 def start_llama_server():
     """:func:`llama_server` for fixtures in other conftest and test files (a context manager factory)."""
     return llama_server
+
+
+# --------------------------------------------------------------------------- a tiny random CLIP checkpoint
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def _tiny_clip_tokenizer():
+    """A byte-level BPE over single letters (CLIP's tokenizer format), built from an in-memory vocab."""
+    from transformers import CLIPTokenizer
+
+    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
+    for ch in _LETTERS:
+        vocab[ch] = len(vocab)
+        vocab[ch + "</w>"] = len(vocab)
+    vocab["th"] = len(vocab)
+    vocab["the</w>"] = len(vocab)
+    return CLIPTokenizer(vocab=vocab, merges=[("t", "h"), ("th", "e</w>")])
+
+
+def _tiny_tower(**extra):
+    return dict(hidden_size=32, intermediate_size=37, num_attention_heads=4, num_hidden_layers=2, **extra)
+
+
+def _save_tiny_clip(out: Path, seed: int = 0) -> Path:
+    """A random 16-d CLIP with the letter tokenizer, saved as a checkpoint folder a config can name (no real
+    image weights exist offline)."""
+    import torch
+    from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor
+
+    tok = _tiny_clip_tokenizer()
+    torch.manual_seed(seed)
+    cfg = CLIPConfig(
+        text_config=_tiny_tower(vocab_size=len(tok), max_position_embeddings=24, bos_token_id=tok.bos_token_id,
+                                eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id),
+        vision_config=_tiny_tower(image_size=32, patch_size=8),
+        projection_dim=16,
+    )
+    CLIPModel(cfg).eval().save_pretrained(out)
+    proc = CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
+    CLIPProcessor(image_processor=proc, tokenizer=tok).save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_clip_kit():
+    """Builders of tiny random CLIP-family checkpoints: ``save(folder, seed)``, and the ``tokenizer()`` and
+    ``tower(**extra)`` they use (other tiny models, e.g. SigLIP, reuse them)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(save=_save_tiny_clip, tokenizer=_tiny_clip_tokenizer, tower=_tiny_tower)

@@ -34,35 +34,14 @@ MAIN = {"image", "caption_dual", "caption_text"}
 EXTRA = {"image@tiny", "caption_dual@tiny", "caption_text@minilm2"}
 
 
-def _tiny_clip(out: Path, seed: int) -> Path:
-    """A random 16-d CLIP with a letter-level tokenizer, saved as a checkpoint folder a config can name."""
-    from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor, CLIPTokenizer
-
-    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
-    for ch in "abcdefghijklmnopqrstuvwxyz":
-        vocab[ch] = len(vocab)
-        vocab[ch + "</w>"] = len(vocab)
-    tok = CLIPTokenizer(vocab=vocab, merges=[])
-    tower = dict(hidden_size=32, intermediate_size=37, num_attention_heads=4, num_hidden_layers=2)
-    torch.manual_seed(seed)
-    cfg = CLIPConfig(text_config=dict(tower, vocab_size=len(tok), max_position_embeddings=24,
-                                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                                      pad_token_id=tok.pad_token_id),
-                     vision_config=dict(tower, image_size=32, patch_size=8), projection_dim=16)
-    CLIPModel(cfg).eval().save_pretrained(out)
-    proc = CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
-    CLIPProcessor(image_processor=proc, tokenizer=tok).save_pretrained(out)
-    return out
+@pytest.fixture(scope="module")
+def tiny_clip(tmp_path_factory, tiny_clip_kit) -> Path:
+    return tiny_clip_kit.save(tmp_path_factory.mktemp("tiny-clip"), 0)
 
 
 @pytest.fixture(scope="module")
-def tiny_clip(tmp_path_factory) -> Path:
-    return _tiny_clip(tmp_path_factory.mktemp("tiny-clip"), 0)
-
-
-@pytest.fixture(scope="module")
-def other_clip(tmp_path_factory) -> Path:
-    return _tiny_clip(tmp_path_factory.mktemp("other-clip"), 1)
+def other_clip(tmp_path_factory, tiny_clip_kit) -> Path:
+    return tiny_clip_kit.save(tmp_path_factory.mktemp("other-clip"), 1)
 
 
 @pytest.fixture

@@ -72,57 +72,24 @@ def test_caption_dual_equals_minilm_on_captions(minilm) -> None:
 
 # --------------------------------------------------------------------------- tiny models built here
 
-_LETTERS = "abcdefghijklmnopqrstuvwxyz"
-
-
-def _tiny_clip_tokenizer():
-    """A byte-level BPE over single letters (CLIP's tokenizer format), built from an in-memory vocab."""
-    from transformers import CLIPTokenizer
-
-    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
-    for ch in _LETTERS:
-        vocab[ch] = len(vocab)
-        vocab[ch + "</w>"] = len(vocab)
-    vocab["th"] = len(vocab)
-    vocab["the</w>"] = len(vocab)
-    return CLIPTokenizer(vocab=vocab, merges=[("t", "h"), ("th", "e</w>")])
-
-
-def _tower(**extra):
-    return dict(hidden_size=32, intermediate_size=37, num_attention_heads=4, num_hidden_layers=2, **extra)
+@pytest.fixture(scope="module")
+def tiny_clip_dir(tmp_path_factory, tiny_clip_kit) -> Path:
+    return tiny_clip_kit.save(tmp_path_factory.mktemp("tiny-clip"))
 
 
 @pytest.fixture(scope="module")
-def tiny_clip_dir(tmp_path_factory) -> Path:
-    from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor
-
-    tok = _tiny_clip_tokenizer()
-    torch.manual_seed(0)
-    cfg = CLIPConfig(
-        text_config=_tower(vocab_size=len(tok), max_position_embeddings=24, bos_token_id=tok.bos_token_id,
-                           eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id),
-        vision_config=_tower(image_size=32, patch_size=8),
-        projection_dim=16,
-    )
-    out = tmp_path_factory.mktemp("tiny-clip")
-    CLIPModel(cfg).eval().save_pretrained(out)
-    proc = CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
-    CLIPProcessor(image_processor=proc, tokenizer=tok).save_pretrained(out)
-    return out
-
-
-@pytest.fixture(scope="module")
-def tiny_siglip_dir(tmp_path_factory) -> Path:
+def tiny_siglip_dir(tmp_path_factory, tiny_clip_kit) -> Path:
     from transformers import SiglipConfig, SiglipImageProcessor, SiglipModel
 
     # SigLIP's own tokenizer is SentencePiece, which is not installed; the CLIP BPE stands in (the
     # tokenizer class is whatever tokenizer_config.json names, as with any checkpoint).
-    tok = _tiny_clip_tokenizer()
+    tok = tiny_clip_kit.tokenizer()
     torch.manual_seed(1)
     cfg = SiglipConfig(
-        text_config=_tower(vocab_size=len(tok), max_position_embeddings=16, pad_token_id=tok.pad_token_id,
-                           bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id),
-        vision_config=_tower(image_size=32, patch_size=8),
+        text_config=tiny_clip_kit.tower(vocab_size=len(tok), max_position_embeddings=16,
+                                        pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+                                        eos_token_id=tok.eos_token_id),
+        vision_config=tiny_clip_kit.tower(image_size=32, patch_size=8),
     )
     out = tmp_path_factory.mktemp("tiny-siglip")
     SiglipModel(cfg).eval().save_pretrained(out)
@@ -252,12 +219,12 @@ def test_hf_missing_model_is_a_load_error(tmp_path) -> None:
         HFDualEncoder("")
 
 
-def test_hf_text_only_model_is_refused(tmp_path) -> None:
+def test_hf_text_only_model_is_refused(tmp_path, tiny_clip_kit) -> None:
     from transformers import BertConfig, BertModel
 
     BertModel(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=37,
                          vocab_size=60)).save_pretrained(tmp_path)
-    _tiny_clip_tokenizer().save_pretrained(tmp_path)
+    tiny_clip_kit.tokenizer().save_pretrained(tmp_path)
     from transformers import CLIPImageProcessor
 
     CLIPImageProcessor(size={"shortest_edge": 32}).save_pretrained(tmp_path)
