@@ -17,7 +17,7 @@ Prints one line per tool (median and p95 ms) and a last line
     python benchmarks/album_tools.py [--photos 100000] [--runs 30] [--index DIR]
 """
 
-from __future__ import annotations
+from __future__ import annotations  # noqa: I001 (imagent before numpy, below)
 
 import argparse
 import os
@@ -28,8 +28,8 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import imagent  # noqa: F401 - first: imagent's thread settings must reach OpenBLAS before numpy loads it (README, Speed)
 import numpy as np
-
 from imagent.agents import AgentState
 from imagent.agents.album_tools import AlbumToolsConfig, album_tools
 from imagent.core.trace import Trace

@@ -29,10 +29,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # run from a checkout without installing
 
+import imagent  # noqa: F401, I001 - first: imagent's thread settings must reach OpenBLAS before numpy loads it (README, Speed)
+import numpy as np
 from imagent.core.types import ImageRecord, Query
 from imagent.index.embedding import gallery_from_records
 from imagent.index.gallery import Gallery

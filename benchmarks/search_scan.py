@@ -43,10 +43,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # run from a checkout without installing
 
+import imagent  # noqa: F401, I001 - first: imagent's thread settings must reach OpenBLAS before numpy loads it (README, Speed)
+import numpy as np
 from imagent.core.config import IndexOptions
 from imagent.index import scoring
 from imagent.index.ann import AnnParams, AnnStore, search_pool

@@ -103,6 +103,25 @@ def test_rrf_top_k_with_nan_keeps_the_sorted_route() -> None:
         np.testing.assert_array_equal(x, y)
 
 
+def test_the_nan_check_reads_the_sum_but_never_trusts_it_alone() -> None:
+    """``_has_nan`` sums first: a NaN anywhere makes the sum NaN; +inf and -inf (or an overflowing sum) make
+    it NaN or inf without any NaN, and the element test then decides."""
+    s = np.linspace(-1, 1, 1000, dtype=np.float32)
+    assert not scoring._has_nan(s)
+    assert not scoring._has_nan(np.arange(10))  # integers hold no NaN
+    for bad in (np.nan, -np.nan):
+        t = s.copy()
+        t[517] = bad
+        assert scoring._has_nan(t)
+    t = s.copy()
+    t[3], t[9] = np.inf, -np.inf  # the sum is NaN, no entry is
+    assert not scoring._has_nan(t)
+    big = np.full(1000, np.finfo(np.float32).max, dtype=np.float32)  # the sum overflows to inf
+    assert not scoring._has_nan(big)
+    big[-1] = np.nan
+    assert scoring._has_nan(big)
+
+
 def test_rrf_top_k_empty_and_zero() -> None:
     s = np.arange(1000, dtype=np.float32)
     for lists in ([s], [s, s[::-1].copy()]):

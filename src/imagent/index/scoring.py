@@ -282,11 +282,10 @@ def _at_or_above_sample(scores: np.ndarray, k: int) -> np.ndarray | None:
     threshold = np.partition(sample, size - j)[size - j]
     if np.isnan(threshold):  # NaN: nothing compares at or above it
         return None
-    passed = scores >= threshold
-    count = int(np.count_nonzero(passed))
-    if count < k or count * 4 >= n:
+    passed = np.flatnonzero(scores >= threshold)
+    if passed.shape[0] < k or passed.shape[0] * 4 >= n:
         return None
-    return np.flatnonzero(passed)
+    return passed
 
 
 def _partition_top_k(scores: np.ndarray, k: int) -> np.ndarray:
@@ -384,7 +383,7 @@ def rrf_top_k(score_lists: Sequence[np.ndarray], k: int, z: float = 60.0
     k = max(0, min(k, n))
     if k == 0:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64), np.empty((len(lists), 0), np.int64)
-    if any(s.dtype.kind in "fc" and bool(np.isnan(s).any()) for s in lists):
+    if any(_has_nan(s) for s in lists):
         return _rrf_top_k_sorted(lists, k, z)
     m = max(8 * k, 512)
     while m < n:
@@ -395,6 +394,16 @@ def rrf_top_k(score_lists: Sequence[np.ndarray], k: int, z: float = 60.0
     fused_all = reciprocal_rank_fusion(lists, z=z)
     best = top_k(fused_all, k)
     return best, fused_all[best], np.stack([ranks_at(s, best) for s in lists])
+
+
+def _has_nan(scores: np.ndarray) -> bool:
+    """Whether ``scores`` holds a NaN: its sum first (one pass, no temporary array), which is NaN whenever one
+    is; only then (or for inf - inf) the element test."""
+    if scores.dtype.kind not in "fc":
+        return False
+    with np.errstate(all="ignore"):
+        total = np.add.reduce(scores, axis=None)
+    return bool(np.isnan(total)) and bool(np.isnan(scores).any())
 
 
 def _rrf(ranks: np.ndarray, z: float) -> np.ndarray:

@@ -260,11 +260,12 @@ def similarity_scores(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Lines 6-9 (decision 1): S_t = cos(C_t, C_a) + cos(C_t, I_a), S_v = cos(C_v, C_a) + cos(C_v, I_a).
     A term is None when its similarity agent is off (C_a terms: textual agent; I_a terms: visual agent)."""
-    s_t = [x for x in (cos_tc, cos_ti) if x is not None]
-    s_v = [x for x in (cos_vc, cos_vi) if x is not None]
+    s_t = [np.asarray(x, dtype=np.float32) for x in (cos_tc, cos_ti) if x is not None]
+    s_v = [np.asarray(x, dtype=np.float32) for x in (cos_vc, cos_vi) if x is not None]
     if not s_t or not s_v:
         raise ValueError("at least one similarity agent must give scores")
-    return (np.sum(s_t, axis=0, dtype=np.float32), np.sum(s_v, axis=0, dtype=np.float32))
+    # One float32 addition per entry (what np.sum over the two terms computes), without stacking them first.
+    return tuple(np.add(*s) if len(s) == 2 else s[0].copy() for s in (s_t, s_v))  # type: ignore[return-value]
 
 
 def coarse_scores(s_t: np.ndarray, s_v: np.ndarray, z: float = 60.0, fusion: str = "rrf") -> np.ndarray:

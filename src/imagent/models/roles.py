@@ -92,8 +92,8 @@ class Role:
         trace = current_trace()
         if trace is not None:
             trace.check_cancelled()
-        has_images = any(m.has_images() for m in messages)
-        caption_mode = has_images and not self.model.sees_images
+        # Verifiers make hundreds of calls per query: the checks below stay cheap on purpose.
+        caption_mode = not self.model.sees_images and any(m.has_images() for m in messages)
         if caption_mode:
             messages = to_caption_mode(messages)
             note(f"caption mode: role {self.name!r} received image captions instead of pixels")
@@ -232,8 +232,12 @@ def _clean_response(resp: ChatResponse) -> ChatResponse:
     """``resp`` with lone surrogates in its text, tokens and tool calls replaced (U+FFFD): where model output
     enters."""
     resp.text = clean_text(resp.text)
-    resp.top_logprobs = [[TokenLogprob(clean_text(t.token), t.logprob) for t in pos] for pos in resp.top_logprobs]
-    resp.tool_calls = [{k: clean_text(v) if isinstance(v, str) else v for k, v in c.items()} for c in resp.tool_calls]
+    if resp.top_logprobs:
+        resp.top_logprobs = [[TokenLogprob(clean_text(t.token), t.logprob) for t in pos]
+                             for pos in resp.top_logprobs]
+    if resp.tool_calls:
+        resp.tool_calls = [{k: clean_text(v) if isinstance(v, str) else v for k, v in c.items()}
+                           for c in resp.tool_calls]
     return resp
 
 
