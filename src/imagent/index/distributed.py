@@ -58,7 +58,10 @@ def ray_cluster(address: str, num_cpus: int | None = None) -> Iterator[Any]:
                 os.environ.setdefault("RAY_worker_niceness", "0")
                 ray.init(address="local", num_cpus=num_cpus or os.cpu_count(), **kwargs)
             else:
-                ray.init(address=address, **kwargs)
+                # Workers elsewhere start from their node's environment, and Ray's worker loads numpy before any
+                # imagent code runs: the thread waits imagent sets on import (imagent/__init__.py) go with the job.
+                waits = {k: os.environ[k] for k in ("OMP_WAIT_POLICY", "OPENBLAS_THREAD_TIMEOUT") if k in os.environ}
+                ray.init(address=address, **kwargs, **({"runtime_env": {"env_vars": waits}} if waits else {}))
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise RayUnavailable(f"cannot reach the Ray cluster {address!r}: {exc}") from exc
         started = True
