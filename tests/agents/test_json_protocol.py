@@ -223,3 +223,50 @@ def test_the_loop_guard_leaves_out_a_tool_called_turn_after_turn(known_album):
     meta = offered(model.calls[2][1].json_schema)["GetMetadata"]["properties"]["arguments"]["properties"]
     assert "penguin" not in meta["photo_ids"]["items"]["enum"]
     assert "penguin" in offered(model.calls[2][1].json_schema)["answer"]["properties"]["final_answer"]["items"]["enum"]
+
+
+def test_a_date_copied_from_the_worked_example_is_refused_until_the_album_shows_it(known_album):
+    """The 0.5B agent filtered on the example's 2019-05-04 instead of reading the anchor's date: that call is
+    refused (not run, counted, the model told why); the anchor's real date and the day after it pass."""
+    tools = album_tools(known_album)
+    day = "time >= '{}' and time < '{}'"
+    model = scripted([
+        json_turn("ImageSearch", query="penguin", top_k=2),
+        json_turn("FilterMetadata", expression=day.format("2019-05-04", "2019-05-05"), save_as="that_day"),
+        json_turn("GetMetadata", photo_ids=["penguin"]),
+        json_turn("FilterMetadata", expression=day.format("2013-06-09", "2013-06-10"), save_as="that_day"),
+        json.dumps({"thought": "x", "final_answer": ["heron"]}),
+    ])
+    runtime = AgentRuntime(Role("agent", model), tools, "sys", tool_mode="json", known_ids=known_album,
+                           worked_example=WORKED_EXAMPLE)
+    trace = Trace()
+    with trace.activate():
+        run = runtime.run("the birds I photographed on the day I saw the penguin")
+    steps = turn_steps(trace)
+    refused = steps[1].outputs
+    assert refused["calls"][0]["error"] and "'2019-05-04' and '2019-05-05' are from the worked example" in (
+        refused["observation"])
+    assert trace.counters["agent.example_date_refused"] == 1
+    assert "match" in steps[3].outputs["observation"] and not steps[3].outputs["calls"][0]["error"]
+    assert run.answer == ["heron"]
+
+    # Where the request holds the date, the same call runs; without the example shown (native tool calls)
+    # there is nothing to copy from.
+    filter_day = {"expression": day.format("2019-05-04", "2019-05-05")}
+    cases = [
+        ("what did I photograph on 2019-05-04?", "json",
+         scripted([json_turn("ImageSearch", query="penguin", top_k=2), json_turn("FilterMetadata", **filter_day),
+                   json.dumps({"thought": "x", "final_answer": ["penguin"]})])),
+        ("the penguin", "native",
+         scripted([{"text": "", "tool_calls": [{"id": "a", "name": "ImageSearch", "arguments": {"query": "penguin"}}]},
+                   {"text": "", "tool_calls": [{"id": "b", "name": "FilterMetadata", "arguments": filter_day}]},
+                   'The final answer is: ["penguin"]'], supports_tools=True)),
+    ]
+    for message, mode, model in cases:
+        runtime = AgentRuntime(Role("agent", model), tools, "sys", tool_mode=mode, known_ids=known_album,
+                               worked_example=WORKED_EXAMPLE)
+        trace = Trace()
+        with trace.activate():
+            runtime.run(message)
+        assert "agent.example_date_refused" not in trace.counters
+        assert any(c.role == "FilterMetadata" and not c.error for s in trace.steps for c in s.calls)

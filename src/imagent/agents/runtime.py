@@ -29,9 +29,11 @@ role records its model call (tokens, seconds) into the open step, the runtime ea
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Any, Literal
 
 from imagent.agents.protocol import (
@@ -69,6 +71,10 @@ BUDGET_SPENT = ("You have used all {n} turns. Do not call any more tools. Based 
 BUDGET_SPENT_JSON = ("You have used all {n} turns. Do not call any more tools. Based on what you found, give your "
                      'final answer now: {{"thought": "...", "final_answer": ["<photo id>", ...]}}')
 REPEATED = "Error: the same {tool} call as in turn {turn}; its result is above. Use that result now."
+COPIED = ("Error: {values} {verb} from the worked example in the instructions, not from this album. Read the date "
+          "from this album's photos (find the photo the question refers to, then read its metadata) and use that.")
+# Dates as tools print and take them.
+_DATE = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
 SEARCH_FIRST = ("Do not answer yet: photo ids come only from tool results. Call a tool first (start with "
                 "ImageSearch and a few keywords), then answer from what it returns.")
 # The JSON protocol offers at most this many photo ids (the best seen) to its grammar.
@@ -230,7 +236,10 @@ class AgentRuntime:
     - ``compact_prompt``: the short tool list (signatures, one example call each) instead of full JSON
       Schemas; None: compact for the JSON protocol and for in-process llama.cpp models;
     - ``worked_example``: one worked example for the compact prompt, written in the protocol's own turns
-      (:func:`~imagent.agents.protocol.render_worked_example`).
+      (:func:`~imagent.agents.protocol.render_worked_example`). Where it is shown, a tool call with one of the
+      example's dates that neither the request nor any tool result so far holds (nor a day beside one they
+      hold) is refused with an error that says so: small models copy the example's date instead of reading
+      the anchor photo's (measured with Qwen 0.5B on DISBench); the call is counted, not run.
     """
 
     def __init__(
@@ -344,6 +353,9 @@ class AgentRuntime:
         mode = self.resolve_mode()
         state.messages = [self.system_message(mode), msg]
         state.extra["protocol"] = mode
+        shown = bool(self.worked_example) and mode != "native" and (mode == "json" or self._compact(mode))
+        state.extra["example_dates"] = _dates(json.dumps(self.worked_example)) if shown else set()
+        state.extra["seen_dates"] = _dates(msg.text)
         paths: dict[str, int] = {}
         t0 = time.perf_counter()
         for h in self.hooks:
@@ -515,6 +527,11 @@ class AgentRuntime:
             names = ", ".join(t.name for t in self.tools) or "none"
             obs = Observation(f"Error: there is no tool named {call.name!r}. Available tools: {names}.", error=True)
             error = f"unknown tool {call.name!r}"
+        elif copied := self._copied_dates(call, state):
+            obs = Observation(COPIED.format(values=" and ".join(f"'{d}'" for d in copied),
+                                            verb="is" if len(copied) == 1 else "are"), error=True)
+            error = "date copied from the worked example"
+            state.trace.count("agent.example_date_refused")
         elif (earlier := self._repeat_of(call, tool, state)) is not None:
             obs = Observation(REPEATED.format(tool=tool.name, turn=earlier), error=True)
             error = "repeated call"
@@ -536,10 +553,23 @@ class AgentRuntime:
                 error = f"{type(exc).__name__}: {exc}"
                 obs = Observation(f"Error: the tool {tool.name} failed ({error}).", error=True)
         state.tool_calls += 1
+        if not obs.error:
+            state.extra.setdefault("seen_dates", set()).update(_dates(obs.text))
         record_call(CallRecord("tool", call.name or "?", "agent", time.perf_counter() - t0, error=error))
         state.add_candidates(obs.photos, obs.scores)
         state.viewed += [i for i, _ in obs.images if i not in state.viewed]
         return obs
+
+    @staticmethod
+    def _copied_dates(call: ToolCall, state: AgentState) -> list[str]:
+        """The worked example's dates in this call's arguments that nothing this run read holds: not the
+        request, no tool result, and no day next to one of theirs (a day's end is written as the next day)."""
+        example: set[date] = state.extra.get("example_dates") or set()
+        if not example:
+            return []
+        seen: set[date] = state.extra.get("seen_dates") or set()
+        used = _dates(json.dumps(call.arguments, ensure_ascii=False, default=str)) & example
+        return sorted(d.isoformat() for d in used if not any(abs((d - s).days) <= 1 for s in seen))
 
     @staticmethod
     def _repeat_of(call: ToolCall, tool: Tool, state: AgentState) -> int | None:
@@ -645,3 +675,14 @@ __all__ = [
     "ToolMode",
     "TurnRecord",
 ]
+
+
+def _dates(text: str) -> set[date]:
+    """The calendar dates (YYYY-MM-DD) written in ``text``."""
+    out = set()
+    for y, m, d in _DATE.findall(text):
+        try:
+            out.add(date(int(y), int(m), int(d)))
+        except ValueError:
+            continue
+    return out
