@@ -543,3 +543,27 @@ def test_search_rounds_folds_the_dialogue_and_carries_the_description(roles_cont
 def test_chat_mode_is_validated(roles_context):
     with pytest.raises(ValidationError):
         ImageScope(roles_context(reasoner=chat_reasoner()), {"chat_mode": "last_turn"})
+
+
+def test_search_rounds_keeps_each_rounds_call_cap(roles_context):
+    """Each round gets the cap a search of it gets: a cap of 3 stops every round inside stage 2's verification
+    (1 synthesis + 1 propositions + 2x2 verifier calls would be 6), each returns its stage-1 ranking, and no
+    round makes more than 3 calls."""
+    r = chat_reasoner()
+    verifier = ScriptedChatModel(default="Yes")
+    ctx = roles_context(reasoner=r, verifier=verifier, evaluator=ScriptedChatModel(default="ANSWER: No"))
+    method = ImageScope(ctx, {"k": 2, "alpha": 1, "chat_mode": "fold", "max_calls": 3})
+    rounds = method.search_rounds(Query("an animal", dialogue=DIALOGUE), top_k=5)
+    assert len(rounds) == 3
+    for res in rounds:
+        assert res.trace.model_calls <= 3
+        assert res.trace.steps[-1].name == "stopped.call_cap"
+        assert res.trace.counters.get("call_cap_refused", 0) >= 1
+        stage1 = next(s for s in res.trace.steps if s.name == "stage1.retrieve")
+        assert res.ranking.ids[:len(stage1.outputs["top"])] == [t["id"] if isinstance(t, dict) else t[0]
+                                                                  for t in stage1.outputs["top"]]
+    # Uncapped, the same rounds make their full calls (the cap above is what stopped them).
+    full = ImageScope(roles_context(reasoner=chat_reasoner(), verifier=ScriptedChatModel(default="Yes"),
+                                    evaluator=ScriptedChatModel(default="ANSWER: No")),
+                      {"k": 2, "alpha": 1, "chat_mode": "fold"}).search_rounds(Query("an animal", dialogue=DIALOGUE))
+    assert [res.trace.model_calls for res in full] == [7] * 3

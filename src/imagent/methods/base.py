@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextvars
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -251,27 +252,38 @@ class Method(ABC):
         if trace is None:
             trace = Trace()
         trace.method, trace.query = self.name, summarize_query(query)
+
+        def run() -> Any:
+            warnings = self.preflight(query)  # before any model call: may refuse the query
+            if warnings:
+                with trace.step("checks") as step:
+                    for w in warnings:
+                        step.note(w)
+            return self.run(query, top_k, trace)
+
+        out, _ = self.capped(query, top_k, trace, run)
+        if isinstance(out, Result):
+            return out
+        ranking, stages = out if isinstance(out, tuple) else (out, {})
+        return Result(ranking=ranking, trace=trace, stages=stages)
+
+    def capped(self, query: Query, top_k: int, trace: Trace, work: Callable[[], Any]) -> tuple[Any, bool]:
+        """``(work(), False)`` run with ``trace`` current and under the query's cap on model calls (the caller's
+        ``trace.max_calls``, else :meth:`call_cap`); ``(ranking, True)`` when the cap stopped it: the best ranking
+        ``work`` offered through :func:`keep_best`, else :meth:`fallback_ranking` (step ``stopped.call_cap``).
+        :meth:`search` runs :meth:`run` through it; so does any entry point that runs a query's stages itself."""
         if trace.max_calls is None:
             trace.max_calls = self.call_cap(query)
         best: list[Ranking | None] = [None]
         token = _BEST.set(best)
         try:
             with trace.activate():
-                warnings = self.preflight(query)  # before any model call: may refuse the query
-                if warnings:
-                    with trace.step("checks") as step:
-                        for w in warnings:
-                            step.note(w)
                 try:
-                    out = self.run(query, top_k, trace)
+                    return work(), False
                 except CallBudgetExceeded:
-                    out = self._stopped_by_cap(query, top_k, trace, best[0])
+                    return self._stopped_by_cap(query, top_k, trace, best[0]), True
         finally:
             _BEST.reset(token)
-        if isinstance(out, Result):
-            return out
-        ranking, stages = out if isinstance(out, tuple) else (out, {})
-        return Result(ranking=ranking, trace=trace, stages=stages)
 
     def call_cap(self, query: Query | None = None) -> int:
         """The cap on uncached model calls for ``query``: ``config.max_calls``, else 2x :meth:`estimate_calls`."""

@@ -247,18 +247,33 @@ class ImageScope(Method):
     def search_rounds(self, query: Query, top_k: int = 50) -> list[Result]:
         """Chat-IR, one result per dialogue round: index ``r`` ranks after ``r`` answered turns
         (index 0: the opening caption alone). ``search_rounds(q)[r]`` ranks like ``search(q')`` where
-        ``q'`` keeps the first ``r`` turns; the rounds share their stage-1 work instead of redoing it."""
+        ``q'`` keeps the first ``r`` turns; the rounds share their stage-1 work instead of redoing it.
+        Each round has the call cap a search of ``q'`` has (:meth:`capped`); a round the cap stops returns its
+        best ranking so far, and the next round keeps that round's reference description (noted)."""
         results: list[Result] = []
         reference, source = "", ""
         for r in range(len(query.dialogue) + 1):
             round_query = replace(query, dialogue=query.dialogue[:r])
             trace = Trace(method=self.name, query={**summarize_query(round_query), "round": r})
-            with trace.step("reference", task=round_query.task) as step:
-                if r == 0:
-                    reference, source = self._reference_description(round_query)
-                step.outputs.update(reference_description=reference, source=source)
             instruction = self.round_instruction(query, r)
-            ranking, stages, synthesis = self._pipeline(round_query, instruction, reference, top_k, trace)
+
+            def work(q: Query = round_query, t: Trace = trace, instruction: str = instruction, first: bool = r == 0
+                     ) -> tuple[Ranking, dict[str, Ranking], Synthesis]:
+                nonlocal reference, source
+                with t.step("reference", task=q.task) as step:
+                    if first:
+                        reference, source = self._reference_description(q)
+                    step.outputs.update(reference_description=reference, source=source)
+                return self._pipeline(q, instruction, reference, top_k, t)
+
+            out, stopped = self.capped(round_query, top_k, trace, work)
+            if stopped:
+                results.append(Result(ranking=out, trace=trace, stages={}))
+                if not reference:  # stopped before round 0 described the reference
+                    reference, source = query.text.strip(), "the opening caption (round 0 stopped by the call cap)"
+                trace.steps[-1].note(f"the next round keeps this round's reference description ({source})")
+                continue
+            ranking, stages, synthesis = out
             results.append(Result(ranking=ranking, trace=trace, stages=stages))
             if self.config.chat_mode == "paper" and r == 0:
                 reference, source = query.text.strip(), "the opening caption (round 1 of Sec. 3.2)"
