@@ -286,3 +286,26 @@ def test_a_capped_calibration_warns_and_a_new_target_recalibrates(tmp_path, monk
     meta = json.loads((tmp_path / "g" / "ann" / f"{SPACE_CAPTION_TEXT}.json").read_text())
     assert meta["target_recall"] == 0.9 and meta["recall"] >= 0.9 and not meta["capped"]
     assert g.ann_current(SPACE_CAPTION_TEXT) and g.build_ann() == []  # calibrated for these settings
+
+
+def test_a_filter_that_would_probe_every_list_is_scanned_exactly(hard_store, monkeypatch):
+    """A narrow filter scales the probes up; once they reach every list the store would read all its rows for
+    nothing saved, so the pool is scanned exactly (an exact answer, no slower). A wider filter still uses it."""
+    x, queries, store, params = hard_store
+    nlist = store.meta()["nlist"]
+    base = store.nprobe_for(params)
+    assert base < nlist
+    rng = np.random.default_rng(11)
+    narrow = np.sort(rng.choice(len(x), max(60, int(len(x) * base / nlist / 2)), replace=False))
+    assert store.nprobe_for(params, len(narrow) / len(x)) >= nlist
+    wide = np.sort(rng.choice(len(x), len(x) // 2, replace=False))
+    assert store.nprobe_for(params, 0.5) < nlist
+    probes: list[int] = []
+    real = store.candidates
+    monkeypatch.setattr(store, "candidates", lambda q, n, nprobe, allowed: probes.append(nprobe) or real(
+        q, n, nprobe, allowed))
+    got = search_pool(x, queries[0], 50, narrow, store, {"rows": len(x)}, params)
+    want = exact_top_k(x, queries[0], 50, narrow)
+    assert got.path == "exact-fallback" and probes == []
+    assert np.array_equal(got.rows, want[0]) and np.array_equal(got.scores, want[1])
+    assert search_pool(x, queries[0], 50, wide, store, {"rows": len(x)}, params).path == "ann" and len(probes) == 1

@@ -462,7 +462,7 @@ def search_reranked(store: AnnStore, matrix: np.ndarray | ShardedVectors, query:
     """Top-``k`` rows of ``matrix`` for ``query`` among ``rows`` (None: all): the store proposes
     ``k * overfetch`` candidates inside the filter, probing its calibrated ``nprobe`` scaled by the filter,
     and they are re-ranked by their exact cosine. Returns ``(rows, scores)`` best first, or None when the store
-    found fewer than the pool allows (the caller scans exactly then)."""
+    found fewer than the pool allows or would probe every list (the caller scans exactly then)."""
     n = matrix.shape[0]
     allowed = None
     fraction = 1.0
@@ -473,6 +473,13 @@ def search_reranked(store: AnnStore, matrix: np.ndarray | ShardedVectors, query:
     # A filter keeping a fraction f of the rows probes at least 1/f times the lists (as many allowed candidates
     # seen as unfiltered), and at least what calibration measured under filters that size.
     nprobe = store.nprobe_for(params, fraction)
+    nlist = (store.meta() or {}).get("nlist")
+    if fraction < 1 and isinstance(nlist, int) and nprobe >= nlist > store.nprobe_for(params):
+        # The filter raised the probes to every list: the store would read all its rows, inside the filter or
+        # not, with nothing saved; the exact scan of the pool reads only what it must and is exact (measured at
+        # 1M x 512, a 25% filter calibrated to all 4,000 lists: the store 42 ms, the exact scan 28 ms). A store
+        # set to probe every list anyway (``ann_nprobe`` >= its lists) is the user's choice and answers.
+        return None
     cand = store.candidates(query, k * params.overfetch, nprobe, allowed)
     if len(cand) < min(k, n if rows is None else len(rows)):
         return None
@@ -497,7 +504,7 @@ def exact_top_k(matrix: np.ndarray | ShardedVectors, query: np.ndarray, k: int,
 class PoolResult(NamedTuple):
     """What :func:`search_pool` found: rows best first, their exact cosines, and the path that answered:
     ``"ann"`` (the store, re-ranked), ``"exact"`` (the scan) or ``"exact-fallback"`` (the store found too
-    few inside the filter, the scan answered)."""
+    few inside the filter, or would have probed every list: the scan answered)."""
 
     rows: np.ndarray
     scores: np.ndarray
@@ -513,8 +520,8 @@ def search_pool(matrix: np.ndarray | ShardedVectors, query: np.ndarray, k: int, 
     The store answers (candidates inside the filter, re-ranked exactly, :func:`search_reranked`) when there is
     one, it matches ``identity`` (the database state it must have been built from; ``None``: any completed
     build), the query is one vector and the pool has at least ``min_rows`` rows (None: ``params.min_rows``);
-    otherwise, or when the store found fewer than the pool allows, the exact scan: ``exact()`` when given (the
-    gallery's, which memoises scores), else :func:`exact_top_k`."""
+    otherwise, or when the store found fewer than the pool allows or would probe every list, the exact scan:
+    ``exact()`` when given (the gallery's, which memoises scores), else :func:`exact_top_k`."""
     params = params or AnnParams()
     min_rows = params.min_rows if min_rows is None else min_rows
     pool = matrix.shape[0] if rows is None else len(rows)
