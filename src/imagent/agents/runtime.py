@@ -239,7 +239,7 @@ class AgentRuntime:
       (:func:`~imagent.agents.protocol.render_worked_example`). Where it is shown, a tool call with one of the
       example's dates that neither the request nor any tool result so far holds (nor a day beside one they
       hold) is refused with an error that says so: small models copy the example's date instead of reading
-      the anchor photo's (measured with Qwen 0.5B on DISBench); the call is counted, not run.
+      the anchor photo's (Qwen 0.5B on the album benchmark: 5 of 73 filter calls); counted, not run.
     """
 
     def __init__(
