@@ -10,11 +10,11 @@ import os as _os
 if "OMP_WAIT_POLICY" not in _os.environ and "GOMP_SPINCOUNT" not in _os.environ:
     _os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 # The same the other way round: numpy's OpenBLAS threads spin for ~0.1 s after each threaded product (2^28
-# cycles), so a torch scan right after a numpy scan shared its cores with them. Measured on 2 cores, 100,000 x 384:
+# cycles), so a torch scan right after one shared its cores with them. Measured on 2 cores, 100,000 x 384:
 # torch's 2-query scan 2.8 ms, 6-13 ms within 0.1 s of a threaded numpy product, 3.1 ms with the timeout at 2^4
-# cycles (benchmarks/overhead.py: X^R's overhead 8.7 -> 6.5 ms after the other methods). OpenBLAS reads it when
-# it loads, that is when numpy is first imported: a program that imports numpy before imagent keeps OpenBLAS's
-# default unless it sets the variable itself (README, "Speed").
+# cycles (benchmarks/overhead.py: X^R's overhead 8.7 -> 6.5 ms after the reference scan before it). imagent's
+# own one-query scans no longer use OpenBLAS's threads (index/scoring.py, _one_query); this covers the threaded
+# products left (many queries at once, a program's own). OpenBLAS reads it when numpy is first imported.
 if "OPENBLAS_THREAD_TIMEOUT" not in _os.environ:
     _os.environ["OPENBLAS_THREAD_TIMEOUT"] = "4"
 

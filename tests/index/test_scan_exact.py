@@ -160,6 +160,33 @@ def test_few_queries_scan_is_bit_identical_to_2048_row_blocks(monkeypatch: pytes
             np.testing.assert_array_equal(got, want, err_msg=f"n={n} q={nq}")
 
 
+@pytest.mark.parametrize("threads", [2, 3])
+def test_one_query_scan_on_own_threads_is_the_one_thread_product(monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
+    """A large one-query scan runs as blocks on imagent's threads, each a one-thread BLAS product: every score is
+    the one-thread product's whatever the thread count (OpenBLAS's own split depends on it), a last block of one
+    row included, and OpenBLAS is left on one thread (so none of its threads spins after the scan)."""
+    rng = np.random.default_rng(31)
+    block = scoring.ONE_QUERY_BLOCK
+    big = rng.standard_normal((5 * block + 300, 40)).astype(np.float32)
+    sizes = {2 * block, 2 * block + 1, 2 * block + 2, 3 * block + 1, 4 * block + 17, big.shape[0]}
+    sizes |= {int(x) for x in rng.integers(2 * block, big.shape[0], 8)}
+    monkeypatch.setattr(scoring, "scan_threads", lambda elements: threads if elements > 0 else 1)
+    calls: list[int] = []
+    real = scoring._one_query
+    monkeypatch.setattr(scoring, "_one_query", lambda m, q, t: calls.append(t) or real(m, q, t))
+    for n in sorted(sizes):
+        q = rng.standard_normal(40).astype(np.float32)
+        scoring.blas_threads(0)
+        want = big[:n] @ q  # one BLAS thread
+        got = cosine_scores(big[:n], q)
+        np.testing.assert_array_equal(got, want, err_msg=f"n={n}")
+        assert got.dtype == np.float32 and scoring._BLAS_STATE["threads"] == 1
+    assert calls == [threads] * len(sizes)  # the blockwise path ran every time
+    small = big[: 2 * block - 1]  # below two blocks: the plain product
+    np.testing.assert_array_equal(cosine_scores(small, q), small @ q)
+    assert len(calls) == len(sizes)
+
+
 def test_shared_scan_runs_every_block_once_and_reraises(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(scoring, "CLAIM_BLOCKS", 3)
     seen: list[int] = []

@@ -31,8 +31,43 @@ def cosine_scores(matrix: np.ndarray, query: np.ndarray, scan_elements: int | No
         return _half_scores(matrix, q)
     if q.ndim == 2 and 1 < q.shape[0] <= FEW_QUERIES and matrix.dtype == np.float32 and matrix.shape[0] > CHUNK_ROWS:
         return _few_queries(matrix, q)
-    blas_threads(matrix.size if scan_elements is None else scan_elements)
+    elements = matrix.size if scan_elements is None else scan_elements
+    if q.ndim == 1 and matrix.dtype == np.float32 and matrix.shape[0] >= 2 * ONE_QUERY_BLOCK:
+        threads = scan_threads(elements)
+        if threads > 1:
+            return _one_query(matrix, q, threads)
+    blas_threads(elements)
     return np.asarray(q @ matrix.T, dtype=np.float32)
+
+
+# One query over a large float32 matrix on several cores: blocks of ONE_QUERY_BLOCK rows, each a one-thread BLAS
+# matrix-vector product, shared out to imagent's own scan threads (:func:`_shared_scan`) instead of OpenBLAS's.
+# As fast (100,000 x 384: 3.12 ms against 3.03 ms for OpenBLAS on 2 threads), and: (1) OpenBLAS's threads never
+# run, so none spins afterwards against a torch scan (they spin ~0.1 s after a threaded product unless
+# OPENBLAS_THREAD_TIMEOUT is set before numpy loads; imagent/__init__.py), whatever the import order of a
+# program; (2) every row's score is the one-thread product's, whatever the thread count: blocks start at
+# multiples of ONE_QUERY_BLOCK, where the kernel's row grouping starts anyway, while OpenBLAS splits the rows
+# where the thread count falls (measured: 70,001 x 512 on 2 threads differs from 1 thread in the last bit).
+ONE_QUERY_BLOCK = 2048
+ONE_QUERY_CLAIM = 2  # blocks per claim: 4,096 rows (~6 MB at 384 dimensions), so no thread waits long for another
+
+
+def _one_query(matrix: np.ndarray, q: np.ndarray, threads: int) -> np.ndarray:
+    matrix = np.asarray(matrix)  # a memmap as a plain view: slicing a memmap subclass costs per block
+    blas_threads(0)  # each block is a one-thread product
+    n = matrix.shape[0]
+    out = np.empty(n, dtype=np.float32)
+    starts = list(range(0, n, ONE_QUERY_BLOCK))
+    if n - starts[-1] == 1:
+        starts.pop()  # numpy takes a one-row block for a dot product (rounded differently): the row joins the last
+    bounds = list(zip(starts, [*starts[1:], n], strict=True))
+
+    def scan(first: int, last: int) -> None:
+        for start, stop in bounds[first:last]:
+            np.dot(matrix[start:stop], q, out=out[start:stop])
+
+    _shared_scan(scan, len(bounds), min(threads, len(bounds)), claim=ONE_QUERY_CLAIM)
+    return out
 
 
 # A handful of queries over a large float32 matrix: BLAS's skinny matrix product reads the matrix at a fraction
@@ -110,13 +145,13 @@ def _few_queries_torch(matrix: np.ndarray, q: np.ndarray) -> np.ndarray | None:
 CLAIM_BLOCKS = 8
 
 
-def _shared_scan(scan: Any, blocks: int, threads: int) -> None:
+def _shared_scan(scan: Any, blocks: int, threads: int, claim: int = CLAIM_BLOCKS) -> None:
     """Run ``scan(first, last)`` over ``range(blocks)`` on this thread and ``threads - 1`` pool threads, each
-    claiming CLAIM_BLOCKS blocks at a time (one BLAS thread each; numpy releases the GIL in dot). This thread
+    claiming ``claim`` blocks at a time (one BLAS thread each; numpy releases the GIL in dot). This thread
     works from the start, and a pool thread that the scheduler starts late (a busy machine) takes fewer
     claims, or none, instead of holding up the scan with a fixed half."""
     claims = itertools.count()  # next() on a count is atomic under the GIL
-    total = -(-blocks // CLAIM_BLOCKS)
+    total = -(-blocks // claim)
     lock = threading.Lock()
     done = threading.Event()
     state: dict[str, Any] = {"finished": 0, "error": None}
@@ -127,7 +162,7 @@ def _shared_scan(scan: Any, blocks: int, threads: int) -> None:
             if i >= total:
                 return
             try:
-                scan(i * CLAIM_BLOCKS, min((i + 1) * CLAIM_BLOCKS, blocks))
+                scan(i * claim, min((i + 1) * claim, blocks))
             except BaseException as exc:  # re-raised by the caller's thread
                 state["error"] = exc
                 done.set()
@@ -193,7 +228,8 @@ def blas_threads(elements: int) -> int:
     A gallery scan for one query is a matrix-vector product, bound by memory bandwidth, which one core
     nearly saturates; extra BLAS threads only add wake-up cost, and they spin against torch's own threads
     (an encode just before) and any other busy thread: measured here, a 10,000 x 384 scan took 41 ms on two
-    BLAS threads on a loaded machine and 3.2 ms on one. Large scans (a million rows) still use every core.
+    BLAS threads on a loaded machine and 3.2 ms on one. Large scans (a million rows) still use every core: a
+    one-query scan through imagent's own threads (:func:`_one_query`), a many-query product through BLAS's.
     Setting the count costs about a microsecond (threadpoolctl's library handle, looked up once)."""
     want = scan_threads(elements)
     if want != _BLAS_STATE["threads"]:
