@@ -53,20 +53,36 @@ ONE_QUERY_CLAIM = 2  # blocks per claim: 4,096 rows (~6 MB at 384 dimensions), s
 
 
 def _one_query(matrix: np.ndarray, q: np.ndarray, threads: int) -> np.ndarray:
+    return _blockwise(matrix, q[None, :], ONE_QUERY_BLOCK, threads, ONE_QUERY_CLAIM)[0]
+
+
+def _blockwise(matrix: np.ndarray, q: np.ndarray, block: int, threads: int, claim: int,
+               lone_last_row: bool = False) -> np.ndarray:
+    """``(len(q), n)`` scores, one one-thread matrix-vector product per query and block of ``block`` rows, the
+    blocks shared out to ``threads`` threads ``claim`` at a time. numpy takes a one-row block for a dot product
+    (rounded differently from the same row in a matrix-vector product): a last row alone joins the block before
+    it unless ``lone_last_row`` (where a scan this one must equal scanned it alone)."""
     matrix = np.asarray(matrix)  # a memmap as a plain view: slicing a memmap subclass costs per block
     blas_threads(0)  # each block is a one-thread product
     n = matrix.shape[0]
-    out = np.empty(n, dtype=np.float32)
-    starts = list(range(0, n, ONE_QUERY_BLOCK))
-    if n - starts[-1] == 1:
-        starts.pop()  # numpy takes a one-row block for a dot product (rounded differently): the row joins the last
+    out = np.empty((q.shape[0], n), dtype=np.float32)
+    vectors = list(q)
+    starts = list(range(0, n, block))
+    if not lone_last_row and len(starts) > 1 and n - starts[-1] == 1:
+        starts.pop()
     bounds = list(zip(starts, [*starts[1:], n], strict=True))
 
     def scan(first: int, last: int) -> None:
         for start, stop in bounds[first:last]:
-            np.dot(matrix[start:stop], q, out=out[start:stop])
+            part = matrix[start:stop]
+            for j, v in enumerate(vectors):
+                np.dot(part, v, out=out[j, start:stop])
 
-    _shared_scan(scan, len(bounds), min(threads, len(bounds)), claim=ONE_QUERY_CLAIM)
+    threads = min(threads, len(bounds))
+    if threads <= 1:
+        scan(0, len(bounds))
+    else:
+        _shared_scan(scan, len(bounds), threads, claim)
     return out
 
 
@@ -89,29 +105,10 @@ def _few_queries(matrix: np.ndarray, q: np.ndarray) -> np.ndarray:
         out = _few_queries_torch(matrix, q)
         if out is not None:
             return out
-    blas_threads(BLOCK_ROWS * matrix.shape[1])  # each block is a small product: one BLAS thread
-    n = matrix.shape[0]
-    out = np.empty((q.shape[0], n), dtype=np.float32)
-    vectors = list(q)
-    starts = list(range(0, n, BLOCK_ROWS))
-    if n % CHUNK_ROWS != 1 and n % BLOCK_ROWS == 1:
-        # numpy takes a one-row block for a vector (a dot product, rounded differently from the same row in a
-        # matrix-vector product): the last row is a block of its own only where it was with CHUNK_ROWS rows.
-        starts.pop()
-    bounds = list(zip(starts, [*starts[1:], n], strict=True))
-
-    def scan(first: int, last: int) -> None:
-        for start, stop in bounds[first:last]:
-            block = matrix[start:stop]
-            for j, v in enumerate(vectors):
-                np.dot(block, v, out=out[j, start:stop])
-
-    threads = min(scan_threads(matrix.size), len(bounds))
-    if threads <= 1:
-        scan(0, len(bounds))
-        return out
-    _shared_scan(scan, len(bounds), threads)
-    return out
+    # The last row is a block of its own only where it was with CHUNK_ROWS-row blocks (the scores such scans
+    # always gave).
+    return _blockwise(matrix, q, BLOCK_ROWS, scan_threads(matrix.size), CLAIM_BLOCKS,
+                      lone_last_row=matrix.shape[0] % CHUNK_ROWS == 1)
 
 
 # Which library scans a few queries over a large float32 matrix: "torch" when it is installed (its product with

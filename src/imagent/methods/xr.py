@@ -264,8 +264,12 @@ def similarity_scores(
     s_v = [np.asarray(x, dtype=np.float32) for x in (cos_vc, cos_vi) if x is not None]
     if not s_t or not s_v:
         raise ValueError("at least one similarity agent must give scores")
-    # One float32 addition per entry (what np.sum over the two terms computes), without stacking them first.
-    return tuple(np.add(*s) if len(s) == 2 else s[0].copy() for s in (s_t, s_v))  # type: ignore[return-value]
+
+    def total(terms: list[np.ndarray]) -> np.ndarray:
+        # One float32 addition per entry (what np.sum over the two terms computes), without stacking them first.
+        return np.add(*terms) if len(terms) == 2 else terms[0].copy()
+
+    return total(s_t), total(s_v)
 
 
 def coarse_scores(s_t: np.ndarray, s_v: np.ndarray, z: float = 60.0, fusion: str = "rrf") -> np.ndarray:
