@@ -41,25 +41,26 @@ def cosine_scores(matrix: np.ndarray, query: np.ndarray, scan_elements: int | No
 
 
 # One query over a large float32 matrix on several cores: blocks of ONE_QUERY_BLOCK rows, each a one-thread BLAS
-# matrix-vector product, shared out to imagent's own scan threads (:func:`_shared_scan`) instead of OpenBLAS's.
-# As fast (100,000 x 384: 3.12 ms against 3.03 ms for OpenBLAS on 2 threads), and: (1) OpenBLAS's threads never
-# run, so none spins afterwards against a torch scan (they spin ~0.1 s after a threaded product unless
-# OPENBLAS_THREAD_TIMEOUT is set before numpy loads; imagent/__init__.py), whatever the import order of a
-# program; (2) every row's score is the one-thread product's, whatever the thread count: blocks start at
-# multiples of ONE_QUERY_BLOCK, where the kernel's row grouping starts anyway, while OpenBLAS splits the rows
-# where the thread count falls (measured: 70,001 x 512 on 2 threads differs from 1 thread in the last bit).
+# matrix-vector product, shared out to imagent's own scan threads (:func:`_shared_scan`) instead of OpenBLAS's:
+# (1) OpenBLAS's threads never run, so none spins afterwards against a torch scan (they spin ~0.1 s after a
+# threaded product unless OPENBLAS_THREAD_TIMEOUT is set before numpy loads; imagent/__init__.py), whatever the
+# import order of a program; (2) every row's score is the one-thread product's, whatever the thread count:
+# blocks start at multiples of ONE_QUERY_BLOCK, where the kernel's row grouping starts anyway, while OpenBLAS
+# splits the rows where the thread count falls (measured: 70,001 x 512 on 2 threads differs from 1 thread in the
+# last bit). The price: 5-10% over OpenBLAS's own threads (100,000 x 384 with a torch scan between products,
+# alternating in one process: 3.64 against 3.43 ms; benchmarks/thread_spin.py prints both; claims of 2 blocks
+# instead of CLAIM_BLOCKS took 2.9-4.2 ms where these took 2.7).
 ONE_QUERY_BLOCK = 2048
-ONE_QUERY_CLAIM = 2  # blocks per claim: 4,096 rows (~6 MB at 384 dimensions), so no thread waits long for another
 
 
 def _one_query(matrix: np.ndarray, q: np.ndarray, threads: int) -> np.ndarray:
-    return _blockwise(matrix, q[None, :], ONE_QUERY_BLOCK, threads, ONE_QUERY_CLAIM)[0]
+    return _blockwise(matrix, q[None, :], ONE_QUERY_BLOCK, threads)[0]
 
 
-def _blockwise(matrix: np.ndarray, q: np.ndarray, block: int, threads: int, claim: int,
-               lone_last_row: bool = False) -> np.ndarray:
+def _blockwise(matrix: np.ndarray, q: np.ndarray, block: int, threads: int, lone_last_row: bool = False
+               ) -> np.ndarray:
     """``(len(q), n)`` scores, one one-thread matrix-vector product per query and block of ``block`` rows, the
-    blocks shared out to ``threads`` threads ``claim`` at a time. numpy takes a one-row block for a dot product
+    blocks shared out to ``threads`` threads (:func:`_shared_scan`). numpy takes a one-row block for a dot product
     (rounded differently from the same row in a matrix-vector product): a last row alone joins the block before
     it unless ``lone_last_row`` (where a scan this one must equal scanned it alone)."""
     matrix = np.asarray(matrix)  # a memmap as a plain view: slicing a memmap subclass costs per block
@@ -82,7 +83,7 @@ def _blockwise(matrix: np.ndarray, q: np.ndarray, block: int, threads: int, clai
     if threads <= 1:
         scan(0, len(bounds))
     else:
-        _shared_scan(scan, len(bounds), threads, claim)
+        _shared_scan(scan, len(bounds), threads)
     return out
 
 
@@ -107,8 +108,7 @@ def _few_queries(matrix: np.ndarray, q: np.ndarray) -> np.ndarray:
             return out
     # The last row is a block of its own only where it was with CHUNK_ROWS-row blocks (the scores such scans
     # always gave).
-    return _blockwise(matrix, q, BLOCK_ROWS, scan_threads(matrix.size), CLAIM_BLOCKS,
-                      lone_last_row=matrix.shape[0] % CHUNK_ROWS == 1)
+    return _blockwise(matrix, q, BLOCK_ROWS, scan_threads(matrix.size), lone_last_row=matrix.shape[0] % CHUNK_ROWS == 1)
 
 
 # Which library scans a few queries over a large float32 matrix: "torch" when it is installed (its product with
@@ -142,13 +142,13 @@ def _few_queries_torch(matrix: np.ndarray, q: np.ndarray) -> np.ndarray | None:
 CLAIM_BLOCKS = 8
 
 
-def _shared_scan(scan: Any, blocks: int, threads: int, claim: int = CLAIM_BLOCKS) -> None:
+def _shared_scan(scan: Any, blocks: int, threads: int) -> None:
     """Run ``scan(first, last)`` over ``range(blocks)`` on this thread and ``threads - 1`` pool threads, each
-    claiming ``claim`` blocks at a time (one BLAS thread each; numpy releases the GIL in dot). This thread
+    claiming CLAIM_BLOCKS blocks at a time (one BLAS thread each; numpy releases the GIL in dot). This thread
     works from the start, and a pool thread that the scheduler starts late (a busy machine) takes fewer
     claims, or none, instead of holding up the scan with a fixed half."""
     claims = itertools.count()  # next() on a count is atomic under the GIL
-    total = -(-blocks // claim)
+    total = -(-blocks // CLAIM_BLOCKS)
     lock = threading.Lock()
     done = threading.Event()
     state: dict[str, Any] = {"finished": 0, "error": None}
@@ -159,7 +159,7 @@ def _shared_scan(scan: Any, blocks: int, threads: int, claim: int = CLAIM_BLOCKS
             if i >= total:
                 return
             try:
-                scan(i * claim, min((i + 1) * claim, blocks))
+                scan(i * CLAIM_BLOCKS, min((i + 1) * CLAIM_BLOCKS, blocks))
             except BaseException as exc:  # re-raised by the caller's thread
                 state["error"] = exc
                 done.set()
