@@ -184,12 +184,18 @@ class Result:
     (e.g. ``stage1``/``stage2`` for ablations reported side by side, or one per dialogue round).
 
     ``answer_set``: for methods that answer with a *set* (PhotoCraft, ImageSeeker on DISBench), the
-    set itself, apart from any ranking; set-valued benchmarks score it. ``None`` for ranking methods."""
+    set itself, apart from any ranking; set-valued benchmarks score it. ``None`` for ranking methods.
+
+    ``source``: which path produced it: ``"method"`` (the method's own answer or plan), ``"fallback:<name>"``
+    (a named fallback) or ``"error"``. ``counts``: the method's own behaviour counts for this query (e.g.
+    OSCAR's ``plans``, ``plan_retries``, ``plan_fallbacks``), summed over a run by the eval."""
 
     ranking: Ranking
     trace: Trace
     stages: dict[str, Ranking] = field(default_factory=dict)
     answer_set: list[str] | None = None
+    source: str = "method"
+    counts: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -199,4 +205,7 @@ class Result:
         }
         if self.answer_set is not None:
             d["answer_set"] = list(self.answer_set)
+        d["source"] = self.source
+        if self.counts:
+            d["counts"] = dict(self.counts)
         return d
