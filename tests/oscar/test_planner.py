@@ -158,7 +158,7 @@ def test_full_plan_runs_with_exact_model_calls(make_context, tmp_path):
     assert set(result.stages) == {"fused", "composed"}
     assert "w/o Demo." in " ".join(steps_by["demonstrations"]["notes"])
     assert result.source == "method" and result.counts["plan_fallbacks"] == 0
-    assert result.counts["planned_difference"] == 1 and result.counts["difference_removed"] == diff["removed"]
+    assert result.counts["set_operations.DIFFERENCE"] == 1 and result.counts["difference_removed"] == diff["removed"]
     assert result.counts["verified"] == 4
     line = steps_by["rank"]["outputs"]["report_line"]  # the eval report's per-query detail
     assert "final=DIFFERENCE" in line and f"removed {diff['removed']}" in line and "verified 4" in line
@@ -197,7 +197,7 @@ def test_malformed_plan_is_retried_then_falls_back(make_context, tmp_path):
     assert result.source == "fallback:first_positive_call"
     assert result.counts["plan_retries"] == 1 and result.counts["plan_fallbacks"] == 1
     assert t["counters"]["plan_retries"] == 1 and t["counters"]["plan_fallbacks"] == 1
-    assert not any(result.counts[f"planned_{op}"] for op in ("union", "intersect", "difference"))
+    assert not any(result.counts[f"set_operations.{op}"] for op in ("UNION", "INTERSECT", "DIFFERENCE"))
     plan = next(s for s in t["steps"] if s["name"] == "plan")
     assert len(plan["outputs"]["attempts"]) == 2 and plan["outputs"]["source"] == result.source
     assert "Your plan cannot be run" in ScriptedChatModel.conversation_text(model.calls[1][0])

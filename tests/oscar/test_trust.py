@@ -65,7 +65,7 @@ def test_operands_naming_cut_calls_are_dropped_not_the_plan(make_context):
     assert any("beyond max_calls_per_plan" in n for n in plan["plan"]["notes"])
     ops = next(s for s in result.trace.to_dict()["steps"] if s["name"] == "set_operations")["outputs"]["steps"]
     assert ops[1]["operands"] == [] and ops[1]["size"] == 0 and ops[2]["removed"] == 0
-    assert result.counts["planned_difference"] == 1 and result.counts["difference_removed"] == 0
+    assert result.counts["set_operations.DIFFERENCE"] == 1 and result.counts["difference_removed"] == 0
 
 
 # --------------------------------------------------------------------------- the library
@@ -243,4 +243,4 @@ def test_json_protocol_through_the_method(make_context):
     assert "Reply with ONE JSON object" in ScriptedChatModel.conversation_text(model.calls[0][0])
     plan = next(s for s in result.trace.to_dict()["steps"] if s["name"] == "plan")
     assert plan["inputs"]["protocol"] == "json" and result.source == "method"
-    assert result.counts["planned_difference"] == 1
+    assert result.counts["set_operations.DIFFERENCE"] == 1

@@ -109,7 +109,7 @@ class Oscar(Method):
             removed = sum(e.get("removed", 0) for e in run.step_log)
             step.outputs.update(composed=len(run.composed), removed_by_difference=removed)
         for op in OPS:  # the operations the planner itself planned (a fallback plans none)
-            counts[f"planned_{op.lower()}"] = (sum(s.op == op for s in plan.steps) if plan.source == "method" else 0)
+            counts[f"set_operations.{op}"] = (sum(s.op == op for s in plan.steps) if plan.source == "method" else 0)
         counts["difference_removed"] = removed
         with trace.step("fuse", calls=len(fusing)) as step:
             fused = self._fused(scores[len(used):].mean(axis=0), run.composed, top_k)
