@@ -43,7 +43,8 @@ def test_build_library_then_eval_with_and_without_demonstrations(user_env, stamp
     entry = invoke("oscar", "library", str(lib), "--show", rows[0]["key"])
     assert entry["steps"][-1]["name"] == "final" and entry["stats"]["atomic_retrievals"] % 10 == 0
 
-    common = ["--split", "cir", "--limit", "1", "--images-root", str(stamps_dir), "--index", str(index),
+    common = ["--split", "cir", "--limit", "1", "--sample", "first", "--images-root", str(stamps_dir),
+              "--index", str(index),
               "--set", f"library={lib}", "--set", "max_verified=2", "--set", "plan_retries=0",
               "--set", "planner_max_tokens=384"]
     reports = {}
