@@ -54,7 +54,7 @@ from imagent.agents.protocol import (
 from imagent.agents.tools import Observation, Tool, ToolError
 from imagent.core.trace import CallRecord, SearchCancelled, Trace, current_trace, record_call
 from imagent.models.base import ChatError, ChatParams, ChatResponse, ImagePart, Message
-from imagent.models.roles import CallBudgetExceeded, Role
+from imagent.models.roles import MODEL_CALL_FAILED, CallBudgetExceeded, Role
 
 ToolMode = Literal["auto", "native", "text", "json"]
 Mode = Literal["native", "text", "json"]
@@ -398,6 +398,8 @@ class AgentRuntime:
         except ChatError as exc:
             reason = f"the model call failed ({exc})"
             answer = None
+            if not isinstance(exc, CallBudgetExceeded):  # the cap counts its refusals itself
+                trace.count(MODEL_CALL_FAILED)  # the fall-back below stands in: the search is an error
         source: Literal["model", "fallback"] = "model"
         if not answer:
             answer = self._fallback_answer(state)

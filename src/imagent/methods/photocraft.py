@@ -61,7 +61,7 @@ from imagent.agents.memory import SUMMARY_KINDS, EpisodicMemory, MemoryCondense,
 from imagent.agents.runtime import AgentHooks, AgentRun, AgentRuntime, ToolMode
 from imagent.agents.skills import Skill, SkillLibrary, distill_skill, trajectory_text
 from imagent.core.trace import Trace
-from imagent.core.types import Query, Ranking, Result
+from imagent.core.types import Query, Ranking, Result, Source
 from imagent.methods.base import Method, MethodConfig, load_prompt, register_method
 from imagent.models.base import ImagePart
 from imagent.tools.album import Album
@@ -285,7 +285,9 @@ class _DeepSearch(Method):
             step.outputs = {"answer_set": list(run.answer), **run.to_dict()}
             if run.source == "fallback":
                 step.note(run.reason)
-        return Result(ranking=ranking, trace=trace, answer_set=list(run.answer))
+        source = Source.fallback("best_candidates") if run.source == "fallback" else Source.METHOD
+        return Result(ranking=ranking, trace=trace, answer_set=list(run.answer), source=source,
+                      source_reason=run.reason if run.source == "fallback" else "")
 
     @staticmethod
     def ranking(run: AgentRun, top_k: int) -> Ranking:
