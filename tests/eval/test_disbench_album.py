@@ -70,7 +70,7 @@ def test_mini_album_layout_and_queries():
 def test_track_option_and_caption_sidecar(tmp_path):
     std = load_benchmark("disbench", images_root=ALBUM, track="standard")
     assert std.options.track == "standard" and not any("caption" in r for r in std.gallery_manifest())
-    assert std.describe_run()["track"] == "Standard"
+    assert std.describe_run({"track": "Standard", "reasons": []})["track"] == "Standard"
     root = tmp_path / "album"
     shutil.copytree(ALBUM, root, ignore=shutil.ignore_patterns("captions"))
     auto = load_benchmark("disbench", images_root=root)
@@ -112,7 +112,7 @@ def script(tmp_path: Path) -> Path:
             "key_insight": "Scoping to the anchor's day removes look-alikes from other days.",
             "applicable_when": "The query names an anchor seen on a day and asks for other photos of that day."})],
         [r"\[REFLECTION", json.dumps({"anchor": "ok", "constraint": "ok", "target": "ok", "completeness": "ok",
-                                      "decision": "keep", "verdict": "pass"})],
+                                      "decision": "pass"})],
         [r"Query: The birds .* pink flamingo.*\[GetMetadata\]", f"The final answer is: {answer1}"],
         ["Query: The birds .* pink flamingo",
          '<tool_call>{"name": "ImageSearch", "arguments": {"query": "pink flamingo"}}</tool_call>'
@@ -162,6 +162,9 @@ def test_eval_disbench_photocraft_and_imageseeker_scripted(user_env, tmp_path):
     assert not (tmp_path / "data" / "skills.jsonl").exists()  # the user's own library is untouched
     report = (tmp_path / "pc" / "report.md").read_text()
     assert "track: Open" in report and "## Per query" in report and "| q01 | intra-event |" in report
+    # The track is derived from the index (caption-mode encoder, the sidecar's captions), with the reason.
+    assert "track_reason: its search space 'image' is embedded by caption:" in report
+    assert "photos of the index have captions" in report and "reconstruction" in report
     per_query = json.loads((tmp_path / "pc" / "metrics.json").read_text())["per_query"]
     assert per_query[0]["turns"] == 2 and per_query[0]["tool_calls"] == 2 and per_query[0]["tokens"] > 0
 

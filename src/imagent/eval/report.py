@@ -6,6 +6,7 @@ Everything here reads only the run directory's records, so a report can be rebui
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,7 +17,7 @@ import numpy as np
 from imagent.core.redact import redact
 from imagent.eval import metrics as M
 from imagent.eval.datasets import Benchmark, EvalItem, Predictions
-from imagent.eval.runner import METRICS, predictions_from_results, stage_names, write_json_atomic
+from imagent.eval.runner import METRICS, USAGE, predictions_from_results, stage_names, write_json_atomic
 
 CURVE_PNG = "recall_at_k.png"
 TIME_PNG = "time_per_stage.png"
@@ -354,7 +355,9 @@ def write_outputs(run_dir: Path, bench: Benchmark, split: str, items: Sequence[E
         extra = [r for q, r in scored.items() if q in companions]
         metrics["subset_pass"] = {"queries": len(companions), "completed": sum(r.get("error") is None for r in extra),
                                   "model_calls": sum(int(r.get("model_calls", 0) or 0) for r in extra)}
-    info = bench.describe_run()
+    usage_path = run_dir / USAGE
+    usage = json.loads(usage_path.read_text(encoding="utf-8")) if usage_path.is_file() else None
+    info = bench.describe_run(usage)
     if info:
         metrics["benchmark_info"] = info
     per_query = bench.query_table(items, recs) or query_rows(items, recs)

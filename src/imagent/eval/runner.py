@@ -5,6 +5,7 @@ Run directory::
     config.json        the resolved configuration (benchmark, split, options, method parameters, models)
     results.jsonl      one line per finished query: top-k ids and scores, stage rankings, timing, the trace
     metrics.json       official metrics of the final ranking and of every named stage
+    run_usage.json     what the search used, where the report needs it (DISBench: the derived track and why)
     report.md          metrics table, per-stage latency and model calls, plots
     recall_at_k.png    recall-at-k curve (any ground truth in the top k)
     time_per_stage.png mean seconds per trace step
@@ -46,6 +47,7 @@ RESULTS = "results.jsonl"
 CONFIG = "config.json"
 METRICS = "metrics.json"
 INDEX_MARKER = "eval_index.json"
+USAGE = "run_usage.json"  # what the run's search used, where the benchmark's report needs it (DISBench's track)
 
 # Settings that do not change what a run computes (where things live, logging): left out of the hash.
 _NOT_IN_FINGERPRINT = {"index", "cache_dir", "log_level", "cache_calls"}
@@ -440,6 +442,9 @@ def query_runner(ws: Any, spec: RunSpec, bench: Benchmark, split: str, index_dir
     learn = getattr(method, "learn_from_outcome", None)
     for warning in method.preflight():  # raises (the run stops) when the method cannot run on this index
         say(f"warning: {warning}")
+    usage = bench.run_usage(method, bool(getattr(ws.settings.indexing, "caption_missing", False)))
+    if usage is not None:  # what the search used (DISBench: its derived track); the report states it
+        write_json_atomic(run_dir / USAGE, usage)
     depth = bench.search_depth(split, len(gallery), spec.top_k)
 
     def one(item: EvalItem) -> dict[str, Any]:

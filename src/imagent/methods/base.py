@@ -314,6 +314,16 @@ class Method(ABC):
         trace.count("call_cap_stops")
         return ranking
 
+    def search_spaces(self) -> list[str] | None:
+        """The vector spaces this method's retrieval reads, as far as it states them; None: not stated. A
+        benchmark whose track depends on what a search used (DISBench, decision 9) reads it."""
+        return None
+
+    def text_readers(self) -> list[str]:
+        """The roles whose model is shown photos but reads them as text (caption mode: captions, derived text,
+        date and place) instead of pixels; such text counts as derived from the photos (DISBench's tracks)."""
+        return []
+
     def preflight(self, query: Query | None = None) -> list[str]:
         """Checks made before any model call, for one ``query`` or (``None``) for a whole run: raise a
         user error when the method cannot run as its paper defines it (ImageScope or X^R on an index

@@ -32,6 +32,9 @@ class ClipBaseline(Method):
     Config = ClipConfig
     description = "dual-encoder zero-shot retrieval (text, or text + reference image fused)"
 
+    def search_spaces(self) -> list[str]:
+        return [SPACE_IMAGE]
+
     def run(self, query: Query, top_k: int, trace: Trace) -> Ranking:
         cfg: ClipConfig = self.config  # type: ignore[assignment]
         text = fold_dialogue(query) if query.task == "chat" else query.text
@@ -73,6 +76,9 @@ class CaptionBaseline(Method):
     tasks = frozenset({"tir", "cir", "chat"})
     Config = CaptionConfig
     description = "query text against gallery captions in the text embedder's space"
+
+    def search_spaces(self) -> list[str]:
+        return [SPACE_CAPTION_TEXT]
 
     def run(self, query: Query, top_k: int, trace: Trace) -> Ranking:
         cfg: CaptionConfig = self.config  # type: ignore[assignment]

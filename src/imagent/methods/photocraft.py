@@ -211,6 +211,20 @@ class _DeepSearch(Method):
                     "a vision model for the role)"]
         return []
 
+    def search_spaces(self) -> list[str]:
+        """The spaces ImageSearch scores (the album's default: the first of image, caption_dual, caption_text)."""
+        return [space for space, _ in Album(self.ctx.gallery, self.ctx.dual, self.ctx.text).spaces]
+
+    def text_readers(self) -> list[str]:
+        """The agent, and the memory role where it is shown photos (PhotoCraft's audit reloads them), when
+        their model reads photos as text."""
+        roles = [self.config.agent_role, *self.photo_viewers()]
+        return [r for r in dict.fromkeys(roles) if self.ctx.roles[r].caption_mode]
+
+    def photo_viewers(self) -> list[str]:
+        """Roles besides the agent that are shown photos."""
+        return []
+
     # ------------------------------------------------------------------ parts
     def album(self, query: Query) -> Album:
         g = self.ctx.gallery
@@ -327,6 +341,9 @@ class PhotoCraft(_DeepSearch):
         audits = (config.max_audits or 2) if config.episodic_memory else 0
         return super().estimate_calls(config, query) + audits + (1 if config.semantic_memory else 0)
 
+    def photo_viewers(self) -> list[str]:
+        return [self.config.memory_role] if self.config.episodic_memory else []
+
     # ------------------------------------------------------------------ semantic memory
     def start_run(self, run_dir: Path) -> None:
         """An eval run keeps its own skill library (``<run dir>/skills.jsonl``) unless ``skills_path`` is set,
@@ -384,7 +401,7 @@ class PhotoCraft(_DeepSearch):
         tools = self.tools(album)
         hooks: list[AgentHooks] = []
         if c.semantic_memory:
-            hooks.append(SkillInjection(self.library(), c.theta_retr))
+            hooks.append(SkillInjection(self.library(), c.theta_retr, query=query.text))
         if c.working_memory:
             working = WorkingMemory(self.ctx.roles[c.memory_role], load_prompt("photocraft/condense.txt"),
                                     context_limit=self.context_limit(), compress_at=c.compress_at, structured=True,
