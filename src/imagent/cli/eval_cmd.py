@@ -48,7 +48,7 @@ def route_sets(sets: list[str] | None, benchmark: str | None, method: str | None
         key, sep, value = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise ConfigError(f"--set takes key=value, got {item!r}")
+            raise ConfigError(f"--set takes dotted.key=value (e.g. --set methods.imagescope.k=10), got {item!r}")
         head, dot, rest = key.partition(".")
         if dot and canonical_name(head) is not None and head not in fields:
             if chosen is not None and canonical_name(head) != chosen:

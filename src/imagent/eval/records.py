@@ -32,6 +32,7 @@ CONFIG = "config.json"
 METRICS = "metrics.json"
 REPORT_MD = "report.md"
 INDEX_MARKER = "eval_index.json"
+USAGE = "run_usage.json"  # what the run's search used, where the benchmark's report needs it (DISBench's track)
 CALL_KEYS = "call_keys.txt"  # every model and tool call the run made or read from the cache: "namespace<TAB>key"
 INDEX_INFO = "index.json"  # the gallery index the run searched: its folder and build marker
 # The one-writer lock of a run folder (taken by the runner while it appends to results.jsonl).
@@ -365,6 +366,7 @@ __all__ = [
     "METRICS",
     "REPORT_MD",
     "RESULTS",
+    "USAGE",
     "CallRecorder",
     "ResultsLog",
     "RunError",

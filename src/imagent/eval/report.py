@@ -6,6 +6,7 @@ Everything here reads only the run directory's records, so a report can be rebui
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,6 +19,7 @@ from imagent.eval.datasets import Benchmark, EvalItem, Predictions
 from imagent.eval.records import (
     METRICS,
     REPORT_MD,
+    USAGE,
     RunRecord,
     predictions_from_results,
     stage_names,
@@ -358,7 +360,9 @@ def write_outputs(run_dir: Path, bench: Benchmark, split: str, items: Sequence[E
         extra = [r for q, r in scored.items() if q in companions]
         metrics["subset_pass"] = {"queries": len(companions), "completed": sum(r.ok for r in extra),
                                   "model_calls": sum(int(r.model_calls or 0) for r in extra)}
-    info = bench.describe_run()
+    usage_path = run_dir / USAGE
+    usage = json.loads(usage_path.read_text(encoding="utf-8")) if usage_path.is_file() else None
+    info = bench.describe_run(usage)
     if info:
         metrics["benchmark_info"] = info
     per_query = bench.query_table(items, recs) or query_rows(items, recs)

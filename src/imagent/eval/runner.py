@@ -6,6 +6,7 @@ Run directory (its files are read and written through :mod:`imagent.eval.records
                        how they were chosen, method parameters, models, images root, index)
     results.jsonl      one line per finished query: top-k ids and scores, stage rankings, timing, the trace
     metrics.json       official metrics of the final ranking and of every named stage
+    run_usage.json     what the search used, where the report needs it (DISBench: the derived track and why)
     report.md          metrics table, per-stage latency and model calls, plots
     recall_at_k.png    recall-at-k curve (any ground truth in the top k)
     time_per_stage.png mean seconds per trace step

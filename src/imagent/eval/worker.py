@@ -19,7 +19,7 @@ from typing import Any
 from imagent.core.redact import redact
 from imagent.core.types import Query
 from imagent.eval.datasets.base import Benchmark, BenchmarkError, EvalItem
-from imagent.eval.records import RunRecord
+from imagent.eval.records import USAGE, RunRecord, write_json_atomic
 
 
 def query_runner(ws: Any, method_name: str, top_k: int, bench: Benchmark, split: str, index_dir: Path,
@@ -34,6 +34,9 @@ def query_runner(ws: Any, method_name: str, top_k: int, bench: Benchmark, split:
     learn = getattr(method, "learn_from_outcome", None)
     for warning in method.preflight():  # raises (the run stops) when the method cannot run on this index
         say(f"warning: {warning}")
+    usage = bench.run_usage(method, bool(getattr(ws.settings.indexing, "caption_missing", False)))
+    if usage is not None:  # what the search used (DISBench: its derived track); the report states it
+        write_json_atomic(run_dir / USAGE, usage)
     depth = bench.search_depth(split, len(gallery), top_k)
 
     def one(item: EvalItem) -> RunRecord:

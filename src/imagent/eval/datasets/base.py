@@ -224,8 +224,14 @@ class Benchmark(ABC):
         skill when DISBench's F1 exceeds its threshold); None: this benchmark gives no per-query score."""
         return None
 
-    def describe_run(self) -> dict[str, str]:
-        """Facts about how this run is scored that the report states (DISBench: its track)."""
+    def run_usage(self, method: Any, caption_missing: bool = False) -> dict[str, Any] | None:
+        """What a run's search used that this benchmark's report must state (DISBench: the derived track), from
+        the method built over the run's index; the runner stores it with the run. None: nothing to record."""
+        return None
+
+    def describe_run(self, usage: dict[str, Any] | None = None) -> dict[str, str]:
+        """Facts about how this run is scored that the report states (DISBench: its track, derived from
+        ``usage``, what :meth:`run_usage` recorded)."""
         return {}
 
     def query_table(self, items: Sequence[EvalItem], records: dict[str, Any]) -> list[dict[str, Any]]:
