@@ -43,7 +43,8 @@ def test_build_library_then_eval_with_and_without_demonstrations(user_env, stamp
     entry = invoke("oscar", "library", str(lib), "--show", rows[0]["key"])
     assert entry["steps"][-1]["name"] == "final" and entry["stats"]["atomic_retrievals"] % 10 == 0
 
-    common = ["--split", "cir", "--limit", "1", "--images-root", str(stamps_dir), "--index", str(index),
+    common = ["--split", "cir", "--limit", "1", "--sample", "first", "--images-root", str(stamps_dir),
+              "--index", str(index),
               "--set", f"library={lib}", "--set", "max_verified=2", "--set", "plan_retries=0",
               "--set", "planner_max_tokens=384"]
     reports = {}
@@ -94,7 +95,8 @@ def test_library_on_the_evaluated_split_never_shows_a_query_its_own_plan(user_en
     assert built["added"] >= 2 and not built["errors"] and built["non_optimal"] == 0
     keys = {r["key"] for r in invoke("oscar", "library", str(lib))}
     run = tmp_path / "run"
-    out = invoke("eval", "stamps", "--method", "oscar", "--split", "cir", "--limit", "3", "--images-root",
+    out = invoke("eval", "stamps", "--method", "oscar", "--split", "cir", "--limit", "3", "--sample", "first",
+                 "--images-root",
                  str(stamps_dir), "--index", str(index), "--run-dir", str(run), "--set", f"library={lib}",
                  "--set", "max_verified=1", "--set", "planner_max_tokens=512")
     assert out["errors"] == 0
@@ -104,7 +106,7 @@ def test_library_on_the_evaluated_split_never_shows_a_query_its_own_plan(user_en
         own = f"stamps/cir/{rec['qid']}"
         shown = [c["key"] for c in steps["demonstrations"]["outputs"]["cases"]]
         assert own not in shown and len(shown) == 1
-        if own in keys:
+        if own in keys:  # the first 3 queries of the split: those the library was built from
             assert steps["demonstrations"]["outputs"]["excluded"] == [own]
             assert rec["trace"]["counters"]["self_demonstrations_excluded"] == 1
         plan = steps["plan"]
@@ -123,7 +125,8 @@ def test_text_to_image_oscar_with_ndcg(user_env, stamps_dir, tmp_path):
     entry = invoke("oscar", "library", str(lib), "--show", invoke("oscar", "library", str(lib))[0]["key"])
     assert entry["task"] == "tir" and entry["reference_caption"] == ""
     run = tmp_path / "run"
-    out = invoke("eval", "stamps", "--method", "oscar", "--split", "tir", "--limit", "2", "--images-root",
+    out = invoke("eval", "stamps", "--method", "oscar", "--split", "tir", "--limit", "2", "--sample", "first",
+                 "--images-root",
                  str(stamps_dir), "--index", str(index), "--run-dir", str(run), "--set", f"library={lib}",
                  "--set", "max_verified=1")
     assert out["errors"] == 0

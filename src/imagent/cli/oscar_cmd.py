@@ -121,7 +121,8 @@ def register(app: typer.Typer, get_workspace: Callable[..., Any]) -> None:
         """Run atomic retrievals and both MIPs on training queries; append each optimal trajectory."""
         from imagent.cli.eval_cmd import route_sets
         from imagent.eval.datasets import load_benchmark
-        from imagent.eval.runner import _with_gallery_records, ensure_index
+        from imagent.eval.runner import ensure_index
+        from imagent.eval.worker import _with_gallery_records
         from imagent.methods.oscar.library import GoldenLibrary, build_library
 
         options, settings_sets = route_sets(set_, benchmark, "oscar")
