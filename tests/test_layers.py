@@ -56,11 +56,7 @@ def test_layers_import_one_way():
 MAX_LINES = 700
 
 # Known offenders being removed by their owners; this list only shrinks (never add to it).
-KNOWN_CYCLES: set[frozenset[str]] = {
-    # helper `repro` (issue 26 item 2): run files move out of the eval runner.
-    frozenset({"eval.datasets", "eval.datasets.disbench", "eval.distributed", "eval.report", "eval.runner",
-               "eval.submission"}),
-}
+KNOWN_CYCLES: set[frozenset[str]] = set()
 KNOWN_LONG: set[str] = {
     "index/builder.py",  # helper `photo` (issue 26 item 4): split into sources / store / snapshots
     "index/gallery.py",  # helper `photo` (issue 26 item 4)

@@ -9,15 +9,15 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-from fastapi.testclient import TestClient  # noqa: E402
-from typer.testing import CliRunner  # noqa: E402
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner
 
-from imagent.api import PreparedSearch, SearchRequest, Workspace  # noqa: E402
-from imagent.cli.main import app  # noqa: E402
-from imagent.core.trace import Trace  # noqa: E402
-from imagent.core.types import Ranking, Result  # noqa: E402
-from imagent.methods.base import get_method  # noqa: E402
-from imagent.server import create_app  # noqa: E402
+from imagent.api import PreparedSearch, SearchRequest, Workspace
+from imagent.cli.main import app
+from imagent.core.trace import Trace
+from imagent.core.types import Ranking, Result
+from imagent.methods.base import get_method
+from imagent.server import create_app
 
 TEXT, METHOD, REF, TOP_K = "make it red", "cirevl", "animals__birds__penguin", 5
 

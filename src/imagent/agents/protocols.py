@@ -65,6 +65,7 @@ class ProtocolSettings:
     compact: bool = False  # the short tool list (signatures, one example call each) instead of full schemas
     worked_example: dict[str, Any] | None = None
     known_ids: Container[str] | None = None  # the ids an answer may name (the album); None: any
+    one_tool_per_step: bool = True  # native calls ask for parallel_tool_calls=false (the runtime runs the first)
 
 
 @dataclass
@@ -174,6 +175,8 @@ class NativeProtocol(TurnProtocol):
         if self.tools:
             p.tools = tools_as_openai(self.tools)
             p.tool_choice = "none" if final else "auto"
+            if self.settings.one_tool_per_step and not final:
+                p.parallel_tool_calls = False
         return p
 
 

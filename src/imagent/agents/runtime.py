@@ -49,7 +49,7 @@ from imagent.agents.state import (
 from imagent.agents.tools import Tool, ToolError
 from imagent.core.trace import CallRecord, SearchCancelled, Trace, current_trace, note, record_call
 from imagent.models.base import ChatError, ChatResponse, Message
-from imagent.models.roles import CallBudgetExceeded, Role
+from imagent.models.roles import MODEL_CALL_FAILED, CallBudgetExceeded, Role
 
 ToolMode = Literal["auto", "native", "text", "json"]
 
@@ -57,6 +57,8 @@ NUDGE = ("You neither called a tool nor gave a final answer. Call a tool, or giv
          f"exactly as: {ANSWER_FORMAT}")
 SEARCH_FIRST = ("Do not answer yet: photo ids come only from tool results. Call a tool first (start with "
                 "ImageSearch and a few keywords), then answer from what it returns.")
+ONE_TOOL_PER_STEP = ("Not run: one tool per step. Only the first call of a reply runs ({first}); this {tool} call was "
+                    "not made. Read the result above, then call the next tool in your next reply if you still need it.")
 NOT_IN_ALBUM = ("Your final answer must list photo ids from the album and must not be empty. {detail}Use the "
                 f"ids your tools returned, exactly as: {ANSWER_FORMAT}")
 
@@ -111,6 +113,9 @@ class AgentRuntime:
       (:mod:`imagent.agents.guards`);
     - ``compact_prompt``: the short tool list (signatures, one example call each) instead of full JSON
       Schemas; None: compact for the JSON protocol and for in-process llama.cpp models;
+    - ``one_tool_per_step``: the paper's ReAct step, one tool call per turn: native calls ask the backend for
+      ``parallel_tool_calls=false``, and on every protocol a reply's calls after its first are not run, each
+      answered with an observation saying so (:data:`ONE_TOOL_PER_STEP`, counted ``agent.extra_calls_refused``);
     - ``worked_example``: one worked example for the compact prompt, written in the protocol's own turns
       (:func:`~imagent.agents.protocol.render_worked_example`); where it is shown, the guards refuse a call
       that copies one of its dates.
@@ -135,6 +140,7 @@ class AgentRuntime:
         loop_guard: int = 3,
         compact_prompt: bool | None = None,
         worked_example: dict[str, Any] | None = None,
+        one_tool_per_step: bool = True,
     ) -> None:
         if max_turns < 1:
             raise ValueError("max_turns must be at least 1")
@@ -161,6 +167,7 @@ class AgentRuntime:
         self.guards = Guards(loop_guard)
         self.compact_prompt = compact_prompt
         self.worked_example = worked_example
+        self.one_tool_per_step = one_tool_per_step
 
     @property
     def loop_guard(self) -> int:
@@ -186,7 +193,7 @@ class AgentRuntime:
         """The protocol object for ``mode`` with this runtime's tools and settings."""
         settings = ProtocolSettings(max_tokens=self.max_tokens, temperature=self.temperature,
                                     compact=self._compact(mode), worked_example=self.worked_example,
-                                    known_ids=self.known_ids)
+                                    known_ids=self.known_ids, one_tool_per_step=self.one_tool_per_step)
         return make_protocol(mode, self.tools, self.system_prompt, settings, self.guards)
 
     def system_message(self, mode: Mode) -> Message:
@@ -247,6 +254,8 @@ class AgentRuntime:
         except ChatError as exc:
             reason = f"the model call failed ({exc})"
             answer = None
+            if not isinstance(exc, CallBudgetExceeded):  # the cap counts its refusals itself
+                trace.count(MODEL_CALL_FAILED)  # the fall-back below stands in: the search is an error
         source: AnswerSource = "model"
         if not answer:
             forced = False
@@ -323,11 +332,25 @@ class AgentRuntime:
         state.turns.append(turn)
         state.add_message(reply.message)
         if reply.calls:
-            for c in reply.calls:
-                turn.calls.append(CallResult(c, self._execute(c, state, proto)))
+            for n, c in enumerate(reply.calls):
+                turn.calls.append(CallResult(c, self._run_call(c, n, reply.calls[0], state, proto)))
             for m in proto.result_messages(reply, turn.calls):
                 state.add_message(m)
         return turn
+
+    def _run_call(self, call: ToolCall, n: int, first: ToolCall, state: AgentState, proto: TurnProtocol) -> Observation:
+        """Call ``n`` (0-based) of one reply: run it, or refuse it when it is not the first (one tool per step)."""
+        if n == 0 or not self.one_tool_per_step:
+            return self._execute(call, state, proto)
+        return self._refuse(call, first, state)
+
+    @staticmethod
+    def _refuse(call: ToolCall, first: ToolCall, state: AgentState) -> Observation:
+        """A call after the first of one reply: not run (one tool per step), the model is told so."""
+        state.trace.count("agent.extra_calls_refused")
+        name = call.name or "unreadable call"
+        return Observation(ONE_TOOL_PER_STEP.format(tool=name, first=first.name or "the first call"), error=True,
+                           summary=f"{name} not run: one tool per step")
 
     def _execute(self, call: ToolCall, state: AgentState, proto: TurnProtocol) -> Observation:
         """Run one call; every failure becomes an error observation for the model."""
@@ -439,6 +462,7 @@ __all__ = [
     "DEFAULT_MAX_TURNS",
     "NOT_IN_ALBUM",
     "NUDGE",
+    "ONE_TOOL_PER_STEP",
     "SEARCH_FIRST",
     "AgentHooks",
     "AgentRun",

@@ -186,11 +186,13 @@ class Compression:
 
 @dataclass
 class Audit:
-    """An episodic-memory audit of a proposed answer: its turn, whether it passed, and its five parts."""
+    """An episodic-memory audit of a proposed answer: its turn, whether it passed, its four checks (``verdict``)
+    and its decision ("pass" or "revise")."""
 
     turn: int
     passed: bool
     verdict: dict[str, str] = field(default_factory=dict)
+    decision: str = ""
 
 
 @dataclass
