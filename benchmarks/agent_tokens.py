@@ -191,6 +191,12 @@ def main(argv: list[str] | None = None) -> None:
         sets.append(f"models.offline.model={args.model}")
     if args.threads:
         sets.append(f"models.offline.n_threads={args.threads}")
+    if "oscar" in args.methods:
+        from imagent.methods.oscar.config import OscarConfig
+
+        if not OscarConfig().library_path().is_file():  # no golden library built: plan without demonstrations
+            print("OSCAR: no golden library (imagent oscar build-library); planning without demonstrations")
+            sets.append("methods.oscar.demonstrations=false")
     work = Path(tempfile.mkdtemp(prefix="agent-tokens-"))
     cache = work / "cache"
     cache.mkdir()
