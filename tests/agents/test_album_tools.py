@@ -197,7 +197,8 @@ def test_described_results_give_each_photo_its_date_place_and_caption(known_albu
     header, first = obs.text.splitlines()[:2]
     assert header == "Top 2 photos for 'a little penguin', best first (id | score | date | place | caption):"
     r = known_album.gallery.record("penguin")
-    assert first == f"penguin | {obs.scores['penguin']:.2f} | 2013-06-09 10:15 | Boulders Beach, Cape Town | {r.caption}"
+    score = obs.scores["penguin"]
+    assert first == f"penguin | {score:.2f} | 2013-06-09 10:15 | Boulders Beach, Cape Town | {r.caption}"
     assert short_place(r) == "Boulders Beach, Cape Town"  # the venue and town: enough to filter on
     day = tools["FilterMetadata"]({"expression": "time >= '2013-06-09' and time < '2013-06-10'", "save_as": "d"},
                                   state)
