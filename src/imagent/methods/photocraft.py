@@ -39,7 +39,10 @@ llama.cpp backend the turns use the runtime's JSON protocol (``tool_mode="json"`
 returned; no answer before a search), the tools are listed compactly with one worked example
 (:data:`WORKED_EXAMPLE`, invented ids) instead of full JSON Schemas, an exact repeat of an earlier call is
 refused, as is a call with one of the example's dates that nothing the agent read holds (the runtime's guard), and
-a tool called ``loop_guard`` (3) turns in a row is left out of the next turn's grammar. An answer
+a tool called ``loop_guard`` (3) turns in a row is left out of the next turn's grammar. A blind agent (caption mode)
+reads ImageSearch and FilterMetadata results as one line per photo, ``id | score | date | place | caption``
+(``describe_results``; the worked example then shows the two-call chain :data:`WORKED_EXAMPLE_DESCRIBED`), so
+the anchor's date and place come with the search that finds it. An answer
 before any search is sent back once on every path (``search_first``: the paper's agent always searches
 first). When the memory role is the agent's own model, compression reads the history in context (same
 content; llama.cpp's prefix cache then evaluates only the request), and the audit's prompt is fitted to the
