@@ -246,7 +246,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.save:
         args.save.write_text(json.dumps({"model": model_id, "prompt_speed": prompt_speed,
                                          "generation_speed": gen_speed, "rows": rows}, indent=1))
-    if args.before:
+    if args.before and not args.before.is_file():
+        print(f"no before/after comparison: {args.before} does not exist (yet)")
+    elif args.before:
         before = json.loads(args.before.read_text())
         print(f"before ({args.before}, model {before['model']}) -> now ({model_id}), per album episode:")
         for method in ALBUM_METHODS:
