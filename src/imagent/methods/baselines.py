@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field
 
 from imagent.core.trace import Trace
@@ -102,6 +104,7 @@ class CIReVL(Method):
     tasks = frozenset({"cir"})
     Config = CIReVLConfig
     description = "caption the reference, LLM-edit the caption by the modification, retrieve the result"
+    fallback_counters: ClassVar[dict[str, str]] = {"edit_fallback": "reference_plus_modification"}
     description = "caption the reference, LLM-edit the caption by the modification, retrieve the result"
 
     @classmethod

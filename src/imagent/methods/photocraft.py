@@ -61,7 +61,7 @@ from imagent.agents.memory import SUMMARY_KINDS, EpisodicMemory, MemoryCondense,
 from imagent.agents.runtime import AgentHooks, AgentRun, AgentRuntime, ToolMode
 from imagent.agents.skills import Skill, SkillLibrary, distill_skill, trajectory_text
 from imagent.core.trace import Trace
-from imagent.core.types import Query, Ranking, Result
+from imagent.core.types import Query, Ranking, Result, Source
 from imagent.methods.base import Method, MethodConfig, load_prompt, register_method
 from imagent.models.base import ImagePart
 from imagent.tools.album import Album
@@ -144,6 +144,9 @@ class DeepSearchConfig(MethodConfig):
     tool_mode: ToolMode = Field("auto", description="native tool calls when the backend has them; grammar-constrained "
                                 "JSON turns (json) for the in-process llama.cpp backend; else the <tool_call> text "
                                 "protocol; or force one of native, text, json")
+    one_tool_per_step: bool = Field(True, description="one tool call per turn, as the paper's ReAct step (Sec. 3.3): "
+                                    "parallel_tool_calls=false on native calls, and a reply's further calls are "
+                                    "refused with an observation saying so")
     search_first: bool = Field(True, description="send an answer given before any tool returned a photo back once "
                                "(the papers' agent always searches first)")
     loop_guard: int = Field(3, ge=0, description="JSON protocol: a tool called in each of the last N turns is left "
@@ -277,7 +280,7 @@ class _DeepSearch(Method):
             tool_mode=cfg.tool_mode, known_ids=album, fallback_k=cfg.fallback_k, max_tokens=cfg.max_tokens,
             fallback=lambda _state: list(album.search(query.text, cfg.fallback_k).ids),
             search_first=cfg.search_first, loop_guard=cfg.loop_guard, compact_prompt=cfg.compact_prompt,
-            worked_example=WORKED_EXAMPLE,
+            worked_example=WORKED_EXAMPLE, one_tool_per_step=cfg.one_tool_per_step,
         )
         run = runtime.run(self.task_message(query, album))
         ranking = self.ranking(run, top_k)
@@ -285,7 +288,9 @@ class _DeepSearch(Method):
             step.outputs = {"answer_set": list(run.answer), **run.to_dict()}
             if run.source == "fallback":
                 step.note(run.reason)
-        return Result(ranking=ranking, trace=trace, answer_set=list(run.answer))
+        source = Source.fallback("best_candidates") if run.source == "fallback" else Source.METHOD
+        return Result(ranking=ranking, trace=trace, answer_set=list(run.answer), source=source,
+                      source_reason=run.reason if run.source == "fallback" else "")
 
     @staticmethod
     def ranking(run: AgentRun, top_k: int) -> Ranking:

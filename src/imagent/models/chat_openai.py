@@ -376,6 +376,8 @@ class OpenAIChatModel:
             body["tools"] = params.tools
             if params.tool_choice:
                 body["tool_choice"] = params.tool_choice
+            if params.parallel_tool_calls is not None:
+                body["parallel_tool_calls"] = params.parallel_tool_calls
         body.update(self.extra_body)
         return body
 
