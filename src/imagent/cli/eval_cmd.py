@@ -174,11 +174,26 @@ def register(app: typer.Typer, get_workspace: Callable[..., Any]) -> None:
         compare_report: Annotated[Path | None, typer.Option(
             "--compare-report", help="where --compare writes its Markdown report (default: "
             "compare-<id A>-vs-<id B>.md beside RUN_A's folder)")] = None,
+        check: Annotated[bool, typer.Option("--check", help="only check the benchmark's set-up (annotations, "
+                                            "images present and missing, protocol options); no model loads")
+                         ] = False,
         config: Annotated[Path | None, typer.Option("--config", "-c", help="config file (TOML or YAML)")] = None,
         set_: SetOpt = None,
         json_out: JsonOpt = False,
     ) -> None:
         """Run a method over a benchmark (resumable) and write metrics, report, plots and server files."""
+        if check and benchmark:
+            from imagent.eval.setup_check import check_setup, render_check
+
+            options, _ = route_sets(set_, benchmark, None)
+            found = check_setup(benchmark, split, annotations, images_root, options)
+            if json_out:
+                _print_json(found, True)
+            else:
+                console.print(render_check(found), highlight=False, soft_wrap=True, markup=False)
+            if not found["ok"]:
+                raise typer.Exit(1)
+            return
         if compare:
             _compare(list(compare), json_out, compare_report)
             return
