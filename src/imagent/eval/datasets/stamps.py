@@ -10,8 +10,8 @@ mode the captions stand in for the pixels. The 627 stamps (Tux Paint, GPL-2, ``C
 in the same folder, so without ``--images-root`` the shipped images are used.
 
 Metrics, overall and per task: Recall@1/5/10/50 (hit = any acceptable target in the top K; for CIR the
-reference is removed from the ranking, as on CIRR) and mAP@5/10/25/50 (CIRCO's AP over the acceptable
-targets).
+reference is removed from the ranking, as on CIRR), mAP@5/10/25/50 (CIRCO's AP over the acceptable
+targets) and NDCG@10 (binary relevance of the acceptable targets; OSCAR's Sec. 4.5 metric).
 """
 
 from __future__ import annotations
@@ -119,5 +119,6 @@ class Stamps(Benchmark):
             targets = [it.truth["targets"] for it in sel]
             scores = M.recall_any(rankings, targets, RECALL_KS)
             scores.update(M.circo_map(rankings, targets, MAP_KS))
+            scores.update(M.mean_ndcg(rankings, targets, 10))  # OSCAR Sec. 4.5 reports NDCG@10 with R@10
             out.update({f"{name}/{k}": v for k, v in scores.items()})
         return out
