@@ -254,6 +254,11 @@ class Benchmark(ABC):
     def metrics(self, predictions: Predictions, items: Sequence[EvalItem]) -> dict[str, float]:
         """Official metrics (percentages) over the items that have ground truth."""
 
+    def set_scores(self, predictions: Predictions, items: Sequence[EvalItem]) -> dict[str, dict[str, float]] | None:
+        """A set-valued benchmark's mean set precision, recall and F1 (x100) with the number of queries, overall
+        and per query kind (what its report plots instead of recall@k); None for a ranking benchmark."""
+        return None
+
     def curve(self, predictions: Predictions, items: Sequence[EvalItem], ks: Sequence[int]) -> dict[str, float]:
         """Generic recall-at-k (any positive in the top k, excluded ids removed) for the report's plot."""
         scored = [it for it in items if it.positives]
