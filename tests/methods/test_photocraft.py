@@ -192,3 +192,21 @@ def test_preflight_warns_a_blind_agent_without_captions(tmp_path, caption_dual, 
     seeing = ScriptedChatModel(default="x", sees_images=True)
     assert get_method("photocraft")(MethodContext(gallery=g, dual=caption_dual, text=minilm,
                                                   roles=Roles.from_models({"default": seeing}))).preflight() == []
+
+
+@pytest.mark.parametrize("describe", [None, False])
+def test_a_blind_agent_reads_each_photos_date_place_and_caption(ctx_for, describe):
+    """describe_results (None: on for a blind agent): search results come as id | score | date | place | caption;
+    false: the paper's ids and scores."""
+    import re
+
+    model = agent()
+    ctx = ctx_for(model)
+    method = get_method("imageseeker")(ctx, {} if describe is None else {"describe_results": describe})
+    assert method.describe() is (describe is None)  # the scripted model cannot see pixels
+    method.search(query(ctx), top_k=5)
+    seen = "\n".join(m.text for m in model.calls[1][0])  # the second call reads the first search's result
+    described = re.search(r"u1001/13942060112 \| 0\.\d\d \| 2014-04-20 \d\d:\d\d \| Melbourne Zoo, Elliott Avenue \| "
+                          r"\S", seen)
+    assert bool(described) is (describe is None)
+    assert ("(score 0." in seen) is (describe is False)

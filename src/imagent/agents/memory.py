@@ -320,13 +320,16 @@ class MemoryCondense(Tool):
 
 # --------------------------------------------------------------------------- episodic memory
 
+# Room for each of the audit's four checks: one sentence. Every character is generated (~4 a token) before the
+# decision, so this bounds the audit's cost (with 300 a 0.5B filled ~75 tokens per check).
+AUDIT_CHECK_CHARS = 160
 AUDIT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "anchor": {"type": "string", "maxLength": 300},
-        "constraint": {"type": "string", "maxLength": 300},
-        "target": {"type": "string", "maxLength": 300},
-        "completeness": {"type": "string", "maxLength": 300},
+        "anchor": {"type": "string", "maxLength": AUDIT_CHECK_CHARS},
+        "constraint": {"type": "string", "maxLength": AUDIT_CHECK_CHARS},
+        "target": {"type": "string", "maxLength": AUDIT_CHECK_CHARS},
+        "completeness": {"type": "string", "maxLength": AUDIT_CHECK_CHARS},
         # The only verdict: the answer stands ("pass") or a new retrieval round starts ("revise"). Written after
         # the four checks, so a grammar-constrained model reasons first and decides last.
         "decision": {"type": "string", "enum": ["pass", "revise"]},
@@ -337,6 +340,22 @@ AUDIT_SCHEMA: dict[str, Any] = {
 }
 AUDIT_CHECKS = ("anchor", "constraint", "target", "completeness")
 AUDIT_PARTS = (*AUDIT_CHECKS, "decision")
+
+
+def answer_spread(parts: Sequence[ImagePart]) -> str:
+    """One line of facts about the proposed photos for the audit's CONSTRAINT check: the days and places they
+    span, read from their records (``""`` when no photo carries a date or place). A query about one day or
+    one visit rarely has an answer spread over several, and a small model overlooks that in a list."""
+    days = sorted({p.record.taken_time.date().isoformat() for p in parts
+                   if p.record is not None and p.record.taken_time is not None})
+    places = list(dict.fromkeys(p.record.address.split(",")[0].strip() for p in parts
+                                if p.record is not None and p.record.address))
+    bits = []
+    if days:
+        bits.append(f"{len(days)} day(s): {', '.join(days)}")
+    if places:
+        bits.append(f"{len(places)} place(s): {'; '.join(places)}")
+    return ("The proposed photos span " + " and ".join(bits) + ".") if bits else ""
 
 
 class EpisodicMemory(AgentHooks):
@@ -387,6 +406,9 @@ class EpisodicMemory(AgentHooks):
             parts.append("\nThe proposed photos, reloaded:")
             for pid, part in photos:
                 parts += [f"\nPhoto ID {pid}: ", part]
+            spread = answer_spread([part for _, part in photos])
+            if spread:
+                parts.append(f"\n{spread}")
         return Message("user", parts)
 
     def request(self, state: AgentState, answer: list[str], pred: str, step: Any) -> list[Message]:
