@@ -43,9 +43,10 @@ def user_error_types() -> tuple[type[BaseException], ...]:
     from imagent.index.gallery import GalleryError
     from imagent.models.base import ChatError
     from imagent.models.encoders import EncoderLoadError
+    from imagent.tools.filter_lang import FilterError
 
     return (ConfigError, GalleryError, ChatError, EncoderLoadError, CacheError, FileNotFoundError, KeyError,
-            ValueError)
+            ValueError, FilterError)
 
 
 class Workspace:
@@ -168,18 +169,32 @@ class Workspace:
         keep_reference: bool = False,
         params: dict[str, Any] | None = None,
         trace: Trace | None = None,
+        where: str | None = None,
+        sort: str = "score",
     ) -> Result:
         """Rank the gallery for ``text`` (with ``reference``: a composed query). ``params`` are the
         method's hyper-parameters for this search (``{"k": 10}``), on top of the configured ones.
         ``trace`` (optional) observes the search while it runs (listeners), caps its model calls
         (``max_calls``) or cancels it (``cancel_event``).
 
+        ``where``: a filter expression (the album filter language: ``"place ~ 'Vienna' and time >= '2019-07'"``,
+        ``near('Vienna', 5)``); the method ranks only the photos it allows, and with no ``text`` the matching
+        photos are listed in time order. ``sort``: ``score`` (the method's order) or ``time`` (when taken).
+        See :mod:`imagent.tools.photo_search`.
+
         A reference that is itself in the gallery is left out of the results unless ``keep_reference``:
         "this, but red" asks for other images, and CIRR's evaluation removes it the same way."""
-        m = self.method(method, index, **(params or {}))
+        from imagent.tools import photo_search
+
+        photo_search.check_sort(sort)
+        g = self.gallery(index)
         ref = self.resolve_reference(reference, index) if reference is not None else None
-        exclude = [ref.id] if ref is not None and not keep_reference and ref.id in self.gallery(index) else []
-        return m.search(Query(text=text, reference=ref, exclude=exclude), top_k=top_k, trace=trace)
+        exclude = [ref.id] if ref is not None and not keep_reference and ref.id in g else []
+        query = photo_search.apply_filter(Query(text=text, reference=ref, exclude=exclude), g, where)
+        if not text.strip() and ref is None and where is not None:
+            return photo_search.finish(photo_search.listing(g, query, top_k, trace), g, query, sort)
+        m = self.method(method, index, **(params or {}))
+        return photo_search.finish(m.search(query, top_k=top_k, trace=trace), g, query, sort)
 
     def mark_answer_correct(self, query: str, trace: Any, index: str | Path | None = None,
                             params: dict[str, Any] | None = None) -> Any:
@@ -218,21 +233,24 @@ def extra_encoders(settings: Settings, load: Any) -> list[ExtraEncoder]:
 
 
 def result_rows(result: Result, gallery: Gallery) -> list[dict[str, Any]]:
-    """One row per result: ``{rank, id, score, path, caption, taken, place}`` (what ``--json`` and the web
-    API return); ``taken`` (ISO date-time) and ``place`` (address, else "lat, lon") are None when unknown."""
+    """One row per result: ``{rank, id, score, path, file, caption, taken, place, latitude, longitude}`` (what
+    ``--json`` and the web API return); ``taken`` (ISO date-time), ``place`` (the given address, else the place
+    name found for the GPS, else "lat, lon") and the coordinates are None when unknown."""
     rows = []
     for rank, (image_id, score) in enumerate(zip(result.ranking.ids, result.ranking.scores, strict=True), 1):
         rec = gallery.record(image_id)
         rows.append({"rank": rank, "id": image_id, "score": round(float(score), 6), "path": rec.path,
+                     "file": Path(rec.path).name if rec.path else "",
                      "caption": rec.caption, "taken": rec.taken_time.isoformat() if rec.taken_time else None,
-                     "place": record_place(rec)})
+                     "place": record_place(rec), "latitude": rec.latitude, "longitude": rec.longitude})
     return rows
 
 
 def record_place(rec: ImageRecord) -> str | None:
-    """Where a photo was taken, in words when the index has an address, else its coordinates."""
-    if rec.address:
-        return rec.address
+    """Where a photo was taken: the given address, else the place name found for its GPS, else its
+    coordinates."""
+    if rec.place_name:
+        return rec.place_name
     if rec.latitude is not None and rec.longitude is not None:
         return f"{rec.latitude:.5f}, {rec.longitude:.5f}"
     return None

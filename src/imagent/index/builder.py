@@ -51,16 +51,15 @@ import numpy as np
 
 from imagent.core.cache import stable_key
 from imagent.core.config import IndexOptions
-from imagent.core.hashing import short_id
 from imagent.core.imageio import (
     IMAGE_EXTENSIONS,
-    FileProbe,
     ImageLoadError,
     check_file,
     probe_file,
 )
 from imagent.core.text import clean_text, display_path
 from imagent.core.types import ImageRecord
+from imagent.index import places
 from imagent.index.ann import AnnUnavailable
 from imagent.index.captioning import (
     CaptionPrompt,
@@ -69,7 +68,6 @@ from imagent.index.captioning import (
     load_caption_prompt,
     parse_caption_reply,
 )
-from imagent.index.derived import derive_text
 from imagent.index.embedding import (
     ExtraEncoder,
     PendingRecord,
@@ -82,14 +80,13 @@ from imagent.index.embedding import (
     space_models,
 )
 from imagent.index.gallery import SPACE_IMAGE, Gallery, GalleryError, split_space
+from imagent.index.records import UPGRADE_VERSION, make_record, record_for_file, upgraded
 from imagent.index.sources import (
     MANIFEST_SUFFIXES,
-    RowFields,
     Source,
     SourceError,
     SourceItem,
     abspath,
-    given,
     read_rows,
     read_source,
 )
@@ -125,6 +122,7 @@ class IndexReport:
     derived: int = 0  # of those without, how many have derived text (names, date, place)
     sees_pixels: bool | None = None  # whether the dual encoder sees pixels (None: no dual encoder)
     backfilled: int = 0  # stored records embedded in spaces added to the index by this run (those spaces only)
+    upgraded: int = 0  # unchanged records given place names / new derived text (caption spaces re-embedded)
 
     def coverage(self, gallery: Gallery, dual: Any) -> None:
         """Count captions in the index, for :meth:`caption_note`."""
@@ -164,57 +162,9 @@ class IndexReport:
             "total": self.total,
             "captioned": self.captioned,
             "embedded_in_new_spaces": self.backfilled,
+            "upgraded": self.upgraded,
             "warnings": list(self.warnings),
         }
-
-
-# --------------------------------------------------------------------------- inputs
-
-
-
-def _make_record(item: SourceItem, probe: FileProbe, root: str | None = None) -> ImageRecord:
-    """The record for one input. With no caption, ``derived_text`` holds what its names, date and place
-    say (:mod:`imagent.index.derived`), which the caption spaces embed instead of nothing."""
-    row = item.row or RowFields()
-    rec = ImageRecord(
-        id=row.id or short_id(probe.content_hash),
-        path=item.path,
-        content_hash=probe.content_hash,
-        captions=list(row.captions),
-        taken_time=row.taken_time if row.has_time else probe.taken_time,
-        latitude=row.latitude if row.has_position else probe.latitude,
-        longitude=row.longitude if row.has_position else probe.longitude,
-        address=row.address,
-        tags=list(row.tags),
-        width=probe.info.width,
-        height=probe.info.height,
-        extra=dict(row.extra),
-        # A manifest's "device" column (camera / phone model; DISBench's capturedevice) names the device.
-        device=str(row.extra["device"]).strip() if given(row.extra.get("device")) else getattr(probe, "device", None),
-        caption_source="given" if row.captions else "",
-    )
-    if not rec.captions:
-        rec.derived_text = derive_text(item.path, root, rec.taken_time, rec.address, rec.latitude, rec.longitude,
-                                       rec.tags)
-    return rec
-
-
-def record_for_file(path: str | Path, gallery: Gallery | None, options: IndexOptions | None = None) -> ImageRecord:
-    """The gallery's record for this file's content if it has one, else a transient record.
-
-    A transient record has the content-hash id, EXIF time and position, no caption. Raises
-    :class:`ImageLoadError` (a ``ValueError``) with the reason when the file is not a usable image."""
-    options = options or IndexOptions()
-    p = abspath(path)
-    try:
-        probe = probe_file(p, options.max_pixels, options.max_file_bytes)
-    except ImageLoadError as exc:
-        raise ImageLoadError(f"cannot use {path} as an image: {exc}") from None
-    if gallery is not None:
-        found = gallery.record_by_hash(probe.content_hash)
-        if found is not None:
-            return found
-    return _make_record(SourceItem(key=f"file:{p}", path=p, display=display_path(p)), probe)
 
 
 # --------------------------------------------------------------------------- captioning
@@ -388,6 +338,19 @@ def _zero_image_vectors(gallery: Gallery, rec: ImageRecord, spaces: Sequence[str
         gallery.put_vectors(c, rec.id, {s: np.zeros(encoders[s].dim, dtype=np.float32) for s in images})
 
 
+def _store_refreshed(gallery: Gallery, refresh: Sequence[tuple[ImageRecord, str, str]], dual: Any, text: Any,
+                     extras: Sequence[ExtraEncoder]) -> None:
+    """Store upgraded records (same id, key and fingerprint) with their caption spaces embedded again; image
+    vectors of an encoder that sees pixels stay as they are (the pixels did not change)."""
+    records = [r for r, _, _ in refresh]
+    vectors = embed_records(records, dual, text, caption_spaces_only=True, extras=extras)
+    with gallery.transaction() as c:
+        for space, (model_id, dim) in space_models(dual, text, extras, vectors).items():
+            gallery.ensure_space(c, space, model_id, dim)
+        for n, (rec, key, fp) in enumerate(refresh):
+            gallery.upsert(c, rec, key, fp, {s: v[n] for s, v in vectors.items()})
+
+
 class _Build:
     def __init__(
         self,
@@ -414,10 +377,16 @@ class _Build:
         self.ok_keys: set[str] = set()  # inputs that end this run with a current record
         self.skipped_keys: set[str] = set()
         self.root: str | None = None
+        # Stored records of unchanged inputs brought up to date (place names, derived text with the day):
+        # (record, source key, fingerprint); their caption spaces are embedded again, their image vectors kept.
+        self.refresh: list[tuple[ImageRecord, str, str]] = []
+        self.upgrade = False
 
     def run(self, source: Source, progress: Progress | None, force: bool) -> None:
         items = source.items
         self.root = source.root
+        mark = f"upgrade:{stable_key(source.scope)[:16]}"
+        self.upgrade = self.g.meta(mark) != UPGRADE_VERSION
         stored = self.g.fingerprints()  # source key -> (id, fingerprint)
         self.owner = {i: k for k, (i, _) in stored.items()}  # id -> source key holding it
         self.owner_path = {i: self.g.record(i).path for i in self.owner if i in self.g}
@@ -430,12 +399,14 @@ class _Build:
                 # Anything unforeseen about one input (an OS error on a strange file, a value a row carries)
                 # costs that input, with the reason, never the build.
                 self._skip(item, f"unexpected {type(exc).__name__}: {clean_text(str(exc))}")
-            if len(self.pending) >= self.options.batch_size:
+            if len(self.pending) + len(self.refresh) >= self.options.batch_size:
                 self._flush()
             if progress is not None:
                 progress(n, total, item.display)
         self._flush()
         self._finish(source.scope)
+        if self.upgrade and (places.available() or not self.options.place_names):
+            self.g.set_meta(mark, UPGRADE_VERSION)  # the next run skips the look at unchanged records
 
     def _skip(self, item: SourceItem, reason: str) -> None:
         self.report.skipped.append((item.display, reason))
@@ -473,13 +444,17 @@ class _Build:
         if not force and self._unchanged(previous, fp, captionless):
             self.report.unchanged += 1
             self.ok_keys.add(item.key)
+            if self.upgrade and previous is not None and previous[0] in self.g:
+                new = upgraded(self.g.record(previous[0]), self.root, self.options)
+                if new is not None:
+                    self.refresh.append((new, item.key, previous[1]))
             return
         try:
             probe = probe_file(item.path, self.options.max_pixels, self.options.max_file_bytes)
         except ImageLoadError as exc:
             self._skip(item, str(exc))
             return
-        record = _make_record(item, probe, self.root)
+        record = make_record(item, probe, self.root, self.options)
         holder = self.owner.get(record.id)
         # A holder that is an input of this source but gone from it (a renamed or moved file) is
         # not a conflict: the upsert below takes its record over, under this input's key.
@@ -524,11 +499,14 @@ class _Build:
                 self.g.remove(c, self.replaced)
         if self.pending:
             add_records(self.g, self.pending, self.dual, self.text, self.extras)
+        if self.refresh:
+            _store_refreshed(self.g, self.refresh, self.dual, self.text, self.extras)
+            self.report.upgraded += len(self.refresh)
         if self.skips:
             with self.g.transaction() as c:
                 for key, path, reason in self.skips:
                     self.g.mark_skipped(c, key, path, reason)
-        self.pending, self.needs_caption, self.replaced, self.skips = [], [], [], []
+        self.pending, self.needs_caption, self.replaced, self.skips, self.refresh = [], [], [], [], []
 
     def _finish(self, scope: str) -> None:
         # Read the keys again: upserts above may have moved a record to a new key (renames).

@@ -412,7 +412,9 @@ class Gallery:
             mask = np.zeros(len(self.ids), dtype=bool)
             mask[self.rows(subset)] = True
         if constraints is not None and not constraints.is_empty():
-            m = self._metadata_arrays()
+            needs_meta = any(v is not None for v in (constraints.time_from, constraints.time_to,
+                                                     constraints.within_km))
+            m = self._metadata_arrays() if needs_meta else {}  # parsing every record costs ~1 s per 100k
             keep = np.ones(len(self.ids), dtype=bool)
             if constraints.time_from is not None:
                 keep &= m["time"] >= constraints.time_from.timestamp()
@@ -424,6 +426,10 @@ class Gallery:
                 with np.errstate(invalid="ignore"):
                     d = haversine_km(constraints.near_latitude, constraints.near_longitude, m["lat"], m["lon"])
                     keep &= d <= constraints.within_km
+            if constraints.rows is not None:  # a --where expression's matches (imagent.tools.photo_search)
+                allowed = np.zeros(len(self.ids), dtype=bool)
+                allowed[np.asarray(constraints.rows, dtype=np.int64)] = True
+                keep &= allowed
             mask = keep if mask is None else (mask & keep)
         if exclude is not None:
             ex = self.rows(exclude)

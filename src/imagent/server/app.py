@@ -40,9 +40,9 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from imagent.api import Workspace, result_json, user_error_types
 from imagent.core.imageio import ImageLoadError, is_image_name
@@ -56,6 +56,7 @@ from imagent.server.jobs import SearchJobs, TooManySearches
 from imagent.server.limits import check_params
 from imagent.server.security import Guard, HostPolicy, csp_for_html
 from imagent.server.uploads import UploadStore
+from imagent.tools.photo_search import where_rows
 
 try:
     from fastapi import FastAPI, HTTPException, Request
@@ -72,7 +73,7 @@ _FINGERPRINT = re.compile(r"^(\d+):(\d+):")  # "size:mtime_ns:..." written by th
 
 
 class SearchRequest(BaseModel):
-    text: str = Field(min_length=1, max_length=2000)
+    text: str = Field("", max_length=2000)  # empty only with a where filter (the matches in time order)
     method: str = Field("clip", max_length=100)
     top_k: int = Field(10, ge=1, le=200)
     reference: str | None = Field(None, max_length=1000)  # a gallery id
@@ -80,6 +81,14 @@ class SearchRequest(BaseModel):
     keep_reference: bool = False
     params: dict[str, Any] = Field(default_factory=dict)  # the method's hyper-parameters for this search
     max_calls: int | None = Field(None, ge=0, description="cap on model calls (at most the server's cap)")
+    where: str | None = Field(None, max_length=2000, description="filter expression (album filter language)")
+    sort: Literal["score", "time"] = "score"
+
+    @model_validator(mode="after")
+    def _something_to_search(self) -> SearchRequest:
+        if not self.text.strip() and self.where is None and not (self.reference or self.reference_upload):
+            raise ValueError("give a query text, a reference or a where filter")
+        return self
 
 
 class FileChanged(Exception):
@@ -270,6 +279,10 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
                 ref = _uploaded_record(ref)
         query = Query(text=req.text, reference=ref,
                       exclude=[ref.id] if ref is not None and not req.keep_reference and ref.id in gallery else [])
+        if req.where is not None:
+            where_rows(gallery, req.where)  # a bad expression: 400 with where and why, before anything runs
+            if not req.text.strip() and ref is None:
+                return query, config  # the matching photos in time order: no method runs
         if query.task not in cls.tasks:
             need = ("needs a reference image: press 'use as reference' on a result, or upload one"
                     if ref is None else "takes no reference image: clear it")
@@ -282,10 +295,14 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
 
     def run(req: SearchRequest, query: Query, trace: Trace) -> Result:
         return workspace.search(req.text, method=req.method, top_k=req.top_k, reference=query.reference,
-                                index=index, keep_reference=req.keep_reference, params=req.params, trace=trace)
+                                index=index, keep_reference=req.keep_reference, params=req.params, trace=trace,
+                                where=req.where, sort=req.sort)
 
-    def payload(result: Result) -> dict[str, Any]:
+    def payload(result: Result, req: SearchRequest | None = None) -> dict[str, Any]:
         data = json.loads(result_json(result, gallery))
+        if req is not None:  # what the results are restricted to and ordered by, shown with them
+            data["filter"] = {"where": req.where, "sort": req.sort,
+                              "matches": result.trace.counters.get("where_matches")}
         if result.answer_set is not None:
             data["answer_set"] = list(result.answer_set)
             data["answer"] = [_card(gallery.record(i)) for i in result.answer_set if i in gallery]
@@ -295,7 +312,7 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
     def search(req: SearchRequest) -> JSONResponse:
         # A plain ``def``: FastAPI runs it in a worker thread, so a slow model call does not block the page.
         query, _config = prepare(req)
-        return JSONResponse(payload(run(req, query, new_trace(req))))
+        return JSONResponse(payload(run(req, query, new_trace(req)), req))
 
     @app.post("/api/searches", status_code=202)
     def start_search(req: SearchRequest) -> dict[str, Any]:
@@ -306,7 +323,7 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
             estimate = None
         trace = new_trace(req)
         try:
-            job = jobs.start(trace, req.method, estimate, lambda t: payload(run(req, query, t)), describe_error)
+            job = jobs.start(trace, req.method, estimate, lambda t: payload(run(req, query, t), req), describe_error)
         except TooManySearches as exc:
             raise HTTPException(429, str(exc)) from None
         return {"id": job.id, "events": f"/api/searches/{job.id}/events", "estimate": estimate,
@@ -355,8 +372,8 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
 
 
 def _place(rec: ImageRecord) -> str | None:
-    if rec.address:
-        return rec.address
+    if rec.place_name:
+        return rec.place_name
     if rec.latitude is not None and rec.longitude is not None:
         return f"{rec.latitude:.5f}, {rec.longitude:.5f}"
     return None
@@ -372,7 +389,7 @@ def _uploaded_record(ref: ImageRecord) -> ImageRecord:
     words. Only its EXIF date and place stand in for it (marked as derived text, never a caption)."""
     from imagent.index.derived import date_phrase, place_phrase
 
-    words = [date_phrase(ref.taken_time), place_phrase(ref.address, ref.latitude, ref.longitude)]
+    words = [date_phrase(ref.taken_time), place_phrase(ref.address, ref.latitude, ref.longitude, ref.place)]
     return replace(ref, derived_text="; ".join(w for w in words if w), extra={**ref.extra, "uploaded": True})
 
 

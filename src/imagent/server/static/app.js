@@ -181,20 +181,55 @@ function renderTrace(trace) {
   $("trace").replaceChildren(...trace.steps.map(renderStep));
 }
 
+const fileName = (path) => (path ? String(path).split(/[\\/]/).pop() : "");
+
 function resultCard(r) {
   const use = el("button", { type: "button", class: "use-reference", text: "use as reference" });
   use.addEventListener("click", () => setReference(r.id));
+  // The thumbnail opens the full photo (the same checked file the thumbnail is) in a new tab.
+  const open = el("a", { class: "open", href: imageUrl(r.id), target: "_blank", rel: "noopener", title: "open the full photo" },
+    thumb(r.id, r.caption));
   return el("li", { class: "result", "data-id": r.id },
-    thumb(r.id, r.caption),
+    open,
     r.rank === undefined ? null
       : el("div", {}, el("span", { class: "rank", text: `#${r.rank}` }), el("span", { class: "score", text: r.score.toFixed(4) })),
+    el("div", { class: "file", text: r.file || fileName(r.path) || r.id, title: r.path || "" }),
     el("div", { class: "caption", text: r.caption }),
     el("div", { class: "when-where", text: whenWhere(r.taken, r.place) }),
     el("div", { class: "id", text: r.id }),
     use);
 }
 
+// The filter a search ran with, shown above its results.
+function renderFilter(filter) {
+  const box = $("filter-shown");
+  if (!filter || (!filter.where && filter.sort !== "time")) { box.hidden = true; box.replaceChildren(); return; }
+  const parts = [];
+  if (filter.where) {
+    parts.push("only photos where ", el("code", { text: filter.where }));
+    if (typeof filter.matches === "number") parts.push(` (${filter.matches} match)`);
+  }
+  if (filter.sort === "time") parts.push(parts.length ? "; " : "", "in time order");
+  box.replaceChildren(...parts);
+  box.hidden = false;
+}
+
+// The date range, place box and expression field as one filter expression (the language of --where).
+function quote(text) { return `'${String(text).replace(/\\/g, "\\\\").replace(/'/g, "\\'")}'`; }
+
+function buildWhere() {
+  const parts = [];
+  const from = $("date-from").value, to = $("date-to").value, place = $("place").value.trim();
+  const expr = $("where").value.trim();
+  if (from) parts.push(`time >= ${quote(from)}`);
+  if (to) parts.push(`time <= ${quote(to)}`);  // a day is the whole day
+  if (place) parts.push(`place ~ ${quote(place)}`);
+  if (expr) parts.push(parts.length ? `(${expr})` : expr);
+  return parts.length ? parts.join(" and ") : null;
+}
+
 function renderResults(data) {
+  renderFilter(data.filter);
   $("results").replaceChildren(...data.results.map(resultCard));
   const answer = data.answer_set;
   $("answer-box").hidden = !Array.isArray(answer);
@@ -302,8 +337,12 @@ async function search(event) {
   const body = {
     text: $("query").value, method: $("method").value, top_k: Number($("top-k").value) || 10,
     reference: upload ? null : ($("reference").value.trim() || null), reference_upload: upload ? upload.id : null,
-    keep_reference: $("keep-reference").checked, params,
+    keep_reference: $("keep-reference").checked, params, where: buildWhere(), sort: $("sort").value,
   };
+  if (!body.text.trim() && !body.reference && !body.reference_upload && !body.where) {
+    setStatus("type a query, pick a reference, or give a date, place or where filter", true);
+    return;
+  }
   $("search-button").disabled = true;
   let resp, data;
   try {
@@ -319,7 +358,7 @@ async function search(event) {
     setStatus(`error: ${errorText(data, resp.status)}`, true);
     return;
   }
-  current = { id: data.id, method: body.method, t0: performance.now(), calls: 0, estimate: data.estimate, step: "" };
+  current = { id: data.id, method: body.where && !body.text.trim() && !body.reference && !body.reference_upload ? "filter" : body.method, t0: performance.now(), calls: 0, estimate: data.estimate, step: "" };
   current.source = new EventSource(data.events);
   current.timer = setInterval(liveStatus, 250);
   $("results").classList.add("stale");  // old results stay visible, dimmed, until the new ones arrive
