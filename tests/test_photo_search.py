@@ -103,7 +103,9 @@ def test_cli_place_search_where_and_time_order(photos, monkeypatch):
     (["x", "--where", "time >= 'last week'"], "'last week' is not a date"),
     (["x", "--where", "  "], "empty"),
     (["x", "--sort", "size"], "unknown --sort 'size'"),
-    ([], "needs a query text, a --ref image or a --where filter"),
+    ([], "needs a query text, a --ref image, --like or a --where filter"),
+    (["x", "--like", "nope"], "--like ranks by the photo alone"),
+    (["--like", "nope"], "reference 'nope' is neither an image id in the gallery nor a file"),
 ])
 def test_cli_filter_errors_are_one_clear_line(photos, args, words):
     out = CliRunner().invoke(app, ["search", *args, "--index", str(photos)])
@@ -155,3 +157,34 @@ def test_json_api_where_sort_and_errors(photos, tmp_path):
     assert client.post("/api/search", json={"text": " "}).status_code == 422
     info = Gallery(photos)
     assert len(info) == 12
+
+
+def test_like_with_an_id_and_with_a_file(photos, tmp_path, monkeypatch):
+    monkeypatch.setenv("IMAGENT_NO_SERVER", "1")
+    runner = CliRunner()
+    g = Gallery(photos)
+    vienna = next(r for r in g.records() if r.path.endswith("IMG_1000.jpg"))
+    out = runner.invoke(app, ["search", "--like", vienna.id, "-k", "5", "--json", "--index", str(photos)])
+    assert out.exit_code == 0, out.output
+    body = json.loads(out.stdout)
+    ids = [r["id"] for r in body["results"]]
+    assert len(ids) == 5 and vienna.id not in ids and body["trace"]["method"] == "like"
+    assert body["results"][0]["place"] == "Vienna, Austria"  # caption mode: its words (date, place) decide
+    # with a filter and in time order
+    out = runner.invoke(app, ["search", "--like", vienna.id, "--where", "place ~ 'San Diego'", "--sort", "time",
+                              "--json", "--index", str(photos)])
+    rows = json.loads(out.stdout)["results"]
+    assert rows and all("San Diego" in r["place"] for r in rows)
+    assert [r["taken"] for r in rows] == sorted(r["taken"] for r in rows)
+    # a file: the same bytes are the gallery photo (left out of its own results) ...
+    copy = tmp_path / "copy.jpg"
+    copy.write_bytes(Path(vienna.path).read_bytes())
+    ids = [r["id"] for r in json.loads(runner.invoke(app, ["search", "--like", str(copy), "--json", "--index",
+                                                             str(photos)]).stdout)["results"]]
+    assert vienna.id not in ids and len(ids) == 10
+    # ... and a photo from elsewhere is embedded by what its file says (EXIF place and date in caption mode)
+    other = write_photo(Path(vienna.path), tmp_path / "elsewhere" / "IMG_9.jpg", datetime(2019, 7, 21, 10, 15),
+                        SAN_DIEGO, quality=60)
+    out = runner.invoke(app, ["search", "--like", str(other), "-k", "3", "--json", "--index", str(photos)])
+    assert out.exit_code == 0, out.output
+    assert [r["place"] for r in json.loads(out.stdout)["results"]] == ["San Diego, California, United States"] * 3

@@ -171,12 +171,14 @@ class Workspace:
         trace: Trace | None = None,
         where: str | None = None,
         sort: str = "score",
+        like: str | Path | ImageRecord | None = None,
     ) -> Result:
         """Rank the gallery for ``text`` (with ``reference``: a composed query). ``params`` are the
         method's hyper-parameters for this search (``{"k": 10}``), on top of the configured ones.
         ``trace`` (optional) observes the search while it runs (listeners), caps its model calls
         (``max_calls``) or cancels it (``cancel_event``).
 
+        ``like``: a photo (gallery id or image file) to find more like, instead of text.
         ``where``: a filter expression (the album filter language: ``"place ~ 'Vienna' and time >= '2019-07'"``,
         ``near('Vienna', 5)``); the method ranks only the photos it allows, and with no ``text`` the matching
         photos are listed in time order. ``sort``: ``score`` (the method's order) or ``time`` (when taken).
@@ -191,6 +193,14 @@ class Workspace:
         ref = self.resolve_reference(reference, index) if reference is not None else None
         exclude = [ref.id] if ref is not None and not keep_reference and ref.id in g else []
         query = photo_search.apply_filter(Query(text=text, reference=ref, exclude=exclude), g, where)
+        if like is not None:  # more like this photo: no text, no reference
+            if text.strip() or ref is not None:
+                raise ValueError("like ranks by the photo alone: give no text and no reference with it")
+            rec = self.resolve_reference(like, index)
+            space = photo_search.like_space(g, method)
+            vec = photo_search.like_vector(g, rec, space, self.dual_encoder, self.text_embedder)
+            return photo_search.finish(photo_search.more_like(g, rec, vec, space, query, top_k, trace), g, query,
+                                       sort)
         if not text.strip() and ref is None and where is not None:
             return photo_search.finish(photo_search.listing(g, query, top_k, trace), g, query, sort)
         m = self.method(method, index, **(params or {}))

@@ -200,7 +200,7 @@ def test_near_uses_great_circle_km(meta):
     ("and time = '2013'", "expected a condition (a field such as time, address, device, lat, lon, or near(...))"),
     ("near(48.8, 2.3)", "expected ',' (near takes three numbers: near(lat, lon, km)) but found ')'"),
     ("near 48.8, 2.3, 5", "expected '(' (near takes three numbers: near(lat, lon, km))"),
-    ("near('paris', 2.3, 5)", "expected ')' (near with a place takes its name and a distance: near('Vienna', km))"),  # noqa: E501
+    ("near('paris', 2.3, 5)", "expected ')' (near with a place takes its name and a distance: near('Vienna', km))"),
     ("near('Nowhereville Xyz', 5)", "near: no place called 'Nowhereville Xyz' in the offline place data"),
     ("near(95, 2.3, 5)", "near: lat must be in [-90, 90] and lon in [-180, 180], got 95, 2.3"),
     ("near(48.8, 2.3, 0)", "near: the distance must be more than 0 km, got 0"),

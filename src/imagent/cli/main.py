@@ -189,6 +189,8 @@ def search(
         "whole period), place ~ 'Vienna', device ~ 'iphone', near('Vienna', 10), near(48.2, 16.4, 5) (km); "
         "and/or/not, parentheses")] = None,
     sort: Annotated[str, typer.Option("--sort", help="score (the method's order) or time (when taken)")] = "score",
+    like: Annotated[str | None, typer.Option(
+        "--like", help="more like this photo (a gallery id or an image file), instead of a query text")] = None,
     paths: Annotated[bool, typer.Option("--paths", help="print only the result files, one per line "
                                         "(pipe into a viewer)")] = False,
     no_server: Annotated[bool, typer.Option(
@@ -208,7 +210,7 @@ def search(
     from imagent.methods.base import get_method
 
     # Everything a user can get wrong is checked before any model loads.
-    photo = check_photo_options(text, where, sort, ref)
+    photo = check_photo_options(text, where, sort, ref, like)
     cls = get_method(method)
     task = "cir" if ref is not None else "tir"
     if task not in cls.tasks:
@@ -223,8 +225,13 @@ def search(
         check_reference(ref, gallery)
     if where is not None:
         check_where(where, gallery)
+    if like is not None:  # more like this photo: its own vector, no model call for a gallery photo
+        check_reference(like, gallery)
+        result = ws.search("", method=method, top_k=top_k, index=index_dir, like=like, **photo)
+        show_result(result, gallery, f"like {like}" + (f" (where {where})" if where else ""), json_out, paths)
+        return
     if not text.strip() and ref is None:  # a filter alone: the matching photos in time order, no model
-        result = ws.search("", method=method, top_k=top_k, index=index_dir, where=where, sort=sort)
+        result = ws.search("", method=method, top_k=top_k, index=index_dir, **photo)
         show_result(result, gallery, f"--where {where}", json_out, paths)
         return
     estimate = cls.estimate_calls(params, Query(text=text, reference=None))
@@ -260,12 +267,16 @@ def show_result(result: Any, gallery: Any, title: str, json_out: bool, paths: bo
         print_result(console, result, gallery, title=title)
 
 
-def check_photo_options(text: str, where: str | None, sort: str, ref: str | None) -> dict[str, Any]:
-    """The photo options of a search (filter, order), checked before anything loads."""
+def check_photo_options(text: str, where: str | None, sort: str, ref: str | None,
+                        like: str | None = None) -> dict[str, Any]:
+    """The photo options of a search (filter, order, more like this), checked before anything loads."""
     if sort not in ("score", "time"):
         raise HintedError(f"unknown --sort {sort!r}", "use --sort score (the method's order) or --sort time")
-    if not text.strip() and ref is None and where is None:
-        raise HintedError("a search needs a query text, a --ref image or a --where filter",
+    if like is not None and (text.strip() or ref is not None):
+        raise HintedError("--like ranks by the photo alone", "drop the query text and --ref, or use --ref IMAGE "
+                          "with a text for a composed query")
+    if not text.strip() and ref is None and where is None and like is None:
+        raise HintedError("a search needs a query text, a --ref image, --like or a --where filter",
                           'e.g. imagent search "a penguin", or imagent search --where "place ~ \'Vienna\'"')
     out: dict[str, Any] = {}
     if where is not None:

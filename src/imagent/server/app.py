@@ -83,11 +83,12 @@ class SearchRequest(BaseModel):
     max_calls: int | None = Field(None, ge=0, description="cap on model calls (at most the server's cap)")
     where: str | None = Field(None, max_length=2000, description="filter expression (album filter language)")
     sort: Literal["score", "time"] = "score"
+    like: str | None = Field(None, max_length=1000, description="more like this gallery id (no text)")
 
     @model_validator(mode="after")
     def _something_to_search(self) -> SearchRequest:
-        if not self.text.strip() and self.where is None and not (self.reference or self.reference_upload):
-            raise ValueError("give a query text, a reference or a where filter")
+        if not (self.text.strip() or self.where is not None or self.reference or self.reference_upload or self.like):
+            raise ValueError("give a query text, a reference, a like photo or a where filter")
         return self
 
 
@@ -281,8 +282,14 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
                       exclude=[ref.id] if ref is not None and not req.keep_reference and ref.id in gallery else [])
         if req.where is not None:
             where_rows(gallery, req.where)  # a bad expression: 400 with where and why, before anything runs
-            if not req.text.strip() and ref is None:
-                return query, config  # the matching photos in time order: no method runs
+        if req.like is not None:
+            if req.like not in gallery:  # only gallery ids, never a path
+                raise HTTPException(400, f"like {req.like[:200]!r} is not an image id in the gallery")
+            if req.text.strip() or ref is not None:
+                raise HTTPException(400, "like ranks by the photo alone: give no text and no reference with it")
+            return query, config
+        if req.where is not None and not req.text.strip() and ref is None:
+            return query, config  # the matching photos in time order: no method runs
         if query.task not in cls.tasks:
             need = ("needs a reference image: press 'use as reference' on a result, or upload one"
                     if ref is None else "takes no reference image: clear it")
@@ -296,7 +303,7 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
     def run(req: SearchRequest, query: Query, trace: Trace) -> Result:
         return workspace.search(req.text, method=req.method, top_k=req.top_k, reference=query.reference,
                                 index=index, keep_reference=req.keep_reference, params=req.params, trace=trace,
-                                where=req.where, sort=req.sort)
+                                where=req.where, sort=req.sort, like=req.like)
 
     def payload(result: Result, req: SearchRequest | None = None) -> dict[str, Any]:
         data = json.loads(result_json(result, gallery))

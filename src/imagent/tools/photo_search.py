@@ -1,4 +1,4 @@
-"""What a photo app adds to any search: a ``--where`` filter, time order, and a filter-only listing.
+"""What a photo app adds to any search: a ``--where`` filter, time order, a filter-only listing, more like this.
 
 ``imagent search TEXT --where EXPR --sort score|time`` (and the same fields in the Python API and the web API)
 go through :func:`apply_filter` before the method runs and :func:`finish` after it:
@@ -9,7 +9,9 @@ go through :func:`apply_filter` before the method runs and :func:`finish` after 
   :class:`~imagent.core.types.MetadataConstraints`, so every method ranks inside them in the store itself
   (the exact scan of the pool, or the approximate store's filtered search);
 - ``sort="time"`` lists the method's results in the order they were taken (photos without a time last);
-- a search with a filter and no text lists the matching photos in time order (:func:`listing`).
+- a search with a filter and no text lists the matching photos in time order (:func:`listing`);
+- ``--like ID|FILE`` ranks by the photo itself (:func:`more_like`: its image vector, or its caption vector with
+  ``--method caption``), the photo left out of its own results.
 
 A bad expression raises :class:`~imagent.tools.filter_lang.FilterError` saying where and what is allowed.
 """
@@ -22,8 +24,9 @@ from typing import Any
 import numpy as np
 
 from imagent.core.trace import Trace
-from imagent.core.types import MetadataConstraints, Query, Ranking, Result
-from imagent.index.gallery import Gallery
+from imagent.core.types import ImageRecord, MetadataConstraints, Query, Ranking, Result
+from imagent.index.embedding import embedding_text
+from imagent.index.gallery import SPACE_CAPTION_TEXT, SPACE_IMAGE, Gallery
 from imagent.tools.album import Album
 from imagent.tools.filter_lang import FilterError
 
@@ -54,25 +57,33 @@ def apply_filter(query: Query, gallery: Gallery, where: str | None) -> Query:
     return replace(query, constraints=replace(base, where=where, rows=np.sort(rows)))
 
 
+def allowed_ids(ids: list[str], gallery: Gallery, query: Query) -> list[bool]:
+    """For each id, whether the query's filter allows it (every id when there is no filter)."""
+    c = query.constraints
+    if c is None or c.rows is None:
+        return [True] * len(ids)
+    rows = np.asarray(c.rows, dtype=np.int64)  # sorted (apply_filter)
+    out = []
+    for i in ids:
+        if i not in gallery:
+            out.append(False)
+            continue
+        r = gallery.row(i)
+        at = int(np.searchsorted(rows, r))
+        out.append(at < len(rows) and int(rows[at]) == r)
+    return out
+
+
 def allowed(result: Result, gallery: Gallery, query: Query) -> Result:
     """``result`` without any photo the filter does not allow: a method that ranks outside the pool (an agent
     answering from memory) never shows one."""
-    c = query.constraints
-    if c is None or c.rows is None:
-        return result
-    ok = np.zeros(len(gallery), dtype=bool)
-    ok[np.asarray(c.rows, dtype=np.int64)] = True
-
-    def keep(ids: list[str]) -> list[bool]:
-        return [i in gallery and bool(ok[gallery.row(i)]) for i in ids]
-
-    mask = keep(result.ranking.ids)
-    if all(mask):
+    mask = allowed_ids(result.ranking.ids, gallery, query)
+    if all(mask) and (result.answer_set is None or all(allowed_ids(result.answer_set, gallery, query))):
         return result
     ranking = Ranking([i for i, m in zip(result.ranking.ids, mask, strict=True) if m],
                       [s for s, m in zip(result.ranking.scores, mask, strict=True) if m])
-    answer = None if result.answer_set is None else [i for i, m in zip(result.answer_set,
-                                                                          keep(result.answer_set), strict=True) if m]
+    answer = None if result.answer_set is None else [
+        i for i, m in zip(result.answer_set, allowed_ids(result.answer_set, gallery, query), strict=True) if m]
     return replace(result, ranking=ranking, answer_set=answer)
 
 
@@ -118,6 +129,38 @@ def listing(gallery: Gallery, query: Query, top_k: int, trace: Trace | None = No
     return Result(Ranking(ids, [1.0] * len(ids)), trace)
 
 
-def describe(where: str | None, sort: str) -> dict[str, Any]:
-    """What the results are restricted to and ordered by (shown with them)."""
-    return {"where": where, "sort": sort}
+def like_space(gallery: Gallery, method: str) -> str:
+    """The space "more like this" ranks in: the caption space for ``--method caption`` (the photo's text),
+    else the image space (pixels; in caption mode the captions encoded as images)."""
+    if method == "caption" and gallery.has_space(SPACE_CAPTION_TEXT):
+        return SPACE_CAPTION_TEXT
+    return SPACE_IMAGE
+
+
+def like_vector(gallery: Gallery, record: ImageRecord, space: str, dual: Any, text: Any) -> np.ndarray:
+    """``record``'s vector in ``space``: stored when it is in the gallery, else encoded (a file given by path)."""
+    if record.id in gallery and gallery.has_space(space):
+        return gallery.vector(space, record.id)
+    if space == SPACE_IMAGE and getattr(dual, "sees_pixels", True):
+        return np.asarray(dual.encode_images([record])[0], dtype=np.float32)
+    # A caption space, or caption mode's image space: the photo's text, embedded as the index embeds it.
+    words = embedding_text(record)
+    if not words:
+        raise FilterError(f"{record.path or record.id} has no caption, file-name words, date or place to compare "
+                          "by, and the image space is captions (caption mode); index it, or configure a dual "
+                          "encoder that sees pixels")
+    encoder = text if space == SPACE_CAPTION_TEXT else dual
+    return np.asarray(encoder.encode_texts([words])[0], dtype=np.float32)
+
+
+def more_like(gallery: Gallery, record: ImageRecord, vector: np.ndarray, space: str, query: Query, top_k: int,
+              trace: Trace | None = None) -> Result:
+    """The photos most like ``record`` (cosine of its vector in ``space``), the photo itself left out, inside
+    the query's filter."""
+    trace = trace or Trace()
+    trace.method = "like"
+    exclude = list(dict.fromkeys([*query.exclude, *([record.id] if record.id in gallery else [])]))
+    with trace.step("like", photo=record.id, space=space) as step:
+        ranking = gallery.search(vector, space, top_k, query.constraints, query.candidates, exclude)
+        step.outputs["top"] = ranking.head()
+    return Result(ranking, trace)

@@ -12,6 +12,7 @@ let methods = {};
 let limits = {};
 let current = null;      // the running search: {id, source, t0, timer, calls, estimate, step}
 let upload = null;       // the uploaded reference: {id, url, name}
+let likeId = null;       // "more like this": the gallery id the next search ranks by
 const records = new Map();  // id -> Promise of its record (date and place under thumbnails)
 
 function el(tag, attrs = {}, ...children) {
@@ -186,6 +187,13 @@ const fileName = (path) => (path ? String(path).split(/[\\/]/).pop() : "");
 function resultCard(r) {
   const use = el("button", { type: "button", class: "use-reference", text: "use as reference" });
   use.addEventListener("click", () => setReference(r.id));
+  const like = el("button", { type: "button", class: "more-like", text: "more like this" });
+  like.addEventListener("click", () => {  // rank by this photo alone (the filters still apply)
+    likeId = r.id;
+    $("query").value = "";
+    setReference(null);
+    $("search-form").requestSubmit();
+  });
   // The thumbnail opens the full photo (the same checked file the thumbnail is) in a new tab.
   const open = el("a", { class: "open", href: imageUrl(r.id), target: "_blank", rel: "noopener", title: "open the full photo" },
     thumb(r.id, r.caption));
@@ -197,7 +205,7 @@ function resultCard(r) {
     el("div", { class: "caption", text: r.caption }),
     el("div", { class: "when-where", text: whenWhere(r.taken, r.place) }),
     el("div", { class: "id", text: r.id }),
-    use);
+    use, like);
 }
 
 // The filter a search ran with, shown above its results.
@@ -337,9 +345,10 @@ async function search(event) {
   const body = {
     text: $("query").value, method: $("method").value, top_k: Number($("top-k").value) || 10,
     reference: upload ? null : ($("reference").value.trim() || null), reference_upload: upload ? upload.id : null,
-    keep_reference: $("keep-reference").checked, params, where: buildWhere(), sort: $("sort").value,
+    keep_reference: $("keep-reference").checked, params, where: buildWhere(), sort: $("sort").value, like: likeId,
   };
-  if (!body.text.trim() && !body.reference && !body.reference_upload && !body.where) {
+  likeId = null;
+  if (!body.text.trim() && !body.reference && !body.reference_upload && !body.where && !body.like) {
     setStatus("type a query, pick a reference, or give a date, place or where filter", true);
     return;
   }
@@ -358,7 +367,8 @@ async function search(event) {
     setStatus(`error: ${errorText(data, resp.status)}`, true);
     return;
   }
-  current = { id: data.id, method: body.where && !body.text.trim() && !body.reference && !body.reference_upload ? "filter" : body.method, t0: performance.now(), calls: 0, estimate: data.estimate, step: "" };
+  const filterOnly = body.where && !body.text.trim() && !body.reference && !body.reference_upload && !body.like;
+  current = { id: data.id, method: body.like ? "like" : (filterOnly ? "filter" : body.method), t0: performance.now(), calls: 0, estimate: data.estimate, step: "" };
   current.source = new EventSource(data.events);
   current.timer = setInterval(liveStatus, 250);
   $("results").classList.add("stale");  // old results stay visible, dimmed, until the new ones arrive
