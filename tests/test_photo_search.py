@@ -76,7 +76,7 @@ def test_cli_place_search_where_and_time_order(photos, monkeypatch):
     assert out.exit_code == 0, out.output
     rows = json.loads(out.stdout)["results"]
     assert [r["place"] for r in rows] == ["Vienna, Austria"] * 6  # the six Vienna photos first
-    assert rows[0]["latitude"] == pytest.approx(VIENNA[0], abs=1e-4) and rows[0]["file"].startswith("IMG_")
+    assert Path(rows[0]["path"]).name.startswith("IMG_")
     table = runner.invoke(app, ["search", "photos from Vienna", "--method", "caption", "-k", "3", "--index",
                                 str(photos)], env={"COLUMNS": "200"})
     assert "Vienna, Austria" in table.output

@@ -172,6 +172,7 @@ class Workspace:
         where: str | None = None,
         sort: str = "score",
         like: str | Path | ImageRecord | None = None,
+        collapse_duplicates: bool = False,
     ) -> Result:
         """Rank the gallery for ``text`` (with ``reference``: a composed query). ``params`` are the
         method's hyper-parameters for this search (``{"k": 10}``), on top of the configured ones.
@@ -179,6 +180,7 @@ class Workspace:
         (``max_calls``) or cancels it (``cancel_event``).
 
         ``like``: a photo (gallery id or image file) to find more like, instead of text.
+        ``collapse_duplicates``: one photo per duplicate group (:mod:`imagent.index.duplicates`) in the results.
         ``where``: a filter expression (the album filter language: ``"place ~ 'Vienna' and time >= '2019-07'"``,
         ``near('Vienna', 5)``); the method ranks only the photos it allows, and with no ``text`` the matching
         photos are listed in time order. ``sort``: ``score`` (the method's order) or ``time`` (when taken).
@@ -189,6 +191,10 @@ class Workspace:
         from imagent.tools import photo_search
 
         photo_search.check_sort(sort)
+        if collapse_duplicates:  # rank more, keep one photo per duplicate group, then cut to top_k
+            result = self.search(text, method, top_k * 4 + 10, reference, index, keep_reference, params, trace,
+                                 where, sort, like)
+            return photo_search.collapse_duplicates(result, self.gallery(index), self.duplicate_groups(index), top_k)
         g = self.gallery(index)
         ref = self.resolve_reference(reference, index) if reference is not None else None
         exclude = [ref.id] if ref is not None and not keep_reference and ref.id in g else []
@@ -205,6 +211,18 @@ class Workspace:
             return photo_search.finish(photo_search.listing(g, query, top_k, trace), g, query, sort)
         m = self.method(method, index, **(params or {}))
         return photo_search.finish(m.search(query, top_k=top_k, trace=trace), g, query, sort)
+
+    def duplicate_groups(self, index: str | Path | None = None) -> list[Any]:
+        """The gallery's duplicate groups (:func:`imagent.index.duplicates.duplicate_groups`), computed once per
+        state of the index (perceptual hashes are stored in it after the first time)."""
+        from imagent.index.duplicates import duplicate_groups
+
+        g = self.gallery(index)
+        key = f"_duplicates::{g.root}"
+        hit = self.__dict__.get(key)
+        if hit is None or hit[0] != g.generation():
+            hit = self.__dict__[key] = (g.generation(), duplicate_groups(g, self.settings.indexing))
+        return hit[1]
 
     def mark_answer_correct(self, query: str, trace: Any, index: str | Path | None = None,
                             params: dict[str, Any] | None = None) -> Any:
@@ -243,16 +261,15 @@ def extra_encoders(settings: Settings, load: Any) -> list[ExtraEncoder]:
 
 
 def result_rows(result: Result, gallery: Gallery) -> list[dict[str, Any]]:
-    """One row per result: ``{rank, id, score, path, file, caption, taken, place, latitude, longitude}`` (what
-    ``--json`` and the web API return); ``taken`` (ISO date-time), ``place`` (the given address, else the place
-    name found for the GPS, else "lat, lon") and the coordinates are None when unknown."""
+    """One row per result: ``{rank, id, score, path, caption, taken, place}`` (what ``--json`` and the web API
+    return); ``taken`` (ISO date-time) and ``place`` (the given address, else the place name found for the GPS,
+    else "lat, lon") are None when unknown."""
     rows = []
     for rank, (image_id, score) in enumerate(zip(result.ranking.ids, result.ranking.scores, strict=True), 1):
         rec = gallery.record(image_id)
         rows.append({"rank": rank, "id": image_id, "score": round(float(score), 6), "path": rec.path,
-                     "file": Path(rec.path).name if rec.path else "",
                      "caption": rec.caption, "taken": rec.taken_time.isoformat() if rec.taken_time else None,
-                     "place": record_place(rec), "latitude": rec.latitude, "longitude": rec.longitude})
+                     "place": record_place(rec)})
     return rows
 
 

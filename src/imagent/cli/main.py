@@ -20,7 +20,7 @@ import yaml
 from rich.table import Table
 
 from imagent.api import Workspace
-from imagent.cli import eval_cmd, oscar_cmd, skills_cmd
+from imagent.cli import eval_cmd, oscar_cmd, photos_cmd, skills_cmd
 from imagent.cli.common import (
     ConfigOpt,
     HintedError,
@@ -46,6 +46,7 @@ app.add_typer(config_app, name="config")
 models_app = typer.Typer(help="Configured models, which see pixels, and ready presets.")
 app.add_typer(models_app, name="models")
 app.add_typer(skills_cmd.app, name="skills")
+app.command(name="duplicates")(photos_cmd.duplicates)
 
 
 def expand_sets(sets: list[str] | None, method: str | None) -> list[str]:
@@ -191,6 +192,8 @@ def search(
     sort: Annotated[str, typer.Option("--sort", help="score (the method's order) or time (when taken)")] = "score",
     like: Annotated[str | None, typer.Option(
         "--like", help="more like this photo (a gallery id or an image file), instead of a query text")] = None,
+    collapse_duplicates: Annotated[bool, typer.Option(
+        "--collapse-duplicates", help="one photo per group of copies / near-duplicates (imagent duplicates)")] = False,
     paths: Annotated[bool, typer.Option("--paths", help="print only the result files, one per line "
                                         "(pipe into a viewer)")] = False,
     no_server: Annotated[bool, typer.Option(
@@ -211,6 +214,8 @@ def search(
 
     # Everything a user can get wrong is checked before any model loads.
     photo = check_photo_options(text, where, sort, ref, like)
+    if collapse_duplicates:
+        photo["collapse_duplicates"] = True
     cls = get_method(method)
     task = "cir" if ref is not None else "tir"
     if task not in cls.tasks:

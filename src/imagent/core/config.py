@@ -156,6 +156,10 @@ class IndexOptions(_Strict):
     place_names: bool = True
     place_max_km: float = Field(50.0, gt=0, description="no place name when the nearest town is farther")
     place_town_km: float = Field(3.0, ge=0, description="a bigger town this much farther still names the place")
+    # Near-duplicates (imagent duplicates, search --collapse-duplicates; imagent/index/duplicates.py): perceptual
+    # hashes at most this many bits apart (of 64), confirmed by this image-vector cosine where vectors see pixels.
+    duplicate_max_distance: int = Field(4, ge=0, le=32, description="pHash bits two near-duplicates may differ in")
+    duplicate_min_cosine: float = Field(0.9, ge=-1, le=1, description="image-vector cosine two near-duplicates reach")
 
 
 class ToolConfig(_Strict):

@@ -371,6 +371,13 @@ class Gallery:
         """Drop skipped entries (files that are gone from the source, or fine now)."""
         c.forget_skipped(source_keys)
 
+    def phashes(self) -> dict[str, int]:
+        """Stored perceptual hashes by content hash (duplicate detection)."""
+        return self._store.phashes()
+
+    def put_phashes(self, hashes: dict[str, int]) -> None:
+        self._store.put_phashes(hashes)
+
     def fingerprints(self) -> dict[str, tuple[str, str]]:
         """source_key -> (id, fingerprint) for every stored record (what an incremental run compares)."""
         return self._store.fingerprints()

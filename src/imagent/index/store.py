@@ -44,6 +44,7 @@ CREATE TABLE IF NOT EXISTS vectors (
 CREATE TABLE IF NOT EXISTS spaces (name TEXT PRIMARY KEY, model_id TEXT NOT NULL, dim INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS skipped (source_key TEXT PRIMARY KEY, path TEXT, reason TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS phash (content TEXT PRIMARY KEY, hash TEXT NOT NULL);  -- perceptual hashes (hex)
 """
 
 # Rows read from SQLite per batch when vectors are streamed into a snapshot.
@@ -272,6 +273,16 @@ class Store:
             if ids:
                 out[space] = ids
         return out
+
+    def phashes(self) -> dict[str, int]:
+        """content hash -> 64-bit perceptual hash (:mod:`imagent.index.duplicates`)."""
+        return {k: int(h, 16) for k, h in self._conn().execute("SELECT content, hash FROM phash")}
+
+    def put_phashes(self, hashes: dict[str, int]) -> None:
+        """Store perceptual hashes; derived data, so the generation is not bumped (no snapshot is stale)."""
+        with self.transaction() as w:
+            w._c.executemany("INSERT OR REPLACE INTO phash(content, hash) VALUES (?, ?)",
+                             [(k, f"{h:016x}") for k, h in hashes.items()])
 
     def json_columns(self, fields: Sequence[str]) -> list[tuple[Any, ...]]:
         """``(id, field values...)`` per record in row order, read by SQLite's JSON functions."""

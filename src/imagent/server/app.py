@@ -84,6 +84,7 @@ class SearchRequest(BaseModel):
     where: str | None = Field(None, max_length=2000, description="filter expression (album filter language)")
     sort: Literal["score", "time"] = "score"
     like: str | None = Field(None, max_length=1000, description="more like this gallery id (no text)")
+    collapse_duplicates: bool = False  # one photo per duplicate group (imagent duplicates)
 
     @model_validator(mode="after")
     def _something_to_search(self) -> SearchRequest:
@@ -238,6 +239,8 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
             raise HTTPException(409, f"the file of {image_id!r} changed since it was indexed ({exc}); "
                                      "re-run imagent index to serve it") from None
         media = mimetypes.guess_type(rec.path)[0] or "application/octet-stream"
+        if media in ("image/heic", "image/heif") or rec.path.lower().endswith((".heic", ".heif", ".hif")):
+            data, media = _as_jpeg(data, workspace.settings.indexing.max_pixels), "image/jpeg"  # browsers show JPEG
         return Response(data, media_type=media, headers={"Cache-Control": "private, max-age=3600"})
 
     # ------------------------------------------------------------------ uploads
@@ -303,7 +306,8 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
     def run(req: SearchRequest, query: Query, trace: Trace) -> Result:
         return workspace.search(req.text, method=req.method, top_k=req.top_k, reference=query.reference,
                                 index=index, keep_reference=req.keep_reference, params=req.params, trace=trace,
-                                where=req.where, sort=req.sort, like=req.like)
+                                where=req.where, sort=req.sort, like=req.like,
+                                collapse_duplicates=req.collapse_duplicates)
 
     def payload(result: Result, req: SearchRequest | None = None) -> dict[str, Any]:
         data = json.loads(result_json(result, gallery))
@@ -376,6 +380,21 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
 
     hosts = HostPolicy([*opts.allowed_hosts, *allowed_hosts])
     return Guard(app, hosts, token, opts.max_json_bytes, opts.max_upload_bytes)
+
+
+def _as_jpeg(data: bytes, max_pixels: int) -> bytes:
+    """A HEIC/HEIF photo's bytes as a JPEG a browser can show (decoded within the pixel limit)."""
+    import io
+
+    from imagent.core.imageio import image_from_bytes
+
+    try:
+        im = image_from_bytes(data, max_pixels)
+    except ImageLoadError as exc:
+        raise HTTPException(409, f"the photo cannot be decoded for display ({exc})") from None
+    out = io.BytesIO()
+    im.save(out, "JPEG", quality=90)
+    return out.getvalue()
 
 
 def _place(rec: ImageRecord) -> str | None:

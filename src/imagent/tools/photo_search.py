@@ -129,6 +129,18 @@ def listing(gallery: Gallery, query: Query, top_k: int, trace: Trace | None = No
     return Result(Ranking(ids, [1.0] * len(ids)), trace)
 
 
+def collapse_duplicates(result: Result, gallery: Gallery, groups: Any, top_k: int) -> Result:
+    """``result`` with one photo per duplicate group (the best ranked), cut to ``top_k``; the trace counts the
+    photos dropped (:mod:`imagent.index.duplicates`; nothing is deleted)."""
+    from imagent.index.duplicates import collapse
+
+    keep, dropped = collapse(result.ranking.ids, groups)
+    keep = keep[:top_k]
+    ranking = Ranking([result.ranking.ids[k] for k in keep], [result.ranking.scores[k] for k in keep])
+    result.trace.counters["duplicates_collapsed"] = dropped
+    return replace(result, ranking=ranking)
+
+
 def like_space(gallery: Gallery, method: str) -> str:
     """The space "more like this" ranks in: the caption space for ``--method caption`` (the photo's text),
     else the image space (pixels; in caption mode the captions encoded as images)."""
