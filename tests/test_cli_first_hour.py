@@ -290,12 +290,13 @@ def test_offline_model_assembly_says_what_it_is_doing(tmp_path, monkeypatch, cap
     parts[0].write_bytes(b"GGUF" + b"a" * 100)
     parts[1].write_bytes(b"b" * 50)
     joined = parts[0].read_bytes() + parts[1].read_bytes()
-    monkeypatch.setattr(offline, "part_paths", lambda: parts)
-    monkeypatch.setattr(offline, "QWEN_SHA256", hashlib.sha256(joined).hexdigest())
-    monkeypatch.setattr(offline, "QWEN_SIZE", len(joined))
-    path = offline.ensure_offline_qwen(tmp_path / "cache")
+    import dataclasses
+
+    monkeypatch.setattr(offline, "part_paths", lambda _model: parts)
+    fake = dataclasses.replace(offline.QWEN_05B, sha256=hashlib.sha256(joined).hexdigest(), size=len(joined))
+    path = offline.ensure_offline_model(tmp_path / "cache", fake)
     assert path.read_bytes() == joined
     err = capsys.readouterr().err
     assert "assembling the offline chat model" in err and str(path) in err and "ready" in err
-    offline.ensure_offline_qwen(tmp_path / "cache")
+    offline.ensure_offline_model(tmp_path / "cache", fake)
     assert capsys.readouterr().err == ""  # once only

@@ -143,6 +143,28 @@ def test_types_roundtrip_and_task():
         Ranking(["a"], [])
 
 
+def test_result_source_and_counts():
+    from imagent.core.types import Result, Source
+
+    r = Result(Ranking(["a"], [1.0]), Trace("q"))
+    assert r.source == "method" and not r.is_fallback and not r.is_error and r.counts == {}
+    r.count("turns", 3)
+    r.count("tool_calls.ImageSearch")
+    r.count("tool_calls.ImageSearch")
+    assert r.to_dict()["counts"] == {"turns": 3, "tool_calls.ImageSearch": 2}
+    fb = Result(Ranking([], []), Trace("q"), source=Source.fallback("best_seen"), source_reason="no answer")
+    assert fb.is_fallback and not fb.is_error and fb.to_dict()["source"] == "fallback:best_seen"
+    err = Result(Ranking([], []), Trace("q"), source=Source.ERROR, source_reason="ChatError: cap")
+    assert err.is_error and not err.is_fallback
+    for bad in ("fallback:", "oops", "fallback"):
+        with pytest.raises(ValueError):
+            Result(Ranking([], []), Trace("q"), source=bad)
+    with pytest.raises(ValueError):
+        Source.fallback("a:b")
+    with pytest.raises(ValueError):
+        Result(Ranking([], []), Trace("q"), counts={"turns": -1})
+
+
 def test_note_once_goes_to_the_first_step_only():
     from imagent.core.trace import note, note_once
 

@@ -31,6 +31,8 @@ SKIP: dict[str, str] = {
     "pip install": "installs packages",
     "python -m pytest": "the test suite itself",
     "imagent demo": "tests/test_demo.py runs it and the commands it prints (real Qwen, minutes)",
+    "imagent models use offline-1.5b": "joins the 1.1 GB GGUF from the offline-1.5b extra's packages; "
+                                       "tests/models/test_offline.py runs the command on small fake parts",
     "imagent serve": "a server that runs until stopped; tests/test_demo.py starts it and waits for its URL",
 }
 

@@ -285,7 +285,9 @@ def record_place(rec: ImageRecord) -> str | None:
 
 def result_json(result: Result, gallery: Gallery) -> str:
     """The result rows, the trace and any per-stage rankings as one JSON document."""
-    payload = {"results": result_rows(result, gallery), "trace": result.trace.to_dict()}
+    payload: dict[str, Any] = {"results": result_rows(result, gallery), "source": result.source,
+                               "source_reason": result.source_reason, "counts": dict(result.counts),
+                               "trace": result.trace.to_dict()}
     if result.stages:
         payload["stages"] = {k: v.to_dict() for k, v in result.stages.items()}
     return json.dumps(payload, indent=2, ensure_ascii=False, default=str)

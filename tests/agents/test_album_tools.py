@@ -165,3 +165,23 @@ def test_an_anchor_constraint_target_search_end_to_end(known_album):
     assert [s["outputs"]["tool"] for s in steps] == ["ImageSearch", "GetMetadata", "FilterMetadata", "ImageSearch",
                                                       None]
     assert all(s["tool_calls"] == 1 for s in steps[:4]) and json.dumps(steps)  # the trace is JSON
+
+
+def test_fidelity_validator_reads_places_from_real_get_metadata_output(tools, state):
+    """The validator (Eq. 2) on GetMetadata's own text: the places it prints count, so a summary that keeps
+    the ids and dates but drops the place loses the message (issue 27)."""
+    from imagent.agents.memory import extract_facts, fidelity
+
+    call = {"photo_ids": ["penguin", "hen"]}
+    obs = tools["GetMetadata"](call, state)
+    facts = extract_facts(obs.text, {"penguin", "hen", "crow"}, call)
+    assert facts.ids == {"penguin", "hen"} and facts.dates == {"2013-06-09"}
+    assert facts.places == {"Boulders Beach"}  # "address unknown" is no place
+    kept = fidelity([facts], "penguin and hen; penguin on 2013-06-09 at Boulders Beach")
+    dropped = fidelity([facts], "penguin and hen; penguin on 2013-06-09")
+    assert kept.loss == 0.0 and dropped.loss == 1.0 and dropped.missing == {0: ["Boulders Beach"]}
+    # A filter's place is read from the expression, not mistaken for an "address ~" value.
+    fobs = tools["FilterMetadata"]({"expression": "address ~ 'cape town'"}, state)
+    ffacts = extract_facts(fobs.text, {"penguin", "heron", "duck", "frog", "blackbird"},
+                           {"expression": "address ~ 'cape town'"})
+    assert ffacts.places == {"cape town"}

@@ -68,6 +68,7 @@ def test_the_runtime_over_an_openai_compatible_server_uses_native_tool_calls():
     assert run.answer == ["p1"] and run.paths == {"native": 1, "none": 1}
     assert run.prompt_tokens == 14 and run.completion_tokens == 6
     assert bodies[0]["tools"][0]["function"]["name"] == "ImageSearch" and bodies[0]["tool_choice"] == "auto"
+    assert bodies[0]["parallel_tool_calls"] is False  # one tool per step, asked of the server
     second = bodies[1]["messages"]
     assert second[-2] == {"role": "assistant", "content": None, "tool_calls": [
         {"id": "call_9", "type": "function", "function": {"name": "ImageSearch", "arguments": '{"query": "penguin"}'}}]}

@@ -191,7 +191,7 @@ FEEDBACK = "[EPISODIC AUDIT failed for $pred_ids]\n$verdict\nTried: $used. Try: 
 
 def audit(verdict: str, **kw: Any) -> str:
     return json.dumps({"anchor": "ok", "constraint": "date range used", "target": kw.get("target", "ok"),
-                       "completeness": "maybe more", "decision": "search again", "verdict": verdict,
+                       "completeness": "maybe more", "decision": verdict,
                        "new_keywords": kw.get("keywords", []), "remove": kw.get("remove", [])})
 
 
@@ -221,7 +221,8 @@ def test_failed_audit_starts_a_new_round_until_one_passes():
                   audit("pass")])
     assert run.answer == ["u1/1001", "u1/1002"] and run.source == "model"
     audits = [s for s in trace.steps if s.name == "memory.audit"]
-    assert [a.outputs["verdict"] for a in audits] == ["revise", "pass"]
+    assert [a.outputs["decision"] for a in audits] == ["revise", "pass"]
+    assert all(a.outputs["decided_by"] == "decision" for a in audits)
     assert reloaded == [["u1/2001"], ["u1/1001", "u1/1002"]]  # the proposed photos were reloaded each time
     assert "photo u1/2001" in auditor.prompts()[0]  # ...and reached the auditor (caption mode: surrogate)
     feedback = agent.prompts()[2]  # the agent's third call reads the audit's verdict
@@ -246,6 +247,27 @@ def test_unreadable_audit_accepts_the_answer():
     assert run.answer == ["u1/1002"]
     step = next(s for s in trace.steps if s.name == "memory.audit")
     assert step.outputs["parsed"] is False and step.notes
+
+
+def test_the_decision_field_alone_decides():
+    """Free-text checks that sound like a pass do not override ``decision: revise`` (seen with the offline model)."""
+    contradicting = json.dumps({"anchor": "pass", "constraint": "pass", "target": "all fit, pass",
+                                "completeness": "complete, pass", "decision": "revise", "new_keywords": ["heron"]})
+    replies = ['The final answer is: ["u1/1001"]', call("ImageSearch", query="heron"),
+               'The final answer is: ["u1/1001", "u1/1002"]']
+    run, trace, _, _, _ = run_audited(replies, [contradicting, audit("pass")])
+    audits = [s for s in trace.steps if s.name == "memory.audit"]
+    assert [a.outputs["decision"] for a in audits] == ["revise", "pass"]
+    assert all(any("the decision field alone decides" in n for n in a.notes) for a in audits)
+    assert run.answer == ["u1/1001", "u1/1002"]
+    # The prompt the method ships says so too.
+    from imagent.methods.base import load_prompt
+
+    assert "The decision field alone decides" in load_prompt("photocraft/audit.txt")
+    from imagent.agents.memory import AUDIT_SCHEMA
+
+    assert AUDIT_SCHEMA["properties"]["decision"]["enum"] == ["pass", "revise"]
+    assert "verdict" not in AUDIT_SCHEMA["properties"]  # one verdict field, no second one to contradict it
 
 
 def test_working_memory_rejects_unknown_summary_kinds():

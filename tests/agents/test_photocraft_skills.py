@@ -84,7 +84,7 @@ def test_distillation_retries_an_entity_naming_skill_then_drops_it():
 def test_trajectory_text_abbreviates_agent_turns():
     trace = {"steps": [{"name": "turn.1", "outputs": {"reasoning": "anchor first", "calls": [
         {"tool": "ImageSearch", "arguments": {"query": "flamingo"}, "observation": "u1/1 0.61"}]}},
-        {"name": "memory.audit", "outputs": {"verdict": "pass"}},
+        {"name": "memory.audit", "outputs": {"decision": "pass"}},
         {"name": "turn.2", "outputs": {"reasoning": "done", "answer": ["u1/1"]}}]}
     text = trajectory_text(trace)
     assert "[turn.1] anchor first" in text and 'ImageSearch({"query": "flamingo"})' in text

@@ -115,16 +115,19 @@ def test_text_path_runs_tools_and_parses_the_answer():
     assert kinds == ["chat", "tool"] and steps[0].calls[0].prompt_tokens > 0
 
 
+TWO_CALLS = {"text": "Two searches.",
+             "tool_calls": [{"id": "a", "name": "ImageSearch", "arguments": {"query": "birds"}},
+                            {"id": "b", "name": "ImageSearch", "arguments": '{"query": "sea"}'}]}
+
+
 def test_native_path_uses_tool_calls_and_tool_messages():
-    model = scripted([
-        {"text": "Two searches.", "tool_calls": [{"id": "a", "name": "ImageSearch", "arguments": {"query": "birds"}},
-                                                {"id": "b", "name": "ImageSearch", "arguments": '{"query": "sea"}'}]},
-        'The final answer is: ["p2"]',
-    ], supports_tools=True)
-    run, trace = run_agent(model)
+    """With ``one_tool_per_step=False`` every call of a reply runs (the path the paper does not take)."""
+    model = scripted([TWO_CALLS, 'The final answer is: ["p2"]'], supports_tools=True)
+    run, trace = run_agent(model, one_tool_per_step=False)
     assert run.answer == ["p2"] and run.paths == {"native": 1, "none": 1}
     msgs, params = model.calls[0]
     assert [t["function"]["name"] for t in params.tools] == ["ImageSearch"] and params.tool_choice == "auto"
+    assert params.parallel_tool_calls is None  # not asked for
     assert "<tool_call>" not in msgs[0].text  # no text protocol in native mode
     msgs, _ = model.calls[1]
     assistant, t1, t2 = msgs[-3:]
@@ -134,6 +137,35 @@ def test_native_path_uses_tool_calls_and_tool_messages():
     out = turn_steps(trace)[0].outputs
     assert out["path"] == "native" and out["tool"] == "ImageSearch, ImageSearch"
     assert out["arguments"] == [{"query": "birds"}, {"query": "sea"}] and out["photos"] == ["p2", "p3", "p1", "p4"]
+
+
+@pytest.mark.parametrize("protocol", ["native", "text"])
+def test_one_tool_per_step_on_both_protocols(protocol):
+    """The paper's step: one tool call per reply. Native calls ask for ``parallel_tool_calls=false``; a reply's
+    second call is not run on either protocol, and the model reads an observation saying why."""
+    first = TWO_CALLS if protocol == "native" else f"Two searches.\n{call('ImageSearch', query='birds')}\n" \
+                                                   f"{call('ImageSearch', query='sea')}"
+    search = Search()
+    model = scripted([first, 'The final answer is: ["p2"]'], supports_tools=protocol == "native")
+    run, trace = run_agent(model, tools=[search])
+    assert search.queries == ["birds"] and run.tool_calls == 1  # only the first call ran
+    assert model.calls[0][1].parallel_tool_calls is (False if protocol == "native" else None)
+    assert trace.counters["agent.extra_calls_refused"] == 1
+    msgs, _ = model.calls[1]
+    if protocol == "native":
+        t1, t2 = msgs[-2:]
+        assert (t1.tool_call_id, t2.tool_call_id) == ("a", "b")  # every call id still gets its tool message
+        refusal = t2.text
+    else:
+        refusal = msgs[-1].text.split("</tool_response>")[1]
+    assert refusal.count("Not run: one tool per step") == 1 and "p4" not in refusal
+    out = turn_steps(trace)[0].outputs
+    assert out["path"] == protocol and out["photos"] == ["p2", "p3", "p1"]
+    assert [c["error"] for c in out["calls"]] == [False, True]
+    # The last call of the budget offers no tools: nothing to ask of parallel calls there.
+    final = scripted([first], supports_tools=protocol == "native")
+    run_agent(final, max_turns=1)
+    assert final.calls[-1][1].parallel_tool_calls is None
 
 
 def test_native_backend_answering_in_text_protocol_takes_the_text_path():

@@ -70,7 +70,7 @@ def test_mini_album_layout_and_queries():
 def test_track_option_and_caption_sidecar(tmp_path):
     std = load_benchmark("disbench", images_root=ALBUM, track="standard")
     assert std.options.track == "standard" and not any("caption" in r for r in std.gallery_manifest())
-    assert std.describe_run()["track"] == "Standard"
+    assert std.describe_run({"track": "Standard", "reasons": []})["track"] == "Standard"
     root = tmp_path / "album"
     shutil.copytree(ALBUM, root, ignore=shutil.ignore_patterns("captions"))
     auto = load_benchmark("disbench", images_root=root)
@@ -112,12 +112,12 @@ def script(tmp_path: Path) -> Path:
             "key_insight": "Scoping to the anchor's day removes look-alikes from other days.",
             "applicable_when": "The query names an anchor seen on a day and asks for other photos of that day."})],
         [r"\[REFLECTION", json.dumps({"anchor": "ok", "constraint": "ok", "target": "ok", "completeness": "ok",
-                                      "decision": "keep", "verdict": "pass"})],
+                                      "decision": "pass"})],
         [r"Query: The birds .* pink flamingo.*\[GetMetadata\]", f"The final answer is: {answer1}"],
+        [r"Query: The birds .* pink flamingo.*\[ImageSearch\]",
+         '<tool_call>{"name": "GetMetadata", "arguments": {"photo_ids": ["u1001/13942060112"]}}</tool_call>'],
         ["Query: The birds .* pink flamingo",
-         '<tool_call>{"name": "ImageSearch", "arguments": {"query": "pink flamingo"}}</tool_call>'
-         '<tool_call>{"name": "GetMetadata", "arguments": {"photo_ids": ["u1001/13942060112"]}}'
-         "</tool_call>"],
+         '<tool_call>{"name": "ImageSearch", "arguments": {"query": "pink flamingo"}}</tool_call>'],
         [r"Query: The fish .* seahorse.*\[FilterMetadata\]", f"The final answer is: {answer2}"],
         ["Query: The fish .* seahorse", '<tool_call>{"name": "FilterMetadata", "arguments": {"expression": '
          "\"time >= '2014-09-06' and time < '2014-09-07'\", \"save_as\": \"day\"}}</tool_call>"],
@@ -137,7 +137,7 @@ def user_env(monkeypatch, tmp_path):
 
 def eval_run(cfg: Path, run_dir: Path, index: Path, method: str, *extra: str) -> dict:
     res = CliRunner().invoke(app, ["eval", "disbench", "--images-root", str(ALBUM), "--method", method,
-                                   "--limit", "2", "--config", str(cfg), "--run-dir", str(run_dir),
+                                   "--limit", "2", "--sample", "first", "--config", str(cfg), "--run-dir", str(run_dir),
                                    "--index", str(index), "--json", *extra])
     assert res.exit_code == 0, res.output[-3000:]
     return json.loads(res.stdout)
@@ -153,7 +153,7 @@ def test_eval_disbench_photocraft_and_imageseeker_scripted(user_env, tmp_path):
     records = [json.loads(line) for line in (tmp_path / "pc" / "results.jsonl").read_text().splitlines()]
     assert all(r["answer_set"] for r in records)
     steps = {s["name"] for s in records[0]["trace"]["steps"]}
-    assert {"turn.1", "turn.2", "memory.skill", "memory.audit", "answer", "memory.distill"} <= steps
+    assert {"turn.1", "turn.2", "turn.3", "memory.skill", "memory.audit", "answer", "memory.distill"} <= steps
     # Semantic memory: q01 (F1 1.0 > 0.85) left a skill in the run's own library, q02 (F1 0.4) did not.
     distill = [next(s for s in r["trace"]["steps"] if s["name"] == "memory.distill") for r in records]
     assert distill[0]["outputs"]["distilled"] is True and distill[1]["outputs"]["distilled"] is False
@@ -162,8 +162,11 @@ def test_eval_disbench_photocraft_and_imageseeker_scripted(user_env, tmp_path):
     assert not (tmp_path / "data" / "skills.jsonl").exists()  # the user's own library is untouched
     report = (tmp_path / "pc" / "report.md").read_text()
     assert "track: Open" in report and "## Per query" in report and "| q01 | intra-event |" in report
+    # The track is derived from the index (caption-mode encoder, the sidecar's captions), with the reason.
+    assert "track_reason: its search space 'image' is embedded by caption:" in report
+    assert "photos of the index have captions" in report and "reconstruction" in report
     per_query = json.loads((tmp_path / "pc" / "metrics.json").read_text())["per_query"]
-    assert per_query[0]["turns"] == 2 and per_query[0]["tool_calls"] == 2 and per_query[0]["tokens"] > 0
+    assert per_query[0]["turns"] == 3 and per_query[0]["tool_calls"] == 2 and per_query[0]["tokens"] > 0
 
     ims = eval_run(cfg, tmp_path / "is", index, "imageseeker")
     assert ims["metrics"]["metrics"]["overall/em"] == 50.0

@@ -257,6 +257,29 @@ def test_unparsable_reasoner_falls_back_to_the_reference_caption(roles_context, 
     assert result.stages["stage2"].ids == result.stages["stage1"].ids
     # The reference caption is the description: the frog itself ranks first.
     assert result.stages["stage1"].ids[0] == frog.id
+    # Not the method's own answer: the result names the fallback paths that stood in.
+    assert result.source == "fallback:stage1_reference_description"
+    assert result.source_reason == ("stage1_reference_description (stage1_fallback = 1); "
+                                    "stage2_keeps_stage1_order (stage2_fallback = 1)")
+    assert result.counts == {"stage1_fallback": 1, "stage2_fallback": 1}
+
+
+def test_a_failing_model_makes_the_query_an_error_not_a_fallback(roles_context, stamps_gallery):
+    """Every reasoner call fails (the endpoint is down): the JSON fallbacks stand in, so the search still returns a
+    ranking for interactive use, but its source is ``error`` with the reason; a healthy run is the method's own."""
+    frog = record_with_caption(stamps_gallery, "A frog.")
+    down = ScriptedChatModel(model_id="reasoner")  # no rule, no default: every call raises ChatError
+    ctx = roles_context(reasoner=down, verifier=ScriptedChatModel(default="Yes"),
+                        evaluator=ScriptedChatModel(default="ANSWER: No"))
+    _, result = search(ctx, Query("show a penguin instead", reference=frog), k=3, alpha=1, parse_retries=0)
+    assert result.is_error and len(result.ranking) == 10
+    assert result.source_reason.startswith("2 model call(s) failed (first: scripted model: no rule matches")
+    assert result.counts["model_call_failed"] == 2
+    good = ScriptedChatModel(default=stage1_reply(["A penguin.", "A penguin stamp.", "A black penguin."]))
+    ctx = roles_context(reasoner=good, verifier=ScriptedChatModel(default="Yes"),
+                        evaluator=ScriptedChatModel(default="ANSWER: No"))
+    _, ok = search(ctx, Query("a penguin"), stages=[1])
+    assert ok.source == "method" and ok.source_reason == ""
 
 
 def test_unparsable_reasoner_without_reference_uses_the_instruction(roles_context):
@@ -558,6 +581,7 @@ def test_search_rounds_keeps_each_rounds_call_cap(roles_context):
     for res in rounds:
         assert res.trace.model_calls <= 3
         assert res.trace.steps[-1].name == "stopped.call_cap"
+        assert res.is_error and res.source_reason.startswith("call cap reached")  # not the method's answer
         assert res.trace.counters.get("call_cap_refused", 0) >= 1
         stage1 = next(s for s in res.trace.steps if s.name == "stage1.retrieve")
         assert res.ranking.ids[:len(stage1.outputs["top"])] == [t["id"] if isinstance(t, dict) else t[0]

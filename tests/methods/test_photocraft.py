@@ -71,7 +71,7 @@ def test_device_and_scope(ctx_for):
 
 AGENT_RULES = [
     (r"\[REFLECTION", json.dumps({"anchor": "the flamingo", "constraint": "its day", "target": "birds",
-                                  "completeness": "ok", "decision": "keep", "verdict": "pass"})),
+                                  "completeness": "ok", "decision": "pass"})),
     (r"\[ImageSearch\]", 'The zoo birds. The final answer is: ["u1001/13942060001", "u1001/13942060112", '
                          '"u1002/27815530001"]'),
 ]
@@ -131,10 +131,25 @@ def test_distillation_threshold_and_user_marked_answers(ctx_for, tmp_path):
     marked = method.mark_answer_correct(q.text, result.trace.to_dict())
     assert marked is not None and marked.id == skill.id and marked.support == 2 and marked.confidence == 1.0
     assert [s.id for s in SkillLibrary(lib_path).load()] == [skill.id]
-    # Skills are injected into the next similar search.
+    # The same query never receives the skill distilled from itself (a shared library, a resumed run) ...
     again = method.search(query(ctx), top_k=5)
     inj = next(s for s in again.trace.steps if s.name == "memory.skill")
-    assert inj.outputs["injected"] == skill.id
+    assert inj.outputs["injected"] is None and inj.outputs["excluded_same_query"] == [skill.id]
+    # ... while a similar query does: the similarity compares the query text with the skill's source query.
+    similar = Query("The birds I photographed on the day I saw the pink flamingos.", id="q02",
+                    candidates=q.candidates)
+    other = method.search(similar, top_k=5)
+    inj = next(s for s in other.trace.steps if s.name == "memory.skill")
+    expected = float(minilm_cos(ctx.text, similar.text, q.text))
+    assert inj.inputs["query"] == similar.text and inj.outputs["injected"] == skill.id
+    assert inj.outputs["best_similarity"] == pytest.approx(expected, abs=1e-3) and expected > 0.65
+    task_message = ctx.roles["agent"].model.calls[-1][0][1].text  # the hint is prepended to the task
+    assert task_message.startswith("Past-experience hint")
+
+
+def minilm_cos(embedder, a, b):
+    va, vb = embedder.encode_texts([a, b])
+    return (va * vb).sum()
 
 
 def test_context_limit_defaults_to_the_backend_window(ctx_for):

@@ -30,7 +30,7 @@ def test_unknown_offline_name_lists_the_known_ones() -> None:
 def test_offline_name_resolves_through_the_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake = tmp_path / "models" / "q.gguf"
     seen: list[Path] = []
-    monkeypatch.setattr(chat_llamacpp, "ensure_offline_qwen", lambda d: seen.append(d) or fake)
+    monkeypatch.setattr(chat_llamacpp, "ensure_offline_model", lambda d, m: seen.append(d) or fake)
     cfg = ChatModelConfig(backend="llama.cpp", model="offline:qwen2.5-0.5b-instruct", n_ctx=1024, n_threads=1,
                           logprobs=False)
     model = build_chat_model(cfg, cache_dir=tmp_path)  # the registry's call; nothing is loaded yet
@@ -164,3 +164,17 @@ def test_calls_go_to_the_slot_sharing_their_prompt_prefix(tmp_path: Path, monkey
     assert model._load_locked(verifier + " candidate 3") is b
     # a prompt sharing nothing goes to the least recently used slot (here the planner's)
     assert model._load_locked("other " * 60) is a
+
+
+def test_evaluated_prompt_tokens_follows_llama_cpps_prefix_reuse() -> None:
+    from imagent.models.chat_llamacpp import evaluated_prompt_tokens
+
+    # a fresh context: every prompt token is evaluated
+    assert evaluated_prompt_tokens([], [1, 2, 3, 9, 9], 3) == 3
+    # the previous prompt + reply share 3 tokens with the new prompt of 5: 2 evaluated
+    assert evaluated_prompt_tokens([1, 2, 3, 7, 8], [1, 2, 3, 4, 5, 6], 5) == 2
+    # an identical prompt: its last token is evaluated again (llama-cpp-python compares tokens[:-1])
+    assert evaluated_prompt_tokens([1, 2, 3, 4], [1, 2, 3, 4, 5], 4) == 1
+    # a prompt that differs at the start: all of it
+    assert evaluated_prompt_tokens([5, 2, 3], [1, 2, 3, 4], 3) == 3
+    assert evaluated_prompt_tokens([1], [1], 0) == 0

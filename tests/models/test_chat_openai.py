@@ -315,5 +315,6 @@ def test_retry_after_parsing() -> None:
     assert _retry_after_seconds("2") == 2.0
     assert _retry_after_seconds("3600") == 60.0  # capped
     assert _retry_after_seconds(None) is None and _retry_after_seconds("soon") is None
+    assert _retry_after_seconds("nan") is None and _retry_after_seconds("inf") is None  # not a sleep of NaN
     in_10s = _retry_after_seconds(formatdate(time.time() + 10, usegmt=True))
     assert in_10s is not None and 8 <= in_10s <= 11

@@ -377,6 +377,7 @@ def test_a_tiny_call_cap_stops_every_method_with_a_full_ranking(name: str, task:
         assert refused  # the method needs a model: at cap 0 its first call is refused
     if refused:
         assert any(f"call cap {cap} reached" in n for n in notes), notes
+        assert result.is_error and "call cap reached" in result.source_reason  # never scored as the method's
 
 
 def test_the_default_cap_is_twice_the_expected_count(gallery: Gallery) -> None:

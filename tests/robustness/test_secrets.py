@@ -216,3 +216,29 @@ def test_chat_and_tool_errors_are_redacted_on_construction(monkeypatch: pytest.M
     for exc_type in (ChatError, ToolError):
         exc = exc_type(f"HTTP 403: quota exceeded for {KEY}; Authorization: Bearer {KEY[:20]}")
         assert KEY not in str(exc) and KEY[:20] not in str(exc) and "HTTP 403" in str(exc)
+
+
+def test_a_key_cut_before_masking_is_still_masked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Text cut at a length limit before it was masked must not leave most of a key (issue 25, item 5)."""
+    from imagent.core.redact import mask_secrets
+
+    monkeypatch.setenv(KEY_ENV, KEY)
+    register_env_names([KEY_ENV])
+    for cut in (12, 16, 21, len(KEY) - 1):
+        text = ("x" * 480 + f" you sent {KEY} as your key")[: 490 + cut]
+        assert KEY[:cut] not in redact(text) and KEY[:cut] not in mask_secrets(text), cut
+    assert KEY[:11] in redact("x " + KEY[:11])  # shorter than 12 characters: too common to mask
+    # model answers: known values masked, credential-shaped ordinary text kept
+    assert mask_secrets(f"set key=value and token=abc; {KEY}") == "set key=value and token=abc; ***"
+    monkeypatch.setenv("SOME_SERVICE_API_KEY", "zz-unregistered-0123456789")  # *_API_KEY counts unregistered
+    assert mask_secrets("echo zz-unregistered-0123456789") == "echo ***"
+
+
+def test_set_without_equals_keeps_its_hint() -> None:
+    from imagent.cli.common import explain
+    from imagent.core.config import ConfigError, load_settings
+
+    with pytest.raises(ConfigError) as err:
+        load_settings(None, sets=["noequals"])
+    msg, _hint = explain(err.value)
+    assert "dotted.key=value" in msg and "noequals" in msg and "***" not in msg, msg

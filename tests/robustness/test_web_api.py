@@ -25,6 +25,7 @@ from imagent.server import create_app
 
 LOCAL = "http://127.0.0.1:8765"
 SECRET = b"TOP-SECRET-CONTENT-0123456789"
+PNG = {"Content-Type": "image/png"}  # uploads are sent as images
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +126,7 @@ def test_oversized_bodies(client):
     clear_4xx(client.post("/api/search", json={"text": "x", "params": {"p": "y" * 20000}}), 413)
     clear_4xx(client.post("/api/search", content=b"{" * 200_000, headers={"Content-Type": "application/json"}), 413)
     clear_4xx(client.post("/api/searches", content=b" " * 17_000, headers={"Content-Length": "17000"}), 413)
-    clear_4xx(client.post("/api/uploads", content=b"\x89PNG\r\n\x1a\n" + b"\0" * 70_000), 413)
+    clear_4xx(client.post("/api/uploads", content=b"\x89PNG\r\n\x1a\n" + b"\0" * 70_000, headers=PNG), 413)
     # a Content-Length that lies or is not a number
     clear_4xx(client.post("/api/search", content=b"{}", headers={"Content-Length": "99999999999"}), 413)
     clear_4xx(client.post("/api/search", content=b"{}", headers={"Content-Length": "abc"}), 400, 413)
@@ -247,8 +248,8 @@ def test_uploads_are_checked_as_images(client, site):
     photos, _index, _secret, _ids = site
     for body in (SECRET, b"GIF89a" + b"\0" * 10, b"%!PS-Adobe-3.0 EPSF-3.0\n", b"<svg xmlns='x'/>",
                  Path(photos / "red.png").read_bytes()[:40]):
-        clear_4xx(client.post("/api/uploads", content=body), 415)
-    assert client.post("/api/uploads", content=Path(photos / "red.png").read_bytes()).status_code == 201
+        clear_4xx(client.post("/api/uploads", content=body, headers=PNG), 415)
+    assert client.post("/api/uploads", content=Path(photos / "red.png").read_bytes(), headers=PNG).status_code == 201
 
 
 def test_no_websocket_is_ever_opened(app):

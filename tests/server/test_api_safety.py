@@ -20,6 +20,7 @@ from imagent.server import create_app  # noqa: E402
 from imagent.server.limits import ParamLimitError, check_params  # noqa: E402
 
 LOCAL = "http://127.0.0.1:8765"
+PNG = {"Content-Type": "image/png"}  # uploads are sent as images
 
 
 @pytest.fixture
@@ -120,7 +121,7 @@ def test_request_bodies_are_capped(scripted_workspace):
 
     res = c.post("/api/search", content=chunks(), headers={"Content-Type": "application/json"})
     assert res.status_code == 413
-    assert c.post("/api/uploads", content=b"\x89PNG" + b"0" * 9000).status_code == 413
+    assert c.post("/api/uploads", content=b"\x89PNG" + b"0" * 9000, headers=PNG).status_code == 413
     assert c.post("/api/search", json={"text": "a penguin", "method": "caption"}).status_code == 200
 
 

@@ -17,6 +17,7 @@ from imagent.core.config import ServerOptions  # noqa: E402
 from imagent.server import create_app  # noqa: E402
 
 LOCAL = "http://127.0.0.1:8765"
+PNG = {"Content-Type": "image/png"}  # uploads are sent as images
 
 
 @pytest.fixture
@@ -138,7 +139,7 @@ def png_bytes(color=(10, 120, 200), size=(40, 30)) -> bytes:
 
 
 def test_an_uploaded_reference_is_verified_used_and_never_served(client, scripted_workspace):
-    res = client.post("/api/uploads", content=png_bytes())
+    res = client.post("/api/uploads", content=png_bytes(), headers=PNG)
     assert res.status_code == 201, res.text
     up = res.json()
     assert up["width"] == 40 and up["height"] == 30 and up["gallery_id"] is None
@@ -164,14 +165,14 @@ def test_an_uploaded_reference_is_verified_used_and_never_served(client, scripte
     (b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 10 10\n", "not a usable image"),  # PostScript is never parsed
 ])
 def test_bad_uploads_are_refused(client, body, words):
-    res = client.post("/api/uploads", content=body)
+    res = client.post("/api/uploads", content=body, headers=PNG)
     assert res.status_code == 415 and words in res.json()["detail"]
 
 
 def test_unknown_or_expired_uploads(scripted_workspace):
     scripted_workspace.settings.server = ServerOptions(upload_ttl_s=0.05)
     c = TestClient(create_app(scripted_workspace), base_url=LOCAL)
-    up = c.post("/api/uploads", content=png_bytes()).json()
+    up = c.post("/api/uploads", content=png_bytes(), headers=PNG).json()
     time.sleep(0.1)
     res = c.post("/api/search", json={"text": "x", "method": "scripted_slow", "reference_upload": up["upload_id"]})
     assert res.status_code == 400 and "expired" in res.json()["detail"]

@@ -52,8 +52,7 @@ def album_ws(tmp_path, caption_dual, minilm) -> Workspace:
     gallery = gallery_from_records(str(tmp_path / "index"), records, caption_dual, minilm)
     rules = [
         [r"\[REFLECTION", json.dumps({"anchor": "the flamingo photo", "constraint": "2014-04-20",
-                                      "target": "birds", "completeness": "all four", "decision": "keep",
-                                      "verdict": "pass"})],
+                                      "target": "birds", "completeness": "all four", "decision": "pass"})],
         [r"\[FilterMetadata\]", "The zoo birds of that day. The final answer is: " + json.dumps(ZOO_DAY)],
         [r"\[GetMetadata\]", "The flamingo was taken on 2014-04-20; keep that day.\n"
          + call("FilterMetadata", expression="time >= '2014-04-20' and time < '2014-04-21'", save_as="zoo_day")],

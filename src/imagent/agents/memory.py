@@ -12,11 +12,14 @@
   compression: one summary, no validator.
 - :class:`EpisodicMemory` (``before_answer``): the five-part audit (anchor, constraint, target,
   completeness, decision; A.3.1) of a proposed answer, one model call conditioned on the query, the
-  (compressed) history and the proposed photos reloaded (Eq. 3). A failed audit goes back to the agent
-  as structured feedback asking for a new retrieval round with different keywords; the loop goes on
-  until an audit passes or the turn budget ends (the runtime accepts the answer when no turn is left).
-- :class:`SkillInjection` (``on_start``): the semantic memory's retrieval step: the most similar skill
-  of the library is prepended to the user message when its similarity exceeds ``theta_retr``.
+  (compressed) history and the proposed photos reloaded (Eq. 3). Its ``decision`` field (``pass`` or
+  ``revise``) is the only verdict: the prompt says so and the trace step records ``decided_by: decision``.
+  A failed audit goes back to the agent as structured feedback asking for a new retrieval round with
+  different keywords; the loop goes on until an audit passes or the turn budget ends (the runtime accepts
+  the answer when no turn is left).
+- :class:`SkillInjection` (``on_start``): the semantic memory's retrieval step: the skill whose source query
+  is most similar to the query text is prepended to the user message when the similarity exceeds
+  ``theta_retr``; skills distilled from the same query are left out.
   Distillation happens after the episode is scored (see :mod:`imagent.agents.skills`).
 
 Deviations where the paper is silent: how many metadata messages are kept verbatim
@@ -43,7 +46,10 @@ SUMMARY_KINDS = ("digest", "session", "working")
 SUMMARY_LIMITS = {"digest": 1500, "session": 800, "working": 600}
 _DATE = re.compile(r"\b(\d{4}-\d{2}-\d{2})\b")
 _ID_TOKEN = re.compile(r"[A-Za-z0-9][\w./:@-]*[A-Za-z0-9]|[A-Za-z0-9]")
-_ADDRESS_FIELD = re.compile(r"[\"']?address[\"']?\s*[:=]\s*[\"']?([^\"'\n;|}]+)", re.I)
+# ``address: X`` / ``address=X`` / ``"address": "X"`` and GetMetadata's own ``address X; device ...``.
+_ADDRESS_FIELD = re.compile(r"[\"']?\baddress[\"']?(?:\s*[:=]\s*|\s+)[\"']?([^\"'\n;|}]+)", re.I)
+# What follows ``address`` in a filter expression (handled by _ADDRESS_FILTER), not a place.
+_NOT_A_PLACE = re.compile(r"^(?:~|=|!|<|>|contains\b|like\b|unknown$|none$|null$)", re.I)
 _ADDRESS_FILTER = re.compile(r"address\s*(?:contains|~|==?|like)\s*[\"']([^\"']+)[\"']", re.I)
 _NEAR = re.compile(r"near\(\s*(-?\d+(?:\.\d+)?)\s*,\s*(-?\d+(?:\.\d+)?)")
 
@@ -75,15 +81,17 @@ def _place_key(address: str) -> str:
 
 def extract_facts(text: str, known_ids: Container[str] | None = None, arguments: Any = None) -> Facts:
     """Photo ids (album ids when ``known_ids`` is given, else digit runs of 6+), dates (YYYY-MM-DD)
-    and places (``address`` values and filters, ``near(lat, lon, ...)`` centres) in a tool message
-    and the arguments of the call that produced it. Deterministic: no model involved."""
+    and places (``address`` values as GetMetadata prints them (``address Melbourne Zoo, Parkville; ...``) or as
+    ``address: X`` / ``address=X``, address filters, ``near(lat, lon, ...)`` centres) in a tool message and the
+    arguments of the call that produced it; an unknown address is no place. Deterministic: no model involved."""
     blob = text + ("\n" + json.dumps(arguments, ensure_ascii=False) if arguments else "")
     if known_ids is not None:
         ids = {t for t in _ID_TOKEN.findall(blob) if t in known_ids}
     else:
         ids = set(re.findall(r"\b\d{6,}\b", blob))
     dates = set(_DATE.findall(blob))
-    places = {_place_key(m.group(1)) for m in _ADDRESS_FIELD.finditer(blob)}
+    places = {_place_key(m.group(1)) for m in _ADDRESS_FIELD.finditer(blob)
+              if not _NOT_A_PLACE.match(m.group(1).strip())}
     places |= {m.group(1).strip() for m in _ADDRESS_FILTER.finditer(blob)}
     places |= {m.group(1) for m in _NEAR.finditer(blob)}
     return Facts(frozenset(ids), frozenset(dates), frozenset(p for p in places if p and p.lower() != "none"))
@@ -319,14 +327,16 @@ AUDIT_SCHEMA: dict[str, Any] = {
         "constraint": {"type": "string", "maxLength": 300},
         "target": {"type": "string", "maxLength": 300},
         "completeness": {"type": "string", "maxLength": 300},
-        "decision": {"type": "string", "maxLength": 300},
-        "verdict": {"type": "string", "enum": ["pass", "revise"]},
+        # The only verdict: the answer stands ("pass") or a new retrieval round starts ("revise"). Written after
+        # the four checks, so a grammar-constrained model reasons first and decides last.
+        "decision": {"type": "string", "enum": ["pass", "revise"]},
         "remove": {"type": "array", "maxItems": 20, "items": {"type": "string", "maxLength": 80}},
         "new_keywords": {"type": "array", "maxItems": 4, "items": {"type": "string", "maxLength": 60}},
     },
-    "required": ["anchor", "constraint", "target", "completeness", "decision", "verdict"],
+    "required": ["anchor", "constraint", "target", "completeness", "decision"],
 }
-AUDIT_PARTS = ("anchor", "constraint", "target", "completeness", "decision")
+AUDIT_CHECKS = ("anchor", "constraint", "target", "completeness")
+AUDIT_PARTS = (*AUDIT_CHECKS, "decision")
 
 
 class EpisodicMemory(AgentHooks):
@@ -417,19 +427,28 @@ class EpisodicMemory(AgentHooks):
                                        max_tokens=self.REPLY_TOKENS)
             if not ok or not isinstance(value, dict):
                 step.note("the audit gave no usable verdict; the answer was accepted as proposed")
-                step.outputs = {"verdict": "pass", "parsed": False}
+                step.outputs = {"decision": "pass", "decided_by": "decision", "parsed": False}
                 return None
-            verdict = {k: " ".join(str(value.get(k, "")).split()) for k in AUDIT_PARTS}
-            passed = str(value.get("verdict", "pass")).lower() != "revise"
+            verdict = {k: " ".join(str(value.get(k, "")).split()) for k in AUDIT_CHECKS}
+            decision = str(value.get("decision", "")).strip().lower()
+            if decision not in ("pass", "revise"):  # the schema forbids it; a backend without grammars may not
+                step.note(f"the audit's decision {decision!r} is neither pass nor revise; the answer was accepted "
+                          "as proposed")
+                step.outputs = {"decision": "pass", "decided_by": "decision", "parsed": False, **verdict}
+                return None
+            passed = decision == "pass"
             keywords = [str(k) for k in value.get("new_keywords") or [] if str(k).strip()]
             remove = [str(r) for r in value.get("remove") or [] if str(r) in answer]
-            state.extra.setdefault("audits", []).append({"turn": state.turn, "passed": passed, **verdict})
-            step.outputs = {"verdict": "pass" if passed else "revise", **verdict, "remove": remove,
+            state.extra.setdefault("audits", []).append({"turn": state.turn, "passed": passed, **verdict,
+                                                         "decision": decision})
+            step.outputs = {"decision": decision, "decided_by": "decision", **verdict, "remove": remove,
                             "new_keywords": keywords}
+            step.note(f"audit decision: {decision} (the decision field alone decides whether the answer stands)")
             if passed:
                 return None
             used = self.used_keywords(state)
-            lines = "\n".join(f"- {k.upper()}: {verdict[k] or '(no remark)'}" for k in AUDIT_PARTS)
+            lines = "\n".join(f"- {k.upper()}: {verdict[k] or '(no remark)'}" for k in AUDIT_CHECKS)
+            lines += "\n- DECISION: revise"
             if remove:
                 lines += f"\n- photos that do not fit the target: {', '.join(remove)}"
             text = Template(self.feedback).safe_substitute(
@@ -442,17 +461,27 @@ class EpisodicMemory(AgentHooks):
 
 
 class SkillInjection(AgentHooks):
-    """Prepend the best skill of ``library`` to the user message when its similarity exceeds ``threshold``."""
+    """Prepend the best skill of ``library`` to the user message when its similarity exceeds ``threshold``.
 
-    def __init__(self, library: SkillLibrary, threshold: float = 0.65) -> None:
+    ``query`` is the user's query text: what the similarity compares with each skill's source query (Sec. 3.2
+    compares queries with queries; the task message around it, album size and date span, is not part of it).
+    None uses the run's request (``state.query``). A skill distilled from this same query (one of its source
+    queries equals ``query``, ignoring case and spacing: a shared library, a resumed run) is never injected:
+    it would hand the query its own solved trajectory."""
+
+    def __init__(self, library: SkillLibrary, threshold: float = 0.65, query: str | None = None) -> None:
         self.library = library
         self.threshold = threshold
+        self.query = query
 
     def on_start(self, state: AgentState) -> None:
-        with state.trace.step("memory.skill", library=str(self.library.path)) as step:
-            skill, sim = self.library.best(state.query, self.threshold)
+        query = self.query if self.query is not None else state.query
+        with state.trace.step("memory.skill", library=str(self.library.path), query=query) as step:
+            skill, sim, excluded = self.library.best_for(query, self.threshold)
             step.outputs = {"best_similarity": round(sim, 4), "threshold": self.threshold,
-                            "injected": skill.id if skill else None}
+                            "injected": skill.id if skill else None, "excluded_same_query": excluded}
+            if excluded:
+                step.note(f"{len(excluded)} skill(s) distilled from this same query left out: {', '.join(excluded)}")
             if skill is None:
                 return
             task = state.messages[1]
@@ -461,6 +490,8 @@ class SkillInjection(AgentHooks):
 
 
 __all__ = [
+    "AUDIT_CHECKS",
+    "AUDIT_PARTS",
     "AUDIT_SCHEMA",
     "SUMMARY_KINDS",
     "EpisodicMemory",

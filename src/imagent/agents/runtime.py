@@ -54,7 +54,7 @@ from imagent.agents.protocol import (
 from imagent.agents.tools import Observation, Tool, ToolError
 from imagent.core.trace import CallRecord, SearchCancelled, Trace, current_trace, record_call
 from imagent.models.base import ChatError, ChatParams, ChatResponse, ImagePart, Message
-from imagent.models.roles import CallBudgetExceeded, Role
+from imagent.models.roles import MODEL_CALL_FAILED, CallBudgetExceeded, Role
 
 ToolMode = Literal["auto", "native", "text", "json"]
 Mode = Literal["native", "text", "json"]
@@ -79,6 +79,8 @@ SEARCH_FIRST = ("Do not answer yet: photo ids come only from tool results. Call 
                 "ImageSearch and a few keywords), then answer from what it returns.")
 # The JSON protocol offers at most this many photo ids (the best seen) to its grammar.
 MAX_GRAMMAR_IDS = 200
+ONE_TOOL_PER_STEP = ("Not run: one tool per step. Only the first call of a reply runs ({first}); this {tool} call was "
+                    "not made. Read the result above, then call the next tool in your next reply if you still need it.")
 NOT_IN_ALBUM = ("Your final answer must list photo ids from the album and must not be empty. {detail}Use the "
                 f"ids your tools returned, exactly as: {ANSWER_FORMAT}")
 
@@ -235,6 +237,9 @@ class AgentRuntime:
       of the next turn's grammar (0: never), as is a tool whose last call repeated an earlier one exactly;
     - ``compact_prompt``: the short tool list (signatures, one example call each) instead of full JSON
       Schemas; None: compact for the JSON protocol and for in-process llama.cpp models;
+    - ``one_tool_per_step``: the paper's ReAct step, one tool call per turn: native calls ask the backend for
+      ``parallel_tool_calls=false``, and on every protocol a reply's calls after its first are not run, each
+      answered with an observation saying so (:data:`ONE_TOOL_PER_STEP`, counted ``agent.extra_calls_refused``);
     - ``worked_example``: one worked example for the compact prompt, written in the protocol's own turns
       (:func:`~imagent.agents.protocol.render_worked_example`). Where it is shown, a tool call with one of the
       example's dates that neither the request nor any tool result so far holds (nor a day beside one they
@@ -261,6 +266,7 @@ class AgentRuntime:
         loop_guard: int = 3,
         compact_prompt: bool | None = None,
         worked_example: dict[str, Any] | None = None,
+        one_tool_per_step: bool = True,
     ) -> None:
         if max_turns < 1:
             raise ValueError("max_turns must be at least 1")
@@ -287,6 +293,7 @@ class AgentRuntime:
         self.loop_guard = loop_guard
         self.compact_prompt = compact_prompt
         self.worked_example = worked_example
+        self.one_tool_per_step = one_tool_per_step
 
     # ------------------------------------------------------------------ set-up
     def resolve_mode(self) -> Mode:
@@ -321,6 +328,8 @@ class AgentRuntime:
         if mode == "native" and self.tools:
             p.tools = tools_as_openai(self.tools)
             p.tool_choice = "none" if final else "auto"
+            if self.one_tool_per_step and not final:
+                p.parallel_tool_calls = False
         if mode == "json" and state is not None:
             ids = [i for i in state.best_candidates(MAX_GRAMMAR_IDS) if self._known(i)]
             # Loop breakers for small models: a tool whose call was just refused as a repeat, or that the model
@@ -398,6 +407,8 @@ class AgentRuntime:
         except ChatError as exc:
             reason = f"the model call failed ({exc})"
             answer = None
+            if not isinstance(exc, CallBudgetExceeded):  # the cap counts its refusals itself
+                trace.count(MODEL_CALL_FAILED)  # the fall-back below stands in: the search is an error
         source: Literal["model", "fallback"] = "model"
         if not answer:
             answer = self._fallback_answer(state)
@@ -478,8 +489,8 @@ class AgentRuntime:
                    for c, r in zip(calls, resp.tool_calls, strict=True)]
             state.messages.append(Message.assistant(resp.text, tool_calls=raw))
             images: list[tuple[str, ImagePart]] = []
-            for c in calls:
-                obs = self._execute(c, state)
+            for n, c in enumerate(calls):
+                obs = self._run_call(c, n, calls[0], state)
                 turn.calls.append((c, obs))
                 state.messages.append(Message.tool(c.id, obs.text))
                 images += obs.images
@@ -500,8 +511,8 @@ class AgentRuntime:
             turn.path = "json" if mode == "json" else "text"
             parts: list[str | ImagePart] = []
             images = []
-            for c in calls:
-                obs = self._execute(c, state)
+            for n, c in enumerate(calls):
+                obs = self._run_call(c, n, calls[0], state)
                 turn.calls.append((c, obs))
                 parts.append(format_tool_response(c.name or "unreadable call", obs.text) + "\n")
                 images += obs.images
@@ -511,6 +522,18 @@ class AgentRuntime:
             return turn
         turn.answer = parse_final_answer(resp.text)
         return turn
+
+    def _run_call(self, call: ToolCall, n: int, first: ToolCall, state: AgentState) -> Observation:
+        """Call ``n`` (0-based) of one reply: run it, or refuse it when it is not the first (one tool per step)."""
+        return self._execute(call, state) if n == 0 or not self.one_tool_per_step else self._refuse(call, first, state)
+
+    @staticmethod
+    def _refuse(call: ToolCall, first: ToolCall, state: AgentState) -> Observation:
+        """A call after the first of one reply: not run (one tool per step), the model is told so."""
+        state.trace.count("agent.extra_calls_refused")
+        name = call.name or "unreadable call"
+        return Observation(ONE_TOOL_PER_STEP.format(tool=name, first=first.name or "the first call"), error=True,
+                           summary=f"{name} not run: one tool per step")
 
     def _execute(self, call: ToolCall, state: AgentState) -> Observation:
         """Run one call; every failure becomes an error observation for the model."""

@@ -17,8 +17,9 @@ Pipeline (paper Sec. 3.2, defaults in the method's config):
    embeddings exceeds ``merge_threshold`` (0.8, Eq. 4) the new skill is merged into the incumbent
    (its support grows, its confidence is the higher one, and the text of the more confident one is
    kept); otherwise it is a new entry.
-3. **Retrieval** (:meth:`SkillLibrary.best`): the entry whose source query is most similar to the new
-   query is injected as a hint only when the similarity exceeds ``theta_retr`` (0.65).
+3. **Retrieval** (:meth:`SkillLibrary.best_for`): the entry whose source query is most similar to the new
+   query (the query text alone, not the task message around it) is injected as a hint only when the similarity
+   exceeds ``theta_retr`` (0.65); an entry distilled from the same query is never offered to it.
 """
 
 from __future__ import annotations
@@ -108,6 +109,11 @@ class Skill:
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def same_query_key(query: str) -> str:
+    """What two queries share when they are the same query (case and spacing ignored)."""
+    return " ".join(query.lower().split())
 
 
 def new_skill_id(source_query: str, created: str) -> str:
@@ -228,6 +234,18 @@ class SkillLibrary:
         q = self._vector(query)
         return [(s, float(np.dot(q, self._vector(s.source_query)))) for s in skills]
 
+    def best_for(self, query: str, threshold: float) -> tuple[Skill | None, float, list[str]]:
+        """:meth:`best` over the skills not distilled from ``query`` itself (no source query equal to it, ignoring
+        case and spacing); also returns the ids of the skills left out for that reason."""
+        key = same_query_key(query)
+        skills = self.load()
+        own = [s for s in skills if key in {same_query_key(q) for q in [s.source_query, *s.source_queries]}]
+        sims = self.similarities(query, [s for s in skills if s not in own])
+        if not sims:
+            return None, 0.0, [s.id for s in own]
+        skill, sim = max(sims, key=lambda p: p[1])
+        return (skill if sim > threshold else None), sim, [s.id for s in own]
+
     def best(self, query: str, threshold: float) -> tuple[Skill | None, float]:
         """The most similar skill and its similarity; the skill is None unless similarity > threshold."""
         sims = self.similarities(query)
@@ -321,6 +339,7 @@ __all__ = [
     "default_skills_path",
     "distill_skill",
     "entity_terms",
+    "same_query_key",
     "skill_problems",
     "trajectory_text",
 ]

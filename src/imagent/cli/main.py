@@ -457,14 +457,24 @@ def models_use(
     json_out: JsonOpt = False,
 ) -> None:
     """Write a preset into the config file (merged: other settings stay) and show what was written."""
-    from imagent.models.presets import apply_preset, default_config_path, dump_toml, get_preset
+    from imagent.core.config import load_settings
+    from imagent.models.presets import apply_preset, default_config_path, dump_toml, get_preset, prepare_preset
 
     path = (to or default_config_path()).expanduser()
-    written = apply_preset(name, path)
     preset = get_preset(name)
+    from imagent.models.offline import OfflineModelError
+
+    try:  # the model file first: a preset whose parts are missing or corrupt leaves the config as it was
+        model_file = prepare_preset(name, load_settings(config_file=path if path.is_file() else None).cache_dir)
+    except OfflineModelError as exc:
+        raise HintedError(f"preset {name!r}: {exc}", f"the config file {path} was not changed") from None
+    written = apply_preset(name, path)
     if json_out:
-        sys.stdout.write(json.dumps({"config": str(path), "preset": name, "written": written}) + "\n")
+        sys.stdout.write(json.dumps({"config": str(path), "preset": name, "written": written,
+                                     "model_file": str(model_file) if model_file else None}) + "\n")
         return
+    if model_file is not None:
+        console.print(f"model file (checked): {model_file}", highlight=False, markup=False)
     console.print(f"wrote preset [bold]{name}[/] into {path}:", highlight=False)
     console.print(dump_toml(written), markup=False, highlight=False)
     console.print(f"first use downloads: {preset.download}", highlight=False)

@@ -124,6 +124,9 @@ def result_from_payload(payload: dict[str, Any]) -> Any:
         trace=trace,
         stages={k: ranking(v) for k, v in (payload.get("stages") or {}).items()},
         answer_set=payload.get("answer_set"),
+        source=payload.get("source") or "method",
+        source_reason=payload.get("source_reason") or "",
+        counts={str(k): int(v) for k, v in (payload.get("counts") or {}).items()},
     )
 
 

@@ -107,8 +107,12 @@ class ChatModelConfig(_Strict):
     base_url: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
     vision: bool = False
-    timeout_s: float = Field(120.0, gt=0)
+    timeout_s: float = Field(120.0, gt=0, description="openai: each attempt's deadline (connect + every byte)")
     max_retries: int = Field(4, ge=0)
+    # openai backend only: the whole call, retries and backoff included (empty: timeout_s * (max_retries + 1)).
+    deadline_s: float | None = Field(None, gt=0, description="openai: the whole call's deadline, retries included")
+    # openai backend only: the largest reply read, counted on the wire and again once decompressed (gzip bombs).
+    max_reply_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="openai: largest reply, compressed or not")
     concurrency: int = Field(4, ge=1)
     n_ctx: int = Field(4096, ge=256)
     n_threads: int | None = None
@@ -188,8 +192,17 @@ class ServerOptions(_Strict):
     max_json_bytes: int = Field(64 * 1024, ge=1024, description="largest JSON request body")
     max_upload_bytes: int = Field(12 * 1024 * 1024, ge=1024, description="largest uploaded reference image")
     max_calls_per_search: int = Field(2000, ge=1, description="cap on uncached model calls of one web search")
-    max_running_searches: int = Field(4, ge=1, description="searches running at once; more are refused (429)")
+    max_running_searches: int = Field(
+        4, ge=1, description="searches running at once, POST /api/search and /api/searches together (429 past it)")
     upload_ttl_s: float = Field(3600.0, gt=0, description="uploaded references are deleted after this long")
+    # An upload is decoded once to verify it: at most this many pixels, and at most max_upload_decode_bytes of
+    # decoded pixels (a JPEG is verified at a reduced scale, so a 48 MP photo costs a few MB, not 150).
+    max_upload_pixels: int = Field(50_000_000, ge=1, description="largest uploaded reference image, in pixels")
+    max_upload_decode_bytes: int = Field(
+        256 * 1024 * 1024, ge=1024 * 1024, description="memory one upload's verifying decode may take")
+    # A background search whose every event stream has closed (and none reopened) is cancelled after this long.
+    abandoned_search_grace_s: float = Field(
+        10.0, gt=0, description="cancel a background search this long after its last listener left")
 
 
 def _default_models() -> dict[str, ChatModelConfig]:
@@ -347,7 +360,8 @@ def load_settings(
         tree = deep_merge(tree, overrides)
     for item in sets or []:
         if "=" not in item:
-            raise ConfigError(f"--set takes key=value, got {item!r}")
+            # "dotted.key=value": a bare "key=value" would read as a credential to the redaction of error lines
+            raise ConfigError(f"--set takes dotted.key=value (e.g. --set methods.imagescope.k=10), got {item!r}")
         key, value = item.split("=", 1)
         set_dotted(tree, key.strip(), parse_value(value.strip()))
     # Keep the default offline model entry unless the user replaced the models table on purpose.

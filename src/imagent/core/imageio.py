@@ -10,7 +10,15 @@ Every function here treats the file as untrusted input:
 - ``width * height`` is checked against ``max_pixels`` from the header, before any pixel is
   decoded (decompression bombs); PIL's own bomb error is refused the same way;
 - the pixels must decode completely: truncated or corrupt files are refused (we never set
-  ``ImageFile.LOAD_TRUNCATED_IMAGES``, which would hide them behind grey padding).
+  ``ImageFile.LOAD_TRUNCATED_IMAGES``, which would hide them behind grey padding);
+- the header must be one the data can back: a Huffman-coded JPEG spends at least one bit on every 8x8
+  block, so a file whose declared size needs more blocks than its bytes can code (a 8 KB JPEG whose size
+  field was rewritten to 9000x9000, which libjpeg would "decode" as 81 megapixels of padding) is refused
+  before decoding; and an image whose decoded size differs from its header, or exceeds the pixel budget
+  once decoded, is refused too;
+- :func:`verify_image_bytes` (web uploads) also bounds the decode's memory: a JPEG is verified at a
+  reduced scale (every byte of its entropy-coded data is still read), anything else only when its decoded
+  pixels fit ``max_decode_bytes``; freed memory is handed back to the system afterwards.
 
 Failures raise :class:`ImageLoadError` (a ``ValueError``) with a short reason a report can show.
 :func:`read_exif` never raises: wrong EXIF is common in the wild and only loses the metadata.
@@ -274,6 +282,116 @@ def _decode(im: Image.Image, draft: bool = False) -> None:
         raise _broken(exc, "corrupt image data") from None
 
 
+# SOF markers of Huffman-coded JPEGs (baseline, extended, progressive, lossless; differential too): every 8x8
+# block costs at least one bit of entropy-coded data. Arithmetic coding (0xC9-0xCF) can code less: not checked.
+_HUFFMAN_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7})
+_NO_LENGTH = frozenset({0x01, *range(0xD0, 0xD9)})  # TEM, RSTn, SOI, EOI: markers without a length field
+
+
+def jpeg_blocks(data: bytes) -> int | None:
+    """The 8x8 blocks a Huffman-coded JPEG's frame header declares (all components), or None when the
+    header is not one (not a JPEG, arithmetic coding, no frame header before the first scan)."""
+    if data[:2] != b"\xff\xd8":
+        return None
+    i, n = 2, len(data)
+    while i + 4 <= n:
+        if data[i] != 0xFF:
+            return None
+        marker = data[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker in _NO_LENGTH:
+            i += 2
+            continue
+        length = int.from_bytes(data[i + 2:i + 4], "big")
+        if marker == 0xDA or length < 2:  # start of scan before any frame header
+            return None
+        if marker in _HUFFMAN_SOF:
+            seg = data[i + 4:i + 2 + length]
+            if len(seg) < 6:
+                return None
+            height, width, count = int.from_bytes(seg[1:3], "big"), int.from_bytes(seg[3:5], "big"), seg[5]
+            comps = [(seg[6 + 3 * c + 1] >> 4, seg[6 + 3 * c + 1] & 0x0F) for c in range(count)
+                     if 6 + 3 * c + 2 < len(seg)]
+            if not comps or width == 0 or height == 0:
+                return None
+            hmax, vmax = max(h for h, _ in comps) or 1, max(v for _, v in comps) or 1
+            return sum(math.ceil(math.ceil(width * h / hmax) / 8) * math.ceil(math.ceil(height * v / vmax) / 8)
+                       for h, v in comps)
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):  # an arithmetic-coded frame
+            return None
+        i += 2 + length
+    return None
+
+
+def _check_backed(data: bytes, im: Image.Image) -> None:
+    """Refuse a JPEG whose header declares more blocks than its bytes can code (a rewritten size field)."""
+    if im.format not in ("JPEG", "MPO"):
+        return
+    blocks = jpeg_blocks(data)
+    if blocks is not None and len(data) * 8 < blocks:
+        w, h = im.size
+        raise ImageLoadError(f"its header says {w}x{h}, but its {len(data):,} bytes cannot hold that many pixels "
+                             f"(a JPEG needs at least {math.ceil(blocks / 8):,}); the size field was likely "
+                             "rewritten")
+
+
+def _check_decoded(im: Image.Image, size: tuple[int, int], max_pixels: int) -> None:
+    """After a full decode: the pixels are the size the header said, and within the budget."""
+    w, h = im.size
+    if (w, h) != size:
+        raise ImageLoadError(f"decoded size {w}x{h} differs from its header's {size[0]}x{size[1]}")
+    if w * h > max_pixels:
+        raise ImageLoadError(f"too many pixels once decoded ({w}x{h} = {w * h}; limit {max_pixels})")
+
+
+def release_memory() -> None:
+    """Hand memory freed by a large decode back to the system (glibc keeps freed heap pages otherwise, and
+    a server that verified a few big uploads would stay gigabytes larger). A no-op elsewhere."""
+    global _malloc_trim
+    if _malloc_trim is None:
+        try:
+            import ctypes
+
+            _malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _malloc_trim = False
+    if _malloc_trim:
+        _malloc_trim(0)
+
+
+_malloc_trim: Any = None
+
+
+def verify_image_bytes(data: bytes, max_pixels: int, max_decode_bytes: int) -> ImageInfo:
+    """Check that ``data`` is a complete image within ``max_pixels``, decoding it with at most about
+    ``max_decode_bytes`` of pixels in memory; keeps nothing. Raises :class:`ImageLoadError`."""
+    if not data:
+        raise ImageLoadError("empty file (0 bytes)")
+    try:
+        _verify(data, max_pixels)
+        with _open_checked(io.BytesIO(data), max_pixels) as im:
+            _check_backed(data, im)
+            size = im.size
+            if im.format in ("JPEG", "MPO"):
+                # DCT scaling: the whole entropy-coded stream is read, 1/64 of the pixels kept.
+                im.draft(im.mode, (max(1, size[0] // 8), max(1, size[1] // 8)))
+            bands = len(im.getbands())
+            cost = im.size[0] * im.size[1] * max(bands, 1) * (2 if im.mode in ("I;16", "I", "F") else 1)
+            if cost > max_decode_bytes:
+                raise ImageLoadError(f"decoding it would take {cost / 2**20:.0f} MB, more than the "
+                                     f"{max_decode_bytes / 2**20:.0f} MB this server allows an upload")
+            draft = im.size != size
+            _decode(im)
+            if not draft:
+                _check_decoded(im, size, max_pixels)
+            w, h = _oriented_size(im, size)
+            return ImageInfo(w, h, str(im.format or "unknown"))
+    finally:
+        release_memory()
+
+
 def _verify(data: bytes, max_pixels: int) -> None:
     """PIL's structural check (chunk CRCs for PNG), which a plain decode does not always do."""
     im = _open_checked(io.BytesIO(data), max_pixels)
@@ -331,7 +449,10 @@ def image_from_bytes(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image
         raise ImageLoadError("empty file (0 bytes)")
     _verify(data, max_pixels)
     with _open_checked(io.BytesIO(data), max_pixels) as im:
+        _check_backed(data, im)
+        size = im.size
         _decode(im)
+        _check_decoded(im, size, max_pixels)
         return _to_rgb(im)
 
 
@@ -340,7 +461,10 @@ def _probe_bytes(data: bytes, max_pixels: int) -> tuple[ImageInfo, Image.Image]:
     im = _open_checked(io.BytesIO(data), max_pixels)
     size = im.size  # before decoding: a JPEG draft decode shrinks ``im.size``
     try:
+        _check_backed(data, im)
         _decode(im, draft=True)
+        if im.format not in ("JPEG", "MPO"):
+            _check_decoded(im, size, max_pixels)
     except ImageLoadError:
         im.close()
         raise

@@ -12,6 +12,13 @@ could echo it. :func:`redact` then replaces
   ``x-api-key`` and ``x-subscription-token`` headers, and ``key=``/``api_key=``/``access_token=``-style URL
   parameters.
 
+A known value is masked whole, and so is any cut-off start of it (at least :data:`MIN_PREFIX_LEN`
+characters): text cut at a length limit before it was masked must not leave most of a key behind. The values
+of environment variables named ``*_API_KEY`` count as known even when no configuration names them.
+:func:`mask_secrets` masks only the known values (not the credential shapes): it is applied to what a model
+*answers* (text, tool-call arguments, logprob tokens) before the trace, the call cache, logs, the web API
+or its events see it, where the shapes would garble ordinary text.
+
 The replacement is ``***``. Applied where text leaves the process or enters a record: model-call errors
 (the chat backends), trace notes and call errors (:mod:`imagent.core.trace`), eval files, CLI error lines
 and the web API's error bodies. Redacting an already redacted text changes nothing.
@@ -29,6 +36,8 @@ MASK = "***"
 # Shorter values are not treated as secrets: masking "abc" everywhere would garble every message, and
 # real API keys are far longer (OpenAI ~50, Google 39, Brave 31 characters).
 MIN_SECRET_LEN = 8
+# A cut-off start of a known secret this long (or the whole secret, if shorter) is masked as well.
+MIN_PREFIX_LEN = 12
 
 _lock = threading.Lock()
 _env_names: set[str] = set()
@@ -77,6 +86,7 @@ def known_secrets() -> list[str]:
     with _lock:
         names = list(_env_names)
         values = set(_secrets)
+    names += [n for n in os.environ if n.upper().endswith("_API_KEY")]
     for name in names:
         value = os.environ.get(name, "").strip()
         if len(value) >= MIN_SECRET_LEN:
@@ -84,14 +94,36 @@ def known_secrets() -> list[str]:
     return sorted(values, key=len, reverse=True)
 
 
+def _mask_known(s: str) -> str:
+    for secret in known_secrets():
+        if secret in s:
+            s = s.replace(secret, MASK)
+        head = secret[:max(MIN_SECRET_LEN, min(MIN_PREFIX_LEN, len(secret)))]
+        if head in s:  # a cut-off start of the secret: mask as much of it as is there
+            out, i = [], 0
+            while (j := s.find(head, i)) >= 0:
+                n = len(head)
+                while j + n < len(s) and n < len(secret) and s[j + n] == secret[n]:
+                    n += 1
+                out.append(s[i:j] + MASK)
+                i = j + n
+            s = "".join(out) + s[i:]
+    return s
+
+
+def mask_secrets(text: Any) -> str:
+    """``text`` with every known secret value (and any cut-off start of one) masked; credential shapes are
+    left alone (for model answers, where ``key=value`` is ordinary text)."""
+    s = text if isinstance(text, str) else str(text)
+    return _mask_known(s) if s else s
+
+
 def redact(text: Any) -> str:
     """``text`` (anything; non-strings are ``str()``-ed) with every known secret and credential masked."""
     s = text if isinstance(text, str) else str(text)
     if not s:
         return s
-    for secret in known_secrets():
-        if secret in s:
-            s = s.replace(secret, MASK)
+    s = _mask_known(s)
     for pattern, repl in _PATTERNS:
         s = pattern.sub(repl, s)
     return s
@@ -108,5 +140,5 @@ def redact_data(obj: Any) -> Any:
     return obj
 
 
-__all__ = ["MASK", "known_secrets", "redact", "redact_data", "register_env_names", "register_secret",
+__all__ = ["MASK", "known_secrets", "mask_secrets", "redact", "redact_data", "register_env_names", "register_secret",
            "registered_env_names"]

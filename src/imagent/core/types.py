@@ -192,24 +192,93 @@ class Ranking:
         return {"ids": list(self.ids), "scores": [float(s) for s in self.scores]}
 
 
+class Source:
+    """Which path produced a :class:`Result` (its ``source``), so that every number shown says whose it is.
+
+    - ``"method"``: the method's own answer or plan;
+    - ``"fallback:<name>"``: a named fallback path the method took instead (``fallback:best_seen``,
+      ``fallback:plain_search``, ``fallback:composed_query``...): a result, but not the method's own;
+    - ``"error"``: the method could not answer (its model calls failed, the per-query call cap); the reason is
+      in ``Result.source_reason``. Such a result may still carry a ranking: the never-empty answer that
+      interactive search shows, labelled in the trace. Evaluations never score it: it is a query error.
+    """
+
+    METHOD = "method"
+    ERROR = "error"
+    FALLBACK_PREFIX = "fallback:"
+
+    @staticmethod
+    def fallback(name: str) -> str:
+        """The source string of the named fallback path."""
+        if not name or ":" in name:
+            raise ValueError(f"a fallback name is a plain word, got {name!r}")
+        return Source.FALLBACK_PREFIX + name
+
+    @staticmethod
+    def is_fallback(source: str) -> bool:
+        return source.startswith(Source.FALLBACK_PREFIX)
+
+    @staticmethod
+    def check(source: str) -> str:
+        """``source`` itself when it is one of the forms above; ValueError otherwise."""
+        if source in (Source.METHOD, Source.ERROR) or (
+                Source.is_fallback(source) and len(source) > len(Source.FALLBACK_PREFIX)):
+            return source
+        raise ValueError(f"unknown result source {source!r} (expected 'method', 'error' or 'fallback:<name>')")
+
+
+# A method's own behaviour counts for one query: flat names to non-negative integers, "by kind" counts as
+# ``"<count>.<kind>"`` (``"tool_calls.ImageSearch"``, ``"set_operations.DIFFERENCE"``). Evaluations sum them over
+# the queries without knowing the names (``metrics.json`` ``behaviour``).
+Counts = dict[str, int]
+
+
 @dataclass
 class Result:
     """A method's answer: the final ranking, its trace and any named intermediate rankings
     (e.g. ``stage1``/``stage2`` for ablations reported side by side, or one per dialogue round).
 
     ``answer_set``: for methods that answer with a *set* (PhotoCraft, ImageSeeker on DISBench), the
-    set itself, apart from any ranking; set-valued benchmarks score it. ``None`` for ranking methods."""
+    set itself, apart from any ranking; set-valued benchmarks score it. ``None`` for ranking methods.
+
+    ``source``: which path produced it (:class:`Source`: ``method``, ``fallback:<name>`` or ``error``) and
+    ``source_reason`` why, when it is not the method's own; ``counts``: the method's own behaviour counts for
+    this query (:data:`Counts`)."""
 
     ranking: Ranking
     trace: Trace
     stages: dict[str, Ranking] = field(default_factory=dict)
     answer_set: list[str] | None = None
+    source: str = Source.METHOD
+    source_reason: str = ""
+    counts: Counts = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        Source.check(self.source)
+        for key, n in self.counts.items():
+            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+                raise ValueError(f"behaviour count {key!r} must be a non-negative int, got {n!r}")
+
+    @property
+    def is_error(self) -> bool:
+        return self.source == Source.ERROR
+
+    @property
+    def is_fallback(self) -> bool:
+        return Source.is_fallback(self.source)
+
+    def count(self, key: str, n: int = 1) -> None:
+        """Add ``n`` to the behaviour count ``key``."""
+        self.counts[key] = self.counts.get(key, 0) + n
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
             "ranking": self.ranking.to_dict(),
             "stages": {k: v.to_dict() for k, v in self.stages.items()},
             "trace": self.trace.to_dict(),
+            "source": self.source,
+            "source_reason": self.source_reason,
+            "counts": dict(self.counts),
         }
         if self.answer_set is not None:
             d["answer_set"] = list(self.answer_set)

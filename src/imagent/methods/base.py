@@ -18,7 +18,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from imagent.core.trace import Trace, note
-from imagent.core.types import ImageRecord, Query, Ranking, Result
+from imagent.core.types import ImageRecord, Query, Ranking, Result, Source
 from imagent.index.embedding import ExtraEncoder
 from imagent.index.gallery import (
     SPACE_CAPTION_DUAL,
@@ -218,6 +218,9 @@ class Method(ABC):
     tasks: ClassVar[frozenset[str]] = frozenset({"tir", "cir"})
     Config: ClassVar[type[MethodConfig]] = MethodConfig
     description: ClassVar[str] = ""
+    # Trace counters that mean a named fallback stood in for part of the method (unusable model output): a
+    # result whose trace counts any has ``source`` ``fallback:<name>`` (the first counted, in this order).
+    fallback_counters: ClassVar[dict[str, str]] = {}
 
     def __init__(self, ctx: MethodContext, config: MethodConfig | dict[str, Any] | None = None) -> None:
         self.ctx = ctx
@@ -246,7 +249,11 @@ class Method(ABC):
         that is None, twice :meth:`estimate_calls`. Roles refuse uncached calls past it
         (:class:`~imagent.models.roles.CallBudgetExceeded`); JSON answers fall back, and a refused call that
         the method cannot do without ends :meth:`run`: the search then returns the best ranking the method
-        offered through :func:`keep_best` (else :meth:`fallback_ranking`), in a trace step ``stopped.call_cap``."""
+        offered through :func:`keep_best` (else :meth:`fallback_ranking`), in a trace step ``stopped.call_cap``.
+
+        A search whose model calls failed (refused by the cap, or a ``ChatError`` a stand-in replaced) returns a
+        result whose ``source`` is ``error`` with the reason (:func:`failed_calls_reason`): its ranking is only
+        the never-empty answer interactive search shows; an evaluation counts the query as an error."""
         if query.task not in self.tasks:
             raise ValueError(f"method {self.name!r} handles {sorted(self.tasks)} queries, not {query.task!r}")
         if trace is None:
@@ -261,11 +268,31 @@ class Method(ABC):
                         step.note(w)
             return self.run(query, top_k, trace)
 
-        out, _ = self.capped(query, top_k, trace, run)
+        out, stopped = self.capped(query, top_k, trace, run)
+        if stopped:
+            return self.stopped_result(out, trace)
         if isinstance(out, Result):
-            return out
-        ranking, stages = out if isinstance(out, tuple) else (out, {})
-        return Result(ranking=ranking, trace=trace, stages=stages)
+            result = out
+        else:
+            ranking, stages = out if isinstance(out, tuple) else (out, {})
+            result = Result(ranking=ranking, trace=trace, stages=stages)
+        result.counts = {**trace.counters, **result.counts}  # the trace's counts, and the method's own
+        failed = failed_calls_reason(trace)
+        if failed and not result.is_error:  # a stand-in replaced a failed model call: not the method's answer
+            result.source, result.source_reason = Source.ERROR, failed
+        elif result.source == Source.METHOD:
+            used = [(c, name) for c, name in self.fallback_counters.items() if trace.counters.get(c)]
+            if used:
+                result.source = Source.fallback(used[0][1])
+                result.source_reason = "; ".join(f"{name} ({c} = {trace.counters[c]})" for c, name in used)
+        return result
+
+    @staticmethod
+    def stopped_result(ranking: Ranking, trace: Trace) -> Result:
+        """The result of a search the call cap stopped: an error (the method could not finish), whose ranking is
+        only the never-empty answer interactive search shows (labelled in step ``stopped.call_cap``)."""
+        return Result(ranking=ranking, trace=trace, source=Source.ERROR,
+                      source_reason=failed_calls_reason(trace) or f"call cap {trace.max_calls} reached")
 
     def capped(self, query: Query, top_k: int, trace: Trace, work: Callable[[], Any]) -> tuple[Any, bool]:
         """``(work(), False)`` run with ``trace`` current and under the query's cap on model calls (the caller's
@@ -309,10 +336,21 @@ class Method(ABC):
                 ranking, what = self.fallback_ranking(query, top_k), "the plain retrieval (clip baseline) ranking"
             else:
                 ranking, what = best.top(top_k), "the best ranking the method had reached"
-            step.note(f"call cap {trace.max_calls} reached: the search stopped and returned {what}")
+            step.note(f"call cap {trace.max_calls} reached: the search stopped and returned {what} (never empty for "
+                      "interactive search; an evaluation counts this query as an error)")
             step.outputs["top"] = ranking.head(5)
         trace.count("call_cap_stops")
         return ranking
+
+    def search_spaces(self) -> list[str] | None:
+        """The vector spaces this method's retrieval reads, as far as it states them; None: not stated. A
+        benchmark whose track depends on what a search used (DISBench, decision 9) reads it."""
+        return None
+
+    def text_readers(self) -> list[str]:
+        """The roles whose model is shown photos but reads them as text (caption mode: captions, derived text,
+        date and place) instead of pixels; such text counts as derived from the photos (DISBench's tracks)."""
+        return []
 
     def preflight(self, query: Query | None = None) -> list[str]:
         """Checks made before any model call, for one ``query`` or (``None``) for a whole run: raise a
@@ -327,6 +365,26 @@ class Method(ABC):
         """The pipeline. Return the final ranking (at least ``top_k`` long when the pool allows),
         optionally with named intermediate rankings for stage-wise reports, or a whole
         :class:`Result` (set-valued methods fill ``answer_set``)."""
+
+
+def failed_calls_reason(trace: Trace) -> str:
+    """Why a search's model calls failed, in words ("" when none did): calls the cap refused, or failed calls
+    (a ``ChatError``) whose callers went on with a stand-in (counted ``model_call_failed`` by the roles and
+    the agent runtime). Such a search is an error of its method, whatever it returned."""
+    from imagent.models.roles import MODEL_CALL_FAILED
+
+    refused = trace.counters.get("call_cap_refused", 0)
+    failed = trace.counters.get(MODEL_CALL_FAILED, 0)
+    if not refused and not failed:
+        return ""
+    parts = []
+    if refused:
+        parts.append(f"call cap reached: {refused} model call(s) refused past max_calls={trace.max_calls}")
+    if failed:
+        errors = [c.error for s in trace.steps for c in s.calls if c.kind == "chat" and c.error]
+        first = f" (first: {errors[0]})" if errors else ""
+        parts.append(f"{failed} model call(s) failed{first}")
+    return "; ".join(parts) + "; the result is a stand-in, not the method's answer"
 
 
 _BEST: contextvars.ContextVar[list[Ranking | None] | None] = contextvars.ContextVar("imagent_best_ranking",

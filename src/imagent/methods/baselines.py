@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field
 
 from imagent.core.trace import Trace
@@ -31,6 +33,9 @@ class ClipBaseline(Method):
     tasks = frozenset({"tir", "cir", "chat"})
     Config = ClipConfig
     description = "dual-encoder zero-shot retrieval (text, or text + reference image fused)"
+
+    def search_spaces(self) -> list[str]:
+        return [SPACE_IMAGE]
 
     def run(self, query: Query, top_k: int, trace: Trace) -> Ranking:
         cfg: ClipConfig = self.config  # type: ignore[assignment]
@@ -74,6 +79,9 @@ class CaptionBaseline(Method):
     Config = CaptionConfig
     description = "query text against gallery captions in the text embedder's space"
 
+    def search_spaces(self) -> list[str]:
+        return [SPACE_CAPTION_TEXT]
+
     def run(self, query: Query, top_k: int, trace: Trace) -> Ranking:
         cfg: CaptionConfig = self.config  # type: ignore[assignment]
         text = fold_dialogue(query) if query.task == "chat" else query.text
@@ -96,6 +104,7 @@ class CIReVL(Method):
     tasks = frozenset({"cir"})
     Config = CIReVLConfig
     description = "caption the reference, LLM-edit the caption by the modification, retrieve the result"
+    fallback_counters: ClassVar[dict[str, str]] = {"edit_fallback": "reference_plus_modification"}
     description = "caption the reference, LLM-edit the caption by the modification, retrieve the result"
 
     @classmethod

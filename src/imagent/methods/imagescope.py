@@ -88,7 +88,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 from string import Template
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
@@ -195,6 +195,8 @@ class ImageScope(Method):
     tasks = frozenset({"tir", "cir", "chat"})
     Config = ImageScopeConfig
     description = "3-granularity target descriptions, predicate verification of the top k, pairwise evaluation"
+    fallback_counters: ClassVar[dict[str, str]] = {"stage1_fallback": "stage1_reference_description",
+                                                   "stage2_fallback": "stage2_keeps_stage1_order"}
 
     @classmethod
     def estimate_calls(cls, config: MethodConfig, query: Query | None = None) -> int:
@@ -268,7 +270,7 @@ class ImageScope(Method):
 
             out, stopped = self.capped(round_query, top_k, trace, work)
             if stopped:
-                results.append(Result(ranking=out, trace=trace, stages={}))
+                results.append(self.stopped_result(out, trace))
                 if not reference:  # stopped before round 0 described the reference
                     reference, source = query.text.strip(), "the opening caption (round 0 stopped by the call cap)"
                 trace.steps[-1].note(f"the next round keeps this round's reference description ({source})")

@@ -61,7 +61,7 @@ from imagent.agents.memory import SUMMARY_KINDS, EpisodicMemory, MemoryCondense,
 from imagent.agents.runtime import AgentHooks, AgentRun, AgentRuntime, ToolMode
 from imagent.agents.skills import Skill, SkillLibrary, distill_skill, trajectory_text
 from imagent.core.trace import Trace
-from imagent.core.types import Query, Ranking, Result
+from imagent.core.types import Query, Ranking, Result, Source
 from imagent.methods.base import Method, MethodConfig, load_prompt, register_method
 from imagent.models.base import ImagePart
 from imagent.tools.album import Album
@@ -144,6 +144,9 @@ class DeepSearchConfig(MethodConfig):
     tool_mode: ToolMode = Field("auto", description="native tool calls when the backend has them; grammar-constrained "
                                 "JSON turns (json) for the in-process llama.cpp backend; else the <tool_call> text "
                                 "protocol; or force one of native, text, json")
+    one_tool_per_step: bool = Field(True, description="one tool call per turn, as the paper's ReAct step (Sec. 3.3): "
+                                    "parallel_tool_calls=false on native calls, and a reply's further calls are "
+                                    "refused with an observation saying so")
     search_first: bool = Field(True, description="send an answer given before any tool returned a photo back once "
                                "(the papers' agent always searches first)")
     loop_guard: int = Field(3, ge=0, description="JSON protocol: a tool called in each of the last N turns is left "
@@ -211,6 +214,20 @@ class _DeepSearch(Method):
                     "a vision model for the role)"]
         return []
 
+    def search_spaces(self) -> list[str]:
+        """The spaces ImageSearch scores (the album's default: the first of image, caption_dual, caption_text)."""
+        return [space for space, _ in Album(self.ctx.gallery, self.ctx.dual, self.ctx.text).spaces]
+
+    def text_readers(self) -> list[str]:
+        """The agent, and the memory role where it is shown photos (PhotoCraft's audit reloads them), when
+        their model reads photos as text."""
+        roles = [self.config.agent_role, *self.photo_viewers()]
+        return [r for r in dict.fromkeys(roles) if self.ctx.roles[r].caption_mode]
+
+    def photo_viewers(self) -> list[str]:
+        """Roles besides the agent that are shown photos."""
+        return []
+
     # ------------------------------------------------------------------ parts
     def album(self, query: Query) -> Album:
         g = self.ctx.gallery
@@ -263,7 +280,7 @@ class _DeepSearch(Method):
             tool_mode=cfg.tool_mode, known_ids=album, fallback_k=cfg.fallback_k, max_tokens=cfg.max_tokens,
             fallback=lambda _state: list(album.search(query.text, cfg.fallback_k).ids),
             search_first=cfg.search_first, loop_guard=cfg.loop_guard, compact_prompt=cfg.compact_prompt,
-            worked_example=WORKED_EXAMPLE,
+            worked_example=WORKED_EXAMPLE, one_tool_per_step=cfg.one_tool_per_step,
         )
         run = runtime.run(self.task_message(query, album))
         ranking = self.ranking(run, top_k)
@@ -271,7 +288,9 @@ class _DeepSearch(Method):
             step.outputs = {"answer_set": list(run.answer), **run.to_dict()}
             if run.source == "fallback":
                 step.note(run.reason)
-        return Result(ranking=ranking, trace=trace, answer_set=list(run.answer))
+        source = Source.fallback("best_candidates") if run.source == "fallback" else Source.METHOD
+        return Result(ranking=ranking, trace=trace, answer_set=list(run.answer), source=source,
+                      source_reason=run.reason if run.source == "fallback" else "")
 
     @staticmethod
     def ranking(run: AgentRun, top_k: int) -> Ranking:
@@ -326,6 +345,9 @@ class PhotoCraft(_DeepSearch):
         assert isinstance(config, PhotoCraftConfig)
         audits = (config.max_audits or 2) if config.episodic_memory else 0
         return super().estimate_calls(config, query) + audits + (1 if config.semantic_memory else 0)
+
+    def photo_viewers(self) -> list[str]:
+        return [self.config.memory_role] if self.config.episodic_memory else []
 
     # ------------------------------------------------------------------ semantic memory
     def start_run(self, run_dir: Path) -> None:
@@ -384,7 +406,7 @@ class PhotoCraft(_DeepSearch):
         tools = self.tools(album)
         hooks: list[AgentHooks] = []
         if c.semantic_memory:
-            hooks.append(SkillInjection(self.library(), c.theta_retr))
+            hooks.append(SkillInjection(self.library(), c.theta_retr, query=query.text))
         if c.working_memory:
             working = WorkingMemory(self.ctx.roles[c.memory_role], load_prompt("photocraft/condense.txt"),
                                     context_limit=self.context_limit(), compress_at=c.compress_at, structured=True,

@@ -60,7 +60,7 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from string import Template
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field
@@ -258,6 +258,7 @@ class TaCIR(Method):
     tasks = frozenset({"cir"})
     Config = TaCIRConfig
     description = "tool-augmented reflective CoT: optional web-search/edit visual proxy, fused text+proxy score"
+    fallback_counters: ClassVar[dict[str, str]] = {"tacir.parse_fallback": "reasoner_output_unusable"}
 
     @classmethod
     def estimate_calls(cls, config: MethodConfig, query: Query | None = None) -> int:

@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from string import Template
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -312,6 +312,8 @@ class XR(Method):
     name = "xr"
     tasks = frozenset({"cir"})
     Config = XRConfig
+    fallback_counters: ClassVar[dict[str, str]] = {"xr.imagination_fallback": "imagination_reference_caption",
+                                                   "xr.questions_fallback": "questions_from_attributes"}
     description = (
         "X^R: text and vision imagination agents, four cross-modal similarities fused by RRF (coarse top k'), "
         "true/false question agents on captions and images, cross-modal re-ranking"

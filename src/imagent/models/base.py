@@ -178,11 +178,13 @@ class ChatParams:
     # OpenAI ``tools`` offered for native tool calling, and ``tool_choice`` ("auto" | "none" | "required").
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | None = None
+    # False: ask for at most one tool call per reply (OpenAI ``parallel_tool_calls``); None: not sent.
+    parallel_tool_calls: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(vars(self))
         # Left out when unused, so the call-cache keys of calls without tools stay what they were.
-        for k in ("tools", "tool_choice"):
+        for k in ("tools", "tool_choice", "parallel_tool_calls"):
             if d[k] is None:
                 del d[k]
         return d

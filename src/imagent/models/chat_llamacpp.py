@@ -1,7 +1,8 @@
 """LlamaCppChatModel: a GGUF model run in-process by llama-cpp-python (``backend = "llama.cpp"``).
 
-``model`` is a ``.gguf`` path (a ``llama.cpp:`` prefix is accepted) or ``offline:qwen2.5-0.5b-instruct``,
-the model assembled from the ``imagent[offline]`` packages (see :mod:`imagent.models.offline`).
+``model`` is a ``.gguf`` path (a ``llama.cpp:`` prefix is accepted) or an offline model assembled from its
+PyPI parts (see :mod:`imagent.models.offline`): ``offline:qwen2.5-0.5b-instruct`` (``imagent[offline]``) or
+``offline:qwen2.5-coder-1.5b-instruct`` (``imagent[offline-1.5b]``).
 
 - ``logprobs`` (config): calls asking for token logprobs (yes/no scores) get each generated token's top
   alternatives, read from that step's logits by a logits processor (:class:`_TopLogprobs`), the same numbers
@@ -10,11 +11,12 @@ the model assembled from the ``imagent[offline]`` packages (see :mod:`imagent.mo
   a 0.5B yes/no call ~6x slower (measured 8 s against 1.3 s per verifier call on this 2-core machine) and the
   planner's long prompts ~30% slower. With ``logprobs = false`` calls still answer, with no probabilities.
 - Prompt cache: a ``Llama`` reuses the previous prompt's KV cache for the longest common token prefix, so a
-  caller puts what many calls share first. The model keeps ``slots`` contexts (default 2; the weights are
-  memory-mapped once and shared) and sends each call to the one whose last prompt shares the longest prefix
-  with it (at least :data:`SLOT_MIN_PREFIX` characters, else the least recently used): a method alternating
-  one long planner prompt with many short verifier prompts (OSCAR) keeps both prefixes warm, instead of
-  re-reading the planner's ~1,100 shared tokens on every query.
+  caller puts what many calls share first. Each reply's ``raw["usage"]["prompt_tokens_evaluated"]`` says how
+  many prompt tokens were evaluated, not reused (``benchmarks/agent_tokens.py`` reads it). The model keeps
+  ``slots`` contexts (default 2; the weights are memory-mapped once and shared) and sends each call to the one
+  whose last prompt shares the longest prefix with it (at least :data:`SLOT_MIN_PREFIX` characters, else the
+  least recently used): a method alternating one long planner prompt with many short verifier prompts (OSCAR)
+  keeps both prefixes warm, instead of re-reading the planner's ~1,100 shared tokens on every query.
 - JSON output is constrained by a grammar built from the schema
   (``response_format={"type": "json_object", "schema": S}``). Small models loop inside strings unless every
   string has ``maxLength``, every array ``maxItems``, and ``repeat_penalty`` is ~1.1; :meth:`Role.json` sets
@@ -40,9 +42,15 @@ import numpy as np
 from imagent.core.cache import stable_key
 from imagent.core.trace import note_once
 from imagent.models.base import ChatError, ChatParams, ChatResponse, Message, TokenLogprob
-from imagent.models.offline import INSTALL_HINT, OFFLINE_QWEN_NAME, ensure_offline_qwen
+from imagent.models.offline import (
+    INSTALL_HINT,
+    OFFLINE_GGUFS,
+    OFFLINE_QWEN_NAME,
+    ensure_offline_model,
+    get_offline_model,
+)
 
-OFFLINE_MODELS = (OFFLINE_QWEN_NAME,)
+OFFLINE_MODELS = tuple(OFFLINE_GGUFS)
 
 
 class ModelLoadError(RuntimeError):
@@ -55,13 +63,13 @@ def resolve_model_path(model: str, cache_dir: Path | None = None) -> tuple[Path,
     The model id names the model in cache keys and traces: the offline name for the offline model
     (the same on every machine, since the file is hash-checked), else the file name."""
     if model.startswith("offline:"):
-        if model != OFFLINE_QWEN_NAME:
+        if model not in OFFLINE_GGUFS:
             raise ModelLoadError(f"unknown offline model {model!r}; known: {', '.join(OFFLINE_MODELS)}")
         if cache_dir is None:
             from imagent.core.config import user_cache_dir
 
             cache_dir = user_cache_dir()
-        return ensure_offline_qwen(cache_dir), model
+        return ensure_offline_model(cache_dir, get_offline_model(model)), model
     path = Path(model.removeprefix("llama.cpp:")).expanduser()
     if not path.is_file():
         raise ModelLoadError(
@@ -214,12 +222,17 @@ class LlamaCppChatModel:
             top = _TopLogprobs(llama, params.top_logprobs) if params.top_logprobs > 0 and self.logprobs else None
             if top is not None:
                 kw["logits_processor"] = [top]
+            before = _kv_tokens(llama)
             try:
                 out = llama.create_chat_completion(**kw)
             except (ValueError, RuntimeError) as exc:  # e.g. prompt longer than n_ctx
                 raise ChatError(f"llama.cpp ({self.model_id}): {exc}") from exc
+            usage = out.get("usage") or {}
+            out["usage"] = usage
+            if isinstance(usage, dict):
+                usage["prompt_tokens_evaluated"] = evaluated_prompt_tokens(
+                    before, _kv_tokens(llama), int(usage.get("prompt_tokens") or 0))
         choice = out["choices"][0]
-        usage = out.get("usage") or {}
         return ChatResponse(
             text=(choice.get("message") or {}).get("content") or "",
             prompt_tokens=int(usage.get("prompt_tokens") or 0),
@@ -228,6 +241,26 @@ class LlamaCppChatModel:
             finish_reason=choice.get("finish_reason") or "",
             raw=out,
         )
+
+
+def _kv_tokens(llama: Any) -> list[int]:
+    """The token ids whose keys and values the ``Llama`` context holds now (its last prompt and reply)."""
+    ids = getattr(llama, "input_ids", None)
+    return [] if ids is None else [int(t) for t in ids]
+
+
+def evaluated_prompt_tokens(before: list[int], after: list[int], prompt_tokens: int) -> int:
+    """How many of a call's ``prompt_tokens`` llama.cpp actually evaluated: those after the longest prefix
+    its context already held (``before``), as llama-cpp-python's ``generate`` reuses it; the prompt's last
+    token is always evaluated again. ``after`` is the context after the call (prompt, then reply)."""
+    if prompt_tokens <= 0:
+        return 0
+    shared = 0
+    for a, b in zip(before, after[: prompt_tokens - 1], strict=False):
+        if a != b:
+            break
+        shared += 1
+    return prompt_tokens - shared
 
 
 # A call goes to the slot whose last prompt shares at least this many characters with it (else the least

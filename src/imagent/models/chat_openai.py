@@ -17,9 +17,18 @@ Config (a ``[models.NAME]`` entry with ``backend = "openai"``):
   Servers differ on sampling extras: vLLM takes ``repetition_penalty``, llama.cpp server ``repeat_penalty``,
   OpenAI rejects unknown fields. ``ChatParams.repeat_penalty`` is therefore sent (as ``repeat_penalty``) only
   with ``json_mode = "json_object"``, i.e. to a llama.cpp server; for vLLM put ``repetition_penalty`` here.
-- ``timeout_s``, ``max_retries``, ``concurrency``: per-request timeout; retries on 429, 5xx, timeouts and
-  connection errors (exponential backoff with jitter, honouring ``Retry-After`` up to 60 s); and the most
-  requests this instance has in flight at once.
+- ``timeout_s``, ``max_retries``, ``concurrency``: each attempt's deadline (connect, send, and every byte of
+  the reply: a server dripping one byte a second is cut off at ``timeout_s``, not held forever); retries on
+  429, 5xx, timeouts and connection errors (exponential backoff with jitter, honouring ``Retry-After`` up to
+  60 s); and the most requests this instance has in flight at once.
+- ``deadline_s``: the whole call, every attempt and backoff included (default ``timeout_s * (max_retries +
+  1)``); no retry starts that could not finish before it.
+- ``max_reply_bytes``: the largest reply read, on the wire and once decompressed. Every reply is read
+  through :mod:`imagent.models.openai_reply` (size cap, strict JSON against a schema, secrets masked);
+  anything else ends the call in one :class:`~imagent.models.base.ChatError` saying what was wrong.
+
+The deadline is enforced on every socket operation: the connection pool's network backend is wrapped so
+each connect, read and write waits at most until the calling thread's deadline (:class:`_DeadlineBackend`).
 """
 
 from __future__ import annotations
@@ -27,21 +36,33 @@ from __future__ import annotations
 import base64
 import email.utils
 import io
-import json
+import math
 import mimetypes
 import os
 import random
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
+import httpcore
 import httpx
 
 from imagent.core.cache import stable_key
 from imagent.core.config import ConfigError
 from imagent.core.redact import register_env_names, register_secret
-from imagent.models.base import ChatError, ChatParams, ChatResponse, ImagePart, Message, TokenLogprob
+from imagent.models.base import ChatError, ChatParams, ChatResponse, ImagePart, Message
+from imagent.models.openai_reply import (
+    DEFAULT_MAX_REPLY_BYTES,
+    ERROR_BODY_BYTES,
+    ReplyError,
+    ReplyTimeout,
+    error_text,
+    parse_completion,
+    read_body,
+)
 
 JsonMode = Literal["json_schema", "json_object", "none"]
 
@@ -49,28 +70,6 @@ JsonMode = Literal["json_schema", "json_object", "none"]
 MAX_TOP_LOGPROBS = 20
 MAX_RETRY_AFTER_S = 60.0
 _MAX_BACKOFF_S = 30.0
-
-
-def parse_openai_logprobs(logprobs: Any) -> list[list[TokenLogprob]]:
-    """``choices[0].logprobs`` (chat format) -> per generated position, its top alternatives.
-
-    A position without ``top_logprobs`` keeps just the chosen token. Entries with a null logprob
-    (some servers write ``-inf`` that way) are dropped."""
-    if not isinstance(logprobs, dict):
-        return []
-    out: list[list[TokenLogprob]] = []
-    for pos in logprobs.get("content") or []:
-        if not isinstance(pos, dict):
-            continue
-        alts = pos.get("top_logprobs") or []
-        if not alts and "token" in pos:
-            alts = [pos]
-        row = []
-        for alt in alts:
-            if isinstance(alt, dict) and alt.get("logprob") is not None and alt.get("token") is not None:
-                row.append(TokenLogprob(str(alt["token"]), float(alt["logprob"])))
-        out.append(row)
-    return out
 
 
 def guess_image_mime(data: bytes, path: str | None = None, default: str = "image/jpeg") -> str:
@@ -148,20 +147,6 @@ def openai_message(message: Message, vision: bool) -> dict[str, Any]:
     return out
 
 
-def parse_openai_tool_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
-    """``choices[0].message.tool_calls`` as ``{"id", "name", "arguments": JSON string}`` (arguments a
-    server sent as an object are serialised back, so every backend hands the runtime the same shape)."""
-    out = []
-    for n, c in enumerate(message.get("tool_calls") or []):
-        fn = c.get("function") if isinstance(c, dict) else None
-        if not isinstance(fn, dict):
-            continue
-        args = fn.get("arguments")
-        out.append({"id": str(c.get("id") or f"call_{n}"), "name": str(fn.get("name") or ""),
-                    "arguments": args if isinstance(args, str) else json.dumps(args or {})})
-    return out
-
-
 def _retry_after_seconds(value: str | None) -> float | None:
     """``Retry-After`` as seconds (a number or an HTTP date), capped; None when absent or unreadable."""
     if not value:
@@ -175,26 +160,9 @@ def _retry_after_seconds(value: str | None) -> float | None:
         except (TypeError, ValueError):
             return None
         seconds = when.timestamp() - time.time()
+    if not math.isfinite(seconds):  # "nan", "inf": unreadable, so the usual backoff applies
+        return None
     return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
-
-
-def _server_message(response: httpx.Response) -> str:
-    """The error text a server sent back (OpenAI ``{"error": {"message"}}``, FastAPI ``detail``, or raw)."""
-    try:
-        data = response.json()
-    except ValueError:
-        return response.text.strip()[:500] or response.reason_phrase
-    if isinstance(data, dict):
-        err = data.get("error")
-        if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])[:500]
-        if isinstance(err, str):
-            return err[:500]
-        if "detail" in data:
-            return json.dumps(data["detail"])[:500]
-        if data.get("message"):
-            return str(data["message"])[:500]
-    return json.dumps(data)[:500]
 
 
 class _Retryable(Exception):
@@ -202,6 +170,85 @@ class _Retryable(Exception):
         super().__init__(reason)
         self.reason = reason
         self.retry_after = retry_after
+
+
+_deadline = threading.local()  # the calling thread's deadline (time.monotonic()), read by every socket operation
+
+
+@contextmanager
+def call_deadline(at: float) -> Iterator[None]:
+    """Every connect, read and write this thread makes through a :class:`_DeadlineBackend` ends by ``at``."""
+    previous = getattr(_deadline, "at", None)
+    _deadline.at = at
+    try:
+        yield
+    finally:
+        _deadline.at = previous
+
+
+def _clamp(timeout: float | None, error: type[Exception]) -> float | None:
+    at = getattr(_deadline, "at", None)
+    if at is None:
+        return timeout
+    left = at - time.monotonic()
+    if left <= 0:
+        raise error("the call's deadline has passed")
+    return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    def __init__(self, inner: httpcore.NetworkStream) -> None:
+        self._inner = inner
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, _clamp(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._inner.write(buffer, _clamp(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(self, ssl_context: Any, server_hostname: str | None = None,
+                  timeout: float | None = None) -> httpcore.NetworkStream:
+        return _DeadlineStream(self._inner.start_tls(ssl_context, server_hostname,
+                                                     _clamp(timeout, httpcore.ConnectTimeout)))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class _DeadlineBackend(httpcore.NetworkBackend):
+    """httpcore's network backend with each socket operation's timeout cut to the thread's deadline: a
+    server that drips one byte a second (in its headers or its body) cannot outlast the call."""
+
+    def __init__(self, inner: httpcore.NetworkBackend) -> None:
+        self._inner = inner
+
+    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
+                    socket_options: Any = None) -> httpcore.NetworkStream:
+        return _DeadlineStream(self._inner.connect_tcp(host, port, _clamp(timeout, httpcore.ConnectTimeout),
+                                                       local_address, socket_options))
+
+    def connect_unix_socket(self, path: str, timeout: float | None = None,
+                            socket_options: Any = None) -> httpcore.NetworkStream:
+        return _DeadlineStream(self._inner.connect_unix_socket(path, _clamp(timeout, httpcore.ConnectTimeout),
+                                                               socket_options))
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+def _deadline_client(timeout_s: float, headers: dict[str, str]) -> httpx.Client:
+    """An httpx client whose every transport (the default one and any proxy from the environment) reads
+    and writes through :class:`_DeadlineBackend`."""
+    client = httpx.Client(timeout=timeout_s, headers=headers)
+    for transport in [client._transport, *client._mounts.values()]:
+        pool = getattr(transport, "_pool", None)
+        backend = getattr(pool, "_network_backend", None)
+        if backend is not None and not isinstance(backend, _DeadlineBackend):
+            pool._network_backend = _DeadlineBackend(backend)  # type: ignore[union-attr]
+    return client
 
 
 class OpenAIChatModel:
@@ -222,6 +269,8 @@ class OpenAIChatModel:
         json_mode: JsonMode = "json_schema",
         extra_body: dict[str, Any] | None = None,
         backoff_s: float = 0.5,
+        deadline_s: float | None = None,
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
     ) -> None:
         if not base_url:
             raise ConfigError(
@@ -239,6 +288,8 @@ class OpenAIChatModel:
         self.supports_tools = True
         self.timeout_s = timeout_s
         self.max_retries = max_retries
+        self.deadline_s = deadline_s if deadline_s is not None else timeout_s * (max_retries + 1)
+        self.max_reply_bytes = max_reply_bytes
         self.seed = seed
         self.temperature = temperature
         self.json_mode: JsonMode = json_mode
@@ -249,11 +300,12 @@ class OpenAIChatModel:
         self.cache_tag = stable_key(self.base_url, json_mode, self.extra_body, seed, temperature)
         self.concurrency = concurrency
         self._semaphore = threading.BoundedSemaphore(concurrency)
-        headers = {"Content-Type": "application/json"}
+        # Only encodings read_body decodes under its cap (httpx would also offer br/zstd when installed).
+        headers = {"Content-Type": "application/json", "Accept-Encoding": "gzip, deflate"}
         if api_key:
             register_secret(api_key)
             headers["Authorization"] = f"Bearer {api_key}"
-        self._client = httpx.Client(timeout=timeout_s, headers=headers)
+        self._client = _deadline_client(timeout_s, headers)
 
     @classmethod
     def from_config(cls, config: Any, cache_dir: Path | None = None, **_: Any) -> OpenAIChatModel:
@@ -276,6 +328,8 @@ class OpenAIChatModel:
             temperature=config.temperature,
             json_mode=config.json_mode,
             extra_body=config.extra_body,
+            deadline_s=config.deadline_s,
+            max_reply_bytes=config.max_reply_bytes,
         )
 
     def __repr__(self) -> str:  # never shows the API key
@@ -322,22 +376,31 @@ class OpenAIChatModel:
             body["tools"] = params.tools
             if params.tool_choice:
                 body["tool_choice"] = params.tool_choice
+            if params.parallel_tool_calls is not None:
+                body["parallel_tool_calls"] = params.parallel_tool_calls
         body.update(self.extra_body)
         return body
 
     def chat(self, messages: list[Message], params: ChatParams) -> ChatResponse:
         body = self.request_body(messages, params)
         attempts = self.max_retries + 1
-        last = ""
+        clock: list[float] = []  # the call's start: when its first attempt got a slot (queueing is not the server's)
+        last, tried = "", 0
         for attempt in range(attempts):
+            tried += 1
             try:
-                return self._post_once(body)
+                return self._post_once(body, clock)
             except _Retryable as exc:
                 last = exc.reason
                 if attempt + 1 >= attempts:
                     break
-                time.sleep(self._delay(attempt, exc.retry_after))
-        raise ChatError(f"{self.url}: request failed after {attempts} attempt(s): {last}")
+                delay = self._delay(attempt, exc.retry_after)
+                if time.monotonic() + delay >= clock[0] + self.deadline_s:
+                    last += f"; no time left for another attempt within deadline_s = {self.deadline_s:g} s"
+                    break
+                time.sleep(delay)
+        spent = time.monotonic() - clock[0] if clock else 0.0
+        raise ChatError(f"{self.url}: request failed after {tried} attempt(s) in {spent:.1f} s: {last}")
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
@@ -346,41 +409,37 @@ class OpenAIChatModel:
         base = min(_MAX_BACKOFF_S, self.backoff_s * (2**attempt))
         return base * (0.5 + random.random() / 2)
 
-    def _post_once(self, body: dict[str, Any]) -> ChatResponse:
+    def _post_once(self, body: dict[str, Any], clock: list[float]) -> ChatResponse:
         # The semaphore bounds requests in flight; backoff sleeps happen outside it.
         with self._semaphore:
+            now = time.monotonic()
+            if not clock:
+                clock.append(now)
+            end = min(now + self.timeout_s, clock[0] + self.deadline_s)
+            if end <= now:
+                raise _Retryable(f"deadline_s = {self.deadline_s:g} s passed")
             try:
-                response = self._client.post(self.url, json=body)
+                with call_deadline(end), self._client.stream("POST", self.url, json=body) as response:
+                    return self._answer(response, end)
+            except ReplyTimeout as exc:
+                raise _Retryable(f"timed out: {exc} ({self._limits()})") from None
             except httpx.TimeoutException as exc:
-                raise _Retryable(f"timed out after {self.timeout_s:g} s ({type(exc).__name__})") from exc
+                raise _Retryable(f"timed out ({type(exc).__name__}; {self._limits()})") from None
             except httpx.TransportError as exc:
-                raise _Retryable(f"connection error: {type(exc).__name__}: {exc}") from exc
-        status = response.status_code
-        if status == 429 or status >= 500:
-            raise _Retryable(
-                f"HTTP {status}: {_server_message(response)}",
-                _retry_after_seconds(response.headers.get("Retry-After")),
-            )
-        if status >= 400:
-            raise ChatError(f"{self.url} answered HTTP {status}: {_server_message(response)}")
-        return self._parse(response)
+                raise _Retryable(f"connection error: {type(exc).__name__}: {exc}") from None
 
-    def _parse(self, response: httpx.Response) -> ChatResponse:
+    def _limits(self) -> str:
+        return f"timeout_s = {self.timeout_s:g} s per attempt, deadline_s = {self.deadline_s:g} s per call"
+
+    def _answer(self, response: httpx.Response, end: float) -> ChatResponse:
+        status = response.status_code
+        if status >= 400:
+            text = error_text(read_body(response.iter_raw(), response.headers, ERROR_BODY_BYTES, end, cut=True),
+                              response.reason_phrase)
+            if status == 429 or status >= 500:
+                raise _Retryable(f"HTTP {status}: {text}", _retry_after_seconds(response.headers.get("Retry-After")))
+            raise ChatError(f"{self.url} answered HTTP {status}: {text}")
         try:
-            data = response.json()
-            choice = data["choices"][0]
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise ChatError(
-                f"{self.url} returned HTTP {response.status_code} without a chat completion: {response.text[:300]!r}"
-            ) from exc
-        message = choice.get("message") or {}
-        usage = data.get("usage") or {}
-        return ChatResponse(
-            text=message.get("content") or "",
-            prompt_tokens=int(usage.get("prompt_tokens") or 0),
-            completion_tokens=int(usage.get("completion_tokens") or 0),
-            top_logprobs=parse_openai_logprobs(choice.get("logprobs")),
-            finish_reason=choice.get("finish_reason") or "",
-            raw=data,
-            tool_calls=parse_openai_tool_calls(message),
-        )
+            return parse_completion(read_body(response.iter_raw(), response.headers, self.max_reply_bytes, end))
+        except ReplyError as exc:
+            raise ReplyError(f"{self.url} returned HTTP {status} without a chat completion: {exc}") from None

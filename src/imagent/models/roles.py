@@ -26,6 +26,11 @@ CACHE_VERSION = 1
 MAX_JSON_TOKENS = 8192
 
 
+# Trace counter of model calls that failed (a ChatError) where the caller went on with a stand-in; a search
+# that counts any, or whose calls the cap refused, is an error of its method (``Method.search``).
+MODEL_CALL_FAILED = "model_call_failed"
+
+
 class CallBudgetExceeded(ChatError):
     """The query's cap on uncached model calls (``Trace.max_calls``) is reached; no call was made.
 
@@ -215,6 +220,10 @@ class Role:
                 raise last_error
             raise JSONParseError(f"role {self.name!r}: no usable JSON after {tries} tries: {last_error}")
         note(f"role {self.name!r}: output unusable after {tries} tries ({last_error}); fell back")
+        if isinstance(last_error, ChatError):  # the model call failed: not the model's answer but a stand-in
+            trace = current_trace()
+            if trace is not None:
+                trace.count(MODEL_CALL_FAILED)
         return fallback(), False
 
     def yes_no(self, messages: list[Message], **params: Any) -> YesNo:

@@ -139,8 +139,8 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
     the loopback ones and ``server.allowed_hosts``."""
     opts = workspace.settings.server
     gallery = workspace.gallery(index)  # opened once: a missing index fails at start, not per request
-    jobs = SearchJobs(opts.max_running_searches)
-    uploads = UploadStore(opts.upload_ttl_s, workspace.settings.indexing.max_pixels)
+    jobs = SearchJobs(opts.max_running_searches, opts.abandoned_search_grace_s)
+    uploads = UploadStore(opts.upload_ttl_s, opts.max_upload_pixels, opts.max_upload_decode_bytes)
     fingerprints: dict[str, Any] = {"generation": None, "by_id": {}}
 
     @asynccontextmanager
@@ -247,7 +247,7 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
 
     @app.post("/api/uploads", status_code=201)
     async def upload(request: Request) -> dict[str, Any]:
-        """The body is the image file itself (any content type; no multipart form needed)."""
+        """The body is the image file itself, sent as ``image/...`` (no multipart form needed)."""
         data = await request.body()
         try:
             item = await run_in_threadpool(uploads.add, data)
@@ -323,7 +323,11 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
     def search(req: SearchRequest) -> JSONResponse:
         # A plain ``def``: FastAPI runs it in a worker thread, so a slow model call does not block the page.
         query, _config = prepare(req)
-        return JSONResponse(payload(run(req, query, new_trace(req)), req))
+        try:
+            with jobs.admit():  # the same limit as background searches
+                return JSONResponse(payload(run(req, query, new_trace(req)), req))
+        except TooManySearches as exc:
+            raise HTTPException(429, str(exc)) from None
 
     @app.post("/api/searches", status_code=202)
     def start_search(req: SearchRequest) -> dict[str, Any]:
@@ -369,7 +373,8 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
                     yield ": keep-alive\n\n"
                     idle = 0.0
 
-        return StreamingResponse(stream(), media_type="text/event-stream",
+        # watched: while the stream is open the search counts as listened to; abandoned, it is cancelled
+        return StreamingResponse(job.watched(stream()), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
     @app.post("/api/searches/{job_id}/cancel")

@@ -7,6 +7,15 @@ events kept in order, streamed to the page as server-sent events, and a cancel f
 reconnecting ``EventSource`` (it sends ``Last-Event-ID``) or a late subscriber misses nothing. ``POST
 /api/searches/{id}/cancel`` sets the trace's ``cancel_event``: the method stops at its next step or
 model call with :class:`~imagent.core.trace.SearchCancelled`.
+
+**One admission limit.** ``POST /api/search`` (answered when done) and ``POST /api/searches`` (in the
+background) take their slot from the same count (:meth:`SearchJobs.admit`, :meth:`SearchJobs.start`):
+at most ``server.max_running_searches`` run at once, the next is refused (429).
+
+**Abandoned searches stop.** Each open event stream counts as a listener (:meth:`SearchJob.listening`).
+A background search nobody listens to (none connected, or the last one left and none came back) is
+cancelled after ``server.abandoned_search_grace_s``: a closed tab does not keep calling models and
+holding a slot.
 """
 
 from __future__ import annotations
@@ -15,7 +24,8 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +51,46 @@ class SearchJob:
     # (event, JSON text): serialised when it happens, in the worker's thread, so a step's outputs are
     # never read while the method is still filling them.
     events: list[tuple[str, str]] = field(default_factory=list)
+    listeners: int = 0  # open event streams
+    idle_since: float = field(default_factory=time.monotonic)  # when the last listener left (or the start)
+    abandoned: bool = False  # cancelled because nobody listened
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _grace_s: float | None = field(default=None, repr=False)
+
+    @contextmanager
+    def listening(self) -> Iterator[None]:
+        """While an event stream is open: the search counts as watched."""
+        with self._lock:
+            self.listeners += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.listeners -= 1
+                if self.listeners == 0:
+                    self.idle_since = time.monotonic()
+            self._watch()
+
+    async def watched(self, stream: AsyncIterator[str]) -> AsyncIterator[str]:
+        """``stream`` (an event stream of this job), counted as a listener while it is open."""
+        with self.listening():
+            async for chunk in stream:
+                yield chunk
+
+    def _watch(self) -> None:
+        """Check again once the grace period has passed (a daemon timer; nothing to stop at exit)."""
+        if self._grace_s is not None and not self.done:
+            timer = threading.Timer(self._grace_s + 0.05, self._reap)
+            timer.daemon = True
+            timer.start()
+
+    def _reap(self) -> None:
+        with self._lock:
+            unwatched = self.listeners == 0 and self.finished is None
+            due = self._grace_s is not None and time.monotonic() - self.idle_since >= self._grace_s
+        if unwatched and due:
+            self.abandoned = True
+            self.cancel()
 
     def push(self, event: str, payload: dict[str, Any]) -> None:
         data = json.dumps(payload, default=str)  # ASCII: lone surrogates cannot break the stream
@@ -73,10 +122,33 @@ class SearchJob:
 class SearchJobs:
     """The server's running and recently finished searches."""
 
-    def __init__(self, max_running: int) -> None:
+    def __init__(self, max_running: int, abandon_after_s: float | None = None) -> None:
         self.max_running = max_running
+        self.abandon_after_s = abandon_after_s
         self._jobs: dict[str, SearchJob] = {}
         self._lock = threading.Lock()
+        self._direct = 0  # searches answered in the request (POST /api/search) running now
+
+    def _full(self) -> bool:
+        return sum(not j.done for j in self._jobs.values()) + self._direct >= self.max_running
+
+    def _refuse(self) -> TooManySearches:
+        return TooManySearches(f"{self.max_running} searches are running (server.max_running_searches); wait for "
+                               "one to finish or cancel it")
+
+    @contextmanager
+    def admit(self) -> Iterator[None]:
+        """A slot for a search answered in the request; :class:`TooManySearches` when none is free."""
+        with self._lock:
+            self._prune()
+            if self._full():
+                raise self._refuse()
+            self._direct += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._direct -= 1
 
     def get(self, job_id: str) -> SearchJob | None:
         with self._lock:
@@ -89,11 +161,13 @@ class SearchJobs:
         ``describe_error`` maps a user error to ``(status, message)``; others become a generic error."""
         with self._lock:
             self._prune()
-            if sum(not j.done for j in self._jobs.values()) >= self.max_running:
-                raise TooManySearches(f"{self.max_running} searches are running; wait for one or cancel it")
+            if self._full():
+                raise self._refuse()
             trace.cancel_event = trace.cancel_event or threading.Event()
             job = SearchJob(secrets.token_urlsafe(12), trace, method, estimate)
+            job._grace_s = self.abandon_after_s
             self._jobs[job.id] = job
+        job._watch()  # nobody may ever connect to its events
         trace.listeners.append(job.push)
         job.push("started", {"id": job.id, "method": method, "estimate": estimate, "max_calls": trace.max_calls})
         threading.Thread(target=self._run, args=(job, work, describe_error), name=f"search-{job.id}",
@@ -106,7 +180,8 @@ class SearchJobs:
         try:
             payload = work(job.trace)
         except SearchCancelled:
-            job.finish("cancelled", {"detail": "search cancelled", "trace": job.trace.to_dict()})
+            detail = "search cancelled: nobody was watching it any more" if job.abandoned else "search cancelled"
+            job.finish("cancelled", {"detail": detail, "trace": job.trace.to_dict()})
         except Exception as exc:  # every failure reaches the page as one event, never a dead stream
             described = describe_error(exc)
             status, detail = described if described else (500, f"the search failed: {type(exc).__name__}")

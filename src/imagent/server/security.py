@@ -10,6 +10,15 @@ One pure ASGI middleware (no per-route code to forget):
   ``Authorization: Bearer T`` (scripts, the CLI) or as the ``imagent_token`` cookie, which opening
   ``/?token=T`` sets (HttpOnly, SameSite=Strict) before redirecting to ``/`` so the token leaves the
   address bar. Compared in constant time.
+- **Same origin for every state change.** A page elsewhere can send a ``POST`` without reading the answer
+  (a ``no-cors`` fetch or a form; another port of ``localhost`` is another origin but the *same site*, so
+  even a SameSite=Strict cookie comes along). Every ``POST``/``PUT``/``PATCH``/``DELETE`` therefore needs
+  ``Sec-Fetch-Site: same-origin`` or an ``Origin`` equal to the request's own (its ``Host``), or the token
+  as ``Authorization: Bearer`` (which a page cannot send without knowing it). A request with neither
+  header is not from a browser (curl, scripts, ``imagent search --server``) and is let through; browsers
+  send ``Origin`` with every ``POST``. Refused: 403.
+- **Uploads are images.** ``POST /api/uploads`` needs ``Content-Type: image/...`` (415 otherwise): the
+  content types a page may send without CORS (``text/plain``, forms) are never accepted as an upload.
 - **Body size.** A ``Content-Length`` above the route's limit is refused at once (413); a body without
   one is read up to the limit and refused past it, so no route ever parses more than it allows.
 - **Headers.** ``X-Content-Type-Options: nosniff``, a restrictive ``Content-Security-Policy`` (the page
@@ -141,8 +150,19 @@ class Guard:
                 await _reply(send, 401, "this server needs its token: open the address `imagent serve` printed "
                                         "(it ends in ?token=...), or send Authorization: Bearer TOKEN")
                 return
+        if scope.get("method") in STATE_CHANGING:
+            refusal = self._cross_origin(headers)
+            if refusal:
+                await _reply(send, 403, refusal)
+                return
         if scope.get("method") in {"POST", "PUT", "PATCH"}:
-            limit = self.max_upload if scope.get("path", "").startswith(self.upload_paths) else self.max_json
+            upload = scope.get("path", "").startswith(self.upload_paths)
+            ctype = headers.get("content-type", "").split(";")[0].strip().lower()
+            if upload and not ctype.startswith("image/"):
+                await _reply(send, 415, f"an upload is the image file itself, sent with Content-Type image/... "
+                                        f"(got {ctype[:60] or 'none'!r})")
+                return
+            limit = self.max_upload if upload else self.max_json
             body = await _read_capped(receive, headers.get("content-length"), limit)
             if body is None:
                 await _reply(send, 413, f"request body too large (limit {limit} bytes)")
@@ -150,10 +170,25 @@ class Guard:
             receive = _replay(body, receive)
         await self.app(scope, receive, send)
 
+    def _cross_origin(self, headers: dict[str, str]) -> str | None:
+        """Why a state-changing request is refused as coming from another origin, or None."""
+        if self.token is not None and _bearer_ok(headers, self.token):
+            return None  # a caller that holds the token may come from anywhere
+        fetch_site = headers.get("sec-fetch-site", "").strip().lower()
+        origin = headers.get("origin")
+        if fetch_site == "same-origin":  # set by the browser; a page cannot forge it (behind a proxy, Host may differ)
+            return None
+        if fetch_site and fetch_site != "none":
+            return (f"refused: a request from another site or origin (Sec-Fetch-Site: {fetch_site[:30]}) may not "
+                    "change anything here; use the page this server serves, or send its token")
+        if origin is not None and not _same_origin(origin, headers.get("host", "")):
+            return (f"refused: a request from the origin {origin[:100]!r} may not change anything here; use the "
+                    "page this server serves, or send its token")
+        return None
+
     def _check_token(self, scope: Scope, headers: dict[str, str]) -> str:
         assert self.token is not None
-        auth = headers.get("authorization", "")
-        if auth.lower().startswith("bearer ") and _same(auth[7:].strip(), self.token):
+        if _bearer_ok(headers, self.token):
             return "ok"
         cookie = SimpleCookie()
         try:
@@ -167,6 +202,25 @@ class Guard:
             if given and _same(given, self.token):
                 return "set-cookie"
         return "refused"
+
+
+STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def _bearer_ok(headers: dict[str, str], token: str) -> bool:
+    auth = headers.get("authorization", "")
+    return auth.lower().startswith("bearer ") and _same(auth[7:].strip(), token)
+
+
+def _same_origin(origin: str, host: str) -> bool:
+    """Whether ``Origin`` (``scheme://host[:port]``) names the host the request was sent to (``Host``)."""
+    scheme, sep, rest = origin.strip().lower().partition("://")
+    if not sep or scheme not in ("http", "https") or not host:
+        return False  # "null" (a sandboxed frame, a file: page) or anything odd
+    name, port = normalize_host(rest.rstrip("/"))
+    want_name, want_port = normalize_host(host)
+    default = "443" if scheme == "https" else "80"
+    return name == want_name and (port or default) == (want_port or default)
 
 
 def _same(given: str, token: str) -> bool:

@@ -1,11 +1,15 @@
 """Reference images uploaded from the page: verified, kept privately for a while, then deleted.
 
 An upload is the raw file bytes (``POST /api/uploads``, the body capped by ``server.max_upload_bytes``).
-It must decode completely as an image through :mod:`imagent.core.imageio` (the same allow-list, pixel
-cap and bomb checks as indexing) before it is kept. Kept means: a file in a private folder (0700) of
-the server's temporary area, named by a random id (never by the client's file name), readable only by
-the server's user (0600). The id is what a later search names as its ``reference_upload``; no route
-serves an upload back (the page previews the file it already has), so another visitor cannot see it.
+It must be sent as ``image/...`` (:mod:`imagent.server.security`) and decode completely as an image
+through :func:`imagent.core.imageio.verify_image_bytes` (the same allow-list and bomb checks as indexing,
+under the server's own budget: ``server.max_upload_pixels`` and ``server.max_upload_decode_bytes``; a JPEG
+is verified at 1/8 scale) before it is kept. Nothing decoded is kept, and the freed memory is handed back
+to the system, so the server's size returns to where it was after each upload. Kept means: a file in a
+private folder (0700) of the server's temporary area, named by a random id (never by the client's file
+name), readable only by the server's user (0600). The id is what a later search names as its
+``reference_upload``; no route serves an upload back (the page previews the file it already has), so
+another visitor cannot see it.
 Uploads expire after ``server.upload_ttl_s`` and the folder is removed when the server stops.
 """
 
@@ -20,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagent.core.imageio import ImageLoadError, image_from_bytes
+from imagent.core.imageio import ImageLoadError, release_memory, verify_image_bytes
 from imagent.core.types import ImageRecord
 from imagent.index.gallery import Gallery
 
@@ -37,9 +41,10 @@ class Upload:
 
 
 class UploadStore:
-    def __init__(self, ttl_s: float, max_pixels: int) -> None:
+    def __init__(self, ttl_s: float, max_pixels: int, max_decode_bytes: int = 256 * 1024 * 1024) -> None:
         self.ttl_s = ttl_s
         self.max_pixels = max_pixels
+        self.max_decode_bytes = max_decode_bytes
         self.root = Path(tempfile.mkdtemp(prefix="imagent-uploads-"))  # mode 0700
         self._items: dict[str, Upload] = {}
         self._lock = threading.Lock()
@@ -48,7 +53,8 @@ class UploadStore:
         """Verify ``data`` as an image and keep it. Raises :class:`ImageLoadError` with the reason."""
         if not data:
             raise ImageLoadError("empty upload (0 bytes)")
-        image = image_from_bytes(data, self.max_pixels)  # decodes every pixel: a broken file is refused here
+        # Decodes the whole file (a broken one is refused here) under the pixel and memory budget.
+        image = verify_image_bytes(data, self.max_pixels, self.max_decode_bytes)
         upload_id = secrets.token_urlsafe(16)
         path = self.root / f"{upload_id}.img"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -72,7 +78,10 @@ class UploadStore:
         transient record (content-hash id, EXIF time and place, no caption) built the way indexing does."""
         from imagent.index.builder import record_for_file
 
-        return record_for_file(upload.path, gallery)
+        try:
+            return record_for_file(upload.path, gallery)
+        finally:
+            release_memory()  # the probe decoded the file once more
 
     def _expire(self) -> None:
         now = time.monotonic()

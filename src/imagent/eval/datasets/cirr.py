@@ -131,7 +131,7 @@ class CIRR(Benchmark):
             out.append(EvalItem(query=sub, group=it.group or q.id))
         return out
 
-    def describe_run(self) -> dict[str, str]:
+    def describe_run(self, usage: dict[str, Any] | None = None) -> dict[str, str]:
         if self.options.subset_mode:
             return {"recall_subset": "subset mode: each query ran again inside its 5 img_set members (the "
                                      "reference removed, so the method's k is min(k, 5)), as the ImageScope and "

@@ -11,11 +11,18 @@ ImageSeeker), else the whole returned list (or its first ``answer_top_k`` ids wh
 set); EM / F1 (:func:`imagent.eval.metrics.set_f1`, the official ``evaluate.py`` rules, empty sets
 included) are averaged per query, overall and per event type.
 
-Tracks (DISBench leaderboard): **Standard** allows only precomputed image embeddings; **Open** allows
-any preprocessing, captions included. imagent reads an optional sidecar ``captions/<user>.jsonl``
-(rows ``{"photo_id", "caption"}``) beside ``metadata/``; using it puts the run in the Open track.
-``track=auto`` (default) resolves to ``open`` when a sidecar exists and ``standard`` otherwise;
-``track=standard`` ignores the sidecar. The resolved track is what the run's config and report record.
+Tracks (DISBench leaderboard; decision 9): **Standard** means the agent's search space holds only image
+embeddings from an encoder that sees pixels and no text derived from the photos (captions, file-name words,
+places) was used; anything else is **Open**. The track is *derived* from what the run used
+(:func:`derive_track`: the method's search spaces and their encoders, captions in the index, a
+``caption_missing`` captioner, a blind model shown photos as text), never from the presence of a file, and
+the report says why. imagent reads an optional sidecar ``captions/<user>.jsonl`` (rows ``{"photo_id",
+"caption"}``) beside ``metadata/``: the ``track`` option decides whether it is read (``auto``: when it exists;
+``standard``: never; ``open``: yes) and what the run aims for; the reported track is the derived one (Open when
+``open`` was asked for).
+
+ImageSeeker, the benchmark's own baseline, is a reconstruction here (decision 8: its authors' code could not be
+read); every DISBench report says so.
 """
 
 from __future__ import annotations
@@ -43,8 +50,8 @@ from imagent.eval.datasets.base import (
 class DISBenchOptions(BenchmarkOptions):
     answer_top_k: int | None = Field(None, ge=1, description="score only the first k returned ids as the set")
     track: Literal["auto", "standard", "open"] = Field(
-        "auto", description="standard: image embeddings only (captions sidecar ignored); open: captions "
-        "allowed; auto: open when captions/<user>.jsonl exists")
+        "auto", description="the track the run aims for: standard ignores the captions sidecar; open reads it; "
+        "auto reads it when captions/<user>.jsonl exists. The reported track is derived from what the run used")
 
 
 def _float(x: Any) -> float | None:
@@ -52,6 +59,58 @@ def _float(x: Any) -> float | None:
         return None if x in (None, "") else float(x)
     except (TypeError, ValueError):
         return None
+
+
+IMAGESEEKER_NOTE = ("ImageSeeker (the DISBench baseline) is a reconstruction: its authors' code could not be read; "
+                    "it is PhotoCraft's tools, turn budget and answer format with all three memories off, plus "
+                    "free-form context compression, and a prompt of our own words (docs/faithfulness.md, decision 8)")
+
+
+def derive_track(method: Any, caption_missing: bool = False) -> dict[str, Any]:
+    """The DISBench track of a run of ``method`` (a built :class:`~imagent.methods.base.Method` over the run's
+    index), by decision 9: ``{"track": "Standard" | "Open", "reasons": [...], "spaces": {...}}``. Standard only
+    when every space the method searches is an image space whose encoder sees pixels, no photo of the index
+    has a caption (given or a captioner's), the index was not built with ``caption_missing``, and no role
+    reads the photos it is shown as text (captions, derived file-name words) instead of pixels."""
+    from imagent.index.gallery import SPACE_IMAGE, split_space
+
+    gallery = method.ctx.gallery
+    reasons: list[str] = []
+    spaces = method.search_spaces()
+    info = gallery.spaces()
+    described: dict[str, str] = {}
+    if spaces is None:
+        reasons.append(f"the method {method.name!r} does not state which vector spaces it searches")
+    elif not spaces:
+        reasons.append(f"the method {method.name!r} searches no vector space of the index")
+    for space in spaces or []:
+        model_id = info[space].model_id if space in info else "?"
+        try:
+            sees = bool(getattr(method.ctx.encoder_for(space), "sees_pixels", False))
+        except Exception:  # an extra encoder that is not configured: it cannot be shown to see pixels
+            sees = False
+        described[space] = model_id
+        if split_space(space)[0] != SPACE_IMAGE:
+            reasons.append(f"its search space {space!r} holds text embeddings ({model_id}) of captions or of words "
+                           "derived from file names, dates and places")
+        elif not sees or model_id.startswith("caption:"):
+            reasons.append(f"its search space {space!r} is embedded by {model_id}, which reads captions or words "
+                           "derived from file names, dates and places, not pixels")
+    records = list(gallery.records())
+    captioned = [r for r in records if r.has_caption]
+    by_captioner = sum(1 for r in captioned if r.caption_source.startswith("captioner:"))
+    derived = sum(1 for r in records if not r.has_caption and r.derived_text)
+    if captioned:
+        reasons.append(f"{len(captioned)} of {len(records)} photos of the index have captions "
+                       f"({by_captioner} written by a captioner, {len(captioned) - by_captioner} given)")
+    if caption_missing:
+        reasons.append("the index was built with caption_missing on (a captioner describes uncaptioned photos)")
+    if captioned or derived:
+        for role in method.text_readers():
+            reasons.append(f"the {role} role's model cannot see pixels: photos reach it as text (captions, or "
+                           f"words derived from file names, dates and places for {derived} photos)")
+    return {"track": "Open" if reasons else "Standard", "reasons": reasons, "spaces": described,
+            "method": method.name}
 
 
 class DISBench(Benchmark):
@@ -95,11 +154,31 @@ class DISBench(Benchmark):
                 out[str(row["photo_id"])] = str(row["caption"]).strip()
         return out
 
-    def describe_run(self) -> dict[str, str]:
+    def run_usage(self, method: Any, caption_missing: bool = False) -> dict[str, Any] | None:
+        return derive_track(method, caption_missing)
+
+    def describe_run(self, usage: dict[str, Any] | None = None) -> dict[str, str]:
+        """The track and why (from ``usage``: :func:`derive_track`'s record of what the run used; without it
+        the track is unknown), the captions sidecar, and what ImageSeeker is here."""
         files = self._caption_files() if self.options.track == "open" else {}
         captions = (f"captions sidecar for {len(files)} user(s) ({', '.join(sorted(files))})" if files
                     else "no captions sidecar used")
-        return {"track": self.options.track.capitalize(), "captions": captions}
+        out: dict[str, str] = {}
+        if usage is None:
+            out["track"] = "unknown (the run did not record what its search used)"
+        else:
+            track, reasons = str(usage.get("track", "Open")), list(usage.get("reasons") or [])
+            if self.options.track == "open" and track == "Standard":
+                track, reasons = "Open", ["the run asked for the Open track (track=open)"]
+            out["track"] = track
+            out["track_reason"] = ("; ".join(reasons) if reasons else
+                                   "the search space holds only image embeddings of a pixel-seeing encoder and no "
+                                   "text derived from the photos was used")
+            if self.options.track == "standard" and track == "Open":
+                out["track_requested"] = "Standard (track=standard), but the run used what the Open track allows"
+        out["captions"] = captions
+        out["imageseeker"] = IMAGESEEKER_NOTE
+        return out
 
     def _root_dir(self) -> Path:
         return self.find_file(["queries.jsonl"], "DISBench queries.jsonl").parent
@@ -211,10 +290,10 @@ class DISBench(Benchmark):
         fixed = Predictions({it.id: self.answer_set(it, predictions.get(it.id)) for it in items})
         return super().curve(fixed, items, ks)
 
-    def query_table(self, items: Sequence[EvalItem], records: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    def query_table(self, items: Sequence[EvalItem], records: dict[str, Any]) -> list[dict[str, Any]]:
         """Per query: event type, EM, F1, set sizes, and what the search cost (agent turns, tool calls,
         tokens, seconds) read from its trace."""
-        from imagent.eval.runner import predictions_from_results
+        from imagent.eval.records import predictions_from_results
 
         preds = predictions_from_results(records)
         rows = []
@@ -222,8 +301,8 @@ class DISBench(Benchmark):
             rec = records.get(it.id)
             if rec is None or not it.has_truth:
                 continue
-            steps = (rec.get("trace") or {}).get("steps", [])
-            pred = [] if rec.get("error") else self.predicted_set(it, preds)
+            steps = rec.steps
+            pred = [] if rec.error else self.predicted_set(it, preds)
             gold = it.truth["answer"]
             rows.append({
                 "qid": it.id,
@@ -236,7 +315,7 @@ class DISBench(Benchmark):
                 "tool_calls": sum(int(s.get("tool_calls", 0) or 0) for s in steps),
                 "tokens": sum(int(s.get("prompt_tokens", 0) or 0) + int(s.get("completion_tokens", 0) or 0)
                               for s in steps),
-                "seconds": float(rec.get("seconds", 0.0)),
-                "error": rec.get("error"),
+                "seconds": float(rec.seconds or 0.0),
+                "error": rec.error,
             })
         return rows

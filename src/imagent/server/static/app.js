@@ -275,7 +275,10 @@ async function uploadReference(file) {
     return;
   }
   setStatus(`uploading ${file.name}…`);
-  const resp = await fetch("/api/uploads", { method: "POST", body: file, headers: { "Content-Type": "application/octet-stream" } });
+  // The server takes only image/... uploads; a file the browser cannot type (HEIC on some systems) is named by
+  // its extension, and the server checks the bytes either way.
+  const type = file.type.startsWith("image/") ? file.type : `image/${(file.name.split(".").pop() || "unknown").toLowerCase()}`;
+  const resp = await fetch("/api/uploads", { method: "POST", body: file, headers: { "Content-Type": type } });
   const body = await resp.json().catch(() => null);
   if (!resp.ok) { setStatus(`${file.name}: ${errorText(body, resp.status)}`, true); return; }
   if (body.gallery_id) {  // the same image is in the gallery: use its record (caption, vectors)
