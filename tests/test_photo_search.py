@@ -12,56 +12,21 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from PIL import Image
 from typer.testing import CliRunner
 
 from imagent.api import Workspace
 from imagent.cli.main import app
 from imagent.core.config import IndexOptions, Settings
-from imagent.index.builder import build_index
 from imagent.index.gallery import Gallery
 from imagent.tools.filter_lang import FilterError
 
-STAMPS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "stamps"
 VIENNA = (48.2085, 16.3721)
 SAN_DIEGO = (32.7353, -117.1490)
 
 
-def _dms(x: float) -> tuple[float, float, float]:
-    d = int(x)
-    m = int((x - d) * 60)
-    return (float(d), float(m), round(((x - d) * 60 - m) * 60, 4))
-
-
-def write_photo(src: Path, dest: Path, taken: datetime, gps: tuple[float, float], **save: object) -> Path:
-    """``src`` re-saved as a JPEG (or ``save``'s format) with EXIF DateTimeOriginal and GPS."""
-    ex = Image.Exif()
-    ex.get_ifd(0x8769)[0x9003] = taken.strftime("%Y:%m:%d %H:%M:%S")
-    g = ex.get_ifd(0x8825)
-    lat, lon = gps
-    g[1], g[2], g[3], g[4] = ("N" if lat >= 0 else "S"), _dms(abs(lat)), ("E" if lon >= 0 else "W"), _dms(abs(lon))
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with Image.open(src) as im:
-        im.convert("RGB").save(dest, **{"format": "JPEG", "quality": 92, **save}, exif=ex)
-    return dest
-
-
-def photo_folder(dest: Path) -> Path:
-    """Twelve camera-named photos, July 2019: even ones in Vienna, odd ones in San Diego, one a day."""
-    rows = [json.loads(line) for line in (STAMPS / "captions.jsonl").read_text().splitlines()]
-    picks = [r for r in rows if r["category"].startswith("animals")][:8] + \
-        [r for r in rows if r["category"].startswith("food")][:4]
-    for i, r in enumerate(picks):
-        write_photo(STAMPS / r["file"], dest / f"IMG_{1000 + i}.jpg", datetime(2019, 7, 10 + i, 9 + i % 5, 15),
-                    VIENNA if i % 2 == 0 else SAN_DIEGO)
-    return dest
-
-
 @pytest.fixture(scope="module")
-def photos(tmp_path_factory, caption_dual, minilm) -> Path:
-    root = tmp_path_factory.mktemp("photos")
-    build_index(photo_folder(root / "folder"), root / "index", caption_dual, minilm)
-    return root / "index"
+def photos(geo_photos) -> Path:
+    return geo_photos / "index"
 
 
 def _where_ok(rows: list[dict], place: str, since: str) -> bool:
@@ -159,7 +124,7 @@ def test_json_api_where_sort_and_errors(photos, tmp_path):
     assert len(info) == 12
 
 
-def test_like_with_an_id_and_with_a_file(photos, tmp_path, monkeypatch):
+def test_like_with_an_id_and_with_a_file(photos, tmp_path, monkeypatch, geo_photo):
     monkeypatch.setenv("IMAGENT_NO_SERVER", "1")
     runner = CliRunner()
     g = Gallery(photos)
@@ -183,7 +148,7 @@ def test_like_with_an_id_and_with_a_file(photos, tmp_path, monkeypatch):
                                                              str(photos)]).stdout)["results"]]
     assert vienna.id not in ids and len(ids) == 10
     # ... and a photo from elsewhere is embedded by what its file says (EXIF place and date in caption mode)
-    other = write_photo(Path(vienna.path), tmp_path / "elsewhere" / "IMG_9.jpg", datetime(2019, 7, 21, 10, 15),
+    other = geo_photo(Path(vienna.path), tmp_path / "elsewhere" / "IMG_9.jpg", datetime(2019, 7, 21, 10, 15),
                         SAN_DIEGO, quality=60)
     out = runner.invoke(app, ["search", "--like", str(other), "-k", "3", "--json", "--index", str(photos)])
     assert out.exit_code == 0, out.output
