@@ -153,3 +153,30 @@ def test_like_with_an_id_and_with_a_file(photos, tmp_path, monkeypatch, geo_phot
     out = runner.invoke(app, ["search", "--like", str(other), "-k", "3", "--json", "--index", str(photos)])
     assert out.exit_code == 0, out.output
     assert [r["place"] for r in json.loads(out.stdout)["results"]] == ["San Diego, California, United States"] * 3
+
+
+def test_first_hour_small_things(photos, geo_photos, tmp_path, monkeypatch):
+    """The header names the indexed folder; an upload keeps its file name (and its words) and its errors never
+    show the server's temporary paths; a piped search prints one line per step to stderr."""
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from imagent.server import create_app
+    from imagent.server.app import _no_server_paths, _uploaded_record
+
+    client = TestClient(create_app(Workspace(Settings(index=photos, cache_dir=tmp_path / "cache"))),
+                        base_url="http://127.0.0.1:8765")
+    assert client.get("/api/info").json()["gallery"]["sources"] == [str(geo_photos / "folder")]
+    broken = client.post("/api/uploads?name=holiday%20beach.jpg", content=b"\xff\xd8\xff\xe0 not a jpeg",
+                         headers={"Content-Type": "image/jpeg"})
+    assert broken.status_code == 415 and "imagent-uploads" not in broken.text and "/tmp" not in broken.text
+    assert _no_server_paths("cannot use /tmp/imagent-uploads-x1/Ab_c.img as an image: truncated",
+                            "beach.jpg") == "cannot use beach.jpg as an image: truncated"
+    g = Gallery(photos)
+    rec = _uploaded_record(g.records()[0], "Holiday Beach_Sunset.jpg")
+    assert rec.derived_text.startswith("holiday beach sunset; 10 July 2019; at Vienna")
+    assert rec.extra["file_name"] == "Holiday Beach_Sunset.jpg"
+
+    monkeypatch.setenv("IMAGENT_NO_SERVER", "1")
+    out = CliRunner().invoke(app, ["search", "animals", "--method", "caption", "--index", str(photos), "--json"])
+    assert out.exit_code == 0 and "caption: retrieve done" in out.stderr

@@ -387,6 +387,10 @@ class _Build:
         self.root = source.root
         mark = f"upgrade:{stable_key(source.scope)[:16]}"
         self.upgrade = self.g.meta(mark) != UPGRADE_VERSION
+        shown = source.scope.removeprefix("file:").removeprefix("manifest:").rstrip("#")
+        shown = shown.rstrip(os.sep) or shown
+        if self.g.meta(f"source:{stable_key(source.scope)[:16]}") != shown:  # what the web UI's header names
+            self.g.set_meta(f"source:{stable_key(source.scope)[:16]}", shown)
         stored = self.g.fingerprints()  # source key -> (id, fingerprint)
         self.owner = {i: k for k, (i, _) in stored.items()}  # id -> source key holding it
         self.owner_path = {i: self.g.record(i).path for i in self.owner if i in self.g}

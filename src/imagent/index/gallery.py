@@ -153,6 +153,20 @@ class Gallery:
     def set_meta(self, key: str, value: str) -> None:
         self._store.set_meta(key, value)
 
+    def sources(self) -> list[str]:
+        """The folders and manifests indexed into this gallery (as the builder recorded them; for an index built
+        before that, the folder its records' files share)."""
+        if self._sources is None:
+            found = sorted(set(self._store.meta_with_prefix("source:").values()))
+            if not found and self.ids:
+                paths = [p for (p,) in zip(*(self.metadata_columns(["path"]) or [[]]), strict=False) if p]
+                try:
+                    found = [os.path.commonpath(paths)] if paths else []
+                except ValueError:  # paths on different drives
+                    found = []
+            self._sources = found
+        return list(self._sources)
+
     def generation(self) -> int:
         return int(self._store.meta("generation", "0") or 0)
 
@@ -177,6 +191,7 @@ class Gallery:
         self._score_memo: dict[tuple[Any, ...], tuple[ShardedVectors, np.ndarray, np.ndarray | None]] = {}
         self._meta_arrays: dict[str, np.ndarray] | None = None
         self._by_hash: dict[str, str] | None = None
+        self._sources: list[str] | None = None
 
     def reload(self) -> None:
         self._load()

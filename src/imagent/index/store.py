@@ -247,6 +247,11 @@ class Store:
         with self.transaction() as w:
             w.set_meta(key, value)
 
+    def meta_with_prefix(self, prefix: str) -> dict[str, str]:
+        """Every ``meta`` entry whose key starts with ``prefix``."""
+        rows = self._conn().execute("SELECT key, value FROM meta WHERE substr(key, 1, ?) = ?", (len(prefix), prefix))
+        return dict(rows.fetchall())
+
     def skipped(self) -> list[tuple[str, str]]:
         return [(from_sql(p) or from_sql(k), from_sql(r))
                 for k, p, r in self._conn().execute("SELECT source_key, path, reason FROM skipped")]

@@ -142,6 +142,7 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
     jobs = SearchJobs(opts.max_running_searches, opts.abandoned_search_grace_s)
     uploads = UploadStore(opts.upload_ttl_s, opts.max_upload_pixels, opts.max_upload_decode_bytes)
     fingerprints: dict[str, Any] = {"generation": None, "by_id": {}}
+    upload_names: dict[str, str] = {}  # upload id -> the file name the page sent (the reference keeps it)
 
     @asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:
@@ -213,7 +214,8 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
     @app.get("/api/info")
     def info() -> dict[str, Any]:
         methods = [{"name": name, **about} for name, about in describe_methods().items()]
-        return {"gallery": {"root": str(gallery.root), "size": len(gallery)}, "methods": methods,
+        return {"gallery": {"root": str(gallery.root), "size": len(gallery), "sources": gallery.sources()},
+                "methods": methods,
                 "limits": {"max_upload_bytes": opts.max_upload_bytes, "max_calls_per_search": opts.max_calls_per_search,
                            "top_k": 200}}
 
@@ -249,11 +251,18 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
     async def upload(request: Request) -> dict[str, Any]:
         """The body is the image file itself, sent as ``image/...`` (no multipart form needed)."""
         data = await request.body()
+        name = _upload_name(request.query_params.get("name"))
         try:
             item = await run_in_threadpool(uploads.add, data)
         except ImageLoadError as exc:
-            raise HTTPException(415, f"not a usable image: {exc}") from None
-        rec = await run_in_threadpool(uploads.record, item, gallery)
+            raise HTTPException(415, f"not a usable image: {_no_server_paths(str(exc), name)}") from None
+        try:
+            rec = await run_in_threadpool(uploads.record, item, gallery)
+        except ImageLoadError as exc:  # its message names the server's temporary file: name the upload instead
+            raise HTTPException(415, f"not a usable image: {_no_server_paths(str(exc), name)}") from None
+        upload_names[item.id] = name
+        while len(upload_names) > 256:
+            upload_names.pop(next(iter(upload_names)))
         in_gallery = rec.id in gallery
         return {"upload_id": item.id, "width": item.width, "height": item.height, "bytes": len(data),
                 "gallery_id": rec.id if in_gallery else None}
@@ -280,7 +289,7 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
                 raise HTTPException(400, "unknown or expired reference_upload; upload the image again")
             ref = uploads.record(item, gallery)
             if ref.id not in gallery:
-                ref = _uploaded_record(ref)
+                ref = _uploaded_record(ref, upload_names.get(item.id, ""))
         query = Query(text=req.text, reference=ref,
                       exclude=[ref.id] if ref is not None and not req.keep_reference and ref.id in gallery else [])
         if req.where is not None:
@@ -415,13 +424,27 @@ def _card(rec: ImageRecord) -> dict[str, Any]:
             "taken": rec.taken_time.isoformat() if rec.taken_time else None, "place": _place(rec)}
 
 
-def _uploaded_record(ref: ImageRecord) -> ImageRecord:
-    """An uploaded reference is stored under a random name: its derived text must not be that name's
-    words. Only its EXIF date and place stand in for it (marked as derived text, never a caption)."""
-    from imagent.index.derived import date_phrase, place_phrase
+def _upload_name(raw: str | None) -> str:
+    """The uploaded file's own name as the page sent it: the last path part, printable, at most 200 characters."""
+    name = (raw or "").replace("\\", "/").rsplit("/", 1)[-1]
+    return "".join(c for c in name if c.isprintable())[:200].strip()
 
-    words = [date_phrase(ref.taken_time), place_phrase(ref.address, ref.latitude, ref.longitude, ref.place)]
-    return replace(ref, derived_text="; ".join(w for w in words if w), extra={**ref.extra, "uploaded": True})
+
+def _no_server_paths(message: str, name: str) -> str:
+    """An upload error without the server's temporary paths (they say nothing to the user and leak the layout)."""
+    return re.sub(r"(/[^\s:'\"]*)?imagent-uploads-[^\s:'\"]*", name or "the upload", message)
+
+
+def _uploaded_record(ref: ImageRecord, name: str = "") -> ImageRecord:
+    """An uploaded reference is stored under a random name: its derived text must not be that name's words.
+    The file name the page sent stands in (its words, like an indexed file's), with its EXIF date and place
+    (marked as derived text, never a caption)."""
+    from imagent.index.derived import date_phrase, path_words, place_phrase
+
+    words = [" ".join(path_words(name, None)) if name else "", date_phrase(ref.taken_time),
+             place_phrase(ref.address, ref.latitude, ref.longitude, ref.place)]
+    extra = {**ref.extra, "uploaded": True, **({"file_name": name} if name else {})}
+    return replace(ref, derived_text="; ".join(w for w in words if w), extra=extra)
 
 
 def serve(workspace: Workspace, index: str | Path | None = None, host: str = "127.0.0.1", port: int = 8765,

@@ -278,9 +278,15 @@ async function uploadReference(file) {
   // The server takes only image/... uploads; a file the browser cannot type (HEIC on some systems) is named by
   // its extension, and the server checks the bytes either way.
   const type = file.type.startsWith("image/") ? file.type : `image/${(file.name.split(".").pop() || "unknown").toLowerCase()}`;
-  const resp = await fetch("/api/uploads", { method: "POST", body: file, headers: { "Content-Type": type } });
+  // The file name travels with it: the reference keeps its name (and its name's words).
+  const resp = await fetch(`/api/uploads?name=${encodeURIComponent(file.name)}`,
+    { method: "POST", body: file, headers: { "Content-Type": type } });
   const body = await resp.json().catch(() => null);
-  if (!resp.ok) { setStatus(`${file.name}: ${errorText(body, resp.status)}`, true); return; }
+  if (!resp.ok) {  // the old results no longer go with what is on screen: dim them
+    $("results").classList.add("stale");
+    setStatus(`${file.name}: ${errorText(body, resp.status)}`, true);
+    return;
+  }
   if (body.gallery_id) {  // the same image is in the gallery: use its record (caption, vectors)
     await setReference(body.gallery_id);
     setStatus(`${file.name} is gallery image ${body.gallery_id}: using it as the reference`);
@@ -442,7 +448,8 @@ async function init() {
   if (!resp.ok) throw new Error(errorText(await resp.json().catch(() => null), resp.status));
   const info = await resp.json();
   limits = info.limits || {};
-  $("gallery-info").textContent = `${info.gallery.size} images · ${info.gallery.root}`;
+  const folders = (info.gallery.sources || []).join(", ");
+  $("gallery-info").textContent = `${info.gallery.size} images` + (folders ? ` from ${folders}` : "") + ` · index ${info.gallery.root}`;
   for (const m of info.methods) {
     methods[m.name] = m;
     $("method").append(el("option", { value: m.name, text: m.name }));
