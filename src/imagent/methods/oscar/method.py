@@ -159,7 +159,11 @@ class Oscar(Method):
             # Never a self-demonstration (decision 7): the query's own entry (its key, or the same id with the
             # same modification text) and any entry with the same problem context are excluded.
             own = self_entries(self.library.entries(), query, context)
-            found = self.library.nearest(context, self.ctx.text, cfg.shots, exclude=own)
+            task = "tir" if query.reference is None else "cir"
+            if task not in self.library.tasks():  # e.g. a text query with a library of composed queries
+                step.note(f"the library has no {task} entries: its nearest cases of another task are shown")
+                task = None
+            found = self.library.nearest(context, self.ctx.text, cfg.shots, exclude=own, task=task)
             if own:
                 counts["self_demonstrations_excluded"] = 1
                 step.note(f"excluded {len(own)} library entr{'y' if len(own) == 1 else 'ies'} built from this "
