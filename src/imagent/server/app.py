@@ -44,12 +44,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from imagent.api import Workspace, result_json, user_error_types
+from imagent.api import PreparedSearch, TaskMismatch, Workspace, record_place, result_json, user_error_types
+from imagent.api import SearchRequest as PlainRequest
 from imagent.core.imageio import ImageLoadError, is_image_name
 from imagent.core.redact import redact
 from imagent.core.trace import Trace
-from imagent.core.types import ImageRecord, Query, Result
-from imagent.methods.base import describe_methods, get_method
+from imagent.core.types import ImageRecord, Result
+from imagent.methods.base import describe_methods
 from imagent.models.base import ChatError
 from imagent.server.discovery import remove_discovery, write_discovery
 from imagent.server.jobs import SearchJobs, TooManySearches
@@ -227,7 +228,7 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
     @app.get("/api/records/{image_id:path}")
     def record(image_id: str) -> dict[str, Any]:
         rec = known(image_id)
-        return {**rec.to_dict(), "place": _place(rec)}
+        return {**rec.to_dict(), "place": record_place(rec)}
 
     @app.get("/api/images/{image_id:path}")
     def image(image_id: str) -> Response:
@@ -269,12 +270,9 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
 
     # ------------------------------------------------------------------ search
 
-    def prepare(req: SearchRequest) -> tuple[Query, Any]:
+    def prepare(req: SearchRequest) -> PreparedSearch:
         """Everything a request can get wrong, checked before any model loads: method, parameters
-        (validated and bounded), reference. Returns the query and the method's validated config."""
-        cls = get_method(req.method)
-        check_params(cls.Config, req.params)
-        config = cls.Config.model_validate({**workspace.settings.methods.get(req.method, {}), **req.params})
+        (validated and bounded), reference. Returns the prepared search (:meth:`Workspace.prepare`)."""
         if req.reference and req.reference_upload:
             raise HTTPException(400, "give a reference or a reference_upload, not both")
         ref: ImageRecord | None = None
@@ -290,8 +288,6 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
             ref = uploads.record(item, gallery)
             if ref.id not in gallery:
                 ref = _uploaded_record(ref, upload_names.get(item.id, ""))
-        query = Query(text=req.text, reference=ref,
-                      exclude=[ref.id] if ref is not None and not req.keep_reference and ref.id in gallery else [])
         if req.where is not None:
             where_rows(gallery, req.where)  # a bad expression: 400 with where and why, before anything runs
         if req.like is not None:
@@ -299,24 +295,19 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
                 raise HTTPException(400, f"like {req.like[:200]!r} is not an image id in the gallery")
             if req.text.strip() or ref is not None:
                 raise HTTPException(400, "like ranks by the photo alone: give no text and no reference with it")
-            return query, config
-        if req.where is not None and not req.text.strip() and ref is None:
-            return query, config  # the matching photos in time order: no method runs
-        if query.task not in cls.tasks:
+        request = PlainRequest(req.text, req.method, req.top_k, ref, req.keep_reference, dict(req.params), index,
+                               req.where, req.sort, req.like, req.collapse_duplicates)
+        try:
+            return workspace.prepare(request, check_params=check_params)
+        except TaskMismatch as exc:
             need = ("needs a reference image: press 'use as reference' on a result, or upload one"
                     if ref is None else "takes no reference image: clear it")
-            raise HTTPException(400, f"method {req.method!r} {need} (it handles {sorted(cls.tasks)} queries)")
-        return query, config
+            raise HTTPException(400, f"method {req.method!r} {need} (it handles {sorted(exc.tasks)} queries)") \
+                from None
 
     def new_trace(req: SearchRequest) -> Trace:
         cap = opts.max_calls_per_search
         return Trace(max_calls=min(cap, req.max_calls) if req.max_calls is not None else cap)
-
-    def run(req: SearchRequest, query: Query, trace: Trace) -> Result:
-        return workspace.search(req.text, method=req.method, top_k=req.top_k, reference=query.reference,
-                                index=index, keep_reference=req.keep_reference, params=req.params, trace=trace,
-                                where=req.where, sort=req.sort, like=req.like,
-                                collapse_duplicates=req.collapse_duplicates)
 
     def payload(result: Result, req: SearchRequest | None = None) -> dict[str, Any]:
         data = json.loads(result_json(result, gallery))
@@ -331,23 +322,24 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
     @app.post("/api/search")
     def search(req: SearchRequest) -> JSONResponse:
         # A plain ``def``: FastAPI runs it in a worker thread, so a slow model call does not block the page.
-        query, _config = prepare(req)
+        prepared = prepare(req)
         try:
             with jobs.admit():  # the same limit as background searches
-                return JSONResponse(payload(run(req, query, new_trace(req)), req))
+                return JSONResponse(payload(workspace.run(prepared, trace=new_trace(req)), req))
         except TooManySearches as exc:
             raise HTTPException(429, str(exc)) from None
 
     @app.post("/api/searches", status_code=202)
     def start_search(req: SearchRequest) -> dict[str, Any]:
-        query, config = prepare(req)
+        prepared = prepare(req)
         try:
-            estimate: int | None = get_method(req.method).estimate_calls(config, query)
+            estimate: int | None = prepared.estimate
         except Exception:  # an estimate is a courtesy: never a reason to refuse the search
             estimate = None
         trace = new_trace(req)
         try:
-            job = jobs.start(trace, req.method, estimate, lambda t: payload(run(req, query, t), req), describe_error)
+            job = jobs.start(trace, req.method, estimate, lambda t: payload(workspace.run(prepared, trace=t), req),
+                             describe_error)
         except TooManySearches as exc:
             raise HTTPException(429, str(exc)) from None
         return {"id": job.id, "events": f"/api/searches/{job.id}/events", "estimate": estimate,
@@ -411,17 +403,9 @@ def _as_jpeg(data: bytes, max_pixels: int) -> bytes:
     return out.getvalue()
 
 
-def _place(rec: ImageRecord) -> str | None:
-    if rec.place_name:
-        return rec.place_name
-    if rec.latitude is not None and rec.longitude is not None:
-        return f"{rec.latitude:.5f}, {rec.longitude:.5f}"
-    return None
-
-
 def _card(rec: ImageRecord) -> dict[str, Any]:
     return {"id": rec.id, "caption": rec.caption, "path": rec.path,
-            "taken": rec.taken_time.isoformat() if rec.taken_time else None, "place": _place(rec)}
+            "taken": rec.taken_time.isoformat() if rec.taken_time else None, "place": record_place(rec)}
 
 
 def _upload_name(raw: str | None) -> str:
