@@ -1,4 +1,5 @@
-"""Paths of the shared benchmark files; tests that need them skip when ../shared is absent."""
+"""Paths of the benchmark files: the shipped stamps, and the shared ones (tests that need those skip when
+../shared is absent)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ def bench_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def stamps_root() -> Path:
-    path = SHARED / "data" / "stamps"
+    """The stamps shipped with the package (the same 627 images as ../shared/data/stamps)."""
+    path = REPO / "src" / "imagent" / "eval" / "data" / "stamps_mini"
     if not (path / "captions.jsonl").is_file():
-        pytest.skip("../shared/data/stamps is not available")
+        pytest.skip("the shipped stamps images are missing")
     return path

@@ -44,7 +44,9 @@ def test_flickr_karpathy_format(tmp_path):
     assert [r["id"] for r in bench.gallery_manifest("test", tmp_path / "imgs")] == ["1", "2"]
     preds = write(tmp_path / "p.json", {"10": ["1", "2"], "11": ["2", "1"], "12": ["1", "3", "2"]})
     m = score_file("flickr30k", ann, preds, split="test")["metrics"]
-    assert m == {"recall@1": pytest.approx(100 / 3), "recall@5": 100.0, "recall@10": 100.0}
+    # NDCG@10 (one relevant image each): ranks 1, 2, 3 -> (1 + 1/log2(3) + 1/log2(4)) / 3
+    assert m == {"recall@1": pytest.approx(100 / 3), "recall@5": 100.0, "recall@10": 100.0,
+                 "ndcg@10": pytest.approx(100 * (1 + 1 / 1.5849625007211562 + 0.5) / 3)}
 
 
 def test_coco_blip_format(tmp_path):

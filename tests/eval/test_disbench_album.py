@@ -137,7 +137,7 @@ def user_env(monkeypatch, tmp_path):
 
 def eval_run(cfg: Path, run_dir: Path, index: Path, method: str, *extra: str) -> dict:
     res = CliRunner().invoke(app, ["eval", "disbench", "--images-root", str(ALBUM), "--method", method,
-                                   "--limit", "2", "--config", str(cfg), "--run-dir", str(run_dir),
+                                   "--limit", "2", "--sample", "first", "--config", str(cfg), "--run-dir", str(run_dir),
                                    "--index", str(index), "--json", *extra])
     assert res.exit_code == 0, res.output[-3000:]
     return json.loads(res.stdout)

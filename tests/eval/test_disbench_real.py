@@ -54,7 +54,7 @@ def server_config(agent_server, tmp_path, monkeypatch, offline_model_cache) -> P
 def test_eval_disbench_real_server(server_config, tmp_path, method):
     run_dir = tmp_path / "run"
     res = CliRunner().invoke(app, [
-        "eval", "disbench", "--images-root", str(ALBUM), "--method", method, "--limit", "2",
+        "eval", "disbench", "--images-root", str(ALBUM), "--method", method, "--limit", "2", "--sample", "first",
         "--config", str(server_config), "--run-dir", str(run_dir), "--index", str(tmp_path / "index"), "--json",
         "--set", "max_turns=3", "--set", "max_tokens=200", "--set", f"context_limit={N_CTX}",
         "--set", "tool_mode=json",

@@ -21,7 +21,8 @@ STAMPS = Path(__file__).resolve().parents[3] / "shared" / "data" / "stamps"
 def test_eval_on_a_local_ray_cluster_equals_the_local_run(tmp_path):
     env = {**os.environ, "IMAGENT_CACHE_DIR": str(tmp_path / "cache")}
     base = [sys.executable, "-m", "imagent.cli.main", "eval", "stamps", "--split", "tir", "--method", "caption",
-            "--images-root", str(STAMPS), "--limit", "6", "--index", str(tmp_path / "index"), "--json"]
+            "--images-root", str(STAMPS), "--limit", "6", "--sample", "first", "--index", str(tmp_path / "index"),
+            "--json"]
     runs = {}
     for name, extra in (("local", []), ("ray", ["--ray", "local", "--workers", "2"])):
         out = subprocess.run([*base, "--run-dir", str(tmp_path / name), *extra], env=env, capture_output=True,

@@ -32,7 +32,7 @@ def user_env(monkeypatch, tmp_path, offline_model_cache):
 
 def run_eval(stamps_dir, index, run_dir, *args):
     res = CliRunner().invoke(app, ["eval", "stamps", "--images-root", str(stamps_dir), "--index", str(index),
-                                   "--run-dir", str(run_dir), "--json", *args])
+                                   "--run-dir", str(run_dir), "--json", "--sample", "first", *args])
     assert res.exit_code == 0, res.output[-3000:]
     out = json.loads(res.stdout)
     assert out["errors"] == 0 and out["new"] >= 1

@@ -191,3 +191,25 @@ def test_recall_any_and_empty_inputs():
     assert r == {"recall@1": 50.0, "recall@2": 50.0}
     assert math.isnan(M.mean_percent([]))
     assert M.duplicate_count(["a", "b", "a", "a"]) == 2
+
+
+def test_ndcg_at_10_hand_worked_and_standard_definition():
+    # Hand-worked: relevant {a: 1, b: 1}, ranking [x, a, y, b]: DCG = 1/log2(3) + 1/log2(5) = 0.63093 + 0.43068
+    # = 1.06161; IDCG = 1/log2(2) + 1/log2(3) = 1.63093; NDCG = 0.65092.
+    assert M.ndcg_at_k(["x", "a", "y", "b"], ["a", "b"], 10) == pytest.approx(0.650921, abs=1e-6)
+    assert M.ndcg_at_k(["a", "b", "x"], ["a", "b"]) == 1.0 and M.ndcg_at_k(["x"], ["a"]) == 0.0
+    assert M.ndcg_at_k(["x"] * 10 + ["a"], ["a"]) == 0.0  # past K; duplicates count once
+    assert M.ndcg_at_k(["a"], []) == 0.0
+    # Graded relevance against scikit-learn's ndcg_score (the standard definition, linear gain), when present.
+    rel = {"a": 3.0, "b": 2.0, "c": 1.0}
+    ranking = ["c", "x", "a", "b", "y"]
+    ours = M.ndcg_at_k(ranking, rel, 10)
+    dcg = 1 / 1.0 + 3 / 2.0 + 2 / 2.321928094887362  # positions 1, 3, 4
+    idcg = 3 / 1.0 + 2 / 1.5849625007211562 + 1 / 2.0
+    assert ours == pytest.approx(dcg / idcg)
+    sklearn = pytest.importorskip("sklearn.metrics")
+    docs = ["a", "b", "c", "x", "y"]
+    scores = [[5 - ranking.index(d) for d in docs]]
+    assert ours == pytest.approx(sklearn.ndcg_score([[rel.get(d, 0.0) for d in docs]], scores, k=10))
+    assert M.mean_ndcg([["a"], ["x", "a"]], [["a"], ["a"]]) == {"ndcg@10": pytest.approx(100 * (1 + 0.63093) / 2,
+                                                                                         abs=1e-3)}

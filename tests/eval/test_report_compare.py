@@ -135,7 +135,8 @@ def test_compare_counts_wins_and_losses_with_paired_tests(runs):
     res = CliRunner().invoke(app(), ["eval", "--compare", str(base / "test_backwards"), str(base / "caption"),
                                      "--json"])
     assert res.exit_code == 0, res.output
-    pq = json.loads(res.stdout)["per_query"]
+    out = json.loads(res.stdout)
+    pq = out["per_query"]
     ranks = [r["target_rank"] for r in runs["out"]["caption"].metrics["per_query"]]
     back = [r["target_rank"] for r in runs["out"]["test_backwards"].metrics["per_query"]]
     rr = lambda r: 1 / r if r else 0.0  # noqa: E731
@@ -146,8 +147,12 @@ def test_compare_counts_wins_and_losses_with_paired_tests(runs):
     human = CliRunner().invoke(app(), ["eval", "--compare", str(base / "test_backwards"), str(base / "caption")])
     assert f"caption wins {expected_wins}, loses 0" in " ".join(human.output.split())
     assert "sign test p =" in human.output and "permutation test p =" in human.output
-    # The comparison is also written as a report: in the second run's folder, or where --compare-report says.
-    written = (base / "caption" / "compare-vs-test_backwards.md").read_text()
+    # The comparison is also written as a report: beside the runs (inside neither, named by both run ids), or
+    # where --compare-report says.
+    report = Path(out["report"])
+    assert report.parent == base and report.name == f"compare-{out['runs']['test_backwards']['run_id']}-vs-" \
+        f"{out['runs']['caption']['run_id']}.md"
+    written = report.read_text()
     assert written.startswith("# Comparison: test_backwards vs caption")
     assert "| metric | test_backwards | caption | delta |" in written
     assert f"caption wins {expected_wins}, loses 0" in written and "sign test p =" in written

@@ -20,6 +20,7 @@ from imagent.api import Workspace
 from imagent.cli.eval_cmd import register
 from imagent.core.trace import Trace
 from imagent.core.types import Query, Ranking
+from imagent.eval.identity import differences, select_items
 from imagent.eval.runner import ResultsLog, RunSpec, ensure_index, limit_items, run_eval
 from imagent.methods.base import METHODS, Method, register_method
 
@@ -145,9 +146,11 @@ def test_caption_run_writes_everything_and_resumes(env, tmp_path):
     again = invoke("stamps", "--method", "caption", "--limit", "4", "--run-dir", str(run), *common(env))
     assert again["new"] == 0 and again["already_done"] == 4
     assert again["metrics"]["metrics"] == first["metrics"]["metrics"]
-    # A larger limit runs only the extra queries.
-    more = invoke("stamps", "--method", "caption", "--limit", "6", "--run-dir", str(run), *common(env))
-    assert more["new"] == 2 and more["already_done"] == 4
+    # A larger limit is another run: its own folder by default, and refused in this one (the limit named).
+    more = CliRunner().invoke(app(), ["eval", "stamps", "--method", "caption", "--limit", "6", "--run-dir", str(run),
+                                      *common(env)])
+    assert more.exit_code == 2 and "selection.limit: 4 -> 6" in " ".join(more.output.split())
+    assert json.loads((run / "metrics.json").read_text())["queries"] == 4
 
 
 def test_every_baseline_runs(env, tmp_path):
@@ -201,7 +204,8 @@ def test_changed_config_is_refused_and_default_run_dir_resumes(env, tmp_path, mo
     assert invoke("stamps", "--method", "caption", "--limit", "2", *common(env))["new"] == 0
     res = CliRunner().invoke(app(), ["eval", "stamps", "--method", "caption", "--limit", "2", "--run-dir",
                                      str(run_dir), "--set", "include_reference_caption=true", *common(env)])
-    assert res.exit_code == 2 and "different configuration (differs in: method)" in res.output
+    assert res.exit_code == 2 and "different configuration (differs in: method.params.include_reference_caption: " \
+        "false -> true)" in " ".join(res.output.split())
     # Another setting means another default directory, not a clash.
     other = invoke("stamps", "--method", "caption", "--limit", "2", "--set", "include_reference_caption=true",
                    *common(env))
@@ -271,3 +275,76 @@ def test_limit_keeps_whole_groups():
     items = [EvalItem(Query("t", id=f"{d}:{r}"), group=str(d)) for d in range(3) for r in range(2)]
     assert [it.id for it in limit_items(items, 2)] == ["0:0", "0:1", "1:0", "1:1"]
     assert limit_items(items, None) == items
+
+
+def test_runs_differing_in_limit_keep_two_folders_and_a_compare_lives_in_neither(env, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    a = invoke("stamps", "--method", "caption", "--limit", "3", *common(env))
+    b = invoke("stamps", "--method", "caption", "--limit", "2", *common(env))
+    run_a, run_b = Path(a["run_dir"]), Path(b["run_dir"])
+    assert run_a != run_b and a["run_id"] != b["run_id"] and a["new"] == 3 and b["new"] == 2
+    assert json.loads((run_a / "metrics.json").read_text())["queries"] == 3  # both reports kept
+    assert json.loads((run_b / "metrics.json").read_text())["queries"] == 2
+    assert "- queries: 3 (3 completed" in (run_a / "report.md").read_text()
+    # --run-dir at the other run's folder: refused, the difference named, nothing written there.
+    before = (run_a / "results.jsonl").read_text()
+    res = CliRunner().invoke(app(), ["eval", "stamps", "--method", "caption", "--limit", "2", "--run-dir", str(run_a),
+                                     *common(env)])
+    assert res.exit_code == 2 and "selection.limit: 3 -> 2" in " ".join(res.output.split())
+    assert (run_a / "results.jsonl").read_text() == before
+    # The same settings again resume (nothing new to run).
+    assert invoke("stamps", "--method", "caption", "--limit", "3", *common(env))["new"] == 0
+    # A comparison names both runs by id and is written beside them, inside neither.
+    cmp = CliRunner().invoke(app(), ["eval", "--compare", str(run_a), str(run_b), "--json"])
+    assert cmp.exit_code == 0, cmp.output
+    report = Path(json.loads(cmp.stdout)["report"])
+    assert report.parent.resolve() == run_a.parent.resolve() and report.is_file()
+    assert a["run_id"] in report.name and b["run_id"] in report.name
+    text = report.read_text()
+    assert a["run_id"] in text and b["run_id"] in text
+
+
+def test_missing_or_empty_images_root_is_refused_before_anything_runs(env, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for root, why in ((tmp_path / "nope", "does not exist"), (empty, "is empty")):
+        run = tmp_path / f"run-{root.name}"
+        res = CliRunner().invoke(app(), ["eval", "stamps", "--method", "caption", "--limit", "2", "--run-dir", str(run),
+                                         "--annotations", str(env["ann"]), "--images-root", str(root),
+                                         "--index", str(env["index"])])
+        assert res.exit_code == 2 and why in res.output and "Expected layout" in res.output
+        assert not run.exists()
+
+
+def test_identity_names_every_setting_that_changes_results():
+    base = {"benchmark": "stamps", "split": "all", "bench_options": {}, "top_k": 50,
+            "method": {"name": "caption", "params": {"k": 1}}, "selection": {"limit": 5, "sample": "stratified"},
+            "images": {"root": "/a"}, "index": {"dir": None}, "settings": {"roles": {"default": "x"},
+                                                                         "cache_dir": "/c1"}}
+    other = json.loads(json.dumps(base))
+    other["settings"]["cache_dir"] = "/c2"  # where the cache lives: the same run
+    assert differences(base, other) == []
+    other["images"]["root"] = "/b"
+    other["selection"]["limit"] = 2
+    other["settings"]["roles"]["default"] = "y"
+    assert differences(base, other) == ["images.root: /a -> /b", "selection.limit: 5 -> 2",
+                                        "settings.roles.default: x -> y"]
+
+
+def test_limit_takes_a_seeded_stratified_sample_of_whole_groups():
+    from imagent.eval.datasets import EvalItem
+
+    items = [EvalItem(Query("t", id=f"a{i}:{r}", extra={"task": "a"}), group=f"a{i}") for i in range(8) for r in (0, 1)]
+    items += [EvalItem(Query("t", id=f"b{i}", extra={"task": "b"}), group=f"b{i}") for i in range(4)]
+
+    def kind(it):
+        return it.query.extra["task"]
+
+    pick = select_items(items, 3, "stratified", 0, kind)
+    groups = {it.group for it in pick}
+    assert len(groups) == 3 and {g[0] for g in groups} == {"a", "b"}  # every kind present, 2 + 1
+    assert all(f"{g}:1" in {it.id for it in pick} for g in groups if g.startswith("a"))  # rounds stay together
+    assert [it.id for it in pick] == [it.id for it in items if it.group in groups]  # benchmark order
+    assert select_items(items, 3, "stratified", 0, kind) == pick  # seeded
+    assert {it.group for it in select_items(items, 3, "first", 0, kind)} == {"a0", "a1", "a2"}
+    assert len({tuple(it.id for it in select_items(items, 6, "stratified", s, kind)) for s in range(5)}) > 1

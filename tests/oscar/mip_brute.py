@@ -40,7 +40,8 @@ def random_instance(rng: random.Random, case: str = "random") -> dict[str, Any]:
     weights: dict[str, float] = {}
     if rng.random() < 0.5:
         weights = {"w_R": rng.choice([0.0, 0.5, 1.0, 2.0]), "w_P": rng.choice([0.0, 1.0, 3.0]),
-                   "lambda_div": rng.choice([0.0, 0.01, 0.3]), "lambda_fp": rng.choice([0.0, 0.05, 0.5, 1.0, 2.0])}
+                   "lambda_div": rng.choice([0.0, 0.01, 0.3, None]),
+                   "lambda_fp": rng.choice([0.0, 0.05, 0.5, 1.0, 2.0])}
     return {"gallery": gallery, "positives": positives, "retrievals": retrievals, "weights": weights}
 
 
@@ -79,7 +80,7 @@ def direct_objectives(inst: MipInstance, selected: list[str], pos: list[str], ne
     wr = inst.weights.w_R / len(gt) if gt else 0.0
     wp = inst.weights.w_P / len(non) if non else 0.0
     tools = {r.tool for r in inst.retrievals if r.id in selected}
-    s1 = wr * len(covered & gt) - wp * len(covered - gt) + inst.weights.lambda_div * len(tools)
+    s1 = wr * len(covered & gt) - wp * len(covered - gt) + inst.lambda_div * len(tools)
     union = set().union(*(sets[i] for i in pos)) if pos else set()
     inter = set.intersection(*(sets[i] for i in neg)) if neg else set()
     final = union - inter

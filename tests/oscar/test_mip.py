@@ -89,14 +89,16 @@ def test_intersection_of_negatives_spares_a_target():
 
 def test_every_image_negative_and_empty_positives():
     gallery = ["a", "b", "c", *(f"x{i}" for i in range(197))]
-    data = _inst("", [("p1", "t", "q", "+", 1, "abc"), ("p3", "t", "q", "+", 3, "abc"), ("n", "t", "x", "-", 1, "a")],
-                 gallery=gallery)
-    _, plan = _check(data)
-    # Recall term is 0; the smallest truncation earns the tool bonus (0.01 > 1/200); the negative removes its image.
+    retrievals = [("p1", "t", "q", "+", 1, "abc"), ("p3", "t", "q", "+", 3, "abc"), ("n", "t", "x", "-", 1, "a")]
+    # Recall term is 0: with the default tie-break bonus a non-target is never worth a tool; nothing is selected.
+    _, plan = _check(_inst("", retrievals, gallery=gallery))
+    assert plan.stage1.selected == [] and plan.final == []
+    # A real bonus (lambda_div = 0.01 > 1/200): the smallest truncation earns it; the negative removes its image.
+    _, plan = _check(_inst("", retrievals, gallery=gallery, lambda_div=0.01))
     assert plan.stage1.selected == ["p1"] and plan.stage2.negative == ["n"] and plan.final == []
     assert plan.stage1.objective == pytest.approx(0.01 - 1 / 200)
     # In a small gallery one non-target costs more than the bonus: nothing is selected at all.
-    _, plan = _check(_inst("", [("p1", "t", "q", "+", 1, "abc")]))
+    _, plan = _check(_inst("", [("p1", "t", "q", "+", 1, "abc")], lambda_div=0.01))
     assert plan.stage1.selected == [] and plan.final == [] and plan.stage2.objective == 0
 
 
@@ -155,8 +157,64 @@ def test_cli_solve_prints_the_issue_format(tmp_path):
     # The config's weight applied: Stage I = 2/2 - 2/6 + lambda_div * 1 tool.
     assert doc["stage1"]["objective"] == pytest.approx(1 - 2 / 6 + 0.5)
     default = json.loads(runner.invoke(app, ["oscar", "solve", str(path), "--json"]).stdout)
-    assert default["stage1"]["objective"] == pytest.approx(1 - 2 / 6 + 0.01)
+    # Default: the tie-break bonus 1 / (D (|T| + 1)), D = lcm(2, 6) = 6 the denominator of 1/|I+| and 1/|I-|.
+    assert default["stage1"]["objective"] == pytest.approx(1 - 2 / 6 + 1 / 12)
     human = runner.invoke(app, ["oscar", "solve", str(path)])
     assert human.exit_code == 0 and "stage II" in human.output and "final" in human.output
     bad = runner.invoke(app, ["oscar", "solve", str(tmp_path / "missing.json")])
     assert bad.exit_code == 2 and "no instance file" in bad.output
+
+
+def _primary(inst: MipInstance, selected) -> tuple[int, int]:
+    """(targets covered, non-targets covered) by a selection: what the diversity bonus must never change."""
+    covered = set()
+    for n in selected:
+        covered |= inst.sets[n]
+    return len(covered & inst.positive_set), len(covered - inst.positive_set)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_default_diversity_bonus_only_breaks_ties(seed):
+    """With ``lambda_div`` unset the bonus is a tie-break: against brute force over every selection, Stage I's
+    recall/noise value is the bonus-free optimum, its coverage of I+ and I- is that of a bonus-free optimal
+    selection, and among those it uses the most tools."""
+    import itertools
+
+    rng = random.Random(100 + seed)
+    checked = 0
+    for n in range(50):
+        data = random_instance(rng, CASES[n % len(CASES)])
+        data["weights"] = {k: v for k, v in data["weights"].items() if k != "lambda_div"}
+        inst, plan = solve_document(data)
+        assert inst.weights.lambda_div is None and 0 < inst.lambda_div < 1
+        bonus_free = MipInstance.from_dict({**data, "weights": {**data["weights"], "lambda_div": 0.0}})
+        families: dict[tuple, list[int]] = {}
+        for m, r in enumerate(inst.retrievals):
+            if r.polarity == "+":
+                families.setdefault(r.family, []).append(m)
+        options = []
+        for choice in itertools.product(*[[None, *rs] for rs in families.values()]):
+            sel = [c for c in choice if c is not None]
+            options.append((stage_one_objective(bonus_free, sel), _primary(inst, sel),
+                            len({inst.retrievals[c].tool for c in sel})))
+        best = max(v for v, _, _ in options)
+        optimal = [(cov, tools) for v, cov, tools in options if v == pytest.approx(best, abs=1e-12)]
+        got = inst.by_id(plan.stage1.selected)
+        assert stage_one_objective(bonus_free, got) == pytest.approx(best, abs=1e-12)
+        assert _primary(inst, got) in {cov for cov, _ in optimal}
+        assert len({inst.retrievals[c].tool for c in got}) == max(t for _, t in optimal)
+        checked += 1
+    assert checked == 50
+
+
+def test_bonus_never_buys_a_truncation_that_reaches_no_target():
+    # The case the old fixed bonus (0.01) got wrong: on a 2,315-image gallery a second tool's k=5 truncation
+    # reaching no target cost 5/2315 < 0.01 of noise and was selected for the bonus.
+    gallery = [f"g{i}" for i in range(2315)]
+    rows = [{"id": "a", "tool": "t1", "query": "q", "polarity": "+", "k": 5, "results": gallery[:5]},
+            {"id": "b", "tool": "t2", "query": "q2", "polarity": "+", "k": 5, "results": gallery[10:15]}]
+    data = {"gallery": gallery, "positives": ["g0"], "retrievals": rows, "weights": {}}
+    _inst, plan = solve_document(data)
+    assert plan.stage1.selected == ["a"]
+    _inst, old = solve_document({**data, "weights": {"lambda_div": 0.01}})
+    assert old.stage1.selected == ["a", "b"]  # the fixed bonus did buy it

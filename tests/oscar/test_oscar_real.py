@@ -43,7 +43,8 @@ def test_build_library_then_eval_with_and_without_demonstrations(user_env, stamp
     entry = invoke("oscar", "library", str(lib), "--show", rows[0]["key"])
     assert entry["steps"][-1]["name"] == "final" and entry["stats"]["atomic_retrievals"] % 10 == 0
 
-    common = ["--split", "cir", "--limit", "1", "--images-root", str(stamps_dir), "--index", str(index),
+    common = ["--split", "cir", "--limit", "1", "--sample", "first", "--images-root", str(stamps_dir),
+              "--index", str(index),
               "--set", f"library={lib}", "--set", "max_verified=2", "--set", "plan_retries=0",
               "--set", "planner_max_tokens=384"]
     reports = {}
@@ -82,3 +83,56 @@ def test_build_library_then_eval_with_and_without_demonstrations(user_env, stamp
         # the verifier's effect: final vs the composed set before it; the plan and set sizes per query
         assert "| metric | final | fused | composed |" in report and "cir/recall@1" in report
         assert "calls: #" in report and "sets: final=" in report and "verified " in report
+
+
+def test_library_on_the_evaluated_split_never_shows_a_query_its_own_plan(user_env, stamps_dir, tmp_path):
+    """Issue 27's leakage case and issue 28's grammar on the real 0.5B model: a library built on the stamps CIR
+    split, then the same queries evaluated with it. No query sees its own entry (each had it excluded, and
+    the report's counts say so), and every plan decoded under the JSON grammar is usable (no fallback)."""
+    index, lib = tmp_path / "index", tmp_path / "lib.jsonl"
+    built = invoke("oscar", "build-library", "stamps", "--split", "cir", "--limit", "3", "--images-root",
+                   str(stamps_dir), "--index", str(index), "--library", str(lib))
+    assert built["added"] >= 2 and not built["errors"] and built["non_optimal"] == 0
+    keys = {r["key"] for r in invoke("oscar", "library", str(lib))}
+    run = tmp_path / "run"
+    out = invoke("eval", "stamps", "--method", "oscar", "--split", "cir", "--limit", "3", "--sample", "first",
+                 "--images-root",
+                 str(stamps_dir), "--index", str(index), "--run-dir", str(run), "--set", f"library={lib}",
+                 "--set", "max_verified=1", "--set", "planner_max_tokens=512")
+    assert out["errors"] == 0
+    for line in (run / "results.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        steps = {s["name"]: s for s in rec["trace"]["steps"]}
+        own = f"stamps/cir/{rec['qid']}"
+        shown = [c["key"] for c in steps["demonstrations"]["outputs"]["cases"]]
+        assert own not in shown and len(shown) == 1
+        if own in keys:  # the first 3 queries of the split: those the library was built from
+            assert steps["demonstrations"]["outputs"]["excluded"] == [own]
+            assert rec["trace"]["counters"]["self_demonstrations_excluded"] == 1
+        plan = steps["plan"]
+        assert plan["inputs"]["protocol"] == "json"
+        assert plan["outputs"]["source"] == "method", plan["outputs"]["attempts"]
+        assert "plan_fallbacks" not in rec["trace"]["counters"]
+
+
+def test_text_to_image_oscar_with_ndcg(user_env, stamps_dir, tmp_path):
+    """Sec. 4.5: OSCAR without a reference. A library built on the stamps TIR split, then
+    ``imagent eval stamps --split tir --method oscar`` reports NDCG@10 and R@10."""
+    index, lib = tmp_path / "index", tmp_path / "lib.jsonl"
+    built = invoke("oscar", "build-library", "stamps", "--split", "tir", "--limit", "2", "--images-root",
+                   str(stamps_dir), "--index", str(index), "--library", str(lib))
+    assert built["added"] >= 1 and not built["errors"]
+    entry = invoke("oscar", "library", str(lib), "--show", invoke("oscar", "library", str(lib))[0]["key"])
+    assert entry["task"] == "tir" and entry["reference_caption"] == ""
+    run = tmp_path / "run"
+    out = invoke("eval", "stamps", "--method", "oscar", "--split", "tir", "--limit", "2", "--sample", "first",
+                 "--images-root",
+                 str(stamps_dir), "--index", str(index), "--run-dir", str(run), "--set", f"library={lib}",
+                 "--set", "max_verified=1")
+    assert out["errors"] == 0
+    metrics = json.loads((run / "metrics.json").read_text())
+    flat = json.dumps(metrics)
+    assert "tir/ndcg@10" in flat and "tir/recall@10" in flat
+    rec = json.loads((run / "results.jsonl").read_text().splitlines()[0])
+    steps = {s["name"]: s for s in rec["trace"]["steps"]}
+    assert steps["plan"]["outputs"]["plan"]["calls"] and not rec["trace"]["query"].get("reference")

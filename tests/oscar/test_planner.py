@@ -138,7 +138,7 @@ def scripted(planner_replies: list, verifier: str = "yes") -> ScriptedChatModel:
 
 def test_full_plan_runs_with_exact_model_calls(make_context, tmp_path):
     model = scripted([FULL_PLAN])
-    method = Oscar(make_context(model), {"library": str(tmp_path / "none.jsonl"), "max_verified": 4})
+    method = Oscar(make_context(model), {"demonstrations": False, "max_verified": 4})
     result = method.search(cir_query(), top_k=50)
     t = result.trace.to_dict()
     steps_by = {s["name"]: s for s in t["steps"]}
@@ -156,7 +156,10 @@ def test_full_plan_runs_with_exact_model_calls(make_context, tmp_path):
     assert set(result.ranking.ids[:composed]) == set(result.answer_set)
     assert "symbols__money__euro__coins__002" not in result.ranking.ids and len(result.ranking.ids) == 50
     assert set(result.stages) == {"fused", "composed"}
-    assert "no golden library" in " ".join(steps_by["demonstrations"]["notes"])
+    assert "w/o Demo." in " ".join(steps_by["demonstrations"]["notes"])
+    assert result.source == "method" and result.counts["plan_fallbacks"] == 0
+    assert result.counts["set_operations.DIFFERENCE"] == 1 and result.counts["difference_removed"] == diff["removed"]
+    assert result.counts["verified"] == 4
     line = steps_by["rank"]["outputs"]["report_line"]  # the eval report's per-query detail
     assert "final=DIFFERENCE" in line and f"removed {diff['removed']}" in line and "verified 4" in line
 
@@ -165,7 +168,7 @@ def test_ranking_equals_decision_3_over_the_whole_pool(make_context, tmp_path):
     # The method ranks only the composed set and the head of the fused ranking (framework speed); the result
     # must equal decision 3 applied to the fused ranking of the whole pool, computed here the slow way.
     model = scripted([FULL_PLAN], verifier="no")
-    method = Oscar(make_context(model), {"library": str(tmp_path / "none.jsonl"), "max_verified": 3})
+    method = Oscar(make_context(model), {"demonstrations": False, "max_verified": 3})
     query = cir_query()
     result = method.search(query, top_k=30)
     steps_by = {s["name"]: s for s in result.trace.to_dict()["steps"]}
@@ -183,28 +186,34 @@ def test_ranking_equals_decision_3_over_the_whole_pool(make_context, tmp_path):
 
 
 def test_malformed_plan_is_retried_then_falls_back(make_context, tmp_path):
-    two_calls_no_op = block("caption_search_text", query="a euro coin", top_k=5) + block(
+    # Two calls, no set_operation, the second stated negative: decision 7 runs the first stated-positive call
+    # alone (never the union of both: the negative would be added).
+    two_calls_no_op = block("caption_search_text", query="a euro coin", top_k=5, polarity="+") + block(
         "caption_search_dual", query="a coin", top_k=5, polarity="-")
     model = scripted([two_calls_no_op, two_calls_no_op], verifier="no")
-    method = Oscar(make_context(model), {"library": str(tmp_path / "x.jsonl"), "plan_retries": 1, "max_verified": 2})
+    method = Oscar(make_context(model), {"demonstrations": False, "plan_retries": 1, "max_verified": 2})
     result = method.search(cir_query(), top_k=20)
     t = result.trace.to_dict()
-    assert t["counters"] == {"plan_retry": 1, "plan_fallback": 1, "no_library": 1}
+    assert result.source == "fallback:first_positive_call"
+    assert result.counts["plan_retries"] == 1 and result.counts["plan_fallbacks"] == 1
+    assert t["counters"]["plan_retries"] == 1 and t["counters"]["plan_fallbacks"] == 1
+    assert not any(result.counts[f"set_operations.{op}"] for op in ("UNION", "INTERSECT", "DIFFERENCE"))
     plan = next(s for s in t["steps"] if s["name"] == "plan")
-    assert len(plan["outputs"]["attempts"]) == 2
+    assert len(plan["outputs"]["attempts"]) == 2 and plan["outputs"]["source"] == result.source
     assert "Your plan cannot be run" in ScriptedChatModel.conversation_text(model.calls[1][0])
-    # Fallback: the UNION of the positive calls (the explicit negative is dropped).
     assert [c["query"] for c in plan["outputs"]["plan"]["calls"]] == ["a euro coin"]
-    assert "fallback: UNION of the plan's positive calls" in plan["notes"]
+    assert len(result.answer_set) == 5
     assert t["model_calls"] == 2 + 2
 
 
 def test_no_usable_call_falls_back_to_the_composed_query(make_context, tmp_path):
     model = scripted(["no idea"], verifier="yes")
-    method = Oscar(make_context(model), {"library": str(tmp_path / "x.jsonl"), "plan_retries": 0, "verify": False})
+    method = Oscar(make_context(model), {"demonstrations": False, "plan_retries": 0, "verify": False})
     result = method.search(cir_query(), top_k=10)
     plan = next(s for s in result.trace.to_dict()["steps"] if s["name"] == "plan")["outputs"]["plan"]
     assert {c["tool"] for c in plan["calls"]} == set(TOOLS) and all(c["top_k"] == 20 for c in plan["calls"])
+    assert len({c["query"] for c in plan["calls"]}) == 1 and "the next euro cent coin up" in plan["calls"][0]["query"]
+    assert result.source == "fallback:composed_query" and result.counts["plan_fallbacks"] == 1
     assert result.trace.model_calls == 1
 
 
@@ -212,7 +221,7 @@ def test_native_protocol_offers_tools(make_context, tmp_path):
     native = {"text": "", "tool_calls": [
         {"name": "caption_search_text", "arguments": {"query": "a European coin of 5 cents", "top_k": 5}}]}
     model = ScriptedChatModel([(VERIFIER_MARK, "yes"), (PLANNER_MARK, native)], supports_tools=True)
-    method = Oscar(make_context(model), {"library": str(tmp_path / "x.jsonl"), "max_verified": 1})
+    method = Oscar(make_context(model), {"demonstrations": False, "max_verified": 1})
     result = method.search(cir_query(), top_k=10)
     params = model.calls[0][1]
     assert {t["function"]["name"] for t in params.tools} == {*TOOLS, "set_operation"}

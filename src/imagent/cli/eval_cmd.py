@@ -1,4 +1,5 @@
-"""``imagent score`` and ``imagent eval``: official benchmark metrics from the command line.
+"""``imagent score``, ``imagent eval``, ``imagent pack`` and ``imagent replay``: official benchmark metrics,
+runs and their reproduction packs from the command line.
 
 The main CLI calls :func:`register` with its app and its ``get_workspace(config_file, sets)``.
 
@@ -112,7 +113,8 @@ def _metrics_table(title: str, columns: dict[str, dict[str, Any]], delta: bool =
 
 
 def register(app: typer.Typer, get_workspace: Callable[..., Any]) -> None:
-    """Add ``score`` and ``eval`` to ``app``; ``get_workspace(config_file, sets)`` builds the workspace."""
+    """Add ``score``, ``eval``, ``pack`` and ``replay`` to ``app``; ``get_workspace(config_file, sets)`` builds
+    the workspace."""
 
     @app.command()
     @user_errors
@@ -144,7 +146,12 @@ def register(app: typer.Typer, get_workspace: Callable[..., Any]) -> None:
         benchmark: Annotated[str | None, typer.Argument(help="benchmark (see `imagent score --help`)")] = None,
         method: Annotated[str, typer.Option("--method", "-m", help="retrieval method")] = "clip",
         split: Annotated[str | None, typer.Option(help="split (default: the benchmark's own)")] = None,
-        limit: Annotated[int | None, typer.Option(help="run only the first N queries (dialogues)", min=1)] = None,
+        limit: Annotated[int | None, typer.Option(help="run N queries (dialogues) of the split, chosen by "
+                                                  "--sample", min=1)] = None,
+        sample: Annotated[str, typer.Option("--sample", help="how --limit chooses: stratified (a seeded sample "
+                                            "of every query kind in proportion) or first (the first N)")
+                          ] = "stratified",
+        seed: Annotated[int, typer.Option("--seed", help="seed of the stratified --limit sample")] = 0,
         annotations: Annotated[Path | None, typer.Option("--annotations", "-a", help="annotation file or "
                                                          "folder")] = None,
         images_root: Annotated[Path | None, typer.Option("--images-root", help="folder with the benchmark's "
@@ -153,7 +160,8 @@ def register(app: typer.Typer, get_workspace: Callable[..., Any]) -> None:
                                                        "and share (default: one per benchmark, "
                                                        "split and encoders under the cache dir)")] = None,
         run_dir: Annotated[Path | None, typer.Option("--run-dir", help="run directory (default: "
-                                                     "runs/<bench>-<split>-<method>-<config hash>)")] = None,
+                                                     "runs/<bench>-<split>-<method>[-n<limit>]-<run id>; a folder "
+                                                     "holding another run is refused)")] = None,
         top_k: Annotated[int, typer.Option("--top-k", help="ranking depth kept and scored", min=1)] = 50,
         workers: Annotated[int, typer.Option(help="queries run in parallel", min=1)] = 1,
         ray: Annotated[str | None, typer.Option(
@@ -165,7 +173,7 @@ def register(app: typer.Typer, get_workspace: Callable[..., Any]) -> None:
                                                                   "significance test (RUN_A RUN_B)")] = None,
         compare_report: Annotated[Path | None, typer.Option(
             "--compare-report", help="where --compare writes its Markdown report (default: "
-            "RUN_B/compare-vs-<A>.md)")] = None,
+            "compare-<id A>-vs-<id B>.md beside RUN_A's folder)")] = None,
         config: Annotated[Path | None, typer.Option("--config", "-c", help="config file (TOML or YAML)")] = None,
         set_: SetOpt = None,
         json_out: JsonOpt = False,
@@ -182,6 +190,7 @@ def register(app: typer.Typer, get_workspace: Callable[..., Any]) -> None:
         ws = get_workspace(config, settings_sets)
         spec = RunSpec(benchmark=benchmark, method=method, split=split, annotations=annotations,
                        images_root=images_root, bench_options=options, top_k=top_k, limit=limit,
+                       sample=sample, seed=seed,
                        run_dir=run_dir, index=index_dir, workers=workers, ray=ray, allow_missing=allow_missing)
         with progress_bar() as bar:
             tasks: dict[str, Any] = {}
@@ -200,7 +209,8 @@ def register(app: typer.Typer, get_workspace: Callable[..., Any]) -> None:
         m = summary.metrics
         console.print(
             f"[bold]{summary.method}[/] on {summary.benchmark} {summary.split}: {summary.total} queries "
-            f"({summary.already_done} resumed, {summary.new} run, {summary.errors} failed) -> {summary.run_dir}"
+            f"({summary.already_done} resumed, {summary.new} run, {summary.errors} failed) -> {summary.run_dir} "
+            f"(run {summary.run_id})"
         )
         if m.get("metrics"):
             console.print(_metrics_table("metrics (%)", {"final": m["metrics"], **m.get("stages", {})}))
@@ -209,6 +219,71 @@ def register(app: typer.Typer, get_workspace: Callable[..., Any]) -> None:
         for name, path in summary.files.items():
             if name.startswith("submission:") or name in ("report",):
                 console.print(f"{name}: {path}")
+
+    @app.command()
+    @user_errors
+    def pack(
+        run_dir: Annotated[Path, typer.Argument(help="an eval run folder (what `imagent eval` printed)")],
+        out: Annotated[Path, typer.Option("--out", "-o", help="the pack file to write (a zip archive)")],
+        json_out: JsonOpt = False,
+    ) -> None:
+        """Write a reproduction pack of an eval run: its resolved config, code and package versions,
+        fingerprints of the benchmark, index, encoders and prompts, the captions and every model and tool
+        call it made (from the call cache), its predictions, metrics and report. No secret is written."""
+        from imagent.core.config import user_cache_dir
+        from imagent.eval.packs import write_pack
+
+        summary = write_pack(run_dir, out, cache_dir=user_cache_dir())
+        if json_out:
+            _print_json(summary, True)
+            return
+        console.print(f"pack of run {summary['run_id']}: {summary['calls']} calls, {summary['captions']} captions, "
+                      f"{summary['queries']} queries -> {summary['pack']}", highlight=False, soft_wrap=True)
+
+    @app.command()
+    @user_errors
+    def replay(
+        pack_file: Annotated[Path, typer.Argument(help="a reproduction pack (`imagent pack`)")],
+        images_root: Annotated[Path | None, typer.Option("--images-root", help="the benchmark's images here "
+                                                         "(default: where the pack's run found them)")] = None,
+        annotations: Annotated[Path | None, typer.Option("--annotations", "-a", help="the benchmark's "
+                                                         "annotations here")] = None,
+        run_dir: Annotated[Path | None, typer.Option("--run-dir", help="run folder of the replay (default: "
+                                                     "runs/replay-<pack's run id>)")] = None,
+        force: Annotated[bool, typer.Option("--force", help="replay even when fingerprints differ (a call the "
+                                            "pack lacks is still an error)")] = False,
+        config: Annotated[Path | None, typer.Option("--config", "-c", help="config file whose settings "
+                                                    "replace the pack's (named if they change results)")] = None,
+        set_: SetOpt = None,
+        json_out: JsonOpt = False,
+    ) -> None:
+        """Re-run a pack's evaluation with the pack's calls as a read-only cache: 0 model calls on the same
+        encoders, and the metrics compared with the pack's. Differing fingerprints are named before anything
+        runs; a call missing from the pack is an error, never a new call."""
+        from imagent.core.config import load_settings
+        from imagent.eval.packs import read_pack
+        from imagent.eval.packs import replay as run_replay
+
+        pk = read_pack(pack_file)
+        _, settings_sets = route_sets(set_, pk.config["benchmark"], pk.config["method"]["name"])
+
+        def make_workspace(overrides: dict[str, Any]) -> Any:
+            ws = get_workspace(config, settings_sets)
+            return type(ws)(load_settings(config, overrides, settings_sets))
+
+        result = run_replay(pk, make_workspace, images_root, annotations, run_dir, force,
+                            log=lambda m: err_console.print(m, highlight=False, soft_wrap=True))
+        if json_out:
+            _print_json(result.to_dict(), True)
+        else:
+            verdict = "identical metrics" if result.identical else "DIFFERENT metrics"
+            console.print(f"replay of run {result.pack_run_id}: {verdict}, {result.model_calls} model calls, "
+                          f"{result.calls_served} calls served from the pack -> {result.run_dir}",
+                          highlight=False, soft_wrap=True)
+            for d in result.differences[:20]:
+                console.print(f"  {d}", highlight=False, soft_wrap=True)
+        if not result.identical:
+            raise typer.Exit(1)
 
     def _compare(run_dirs: list[Path], json_out: bool, report: Path | None = None) -> None:
         from imagent.core.redact import redact
@@ -227,7 +302,8 @@ def register(app: typer.Typer, get_workspace: Callable[..., Any]) -> None:
         columns = {lab: {r["metric"]: r.get(lab) for r in result["rows"]} for lab in labels}
         console.print(_metrics_table("comparison", columns, delta=len(labels) == 2))
         for lab, info in result["runs"].items():
-            console.print(f"{lab}: {info['run_dir']} ({info['benchmark']} {info['split']}, {info['queries']} queries)")
+            console.print(f"{lab}: run {info.get('run_id')} in {info['run_dir']} ({info['benchmark']} {info['split']}, "
+                          f"{info['queries']} queries)", highlight=False, soft_wrap=True)
         pq = result.get("per_query")
         if pq:
             a, b = pq["labels"]

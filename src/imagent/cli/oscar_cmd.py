@@ -70,7 +70,9 @@ def register(app: typer.Typer, get_workspace: Callable[..., Any]) -> None:
         w = inst.weights
         console.print(f"[bold]instance[/]: {len(inst.gallery)} images, {len(inst.positives)} positives, "
                       f"{len(inst.retrievals)} retrievals; weights w_R={w.w_R} w_P={w.w_P} "
-                      f"lambda_div={w.lambda_div} lambda_fp={w.lambda_fp}")
+                      f"lambda_div={w.lambda_div if w.lambda_div is not None else f'{inst.lambda_div:.3g} (tie-break)'}"
+                      " "
+                      f"lambda_fp={w.lambda_fp}")
         by_id = {r.id: r for r in inst.retrievals}
         pos = set(inst.positives)
 
@@ -119,7 +121,8 @@ def register(app: typer.Typer, get_workspace: Callable[..., Any]) -> None:
         """Run atomic retrievals and both MIPs on training queries; append each optimal trajectory."""
         from imagent.cli.eval_cmd import route_sets
         from imagent.eval.datasets import load_benchmark
-        from imagent.eval.runner import _with_gallery_records, ensure_index
+        from imagent.eval.runner import ensure_index
+        from imagent.eval.worker import _with_gallery_records
         from imagent.methods.oscar.library import GoldenLibrary, build_library
 
         options, settings_sets = route_sets(set_, benchmark, "oscar")
@@ -128,9 +131,11 @@ def register(app: typer.Typer, get_workspace: Callable[..., Any]) -> None:
         path = library or cfg.library_path()
         bench = load_benchmark(benchmark, annotations, images_root, **options)
         split = bench.check_split(split)
-        items = [it for it in bench.queries(split) if it.positives and it.query.reference is not None]
+        # Composed queries and (Sec. 4.5) text-to-image queries; chat dialogues are not OSCAR's.
+        items = [it for it in bench.queries(split) if it.positives and not it.query.dialogue]
         if not items:
-            raise ValueError(f"{bench.name} {split} has no composed queries with ground truth to learn from")
+            raise ValueError(f"{bench.name} {split} has no composed or text-to-image queries with ground truth to "
+                             "learn from")
         if fraction < 1.0:
             n = max(1, round(fraction * len(items)))
             items = sorted(random.Random(seed).sample(items, n), key=lambda it: items.index(it))
@@ -160,7 +165,8 @@ def register(app: typer.Typer, get_workspace: Callable[..., Any]) -> None:
         if json_out:
             sys.stdout.write(json.dumps(summary, indent=2, default=str) + "\n")
             return
-        console.print(f"[bold]{path}[/]: {report.added} added, {report.already} already there, "
+        console.print(f"[bold]{path}[/]: {report.added} added ({report.non_optimal} not proved optimal, "
+                      f"{report.rewriter_failed} with the rewriter failed), {report.already} already there, "
                       f"{report.no_target} without a reachable target, {len(report.errors)} failed "
                       f"({report.seconds:.1f} s, MIPs {report.mip_seconds:.2f} s); {summary['entries']} entries")
         for key, err in report.errors[:10]:
@@ -199,16 +205,21 @@ def register(app: typer.Typer, get_workspace: Callable[..., Any]) -> None:
                  "negatives": sum(c.get("polarity") == "-" for c in e.calls), "ops": [s["op"] for s in e.steps],
                  "stage1": e.stage1.get("objective"), "stage2": e.stage2.get("objective"),
                  "kept": f"{e.stats.get('targets_kept')}/{e.stats.get('targets')}",
-                 "final_size": e.stats.get("final_size")} for e in entries]
+                 "final_size": e.stats.get("final_size"), "optimal": e.optimal, "task": e.task,
+                 "rewriter_ok": bool(e.stats.get("rewriter_ok", True))} for e in entries]
         if json_out:
             sys.stdout.write(json.dumps(rows, indent=2, ensure_ascii=False) + "\n")
             return
-        t = Table(title=f"{lib.path}: {len(rows)} trajectories", title_justify="left")
-        for col in ("key", "modification", "calls", "negatives", "ops", "stage1", "stage2", "kept", "final_size"):
+        bad = sum(not r["optimal"] for r in rows)
+        t = Table(title=f"{lib.path}: {len(rows)} trajectories ({bad} not proved optimal)", title_justify="left")
+        for col in ("key", "modification", "calls", "negatives", "ops", "stage1/2", "kept", "final_size", "optimal"):
             t.add_column(col, overflow="fold")
         for r in rows:
+            flag = "yes" if r["optimal"] else "[yellow]no[/]"
+            if not r["rewriter_ok"]:
+                flag += " [yellow](rewriter failed)[/]"
             t.add_row(r["key"], r["modification"], str(r["calls"]), str(r["negatives"]), " ".join(r["ops"]),
-                      f"{r['stage1']:.4g}", f"{r['stage2']:.4g}", r["kept"], str(r["final_size"]))
+                      f"{r['stage1']:.4g}/{r['stage2']:.4g}", r["kept"], str(r["final_size"]), flag)
         console.print(t)
 
 

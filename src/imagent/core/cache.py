@@ -103,6 +103,7 @@ class DiskCache:
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._local = threading.local()
+        self._listeners: list[Callable[[str, str], None]] = []
         if self.path is not None:
             ensure_dir(self.path.parent)
             try:
@@ -152,11 +153,22 @@ class DiskCache:
             (key, namespace, _json_text(value), time.time()),
         )
 
+    def add_listener(self, listener: Callable[[str, str], None]) -> None:
+        """Call ``listener(key, namespace)`` for every key :meth:`get_or_compute` serves or computes from now
+        on (an eval run records the calls it made this way, for its reproduction pack)."""
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Callable[[str, str], None]) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
     def get_or_compute(
         self, key: str, compute: Callable[[], Any], namespace: str = ""
     ) -> tuple[Any, bool]:
         """Return ``(value, was_cached)``. ``compute`` runs at most once per key at a time;
         an exception from it is not cached and propagates."""
+        for listener in list(self._listeners):
+            listener(key, namespace)
         with self._lock_for(key):
             value = self.get(key)
             if value is not None:

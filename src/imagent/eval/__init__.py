@@ -5,7 +5,9 @@
 >>> run_eval(Workspace.from_config(), RunSpec("stamps", "caption", images_root=..., limit=4))
 
 Modules: :mod:`~imagent.eval.datasets` (one loader per benchmark family), :mod:`~imagent.eval.metrics`
-(pure official metrics), :mod:`~imagent.eval.runner`, :mod:`~imagent.eval.report`,
+(pure official metrics), :mod:`~imagent.eval.runner` (orchestrates a run), :mod:`~imagent.eval.records` (the
+run folder's files: :class:`RunRecord`, results log, atomic writes), :mod:`~imagent.eval.identity` (what makes
+two runs the same), :mod:`~imagent.eval.worker` (answers one query), :mod:`~imagent.eval.report`,
 :mod:`~imagent.eval.submission`, :mod:`~imagent.eval.compare`, :mod:`~imagent.eval.scoring`.
 """
 

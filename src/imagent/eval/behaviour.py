@@ -21,7 +21,7 @@ from typing import Any
 from imagent.core.types import Source
 
 
-def record_source(rec: dict[str, Any]) -> str:
+def record_source(rec: Any) -> str:
     """The source of one results.jsonl record: its stored ``source``; a record that failed outright (the method
     raised) or was written before sources existed: ``error`` when it has an error, else ``method``."""
     if rec.get("error") is not None:
@@ -29,7 +29,7 @@ def record_source(rec: dict[str, Any]) -> str:
     return str(rec.get("source") or Source.METHOD)
 
 
-def behaviour(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
+def behaviour(records: Iterable[Any]) -> dict[str, Any]:
     """``{"queries", "fallback_rate", "error_rate", "method_rate", "sources", "fallback_reasons", "error_reasons",
     "counts"}`` over ``records``; ``counts`` sums every query's counts (errors included: their work happened)."""
     recs = list(records)
@@ -61,12 +61,12 @@ def behaviour(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def own_ids(records: dict[str, dict[str, Any]]) -> set[str]:
+def own_ids(records: dict[str, Any]) -> set[str]:
     """The query ids whose result is the method's own (neither a fallback nor an error)."""
     return {q for q, rec in records.items() if record_source(rec) == Source.METHOD}
 
 
-def own_items(items: Sequence[Any], records: dict[str, dict[str, Any]]) -> list[Any]:
+def own_items(items: Sequence[Any], records: dict[str, Any]) -> list[Any]:
     """The benchmark items the method answered itself: what "metrics over the method's own answers" score."""
     own = own_ids(records)
     return [it for it in items if it.id in own]

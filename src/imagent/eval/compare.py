@@ -3,7 +3,6 @@ same queries a paired per-query comparison: wins, losses, ties and two significa
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,16 +10,15 @@ from typing import Any
 
 import numpy as np
 
-from imagent.eval.runner import CONFIG, METRICS, RunError
+from imagent.eval.records import RunFolder
 
 
 def load_run(run_dir: Path) -> dict[str, Any]:
-    path = Path(run_dir) / METRICS
-    if not path.is_file():
-        raise RunError(f"{run_dir} has no {METRICS}: not a finished eval run")
-    data = json.loads(path.read_text(encoding="utf-8"))
-    cfg_path = Path(run_dir) / CONFIG
-    data["config"] = json.loads(cfg_path.read_text(encoding="utf-8")) if cfg_path.is_file() else {}
+    """A finished run's metrics.json, with its config.json under ``config`` and its id under ``run_id``."""
+    folder = RunFolder(run_dir)
+    data = folder.metrics()
+    data["config"] = folder.config()
+    data["run_id"] = folder.run_id()
     return data
 
 
@@ -73,8 +71,9 @@ def compare_runs(run_dirs: Sequence[Path]) -> dict[str, Any]:
             row["delta"] = columns[1][k] - columns[0][k]
         rows.append(row)
     out = {
-        "runs": {label: {"run_dir": str(d), "benchmark": data.get("benchmark"), "split": data.get("split"),
-                         "queries": data.get("queries")} for (d, data), label in zip(runs, labels, strict=True)},
+        "runs": {label: {"run_dir": str(d), "run_id": data.get("run_id"), "benchmark": data.get("benchmark"),
+                         "split": data.get("split"), "queries": data.get("queries")}
+                 for (d, data), label in zip(runs, labels, strict=True)},
         "rows": rows,
         "warnings": warnings,
     }
@@ -94,7 +93,8 @@ def compare_markdown(result: dict[str, Any]) -> str:
     labels = list(result["runs"])
     lines = ["# Comparison: " + " vs ".join(labels), ""]
     for label, info in result["runs"].items():
-        lines.append(f"- {label}: `{info['run_dir']}` ({info['benchmark']} {info['split']}, {info['queries']} queries)")
+        lines.append(f"- {label}: run `{info.get('run_id')}` in `{info['run_dir']}` ({info['benchmark']} "
+                     f"{info['split']}, {info['queries']} queries)")
     two = len(labels) == 2
     lines += ["", "| metric | " + " | ".join(labels) + (" | delta |" if two else " |"),
               "| --- |" + " ---: |" * (len(labels) + (1 if two else 0))]
@@ -123,12 +123,13 @@ def compare_markdown(result: dict[str, Any]) -> str:
 
 
 def default_report_path(result: dict[str, Any]) -> Path:
-    """Where ``--compare`` writes its report when not told: in the last run's directory, named after the
-    first (``compare-vs-<label>.md``)."""
-    runs = list(result["runs"].items())
-    first, last = runs[0][0], runs[-1][1]["run_dir"]
-    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in first)
-    return Path(last) / f"compare-vs-{safe}.md"
+    """Where ``--compare`` writes its report when not told: ``compare-<id A>-vs-<id B>.md`` beside the run
+    folders (in the folder holding the first run), inside neither run, so it is never taken for one run's
+    results and a rerun of either run cannot leave it describing other numbers."""
+    runs = list(result["runs"].values())
+    ids = [str(r.get("run_id") or Path(r["run_dir"]).name) for r in runs]
+    safe = ["".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in i) for i in ids]
+    return Path(runs[0]["run_dir"]).resolve().parent / f"compare-{'-vs-'.join(safe)}.md"
 
 
 # Per-query scores for the paired comparison, by the per-query table's columns: the reciprocal rank of

@@ -1,7 +1,7 @@
 """Evaluation on a Ray cluster: ``imagent eval ... --ray local|auto|ADDRESS [--workers N]``.
 
 N actors (default: one per GPU in the cluster, else ``--workers``) each open the workspace, the gallery and
-the method once, exactly as a local run does (:func:`imagent.eval.runner.query_runner`), and answer queries
+the method once, exactly as a local run does (:func:`imagent.eval.worker.query_runner`), and answer queries
 sent to them one at a time. The driver keeps the run directory: every finished query is appended to
 ``results.jsonl`` as it arrives, so a killed run resumes, and the report orders queries as the benchmark does.
 All actors share the on-disk call cache, which computes each key once across processes. An actor that dies is
@@ -18,24 +18,26 @@ from pathlib import Path
 from typing import Any
 
 from imagent.eval.datasets import EvalItem, load_benchmark
+from imagent.eval.records import RunRecord
 
 
 class _QueryActor:
     def __init__(self, workspace_cls: type, settings_json: dict[str, Any], spec: Any, split: str, index_dir: str,
                  run_dir: str) -> None:
         from imagent.core.config import Settings
-        from imagent.eval.runner import query_runner
+        from imagent.eval.worker import query_runner
 
         ws = workspace_cls(Settings.model_validate(settings_json))
         bench = load_benchmark(spec.benchmark, spec.annotations, spec.images_root, **spec.bench_options)
-        self.one = query_runner(ws, spec, bench, split, Path(index_dir), Path(run_dir), lambda _msg: None)
+        self.one = query_runner(ws, spec.method, spec.top_k, bench, split, Path(index_dir), Path(run_dir),
+                                lambda _msg: None)
 
-    def run(self, item: EvalItem) -> dict[str, Any]:
+    def run(self, item: EvalItem) -> RunRecord:
         return self.one(item)
 
 
 def run_on_ray(ws: Any, spec: Any, split: str, index_dir: Path, run_dir: Path,
-               pending: list[EvalItem]) -> Iterator[dict[str, Any]]:
+               pending: list[EvalItem]) -> Iterator[RunRecord]:
     """Yield each pending query's record as it finishes on the cluster (any order). Each actor builds a
     workspace of ``ws``'s class from its settings."""
     from imagent.index.distributed import ray_cluster

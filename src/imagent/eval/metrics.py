@@ -18,6 +18,7 @@ The formulas are written out in each docstring; the code is ours.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -276,6 +277,33 @@ def tir_recall(
     return {f"recall@{k}": mean_percent(hit_at_k(r, t, k) for r, t in pairs) for k in ks}
 
 
+def ndcg_at_k(ranking: Sequence[str], relevance: Mapping[str, float] | Iterable[str], k: int = 10) -> float:
+    """NDCG@K of one ranking (Järvelin & Kekäläinen's DCG with linear gain, as scikit-learn's ``ndcg_score`` and
+    OSCAR's Sec. 4.5 personal-gallery search): ``DCG@K = sum_{i=1..K} rel(r_i) / log2(i + 1)`` over the first
+    K of the ranking (duplicates count once), divided by the DCG of the ideal ordering of the relevance values
+    (the K largest); 0 when no item is relevant. ``relevance``: id -> graded relevance, or an iterable of ids
+    (each relevance 1, binary). Returns a value in [0, 1]."""
+    rel = dict(relevance) if isinstance(relevance, Mapping) else dict.fromkeys(relevance, 1.0)
+    ideal = sorted((float(v) for v in rel.values() if v > 0), reverse=True)[:k]
+    if not ideal:
+        return 0.0
+    idcg = sum(g / math.log2(i + 2) for i, g in enumerate(ideal))
+    seen: set[str] = set()
+    dcg = 0.0
+    for i, doc in enumerate(ranking[:k]):
+        if doc in seen:
+            continue
+        seen.add(doc)
+        dcg += max(0.0, float(rel.get(doc, 0.0))) / math.log2(i + 2)
+    return dcg / idcg
+
+
+def mean_ndcg(rankings: Sequence[Sequence[str]], relevances: Sequence[Mapping[str, float] | Iterable[str]],
+              k: int = 10) -> dict[str, float]:
+    """``ndcg@K = 100 * mean_q NDCG@K`` (:func:`ndcg_at_k`)."""
+    return {f"ndcg@{k}": mean_percent(ndcg_at_k(r, g, k) for r, g in zip(rankings, relevances, strict=True))}
+
+
 # --------------------------------------------------------------------------- VisDial (PlugIR protocol)
 
 
@@ -386,7 +414,9 @@ __all__ = [
     "fashioniq_recall",
     "genecis_recall",
     "hit_at_k",
+    "mean_ndcg",
     "mean_percent",
+    "ndcg_at_k",
     "recall_any",
     "restricted",
     "set_exact_match",

@@ -14,26 +14,33 @@ from typing import Any
 
 import numpy as np
 
-from imagent.core.redact import redact
 from imagent.eval import metrics as M
 from imagent.eval.behaviour import behaviour, own_items, record_source
 from imagent.eval.datasets import Benchmark, EvalItem, Predictions
-from imagent.eval.runner import METRICS, USAGE, predictions_from_results, stage_names, write_json_atomic
+from imagent.eval.records import (
+    METRICS,
+    REPORT_MD,
+    USAGE,
+    RunRecord,
+    predictions_from_results,
+    stage_names,
+    write_json_atomic,
+    write_text_atomic,
+)
 
 CURVE_PNG = "recall_at_k.png"
 TIME_PNG = "time_per_stage.png"
-REPORT_MD = "report.md"
 
 
 # --------------------------------------------------------------------------- aggregation
 
 
-def step_stats(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def step_stats(records: Sequence[RunRecord]) -> list[dict[str, Any]]:
     """Per trace-step name: how often it ran, its latency (mean, p50, p95, total seconds) and what it
     cost (model calls not served from cache, cache hits, tool calls, tokens). Order: first seen."""
     acc: dict[str, dict[str, Any]] = {}
     for rec in records:
-        for step in (rec.get("trace") or {}).get("steps", []):
+        for step in rec.steps:
             a = acc.setdefault(step["name"], {"seconds": [], "model_calls": 0, "cached_calls": 0, "tool_calls": 0,
                                               "prompt_tokens": 0, "completion_tokens": 0})
             a["seconds"].append(float(step.get("seconds", 0.0)))
@@ -54,19 +61,17 @@ def step_stats(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def run_stats(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    ok = [r for r in records if r.get("error") is None]
-    secs = np.asarray([float(r.get("seconds", 0.0)) for r in ok], dtype=np.float64)
-    calls = sum(int(r.get("model_calls", 0) or 0) for r in ok)
-    cached = sum(
-        int(s.get("cached_calls", 0) or 0) for r in ok for s in (r.get("trace") or {}).get("steps", [])
-    )
+def run_stats(records: Sequence[RunRecord]) -> dict[str, Any]:
+    ok = [r for r in records if r.ok]
+    secs = np.asarray([float(r.seconds or 0.0) for r in ok], dtype=np.float64)
+    calls = sum(int(r.model_calls or 0) for r in ok)
+    cached = sum(int(s.get("cached_calls", 0) or 0) for r in ok for s in r.steps)
     counters: Counter[str] = Counter()
     notes: Counter[str] = Counter()
     warnings: Counter[str] = Counter()  # the methods' start-of-search checks (Method.preflight)
     for r in ok:
-        counters.update((r.get("trace") or {}).get("counters", {}))
-        for s in (r.get("trace") or {}).get("steps", []):
+        counters.update(r.counters)
+        for s in r.steps:
             notes.update(set(s.get("notes", [])))
             if s.get("name") == "checks":
                 warnings.update(set(s.get("notes", [])))
@@ -87,7 +92,7 @@ def run_stats(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def score_run(bench: Benchmark, items: Sequence[EvalItem], records: dict[str, dict[str, Any]]
+def score_run(bench: Benchmark, items: Sequence[EvalItem], records: dict[str, RunRecord]
               ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
     """Official metrics of the final ranking and of each named stage."""
     final = bench.metrics(predictions_from_results(records), items)
@@ -192,7 +197,7 @@ def target_rank(ids: Sequence[str], positives: Sequence[str]) -> int | None:
     return next((i for i, image_id in enumerate(ids, 1) if image_id in wanted), None)
 
 
-def query_rows(items: Sequence[EvalItem], records: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def query_rows(items: Sequence[EvalItem], records: dict[str, RunRecord]) -> list[dict[str, Any]]:
     """The generic per-query table: the result's source (``method``, ``fallback:<name>``, ``error``), target rank
     (of the first positive in the kept top-k; "-" when it is
     not there or the split has no labels), model calls, seconds, fall-backs taken (trace counters whose
@@ -203,21 +208,21 @@ def query_rows(items: Sequence[EvalItem], records: dict[str, dict[str, Any]]) ->
         rec = records.get(it.id)
         if rec is None:
             continue
-        counters = (rec.get("trace") or {}).get("counters") or {}
+        counters = rec.counters
         rows.append({
             "query": it.id,
             "source": record_source(rec),
-            "target_rank": target_rank(rec.get("ids") or [], it.positives) if it.positives else None,
-            "calls": int(rec.get("model_calls", 0) or 0),
-            "seconds": float(rec.get("seconds", 0.0) or 0.0),
+            "target_rank": target_rank(rec.ids, it.positives) if it.positives else None,
+            "calls": int(rec.model_calls or 0),
+            "seconds": float(rec.seconds or 0.0),
             "fallbacks": sum(int(v) for k, v in counters.items() if "fallback" in k),
-            "error": rec.get("error"),
+            "error": rec.error,
             # The same rank in each stored stage (OSCAR: fused similarity, composed set before the verifier), so a
             # reader sees per query what a later stage moved; "-" when the target is outside that stage's top-k.
             "stage_ranks": " ".join(f"{s}={target_rank(ids, it.positives) or '-'}"
-                                    for s, ids in (rec.get("stages") or {}).items()) if it.positives else "",
+                                    for s, ids in rec.stages.items()) if it.positives else "",
             # A method's own one-line summary of the query (OSCAR: the plan, set sizes, the verifier's effect).
-            "detail": " ".join(str(st["outputs"]["report_line"]) for st in (rec.get("trace") or {}).get("steps", [])
+            "detail": " ".join(str(st["outputs"]["report_line"]) for st in rec.steps
                                if (st.get("outputs") or {}).get("report_line")),
         })
     return rows
@@ -364,7 +369,7 @@ def render_report(config: dict[str, Any], metrics: dict[str, Any], steps: list[d
 
 
 def write_outputs(run_dir: Path, bench: Benchmark, split: str, items: Sequence[EvalItem],
-                  records: dict[str, dict[str, Any]], config: dict[str, Any], top_k: int,
+                  records: dict[str, RunRecord], config: dict[str, Any], top_k: int,
                   split_size: int | None = None) -> tuple[dict[str, Any], dict[str, str]]:
     """Write metrics.json, the plots, report.md and server files; return (metrics.json content, files)."""
     ids = {it.id for it in items}
@@ -373,11 +378,11 @@ def write_outputs(run_dir: Path, bench: Benchmark, split: str, items: Sequence[E
     companions = {it.id for it in bench.subset_items(items)}
     scored = {q: r for q, r in records.items() if q in ids or q in companions}
     final, stages = score_run(bench, items, scored)
-    completed = sum(1 for r in recs.values() if r.get("error") is None)
-    errors = sum(1 for r in recs.values() if r.get("error") is not None)
+    completed = sum(1 for r in recs.values() if r.ok)
+    errors = sum(1 for r in recs.values() if not r.ok)
     ordered = [recs[it.id] for it in items if it.id in recs]
-    steps = step_stats([r for r in ordered if r.get("error") is None])
-    dup = sum(1 for r in ordered if M.duplicate_count(r.get("ids", [])))
+    steps = step_stats([r for r in ordered if r.ok])
+    dup = sum(1 for r in ordered if M.duplicate_count(r.ids))
     metrics: dict[str, Any] = {
         "benchmark": bench.name,
         "split": split,
@@ -399,8 +404,8 @@ def write_outputs(run_dir: Path, bench: Benchmark, split: str, items: Sequence[E
                                   if own else {}}
     if companions:
         extra = [r for q, r in scored.items() if q in companions]
-        metrics["subset_pass"] = {"queries": len(companions), "completed": sum(r.get("error") is None for r in extra),
-                                  "model_calls": sum(int(r.get("model_calls", 0) or 0) for r in extra)}
+        metrics["subset_pass"] = {"queries": len(companions), "completed": sum(r.ok for r in extra),
+                                  "model_calls": sum(int(r.model_calls or 0) for r in extra)}
     usage_path = run_dir / USAGE
     usage = json.loads(usage_path.read_text(encoding="utf-8")) if usage_path.is_file() else None
     info = bench.describe_run(usage)
@@ -415,7 +420,7 @@ def write_outputs(run_dir: Path, bench: Benchmark, split: str, items: Sequence[E
     kmax = max(1, top_k)
     ks = sorted({k for k in (1, 2, 3, 5, 10, 20, 25, 50, 100) if k <= kmax} | {kmax})
     preds = predictions_from_results(recs)
-    n_scored = sum(1 for it in items if it.positives and it.id in recs and recs[it.id].get("error") is None)
+    n_scored = sum(1 for it in items if it.positives and it.id in recs and recs[it.id].ok)
     title = f"{config['method']['name']} on {bench.name} {split}"
     if any(it.positives for it in items):
         curves = {"final": _curve(bench, preds, items, ks)}
@@ -434,7 +439,7 @@ def write_outputs(run_dir: Path, bench: Benchmark, split: str, items: Sequence[E
         files[f"submission:{path.name}"] = str(path)
     write_json_atomic(run_dir / METRICS, metrics)
     files["metrics"] = str(run_dir / METRICS)
-    (run_dir / REPORT_MD).write_text(redact(render_report(config, metrics, steps, files)), encoding="utf-8")
+    write_text_atomic(run_dir / REPORT_MD, render_report(config, metrics, steps, files))
     files["report"] = str(run_dir / REPORT_MD)
     return metrics, files
 

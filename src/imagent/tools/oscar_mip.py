@@ -20,8 +20,13 @@ selection), choosing positives ``p_r`` (r in R+*) and negatives ``n_r`` (r in R-
 
 The composed set is ``(union of selected positives) minus (intersection of selected negatives)``.
 Appendix B.2 as printed is not exact (with no negative selected its constraint (2e) removes every
-image, and ``f_i`` has only upper bounds so the false-positive penalty can be dodged); every AND/OR
-here is linearised in both directions, so each indicator equals its logical value at any feasible point.
+image, and ``f_i`` has only upper bounds so the false-positive penalty can be dodged). Stage II here pins
+every AND/OR in both directions, so each indicator equals its logical value at any feasible point. Stage I
+is linearised *one-sided*: a class worth covering gets only ``v <= sum x`` (covered only if returned), a
+costly one only ``v >= x`` (counted whenever returned), and ``u_t <= sum x``; the objective pushes each
+indicator against its one bound, so at the optimum every indicator equals its logical value and the
+optimum is that of the exact model (brute force in the tests agrees), though a non-optimal feasible point
+may under-count.
 
 **Formulation** (what keeps ~1,200 retrievals over a 120,000-image gallery well under a second):
 
@@ -51,8 +56,11 @@ objective. So the same instance always yields the same plan, and no part of it i
 
 Weights (not given by the paper; defaults in :class:`MipWeights`, overridable per instance and as
 ``methods.oscar.*`` config fields): ``w_R = 1`` and ``w_P = 1`` weigh the normalised recall and noise
-terms; ``lambda_div = 0.01`` is the mild tool-diversity bonus (Appendix B.1: a tie-breaker, smaller
-than the value of one more target whenever ``|I+| < 100``); ``lambda_fp = 0.05`` makes one kept
+terms; ``lambda_div`` unset (the default) makes the tool-diversity bonus a pure tie-break
+(:func:`tie_break_bonus`: smaller than any difference of the recall and noise terms, so it never changes
+which targets and non-targets Stage I covers; a fixed 0.01, the earlier default, could outweigh the noise
+term of a 2,315-image gallery and pick a truncation reaching no target); a number sets it as given;
+``lambda_fp = 0.05`` makes one kept
 target worth twenty kept non-targets, so Stage II keeps a truncation that brings a target with up to
 19 other images. With an empty ``I+`` (or ``I-``) the recall (noise) term is 0.
 """
@@ -87,7 +95,8 @@ class MipWeights(BaseModel):
 
     w_R: float = Field(1.0, ge=0.0, description="Stage I: weight of the recall term sum_{I+} y / |I+|")
     w_P: float = Field(1.0, ge=0.0, description="Stage I: weight of the noise term sum_{I-} z / |I-|")
-    lambda_div: float = Field(0.01, ge=0.0, description="Stage I: bonus per retrieval tool used")
+    lambda_div: float | None = Field(None, ge=0.0, description="Stage I: bonus per retrieval tool used; None (the "
+                                     "default): a tie-break only, below any difference of the recall/noise terms")
     lambda_fp: float = Field(0.05, ge=0.0, description="Stage II: penalty per kept non-target (a target is 1)")
 
 
@@ -215,6 +224,35 @@ class MipInstance:
     def n_negative_images(self) -> int:
         return len(self.gallery) - len(self.positive_set)
 
+    @property
+    def lambda_div(self) -> float:
+        """The Stage I bonus per tool: ``weights.lambda_div`` when set, else :func:`tie_break_bonus`."""
+        if self.weights.lambda_div is not None:
+            return self.weights.lambda_div
+        if not hasattr(self, "_tie_break"):
+            tools = {r.tool for r in self.retrievals if r.polarity == "+"}
+            self._tie_break = tie_break_bonus(self.weights, len(self.positive_set), self.n_negative_images,
+                                              len(tools))
+        return self._tie_break
+
+
+def tie_break_bonus(weights: MipWeights, n_pos: int, n_neg: int, n_tools: int) -> float:
+    """A per-tool bonus too small to change Stage I's recall/noise value: only a tie-break among selections
+    with the same value.
+
+    The recall/noise value of a selection is ``a * w_R/|I+| - b * w_P/|I-|`` for integers ``a`` (targets
+    covered) and ``b`` (non-targets covered). With the weights read as fractions (denominators up to 10^6),
+    every such value is a multiple of ``1/D``, ``D`` the least common multiple of the denominators of
+    ``w_R/|I+|`` and ``w_P/|I-|``, so two values that differ, differ by at least ``1/D``. The bonus of all
+    ``n_tools`` tools together is below that: ``1 / (D * (n_tools + 1))`` per tool. So the optimum's recall and
+    noise are those of a bonus-free optimum, and among equal ones the selection using more tools wins
+    (``tests/oscar/test_mip.py`` checks it against brute force)."""
+    denominator = 1
+    for w, n in ((weights.w_R, n_pos), (weights.w_P, n_neg)):
+        if w and n:
+            denominator = math.lcm(denominator, (Fraction(w).limit_denominator(10**6) / n).denominator)
+    return 1.0 / (denominator * (n_tools + 1))
+
 
 # --------------------------------------------------------------------------- exact objective values
 
@@ -239,7 +277,7 @@ def stage_one_objective(inst: MipInstance, selected: Sequence[int]) -> float:
     pos = len(covered & inst.positive_set)
     wr, wp = _unit_weights(inst)
     tools = {inst.retrievals[n].tool for n in selected}
-    return wr * pos - wp * (len(covered) - pos) + inst.weights.lambda_div * len(tools)
+    return wr * pos - wp * (len(covered) - pos) + inst.lambda_div * len(tools)
 
 
 def compose(inst: MipInstance, positive: Sequence[int], negative: Sequence[int]) -> set[int]:
@@ -408,7 +446,7 @@ def solve_stage_one(inst: MipInstance, time_limit_s: float = DEFAULT_TIME_LIMIT_
     for f in families:
         tools[f[0]].append(f)
     for fams in tools.values():
-        u = m.var(inst.weights.lambda_div)
+        u = m.var(inst.lambda_div)
         # A tool counts only if used: u <= sum x. lambda_div >= 0 (validated) pushes u up to that bound, so
         # u >= x needs no rows (they held at every optimum and only slowed each node's LP).
         m.row([(u, 1.0), *((x[r], -1.0) for f in fams for r in families[f])], hi=0.0)
@@ -469,7 +507,7 @@ def _minimal_stage_one(inst: MipInstance, selected: list[int], families: dict[tu
     Works on coverage counts (how many selected retrievals return each image), so each trial costs
     the size of the sets it touches, not a new union."""
     wr, wp = _unit_weights(inst)
-    lam = inst.weights.lambda_div
+    lam = inst.lambda_div
     count: dict[int, int] = defaultdict(int)
     for r in selected:
         for i in inst.sets[r]:

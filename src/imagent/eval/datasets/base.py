@@ -145,7 +145,7 @@ class Benchmark(ABC):
                 if p.is_file():
                     return p
         hint = "pass --annotations FILE or DIR" if self.annotations is None else f"looked in {tried[:6]}"
-        raise BenchmarkError(f"{self.name}: cannot find {what} ({' or '.join(Path(n).name for n in names)}); {hint}")
+        raise BenchmarkError(f"{self.name}: cannot find {what} ({' or '.join(dict.fromkeys(names))}); {hint}")
 
     @abstractmethod
     def queries(self, split: str | None = None) -> list[EvalItem]:
@@ -195,6 +195,16 @@ class Benchmark(ABC):
         """How deep the runner asks the method to rank (CIRR needs the whole gallery for its subset metric)."""
         return top_k
 
+    def stratum(self, item: EvalItem) -> str:
+        """The kind of query ``item`` is, for ``--limit``'s stratified sample: the task, event type or
+        category in its labels or query (one stratum when there is none)."""
+        extra = item.query.extra or {}
+        for key in ("task", "event_type", "category"):
+            value = (item.truth or {}).get(key) or extra.get(key)
+            if value:
+                return str(value)
+        return ""
+
     def record_extras(self, item: EvalItem, ranking: Sequence[str]) -> dict[str, Any]:
         """Benchmark-specific data the runner stores beside the top-k ids (CIRR: ranked subset)."""
         return {}
@@ -224,7 +234,7 @@ class Benchmark(ABC):
         ``usage``, what :meth:`run_usage` recorded)."""
         return {}
 
-    def query_table(self, items: Sequence[EvalItem], records: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    def query_table(self, items: Sequence[EvalItem], records: dict[str, Any]) -> list[dict[str, Any]]:
         """Rows of a per-query table for the report (empty: no such table)."""
         return []
 

@@ -290,11 +290,11 @@ class DISBench(Benchmark):
         fixed = Predictions({it.id: self.answer_set(it, predictions.get(it.id)) for it in items})
         return super().curve(fixed, items, ks)
 
-    def query_table(self, items: Sequence[EvalItem], records: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    def query_table(self, items: Sequence[EvalItem], records: dict[str, Any]) -> list[dict[str, Any]]:
         """Per query: the result's source (the agent's own answer, a fallback, an error), event type, EM, F1, set
         sizes, and what the search cost (agent turns, tool calls, tokens, seconds) read from its trace."""
         from imagent.eval.behaviour import record_source
-        from imagent.eval.runner import predictions_from_results
+        from imagent.eval.records import predictions_from_results
 
         preds = predictions_from_results(records)
         rows = []
@@ -302,8 +302,8 @@ class DISBench(Benchmark):
             rec = records.get(it.id)
             if rec is None or not it.has_truth:
                 continue
-            steps = (rec.get("trace") or {}).get("steps", [])
-            pred = [] if rec.get("error") else self.predicted_set(it, preds)
+            steps = rec.steps
+            pred = [] if rec.error else self.predicted_set(it, preds)
             gold = it.truth["answer"]
             rows.append({
                 "qid": it.id,
@@ -317,7 +317,7 @@ class DISBench(Benchmark):
                 "tool_calls": sum(int(s.get("tool_calls", 0) or 0) for s in steps),
                 "tokens": sum(int(s.get("prompt_tokens", 0) or 0) + int(s.get("completion_tokens", 0) or 0)
                               for s in steps),
-                "seconds": float(rec.get("seconds", 0.0)),
-                "error": rec.get("error"),
+                "seconds": float(rec.seconds or 0.0),
+                "error": rec.error,
             })
         return rows

@@ -6,11 +6,12 @@ uses, for OSCAR's golden library; ``--annotations DIR`` reads ``DIR/train.json``
 ``{"pairid", "task": "tir" | "cir", "reference": id | null, "caption", "target_hard",
 "target_soft": {id: weight}}``; ``target_soft`` lists every acceptable target (weight > 0).
 Gallery: every row of ``<images-root>/captions.jsonl`` (``id, file, caption, category``); in caption
-mode the captions stand in for the pixels.
+mode the captions stand in for the pixels. The 627 stamps (Tux Paint, GPL-2, ``COPYRIGHT`` beside them) ship
+in the same folder, so without ``--images-root`` the shipped images are used.
 
 Metrics, overall and per task: Recall@1/5/10/50 (hit = any acceptable target in the top K; for CIR the
-reference is removed from the ranking, as on CIRR) and mAP@5/10/25/50 (CIRCO's AP over the acceptable
-targets).
+reference is removed from the ranking, as on CIRR), mAP@5/10/25/50 (CIRCO's AP over the acceptable
+targets) and NDCG@10 (binary relevance of the acceptable targets; OSCAR's Sec. 4.5 metric).
 """
 
 from __future__ import annotations
@@ -41,6 +42,11 @@ class Stamps(Benchmark):
     splits = ("all", "tir", "cir", "train")
     default_split = "all"
     layout = "<images-root>/captions.jsonl (rows: id, file, caption, category) and the files it names"
+
+    def __init__(self, annotations=None, images_root=None, **options):
+        super().__init__(annotations, images_root, **options)
+        if self.images_root is None and (DATA_DIR / "captions.jsonl").is_file():
+            self.images_root = DATA_DIR  # the shipped stamps
 
     def split_from_file(self, path):
         return "all"
@@ -113,5 +119,6 @@ class Stamps(Benchmark):
             targets = [it.truth["targets"] for it in sel]
             scores = M.recall_any(rankings, targets, RECALL_KS)
             scores.update(M.circo_map(rankings, targets, MAP_KS))
+            scores.update(M.mean_ndcg(rankings, targets, 10))  # OSCAR Sec. 4.5 reports NDCG@10 with R@10
             out.update({f"{name}/{k}": v for k, v in scores.items()})
         return out

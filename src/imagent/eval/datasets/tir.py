@@ -8,7 +8,8 @@ Two JSON formats are read:
 - the ALBEF/BLIP files ``flickr30k_test.json`` / ``coco_karpathy_test.json``: ``[{"image": "<relative
   path>", "caption": [...]}]``; query ids are ``<image index>_<caption index>``.
 
-Gallery ids are the image file stems. Metric: R@1/5/10 (``100 * |{q: rank < K}| / |Q|``).
+Gallery ids are the image file stems. Metrics: R@1/5/10 (``100 * |{q: rank < K}| / |Q|``) and NDCG@10
+(one relevant image per query; OSCAR Sec. 4.5).
 """
 
 from __future__ import annotations
@@ -81,7 +82,10 @@ class _KarpathyTIR(Benchmark):
         scored = [it for it in items if it.has_truth]
         if not scored:
             return {}
-        return M.tir_recall([predictions.get(it.id) for it in scored], [it.truth["target"] for it in scored])
+        rankings = [predictions.get(it.id) for it in scored]
+        out = M.tir_recall(rankings, [it.truth["target"] for it in scored])
+        out.update(M.mean_ndcg(rankings, [[it.truth["target"]] for it in scored], 10))  # OSCAR Sec. 4.5
+        return out
 
 
 class Flickr30K(_KarpathyTIR):

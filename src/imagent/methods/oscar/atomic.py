@@ -186,11 +186,12 @@ def _clean_queries(items: Any, limit: int) -> list[str]:
     return out[:limit]
 
 
-def rewrite(ctx: MethodContext, cfg: OscarConfig, modification: str, caption: str) -> Rewrites:
-    """One rewriter call: positive and negative queries (JSON), parsed robustly, with a fallback to none."""
+def rewrite(ctx: MethodContext, cfg: OscarConfig, modification: str, caption: str, tir: bool = False) -> Rewrites:
+    """One rewriter call: positive and negative queries (JSON), parsed robustly, with a fallback to none.
+    ``tir``: a text-to-image request (no reference image; Sec. 4.5), with its own prompt."""
     if cfg.max_positive_queries == 0 and cfg.max_negative_queries == 0:
         return Rewrites()
-    prompt = Template(load_prompt("oscar/rewriter.txt")).substitute(
+    prompt = Template(load_prompt("oscar/rewriter_tir.txt" if tir else "oscar/rewriter.txt")).safe_substitute(
         modification=modification, caption=caption or "(no caption)",
         max_positive=cfg.max_positive_queries, max_negative=cfg.max_negative_queries)
 

@@ -89,7 +89,8 @@ class OscarConfig(MethodConfig):
     # ---- the two MIPs (decision 2; the paper gives no weights)
     w_R: float = Field(MipWeights().w_R, ge=0.0, description="Stage I recall weight")
     w_P: float = Field(MipWeights().w_P, ge=0.0, description="Stage I noise weight")
-    lambda_div: float = Field(MipWeights().lambda_div, ge=0.0, description="Stage I tool-diversity bonus")
+    lambda_div: float | None = Field(MipWeights().lambda_div, ge=0.0, description="Stage I tool-diversity bonus "
+                                     "per tool; unset: a tie-break only (never changes the targets covered)")
     lambda_fp: float = Field(MipWeights().lambda_fp, ge=0.0, description="Stage II false-positive penalty")
     mip_time_limit_s: float = Field(60.0, gt=0, description="HiGHS time limit per stage (not reached in practice)")
     # ---- online steering (Sec. 3.5, Appendix I)
@@ -99,9 +100,13 @@ class OscarConfig(MethodConfig):
     shots: int = Field(1, ge=1, le=4, description="demonstrations retrieved per query (paper: 1, insensitive 1-4)")
     set_operations: Literal["full", "no_difference", "union_only"] = Field(
         "full", description="ablations: full, no_difference (w/o Set.Diff.), union_only (w/o Diff. & Int.)")
-    tool_protocol: Literal["auto", "text", "native"] = Field(
-        "auto", description="planner tool calls as <tool_call> blocks (text), offered as native OpenAI tools "
-        "(native), or native when the backend supports it (auto)")
+    tool_protocol: Literal["auto", "json", "native", "text"] = Field(
+        "auto", description="how the planner writes its plan: one JSON plan decoded under a grammar built from the "
+        "tools, the ablation's operations and valid operands (json), native OpenAI tool calls (native), the "
+        "paper's <tool_call> blocks (text); auto: json on llama.cpp (in-process, or a server with "
+        "json_mode=json_object), else native where the backend has tool calls, else text")
+    grammar_max_calls: int = Field(6, ge=1, le=12, description="json protocol: the most retrieval calls the plan "
+                                   "grammar offers (also capped by max_calls_per_plan)")
     plan_retries: int = Field(1, ge=0, description="extra planner calls when a plan cannot be executed")
     planner_max_tokens: int = Field(1024, ge=64)
     max_calls_per_plan: int = Field(12, ge=1, description="retrieval calls of a plan executed at most")

@@ -29,7 +29,6 @@ from typing import Any
 
 import numpy as np
 
-from imagent.agents.protocol import format_tool_call
 from imagent.core.types import Query
 from imagent.methods.base import MethodContext
 from imagent.methods.oscar.atomic import (
@@ -60,6 +59,7 @@ class LibraryEntry:
     stage1: dict[str, Any]
     stage2: dict[str, Any]
     stats: dict[str, Any] = field(default_factory=dict)
+    task: str = "cir"  # "cir" (a reference and a modification) or "tir" (a description only, Sec. 4.5)
     version: int = LIBRARY_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -70,13 +70,44 @@ class LibraryEntry:
         names = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in d.items() if k in names})
 
-    def demonstration(self) -> str:
-        """The entry as an in-context case: the query, then its optimal tool calls in the planner's format."""
-        lines = [f"Modification query: {self.modification}", f"Reference image caption: {self.reference_caption}"]
+    @property
+    def optimal(self) -> bool:
+        """Both MIPs proved optimal (False: a time limit stopped HiGHS; the trajectory is not golden)."""
+        return bool(self.stage1.get("optimal", True)) and bool(self.stage2.get("optimal", True))
+
+    def tool_map(self, offered: dict[str, Any]) -> dict[str, str]:
+        """Each tool this entry calls -> the offered tool a demonstration shows instead: itself when offered,
+        else the first offered tool of the same kind (``embedding_*`` / ``caption_*``, or the offered spec's
+        ``kind``), else the first offered tool. A case never teaches a tool the planner cannot call."""
+        out: dict[str, str] = {}
+        names = list(offered)
         for c in self.calls:
-            lines.append(format_tool_call(c["name"], c["arguments"]))
-        if len(self.calls) > 1:
-            lines.append(format_tool_call("set_operation", {"steps": self.steps}))
+            tool = c["name"]
+            if tool in out:
+                continue
+            if tool in offered or not names:
+                out[tool] = tool
+                continue
+            kind = "embedding" if tool.startswith("embedding") else "caption"
+            same = [n for n in names if getattr(offered[n], "kind", "") == kind or n.startswith(kind)]
+            out[tool] = (same or names)[0]
+        return out
+
+    def demonstration(self, offered: dict[str, Any] | None = None, protocol: str = "text") -> str:
+        """The entry as an in-context case: the query, then its optimal plan written as the planner must write
+        it (``protocol``: ``<tool_call>`` blocks, or the JSON protocol's one object). With ``offered``, tools the
+        current config lacks are shown as offered ones (:meth:`tool_map`)."""
+        from imagent.methods.oscar.planner import write_plan
+
+        mapping = self.tool_map(offered) if offered else {}
+        if self.task == "tir":
+            lines = [f"Query: {self.modification}"]
+        else:
+            lines = [f"Modification query: {self.modification}",
+                     f"Reference image caption: {self.reference_caption or '(none)'}"]
+        calls = [{"tool": mapping.get(c["name"], c["name"]), "query": c["arguments"]["query"],
+                  "top_k": c["arguments"]["top_k"]} for c in self.calls]
+        lines.append(write_plan(calls, self.steps, "json" if protocol == "json" else "text"))
         s = self.stats
         if s:
             lines.append(f"(Optimal plan found offline: it keeps {s.get('targets_kept', 0)} of {s.get('targets', 0)} "
@@ -178,6 +209,8 @@ class BuildReport:
     added: int = 0
     already: int = 0
     no_target: int = 0  # targets outside the gallery, or reached by no atomic retrieval
+    non_optimal: int = 0  # added, but a time limit stopped HiGHS before it proved optimality (marked in the entry)
+    rewriter_failed: int = 0  # added from the composed query alone: the rewriter's output was unusable
     errors: list[tuple[str, str]] = field(default_factory=list)
     seconds: float = 0.0
     mip_seconds: float = 0.0
@@ -191,7 +224,8 @@ def build_entry(ctx: MethodContext, cfg: OscarConfig, key: str, query: Query, ta
     """One training query's optimal trajectory, or (None, reason) when it has none."""
     t0 = time.perf_counter()
     caption = reference_caption(ctx, query)
-    rewrites = rewrite(ctx, cfg, query.text, caption)
+    tir = query.reference is None  # Sec. 4.5: a text-to-image query, no reference
+    rewrites = rewrite(ctx, cfg, query.text, caption, tir=tir)
     retrievers = Retrievers(ctx, cfg.retrievers, query)
     atomic = atomic_retrievals(retrievers, cfg, search_queries(cfg, query.text, caption, rewrites))
     pool = retrievers.pool_ids()
@@ -210,6 +244,7 @@ def build_entry(ctx: MethodContext, cfg: OscarConfig, key: str, query: Query, ta
         key=key, context=context, embedding=[round(float(x), 6) for x in ctx.text.encode_texts([context])[0]],
         embedder=ctx.text.model_id, modification=query.text, reference_caption=caption,
         rewrites={"positive": rewrites.positive, "negative": rewrites.negative}, calls=calls, steps=steps,
+        task="tir" if tir else "cir",
         stage1={**plan.to_dict()["stage1"], "optimal": details["stage1"]["optimal"]},
         stage2={**plan.to_dict()["stage2"], "optimal": details["stage2"]["optimal"]},
         stats={"targets": len(positives), "targets_kept": plan.stage2.kept_positives, "final_size": len(plan.final),
@@ -242,6 +277,8 @@ def build_library(ctx: MethodContext, cfg: OscarConfig, items: Iterable[tuple[st
             if entry is not None:
                 library.append(entry)
                 report.added += 1
+                report.non_optimal += not entry.optimal
+                report.rewriter_failed += not entry.stats.get("rewriter_ok", True)
                 report.mip_seconds += entry.stats["mip_seconds"]
             elif _reason != "error":
                 report.no_target += 1

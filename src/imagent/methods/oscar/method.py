@@ -44,13 +44,16 @@ from imagent.methods.oscar.atomic import Retrievers, problem_context, reference_
 from imagent.methods.oscar.config import OscarConfig
 from imagent.methods.oscar.library import GoldenLibrary
 from imagent.methods.oscar.planner import (
+    OPS,
     Execution,
     Plan,
+    Protocol,
     execute,
     fallback_plan,
     native_tools,
     order_set,
     parse_reply,
+    plan_schema,
     render_planner_prompt,
 )
 from imagent.models.base import ChatParams, ImagePart, Message
@@ -62,7 +65,7 @@ TIER = 10.0
 @register_method
 class Oscar(Method):
     name = "oscar"
-    tasks = frozenset({"cir"})
+    tasks = frozenset({"cir", "tir"})
     Config = OscarConfig
     description = "golden-library demonstrations steer a planner of retrieval tools and set operations; logit verifier"
 
@@ -81,8 +84,11 @@ class Oscar(Method):
         cfg = self.config
         caption = reference_caption(self.ctx, query)
         retrievers = Retrievers(self.ctx, cfg.retrievers, query)
-        cases = self._demonstrations(query, caption, trace)
-        plan = self._plan(query, caption, retrievers, cases, trace)
+        counts: dict[str, int] = {"plans": 1, "plan_retries": 0, "plan_fallbacks": 0,
+                                  "self_demonstrations_excluded": 0, "demonstration_tools_mapped": 0}
+        protocol = self.protocol()
+        cases = self._demonstrations(query, caption, retrievers, trace, counts, protocol)
+        plan = self._plan(query, caption, retrievers, cases, trace, counts, protocol)
         used = [c for c in plan.calls if c.used]
         # Decision 3's fused similarity averages the plan's distinct positive calls (the composed query when none).
         fusing = list(dict.fromkeys((c.tool, c.query) for c in used if c.polarity == "+")) or [
@@ -102,6 +108,9 @@ class Oscar(Method):
             step.outputs["steps"] = run.step_log
             removed = sum(e.get("removed", 0) for e in run.step_log)
             step.outputs.update(composed=len(run.composed), removed_by_difference=removed)
+        for op in OPS:  # the operations the planner itself planned (a fallback plans none)
+            counts[f"set_operations.{op}"] = (sum(s.op == op for s in plan.steps) if plan.source == "method" else 0)
+        counts["difference_removed"] = removed
         with trace.step("fuse", calls=len(fusing)) as step:
             fused = self._fused(scores[len(used):].mean(axis=0), run.composed, top_k)
             step.outputs["top"] = fused.head(5)
@@ -109,47 +118,99 @@ class Oscar(Method):
         composed_first = rank(members, {}, fused)
         keep_best(composed_first)  # what the search returns if the call cap stops the verifier
         scores = self._verify(query, members, trace) if cfg.verify else {}
+        counts["verified"] = len(scores)
         with trace.step("rank") as step:
             final = rank(members, scores, fused)
             step.outputs.update(composed=len(members), verified=len(scores), top=final.head(10),
-                                report_line=summary_line(plan, run, members, scores, final))
+                                report_line=summary_line(plan, run, members, scores, final), source=plan.source,
+                                counts=dict(counts))
+        for key, n in counts.items():
+            if n:
+                trace.count(key, n)
         return Result(ranking=final.top(top_k), trace=trace,
                       stages={"fused": fused.top(top_k), "composed": composed_first.top(top_k)},
-                      answer_set=[i for i in final.ids if i in run.composed])
+                      answer_set=[i for i in final.ids if i in run.composed], source=plan.source, counts=counts)
 
-    def _demonstrations(self, query: Query, caption: str, trace: Trace) -> list[str]:
+    def preflight(self, query: Query | None = None) -> list[str]:
+        self._check_library()
+        return []
+
+    def _check_library(self) -> None:
+        """``demonstrations=true`` needs a library with entries: never a silent w/o Demo. ablation."""
+        if not self.config.demonstrations:
+            return
+        path = self.library.path
+        if not self.library.exists() or not self.library.entries():
+            what = "no golden library" if not self.library.exists() else "an empty golden library"
+            raise FileNotFoundError(
+                f"OSCAR: {what} at {path}. Build one with `imagent oscar build-library <benchmark> --split train "
+                f"--library {path}` (or set methods.oscar.library), or run the w/o Demo. ablation with "
+                "`--set demonstrations=false`")
+
+    def _demonstrations(self, query: Query, caption: str, retrievers: Retrievers, trace: Trace,
+                        counts: dict[str, int], protocol: Protocol = "text") -> list[str]:
         cfg = self.config
         with trace.step("demonstrations", shots=cfg.shots, enabled=cfg.demonstrations) as step:
             if not cfg.demonstrations:
                 step.note("demonstrations off (the w/o Demo. ablation)")
                 return []
-            if not self.library.exists():
-                step.note(f"no golden library at {self.library.path}: planning without demonstrations "
-                          "(build one with `imagent oscar build-library`)")
-                trace.count("no_library")
-                return []
-            found = self.library.nearest(problem_context(query.text, caption), self.ctx.text, cfg.shots)
-            step.outputs["cases"] = [{"key": e.key, "similarity": round(sim, 4), "modification": e.modification,
-                                      "calls": len(e.calls), "steps": [s["op"] for s in e.steps]} for e, sim in found]
-            return [f"Case {n} (similarity {sim:.2f})\n{e.demonstration()}" for n, (e, sim) in enumerate(found, 1)]
+            self._check_library()
+            context = problem_context(query.text, caption)
+            # Never a self-demonstration (decision 7): the query's own entry (its key, or the same id with the
+            # same modification text) and any entry with the same problem context are excluded.
+            own = self_entries(self.library.entries(), query, context)
+            found = self.library.nearest(context, self.ctx.text, cfg.shots, exclude=own)
+            if own:
+                counts["self_demonstrations_excluded"] = 1
+                step.note(f"excluded {len(own)} library entr{'y' if len(own) == 1 else 'ies'} built from this "
+                          f"query or its problem context: {', '.join(sorted(own)[:3])}")
+            offered = {n: cfg.retrievers[n] for n in retrievers.names()}
+            cases = []
+            rows = []
+            for n, (e, sim) in enumerate(found, 1):
+                mapping = {a: b for a, b in e.tool_map(offered).items() if a != b}
+                counts["demonstration_tools_mapped"] += sum(c["name"] in mapping for c in e.calls)
+                rows.append({"key": e.key, "similarity": round(sim, 4), "modification": e.modification,
+                             "calls": len(e.calls), "steps": [s["op"] for s in e.steps], "optimal": e.optimal,
+                             **({"tools_mapped": mapping} if mapping else {})})
+                cases.append(f"Case {n} (similarity {sim:.2f})\n{e.demonstration(offered, protocol)}")
+            step.outputs["cases"] = rows
+            step.outputs["excluded"] = sorted(own)
+            return cases
 
-    def _plan(self, query: Query, caption: str, retrievers: Retrievers, cases: list[str], trace: Trace) -> Plan:
+    def protocol(self) -> Protocol:
+        """Which protocol the planner speaks (``tool_protocol``; auto: the JSON grammar on llama.cpp, in-process or
+        a server asked for ``json_object`` output; native tool calls where the backend has them; else text)."""
+        cfg = self.config
+        if cfg.tool_protocol != "auto":
+            return cfg.tool_protocol
+        model = self.ctx.roles["planner"].model
+        if getattr(model, "backend", "") == "llama.cpp" or getattr(model, "json_mode", "") == "json_object":
+            return "json"
+        return "native" if getattr(model, "supports_tools", False) else "text"
+
+    def _plan(self, query: Query, caption: str, retrievers: Retrievers, cases: list[str], trace: Trace,
+              counts: dict[str, int], protocol: Protocol) -> Plan:
         cfg = self.config
         tools = {n: cfg.retrievers[n] for n in retrievers.names()}
-        ref_id = query.reference.id if query.reference is not None else "(none)"
-        prompt = render_planner_prompt(cfg, tools, cases, query.text, ref_id, caption)
+        ref_id = query.reference.id if query.reference is not None else None
+        prompt = render_planner_prompt(cfg, tools, cases, query.text, ref_id, caption, protocol)
         role = self.ctx.roles["planner"]
-        native = cfg.tool_protocol == "native" or (cfg.tool_protocol == "auto"
-                                                   and getattr(role.model, "supports_tools", False))
-        params = ChatParams(max_tokens=cfg.planner_max_tokens, repeat_penalty=1.1,
-                            tools=native_tools(cfg, tools) if native else None, tool_choice="auto" if native else None)
-        with trace.step("plan", protocol="native" if native else "text", cases=len(cases)) as step:
+        params = ChatParams(max_tokens=cfg.planner_max_tokens, repeat_penalty=1.1)
+        if protocol == "native":
+            params.tools, params.tool_choice = native_tools(cfg, tools), "auto"
+        elif protocol == "json":
+            params.json_schema = plan_schema(cfg, tools)
+        retry = {"json": "Reply with the whole JSON plan again.",
+                 "native": "Call the tools again, set_operation last.",
+                 "text": "Write all the tool calls again as <tool_call> blocks, ending with one set_operation."}
+        with trace.step("plan", protocol=protocol, cases=len(cases)) as step:
             messages = [Message.user(prompt)]
             attempts: list[dict[str, Any]] = []
             best: Plan | None = None
             for attempt in range(cfg.plan_retries + 1):
                 resp = role.chat(messages, params)
-                plan = parse_reply(resp.text, resp.tool_calls, tools, cfg)
+                plan = parse_reply(resp.text, resp.tool_calls, tools, cfg, protocol)
                 attempts.append({"reply": resp.text[:2000], "native_calls": len(resp.tool_calls), **plan.to_dict()})
                 if plan.ok:
                     best = plan
@@ -157,16 +218,16 @@ class Oscar(Method):
                 if best is None or len(plan.calls) > len(best.calls):
                     best = plan
                 if attempt < cfg.plan_retries:
-                    trace.count("plan_retry")
+                    counts["plan_retries"] += 1
                     messages = [*messages, Message.assistant(resp.text, resp.tool_calls or None),
-                                Message.user("Your plan cannot be run: " + "; ".join(plan.errors) + ". Write all the "
-                                             "tool calls again as <tool_call> blocks, ending with one set_operation.")]
+                                Message.user("Your plan cannot be run: " + "; ".join(plan.errors) + ". "
+                                             + retry[protocol])]
             assert best is not None
             if not best.ok:
-                trace.count("plan_fallback")
+                counts["plan_fallbacks"] += 1
                 best = fallback_plan(best, tools, cfg, f"{caption} {query.text}".strip())
                 step.note(best.notes[-1])
-            step.outputs.update(attempts=attempts, plan=best.to_dict())
+            step.outputs.update(attempts=attempts, plan=best.to_dict(), source=best.source)
             for n in best.notes:
                 note(n)
         return best
@@ -193,7 +254,9 @@ class Oscar(Method):
                 step.note(f"{len(members) - len(todo)} composed candidates beyond max_verified={cfg.max_verified} "
                           "are not verified (they follow the verified ones in fused-similarity order)")
             verifier = self.ctx.roles["verifier"]
-            prompt = load_prompt("oscar/verifier.txt").replace("${query}", query.text)
+            tir = query.reference is None  # Sec. 4.5: does the candidate show what the text describes
+            prompt = load_prompt("oscar/verifier_tir.txt" if tir else "oscar/verifier.txt").replace("${query}",
+                                                                                                   query.text)
             ref = query.reference
             if ref is not None and not ref.captions and ref.id in self.ctx.gallery:
                 ref = self.ctx.gallery.record(ref.id)
@@ -221,6 +284,24 @@ class Oscar(Method):
                           "(0.5 if neither)")
             step.outputs["scores"] = [{"id": i, "score": round(s, 4)} for i, (s, _) in zip(todo, out, strict=True)]
             return {i: s for i, (s, _) in zip(todo, out, strict=True)}
+
+
+def self_entries(entries: list[Any], query: Query, context: str) -> set[str]:
+    """The keys of library entries built from ``query`` itself: its own key (``query.extra["library_key"]``,
+    or a key ``<benchmark>/<split>/<query id>`` whose entry has the same modification text) or the same
+    problem context (modification + reference caption, whitespace and case ignored)."""
+    def norm(text: str) -> str:
+        return " ".join(text.split()).lower()
+
+    own_key = str(query.extra.get("library_key", "")) if query.extra else ""
+    ctx_norm, text_norm = norm(context), norm(query.text)
+    out = set()
+    for e in entries:
+        same_key = e.key == own_key or (bool(query.id) and e.key.rsplit("/", 1)[-1] == str(query.id)
+                                        and norm(e.modification) == text_norm)
+        if same_key or norm(e.context) == ctx_norm:
+            out.add(e.key)
+    return out
 
 
 def summary_line(plan: Plan, run: Execution, members: list[str], scores: dict[str, float], final: Ranking) -> str:
@@ -252,4 +333,4 @@ def rank(members: list[str], scores: dict[str, float], fused: Ranking) -> Rankin
     return Ranking(ids, values)
 
 
-__all__ = ["Oscar", "rank", "summary_line"]
+__all__ = ["Oscar", "rank", "self_entries", "summary_line"]

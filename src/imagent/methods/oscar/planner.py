@@ -2,23 +2,33 @@
 
 **Prompt** (``prompts/oscar/planner.txt``, the paper's structure in our words): the retrieval tools, the
 set-operation rules, the planning strategy (DIFFERENCE only for things that are completely absent; negative
-queries name only the absent thing), two static format examples, the retrieved golden cases, then the task
-(modification query, reference image id and caption). Ablations change what the planner is offered:
+queries name only the absent thing), two static format examples (``examples.json``, written in the protocol's
+own form), the retrieved golden cases, then the task (modification query, reference image id and caption; for
+text-to-image search, Sec. 4.5, the description alone). Ablations change what the planner is offered:
 ``no_difference`` and ``union_only`` drop those operations from the tools, rules and examples.
 
-**Reading the plan**: ``<tool_call>`` blocks (parsed by :func:`imagent.agents.protocol.parse_tool_calls`) or the
-backend's native OpenAI tool calls. Retrieval calls are numbered in order from 0; the ``set_operation`` call
-(the last one counts) holds named steps ``{"name", "op": UNION | INTERSECT | DIFFERENCE, "operands": [call
-numbers or earlier step names]}``. UNION keeps images in any operand, INTERSECT those in all, DIFFERENCE
-those in the first and in none of the others. The result is the step named ``final``, else the last step.
-A call's polarity follows from where it feeds the result (a subtracted operand of a DIFFERENCE is negative);
-a call that feeds nothing is not run.
+**Protocols** (on :mod:`imagent.agents`' call types and parsers): ``json``: the whole plan is one JSON object
+``{"thought", "calls": [{"tool", "query", "top_k"}], "steps": [{"name", "op", "operands"}]}`` decoded under
+:func:`plan_schema`, a grammar built from the offered tools, the ablation's operations and the operand
+references valid at each step (llama.cpp in-process and server); ``native``: the tools as OpenAI functions;
+``text``: the paper's ``<tool_call>`` blocks (parsed by :func:`imagent.agents.parse_tool_calls`). Each reply
+becomes the same :class:`~imagent.agents.ToolCall` list, read by one :func:`read_plan`, so a plan parses the
+same from all three; the trace's ``plan`` step names the protocol.
+
+**Reading the plan**: retrieval calls are numbered in order from 0; the ``set_operation`` call (the last one
+counts) holds named steps ``{"name", "op": UNION | INTERSECT | DIFFERENCE, "operands": [call numbers or
+earlier step names]}``. UNION keeps images in any operand, INTERSECT those in all, DIFFERENCE those in the
+first and in none of the others. The result is the step named ``final``, else the last step. A call's
+polarity follows from where it feeds the result (a subtracted operand of a DIFFERENCE is negative); a call
+that feeds nothing is not run. Calls beyond ``max_calls_per_plan`` are cut, and operands naming them are
+dropped (the rest of the plan runs).
 
 **Malformed plans**: a reply with no readable retrieval call, an unknown tool, or (with two or more calls)
-no usable ``set_operation`` is asked again with the problem stated (``plan_retries``); after that the plan
-falls back to the UNION of its positive calls (explicit ``polarity`` arguments honoured), or, with no usable
-call at all, to the composed query (reference caption + modification) on every tool at ``fallback_top_k``.
-Every fallback is noted in the trace and counted.
+no usable ``set_operation`` is asked again with the problem stated (``plan_retries``). After that, decision 7:
+polarity is unknown, so the calls are never unioned (a call meant to exclude would be added); the plan's
+first call whose polarity the reply states as positive runs alone (``fallback:first_positive_call``), else
+the composed query (reference caption + modification) runs on the plan's tools, or on every tool when no call
+is usable (``fallback:composed_query``). The plan's ``source`` says which; every fallback is counted.
 """
 
 from __future__ import annotations
@@ -27,12 +37,14 @@ import json
 import re
 from dataclasses import dataclass, field
 from string import Template
-from typing import Any
+from typing import Any, Literal
 
-from imagent.agents.protocol import TOOL_CALL_OPEN, ToolCall, native_tool_calls, parse_tool_calls
+from imagent.agents import ToolCall, format_tool_call, native_tool_calls, parse_tool_calls
+from imagent.agents.protocol import TOOL_CALL_OPEN
 from imagent.core.types import Ranking
 from imagent.methods.base import load_prompt
 from imagent.methods.oscar.config import OscarConfig, RetrieverSpec
+from imagent.models.json_output import JSONParseError, extract_json
 
 OPS = ("UNION", "INTERSECT", "DIFFERENCE")
 _OP_ALIASES = {"union": "UNION", "or": "UNION", "intersect": "INTERSECT", "intersection": "INTERSECT",
@@ -55,16 +67,73 @@ _RULES = {
 }
 
 
+Protocol = Literal["json", "native", "text"]
+THOUGHT_CHARS = 300  # the plan's analysis (bounded: a grammar needs a bound)
+QUERY_CHARS = 160  # one call's query in the JSON grammar
+STEP_NAMES = {1: ("final",), 2: ("positive", "final"), 3: ("positive", "negative", "final")}
+
+
+def _examples() -> list[dict[str, Any]]:
+    return json.loads(load_prompt("oscar/examples.json"))
+
+
+def plan_document(calls: list[dict[str, Any]], steps: list[dict[str, Any]], thought: str = "") -> dict[str, Any]:
+    """A plan as the JSON protocol's reply: ``{"thought", "calls": [{"tool", "query", "top_k"}], "steps"}``."""
+    return {"thought": thought, "calls": [{"tool": c["tool"], "query": c["query"], "top_k": c["top_k"]} for c in calls],
+            "steps": steps}
+
+
+def write_plan(calls: list[dict[str, Any]], steps: list[dict[str, Any]], protocol: Protocol, thought: str = "") -> str:
+    """A plan written the way ``protocol`` expects the planner to write it (examples and demonstrations use it,
+    so a small model sees the exact form it must produce): one JSON object, or ``<tool_call>`` blocks (what a
+    native tool call is replayed as)."""
+    if protocol == "json":
+        return json.dumps(plan_document(calls, steps, thought), ensure_ascii=False)
+    lines = [f"Analysis: {thought}"] if thought else []
+    lines += [format_tool_call(c["tool"], {"query": c["query"], "top_k": c["top_k"]}) for c in calls]
+    if len(calls) > 1 or len(steps) > 1:
+        lines.append(format_tool_call(SET_OPERATION, {"steps": steps}))
+    return "\n".join(lines)
+
+
+def _format_section(protocol: Protocol) -> tuple[str, str]:
+    """(how to write the plan, the closing instruction) for ``protocol``."""
+    if protocol == "json":
+        return ('Reply with ONE JSON object: {"thought": "<your analysis>", "calls": [{"tool": "<tool>", "query": '
+                '"<search text>", "top_k": <k>}, ...], "steps": [{"name": "<step name>", "op": "<operation>", '
+                '"operands": [<call numbers or earlier step names>]}, ...]}. The step named "final" is the result.',
+                "Reply with the JSON plan.")
+    if protocol == "native":
+        return ("Call the retrieval tools, then set_operation with the steps.",
+                "Call the tools that retrieve the target images, set_operation last.")
+    return ('Write each call as a <tool_call> block holding one JSON object: {"name": ..., "arguments": {...}}.',
+            "Write the tool calls that retrieve the target images, each inside <tool_call></tool_call> tags, the "
+            "set_operation last.")
+
+
 def render_planner_prompt(cfg: OscarConfig, tools: dict[str, RetrieverSpec], cases: list[str], modification: str,
-                          ref_img: str, ref_caption: str) -> str:
+                          ref_img: str | None, ref_caption: str, protocol: Protocol = "text") -> str:
+    """The planner's prompt (Appendix I's structure) for a composed query, or, with ``ref_img=None``, for a
+    text-to-image query (Sec. 4.5: no reference; ``modification`` is the description of the target)."""
     ops = allowed_ops(cfg)
+    tir = ref_img is None
     tool_lines = [f"- {name}(query, top_k): {spec.kind} search; {spec.description or spec.space}"
                   for name, spec in tools.items()]
     names = list(tools)
-    tool_a, tool_b = names[0], names[1 % len(names)]
-    examples = Template(load_prompt("oscar/examples_full.txt")).substitute(tool_a=tool_a, tool_b=tool_b)
-    if "DIFFERENCE" not in ops:
-        examples = examples.split("\n\nExample 2")[0]
+    letters = {"a": names[0], "b": names[1 % len(names)]}
+    examples = []
+    for n, ex in enumerate(_examples(), 1):
+        if ex.get("needs") and ex["needs"] not in ops:
+            continue
+        calls = [{**c, "tool": letters[c["tool"]]} for c in ex["calls"]]
+        head = [f"Example {n} - {ex['title']}"]
+        if tir:
+            head.append(f"Query: {ex['tir']['query']}")
+        else:
+            head += [f"Modification query: {ex['cir']['query']}", f"Reference image: example_{n}",
+                     f"Reference image caption: {ex['cir']['reference_caption']}"]
+        thought = ex["tir_analysis"] if tir else ex["analysis"]
+        examples.append("\n".join(head) + "\n" + write_plan(calls, ex["steps"], protocol, thought))
     if "DIFFERENCE" in ops:
         difference_advice = (
             "- Use DIFFERENCE only when something is COMPLETELY ABSENT from the target (\"without X\", \"has no X\").\n"
@@ -84,10 +153,28 @@ def render_planner_prompt(cfg: OscarConfig, tools: dict[str, RetrieverSpec], cas
         block = ("\nRETRIEVED SIMILAR CASES\nThe cases below are similar queries with their optimal plans, found "
                  "offline. Learn from them how to rewrite the query, which tools to use and combine, and which "
                  "top_k values to choose.\n\n" + "\n\n".join(cases) + "\n")
+    fmt, final_instruction = _format_section(protocol)
+    if tir:
+        task_name = "text-to-image retrieval in a photo collection"
+        task_description = "the user describes the images they want. Find the target images: those that match it."
+        analysis_step = "work out what the target must show and what must be absent from it."
+        positive_what = "what the target shows"
+        task = f"Query: {modification}"
+    else:
+        task_name = "Composed Image Retrieval (CIR)"
+        task_description = ("the user gives a reference image and a modification query. Find the target images: the "
+                            "reference image changed as the query says.")
+        analysis_step = "work out what stays (the shared concept) and what changes (additions, removals, changed " \
+                        "attributes)."
+        positive_what = "the shared concept together with the additions and changes"
+        task = (f"Modification query: {modification}\nReference image: {ref_img}\n"
+                f"Reference image caption: {ref_caption or '(none)'}")
     return Template(load_prompt("oscar/planner.txt")).substitute(
-        tools="\n".join(tool_lines), ops=", ".join(ops), rules="\n".join(_RULES[o] for o in ops),
-        difference_advice=difference_advice, negative_advice=negative_advice, composition=composition,
-        examples=examples, cases=block, query=modification, ref_img=ref_img, ref_caption=ref_caption or "(none)")
+        task_name=task_name, task_description=task_description, analysis_step=analysis_step,
+        positive_what=positive_what, tools="\n".join(tool_lines), ops=", ".join(ops),
+        rules="\n".join(_RULES[o] for o in ops), difference_advice=difference_advice, negative_advice=negative_advice,
+        composition=composition, format=fmt, examples="\n\n".join(examples), cases=block, task=task,
+        final_instruction=final_instruction)
 
 
 def native_tools(cfg: OscarConfig, tools: dict[str, RetrieverSpec]) -> list[dict[str, Any]]:
@@ -105,6 +192,69 @@ def native_tools(cfg: OscarConfig, tools: dict[str, RetrieverSpec]) -> list[dict
             "type": "object", "required": ["name", "op", "operands"], "properties": {
                 "name": {"type": "string"}, "op": {"type": "string", "enum": list(allowed_ops(cfg))},
                 "operands": {"type": "array", "items": {"type": ["integer", "string"]}}}}}}}}})
+    return out
+
+
+def grammar_max_calls(cfg: OscarConfig) -> int:
+    """The most retrieval calls the JSON grammar offers (the grammar grows with it; plans are small)."""
+    return min(cfg.max_calls_per_plan, cfg.grammar_max_calls)
+
+
+def plan_schema(cfg: OscarConfig, tools: dict[str, RetrieverSpec]) -> dict[str, Any]:
+    """The JSON schema of a whole plan (the JSON protocol's one reply), built so that every plan it admits can
+    be run: the calls name only offered ``tools`` with a ``top_k`` among the truncation levels, the steps use
+    only the ablation's operations, and every operand names an existing call or an earlier step.
+
+    One alternative per number of calls ``n`` (1..:func:`grammar_max_calls`) and per step pattern (``final``;
+    ``positive, final``; ``positive, negative, final``): step ``j``'s operands are drawn from the call numbers
+    ``0..n-1`` and the names of the steps before it."""
+    ops = list(allowed_ops(cfg))
+    call = {"type": "object", "properties": {
+        "tool": {"enum": list(tools)}, "query": {"type": "string", "minLength": 1, "maxLength": QUERY_CHARS},
+        "top_k": {"enum": list(cfg.truncations)}}, "required": ["tool", "query", "top_k"],
+        "additionalProperties": False}
+    thought = {"type": "string", "maxLength": THOUGHT_CHARS}
+    alternatives = []
+    for n in range(1, grammar_max_calls(cfg) + 1):
+        patterns = []
+        for names in STEP_NAMES.values():
+            steps = []
+            for j, name in enumerate(names):
+                refs: list[Any] = [*range(n), *names[:j]]
+                steps.append({"type": "object", "properties": {
+                    "name": {"const": name}, "op": {"enum": ops},
+                    "operands": {"type": "array", "items": {"enum": refs}, "minItems": 1, "maxItems": len(refs)}},
+                    "required": ["name", "op", "operands"], "additionalProperties": False})
+            patterns.append({"type": "array", "prefixItems": steps, "items": False, "minItems": len(steps),
+                             "maxItems": len(steps)})
+        alternatives.append({"type": "object", "properties": {
+            "thought": thought,
+            "calls": {"type": "array", "items": call, "minItems": n, "maxItems": n},
+            "steps": patterns[0] if len(patterns) == 1 else {"oneOf": patterns}},
+            "required": ["thought", "calls", "steps"], "additionalProperties": False})
+    return alternatives[0] if len(alternatives) == 1 else {"oneOf": alternatives}
+
+
+def json_plan_calls(text: str) -> list[ToolCall]:
+    """A JSON-protocol reply as the tool calls it stands for (its retrieval calls, then one ``set_operation``),
+    so that :func:`read_plan` reads it exactly as it reads ``<tool_call>`` blocks or native calls. A reply that
+    is not such an object gives one unreadable call (its error says why)."""
+    try:
+        value = extract_json(text or "")
+    except JSONParseError as exc:
+        return [ToolCall("", id="call_0", raw=text, error=f"the reply is not a JSON plan ({exc})")]
+    if not isinstance(value, dict) or not isinstance(value.get("calls"), list):
+        return [ToolCall("", id="call_0", raw=text, error='the reply is not a JSON plan with a "calls" list')]
+    out: list[ToolCall] = []
+    for n, c in enumerate(value["calls"]):
+        if not isinstance(c, dict):
+            out.append(ToolCall("", id=f"call_{n}", error="a call is not a JSON object"))
+            continue
+        args = {k: v for k, v in c.items() if k not in ("tool", "name")}
+        out.append(ToolCall(str(c.get("tool") or c.get("name") or ""), args, id=f"call_{n}",
+                            raw=json.dumps(c, ensure_ascii=False)))
+    if value.get("steps") is not None:
+        out.append(ToolCall(SET_OPERATION, {"steps": value["steps"]}, id=f"call_{len(out)}"))
     return out
 
 
@@ -143,6 +293,9 @@ class Plan:
     errors: list[str] = field(default_factory=list)  # what makes it unexecutable as written
     notes: list[str] = field(default_factory=list)  # what was repaired or ignored
     positions: int = 0  # retrieval calls in the reply, unusable ones included
+    cut: set[int] = field(default_factory=set)  # calls beyond max_calls_per_plan (not run; operands dropped)
+    source: str = "method"  # "method": the planner's own plan; "fallback:<name>": decision 7's fallback
+    protocol: str = ""  # which protocol the reply came through: json, native or text
 
     @property
     def ok(self) -> bool:
@@ -150,7 +303,7 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         return {"calls": [c.to_dict() for c in self.calls], "steps": [s.to_dict() for s in self.steps],
-                "errors": list(self.errors), "notes": list(self.notes)}
+                "errors": list(self.errors), "notes": list(self.notes), "source": self.source}
 
 
 def _top_k(value: Any, k_max: int) -> int | None:
@@ -205,6 +358,7 @@ def read_plan(calls: list[ToolCall], tools: dict[str, RetrieverSpec], cfg: Oscar
     plan.positions = position + 1
     if len(plan.calls) > cfg.max_calls_per_plan:
         plan.notes.append(f"{len(plan.calls)} retrieval calls: only the first {cfg.max_calls_per_plan} are run")
+        plan.cut = {c.index for c in plan.calls[cfg.max_calls_per_plan:]}
         plan.calls = plan.calls[: cfg.max_calls_per_plan]
     if len(set_ops) > 1:
         plan.notes.append(f"{len(set_ops)} set_operation calls: the last one counts")
@@ -238,6 +392,13 @@ def _read_steps(plan: Plan, raw: Any) -> None:
         if not operands or any(o is None for o in operands):
             plan.errors.append(f"set_operation step {n}: operands must be call numbers or step names")
             return
+        cut = [o for o in operands if isinstance(o, int) and o in plan.cut]
+        if cut:  # calls beyond max_calls_per_plan are not run: their operands go, the plan stays
+            plan.notes.append(f"set_operation step {n}: operand(s) {cut} name calls beyond max_calls_per_plan; "
+                              "dropped")
+            operands = [o for o in operands if o not in cut]
+            if not operands:
+                plan.notes.append(f"set_operation step {n}: no operand left; it yields an empty set")
         valid = {c.index for c in plan.calls}
         for o in operands:
             if isinstance(o, int) and not 0 <= o < plan.positions:
@@ -283,9 +444,22 @@ def _assign_polarity(plan: Plan) -> None:
         plan.notes.append(f"call(s) {unused} feed no step of the result: not run")
 
 
-def parse_reply(text: str, native: list[dict[str, Any]], tools: dict[str, RetrieverSpec], cfg: OscarConfig) -> Plan:
-    """A plan from one planner reply: native tool calls when the backend returned any, else ``<tool_call>`` blocks,
-    else every bare JSON call in the text (small models often drop the tags and write one call per line)."""
+def parse_reply(text: str, native: list[dict[str, Any]], tools: dict[str, RetrieverSpec], cfg: OscarConfig,
+                protocol: Protocol = "text") -> Plan:
+    """A plan from one planner reply. The JSON protocol: the one JSON plan (:func:`json_plan_calls`). Otherwise
+    native tool calls when the backend returned any, else ``<tool_call>`` blocks, else every bare JSON call in
+    the text (small models often drop the tags and write one call per line). All three become the same tool
+    calls, read by one :func:`read_plan`."""
+    if protocol == "json":
+        plan = read_plan(json_plan_calls(text), tools, cfg)
+        plan.protocol = "json"
+        return plan
+    plan = _parse_calls(text, native, tools, cfg)
+    plan.protocol = "native" if native else "text"
+    return plan
+
+
+def _parse_calls(text: str, native: list[dict[str, Any]], tools: dict[str, RetrieverSpec], cfg: OscarConfig) -> Plan:
     names = [*tools, SET_OPERATION]
     calls = native_tool_calls(native) if native else parse_tool_calls(text, names)
     named = len(re.findall(r'"name"\s*:\s*"(?:' + "|".join(map(re.escape, names)) + ')"', text or ""))
@@ -320,20 +494,33 @@ def _bare_calls(text: str, names: list[str]) -> list[ToolCall]:
     return out
 
 
+FALLBACK_FIRST_POSITIVE = "fallback:first_positive_call"
+FALLBACK_COMPOSED = "fallback:composed_query"
+
+
 def fallback_plan(plan: Plan | None, tools: dict[str, RetrieverSpec], cfg: OscarConfig, composed_query: str) -> Plan:
-    """The UNION of the positive calls of ``plan``; with no usable call, the composed query on every tool."""
-    calls = [c for c in (plan.calls if plan else []) if c.polarity == "+"]
-    out = Plan(notes=list(plan.notes) if plan else [])
-    if calls:
-        for c in calls:
-            c.used = True
-        out.calls = calls
-        out.notes.append("fallback: UNION of the plan's positive calls")
+    """Decision 7: a plan that cannot be run as written has no known polarity, so its calls are never unioned
+    (a call meant to exclude would be added). Runs the plan's first call whose polarity the reply states as
+    positive (an explicit ``polarity`` argument) when it has one (source ``fallback:first_positive_call``),
+    else the composed query (reference caption + modification) on the plan's tools, or on every tool when no
+    call names one (source ``fallback:composed_query``)."""
+    calls = list(plan.calls) if plan else []
+    out = Plan(notes=list(plan.notes) if plan else [], protocol=plan.protocol if plan else "")
+    stated = [c for c in calls if c.explicit_polarity == "+"]
+    if stated:
+        first = stated[0]
+        out.calls = [PlanCall(first.tool, first.query, first.top_k, "+", "+", True, 0)]
+        out.source = FALLBACK_FIRST_POSITIVE
+        out.notes.append(f"fallback: the plan's first call stated as positive (call {first.index}) alone; the "
+                         "other calls have no known polarity and are not run")
     else:
+        names = list(dict.fromkeys(c.tool for c in calls if c.tool in tools)) or list(tools)
         out.calls = [PlanCall(name, composed_query, min(cfg.fallback_top_k, cfg.k_max), index=n)
-                     for n, name in enumerate(tools)]
-        out.notes.append("fallback: no usable call; the composed query on every tool")
-    out.positions = max((c.index for c in out.calls), default=-1) + 1
+                     for n, name in enumerate(names)]
+        out.source = FALLBACK_COMPOSED
+        where = "the plan's tools" if calls else "every tool (no usable call)"
+        out.notes.append(f"fallback: the composed query on {where}")
+    out.positions = len(out.calls)
     out.steps = [Step("final", "UNION", [c.index for c in out.calls])]
     return out
 
@@ -370,7 +557,9 @@ def execute(plan: Plan, results: dict[int, list[str]], cfg: OscarConfig) -> Exec
         operands = [value(o) for o in step.operands]
         entry: dict[str, Any] = {"name": step.name, "op": step.op, "operands": list(step.operands),
                                  "sizes": [len(s) for s in operands]}
-        if step.op == "UNION":
+        if not operands:  # every operand named a cut call
+            out = set()
+        elif step.op == "UNION":
             out = set().union(*operands)
         elif step.op == "INTERSECT":
             out = set.intersection(*operands)
@@ -397,6 +586,8 @@ def plan_json(plan: Plan) -> str:
 
 
 __all__ = [
+    "FALLBACK_COMPOSED",
+    "FALLBACK_FIRST_POSITIVE",
     "OPS",
     "Execution",
     "Plan",
@@ -405,10 +596,15 @@ __all__ = [
     "allowed_ops",
     "execute",
     "fallback_plan",
+    "grammar_max_calls",
+    "json_plan_calls",
     "native_tools",
     "order_set",
     "parse_reply",
+    "plan_document",
+    "plan_schema",
     "read_plan",
     "render_planner_prompt",
     "result_step",
+    "write_plan",
 ]
