@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from imagent.agents import AgentRuntime, AgentState, ToolError
+from imagent.agents import AgentRuntime, ToolError, ToolScope
 from imagent.agents.album_tools import AlbumToolsConfig, WebSearchTool, album_tools, unavailable_tools_note
 from imagent.core.cache import DiskCache
 from imagent.core.trace import Trace
@@ -25,7 +25,7 @@ def tools(known_album):
 
 @pytest.fixture
 def state():
-    return AgentState(query="q", trace=Trace())
+    return ToolScope()
 
 
 def test_the_paper_tools_are_offered_and_web_search_only_with_a_backend(known_album):
@@ -185,3 +185,29 @@ def test_fidelity_validator_reads_places_from_real_get_metadata_output(tools, st
     ffacts = extract_facts(fobs.text, {"penguin", "heron", "duck", "frog", "blackbird"},
                            {"expression": "address ~ 'cape town'"})
     assert ffacts.places == {"cape town"}
+
+
+def test_described_results_give_each_photo_its_date_place_and_caption(known_album, state):
+    from imagent.agents.album_tools import photo_line, short_place
+
+    tools = {t.name: t for t in album_tools(known_album, AlbumToolsConfig(describe=True, list_limit=3))}
+    assert "id | score | date | place | caption" in tools["ImageSearch"].description
+    assert "id | date | place | caption" in tools["FilterMetadata"].description
+    obs = tools["ImageSearch"]({"query": "a little penguin", "top_k": 2}, state)
+    header, first = obs.text.splitlines()[:2]
+    assert header == "Top 2 photos for 'a little penguin', best first (id | score | date | place | caption):"
+    r = known_album.gallery.record("penguin")
+    score = obs.scores["penguin"]
+    assert first == f"penguin | {score:.2f} | 2013-06-09 10:15 | Boulders Beach, Cape Town | {r.caption}"
+    assert short_place(r) == "Boulders Beach, Cape Town"  # the venue and town: enough to filter on
+    day = tools["FilterMetadata"]({"expression": "time >= '2013-06-09' and time < '2013-06-10'", "save_as": "d"},
+                                  state)
+    lines = day.text.splitlines()
+    at = lines.index("Photos (oldest first; id | date | place | caption):")
+    assert lines[at + 1] == photo_line(known_album, "penguin") and lines[at + 1].startswith(
+        "penguin | 2013-06-09 10:15 | Boulders Beach")
+    assert lines[at + 3].startswith("duck | 2013-06-09 16:05 | Cape Town, South Africa | ")
+    assert lines[at + 4] == "... and 1 more" and state.subsets["d"] == ["penguin", "heron", "duck", "frog"]
+    # the paper's plain form stays the default
+    plain = album_tools(known_album)[0]
+    assert "id | score" not in plain.description and not AlbumToolsConfig().describe

@@ -341,3 +341,34 @@ def test_the_audit_prompt_is_fitted_to_the_window():
     assert any("would not fit" in n for n in step.notes)
     messages = auditor.calls[0][0]
     assert len(messages) == 4 and messages[2].text.startswith("THE SEARCH SO FAR")
+
+
+def test_the_audit_reads_the_days_and_places_the_answer_spans():
+    from datetime import datetime
+
+    from imagent.agents.memory import AUDIT_CHECK_CHARS, AUDIT_SCHEMA, answer_spread
+    from imagent.core.types import ImageRecord
+
+    def part(pid: str) -> ImagePart:
+        when, where = META[pid]
+        return ImagePart(record=ImageRecord(id=pid, path="", captions=["a bird"], address=where,
+                                            taken_time=datetime.fromisoformat(when)))
+
+    assert answer_spread([part("u1/1001"), part("u1/1002")]) == (
+        "The proposed photos span 1 day(s): 2014-04-20 and 1 place(s): Melbourne Zoo.")
+    assert answer_spread([part("u1/2001"), part("u1/1001")]) == (
+        "The proposed photos span 2 day(s): 2014-04-20, 2014-06-14 and 2 place(s): Yarra Valley farm; "
+        "Melbourne Zoo.")
+    assert answer_spread([ImagePart(description="a web image")]) == ""
+    auditor = ScriptedChatModel(default=sequence(audit("pass")))
+    epi = EpisodicMemory(Role("auditor", auditor), AUDIT_PROMPT, FEEDBACK,
+                         lambda ids: [(i, part(i)) for i in ids])
+    runtime = AgentRuntime(Role("agent", ScriptedChatModel(default=sequence(
+        call("ImageSearch", query="bird"), 'The final answer is: ["u1/1001", "u1/1002"]'))),
+        [FakeSearch()], "You search photos.", max_turns=4, hooks=[epi], known_ids=ALBUM)
+    trace = Trace()
+    with trace.activate():
+        runtime.run("the birds on the zoo day")
+    assert "span 1 day(s): 2014-04-20 and 1 place(s): Melbourne Zoo." in auditor.prompts()[0]
+    assert all(AUDIT_SCHEMA["properties"][k]["maxLength"] == AUDIT_CHECK_CHARS
+               for k in ("anchor", "constraint", "target", "completeness"))

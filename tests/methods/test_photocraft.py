@@ -18,9 +18,9 @@ from imagent.core.config import IndexOptions
 from imagent.core.types import Query
 from imagent.eval.datasets import load_benchmark
 from imagent.methods.base import MethodContext, get_method
-from imagent.methods.photocraft import ScopedAlbum
 from imagent.models.chat_scripted import ScriptedChatModel
 from imagent.models.roles import Roles
+from imagent.tools.album import Album
 
 ALBUM = Path(str(files("imagent.eval") / "data" / "album_mini"))
 FLAMINGO = "u1001/13942060112"
@@ -59,7 +59,7 @@ def test_device_and_scope(ctx_for):
     ctx = ctx_for(ScriptedChatModel(default="x"))
     assert ctx.gallery.record(FLAMINGO).device == "Canon EOS 550D"  # the manifest's device column
     scope = user_ids(ctx.gallery, "u1001")
-    album = ScopedAlbum(ctx.gallery, ctx.dual, ctx.text, scope)
+    album = Album(ctx.gallery, ctx.dual, ctx.text).scoped(scope)
     assert len(album) == len(scope) == 55 and "u1002/27815530001" not in album
     hits = album.search("a pigeon", 50)
     assert hits.ids and set(hits.ids) <= set(scope)  # u1002 has a pigeon too; it is not this album's
@@ -192,3 +192,21 @@ def test_preflight_warns_a_blind_agent_without_captions(tmp_path, caption_dual, 
     seeing = ScriptedChatModel(default="x", sees_images=True)
     assert get_method("photocraft")(MethodContext(gallery=g, dual=caption_dual, text=minilm,
                                                   roles=Roles.from_models({"default": seeing}))).preflight() == []
+
+
+@pytest.mark.parametrize("describe", [None, False])
+def test_a_blind_agent_reads_each_photos_date_place_and_caption(ctx_for, describe):
+    """describe_results (None: on for a blind agent): search results come as id | score | date | place | caption;
+    false: the paper's ids and scores."""
+    import re
+
+    model = agent()
+    ctx = ctx_for(model)
+    method = get_method("imageseeker")(ctx, {} if describe is None else {"describe_results": describe})
+    assert method.describe() is (describe is None)  # the scripted model cannot see pixels
+    method.search(query(ctx), top_k=5)
+    seen = "\n".join(m.text for m in model.calls[1][0])  # the second call reads the first search's result
+    described = re.search(r"u1001/13942060112 \| 0\.\d\d \| 2014-04-20 \d\d:\d\d \| Melbourne Zoo, Elliott Avenue \| "
+                          r"\S", seen)
+    assert bool(described) is (describe is None)
+    assert ("(score 0." in seen) is (describe is False)

@@ -3,8 +3,9 @@
 - ``ImageSearch(query, top_k=20, search_within?, visual_cue?)``: ranked photo ids with scores;
 - ``GetMetadata(photo_ids, fields?)``: time, place (lat, lon, address), device;
 - ``FilterMetadata(expression, save_as?, search_within?)``: ids matching a filter expression
-  (:mod:`imagent.tools.filter_lang`); a named subset is kept in the runtime's state so later calls
-  name it (``search_within``) instead of passing hundreds of ids through the context;
+  (:mod:`imagent.tools.filter_lang`); a named subset is kept in the run's
+  :class:`~imagent.agents.state.ToolScope` so later calls name it (``search_within``) instead of passing
+  hundreds of ids through the context;
 - ``ViewPhotos(photo_ids)``: shows up to ``max_view`` photos, each with its id (a blind model reads
   each photo's text surrogate);
 - ``WebSearch(query)``: web snippets, only when a backend is configured (:func:`album_tools` leaves it
@@ -23,8 +24,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from imagent.agents.runtime import AgentState
-from imagent.agents.tools import Observation, Tool, ToolError
+from imagent.agents.state import Observation, ToolScope
+from imagent.agents.tools import Tool, ToolError
 from imagent.core.cache import DiskCache, stable_key
 from imagent.tools.album import METADATA_FIELDS, Album, format_time
 from imagent.tools.web_text import WebResult, WebTextSearch
@@ -42,9 +43,36 @@ class AlbumToolsConfig(BaseModel):
     list_limit: int = Field(20, ge=1, description="FilterMetadata lists at most this many ids in its reply (the "
                             "rest stay in the saved subset; ImageSearch's 20 by default)")
     web_results: int = Field(5, ge=1, le=20, description="WebSearch snippets per call")
+    describe: bool = Field(False, description="ImageSearch and FilterMetadata list each photo as one line with its "
+                           "date, place and caption (what a blind model would read with ViewPhotos and "
+                           "GetMetadata); False: ids and scores only, as the paper's ImageSearch returns them")
 
 
 _ID_SPLIT = re.compile(r"[\s,;]+")
+# A described photo line: its place is the address's first parts (the venue and the street or town).
+PLACE_PARTS = 2
+CAPTION_CHARS = 80
+
+
+def short_place(record: Any) -> str:
+    """The first :data:`PLACE_PARTS` parts of the photo's address, else its coordinates, else ``no place``."""
+    if record.address:
+        return ", ".join(p.strip() for p in str(record.address).split(",")[:PLACE_PARTS] if p.strip())
+    if record.latitude is not None and record.longitude is not None:
+        return f"{record.latitude:.3f}, {record.longitude:.3f}"
+    return "no place"
+
+
+def photo_line(album: Album, photo_id: str, score: float | None = None) -> str:
+    """``id | score | YYYY-MM-DD HH:MM | place | caption``: one photo as a blind model can use it (ids, dates and
+    places exactly as the tools take them; the score only for search results)."""
+    r = album.gallery.record(photo_id)
+    when = r.taken_time.strftime("%Y-%m-%d %H:%M") if r.taken_time is not None else "no date"
+    text = " ".join((" ".join(r.captions) or r.derived_text or "(no caption)").split())
+    if len(text) > CAPTION_CHARS:
+        text = text[: CAPTION_CHARS - 3].rstrip() + "..."
+    bits = [photo_id, *([f"{score:.2f}"] if score is not None else []), when, short_place(r), text]
+    return " | ".join(bits)
 
 
 def _ids_arg(value: Any) -> list[str]:
@@ -66,10 +94,15 @@ def _subset_name(value: str) -> str:
 class _AlbumTool(Tool):
     """A tool over one album: keeps the album and the tools' settings; ``schema`` gives its parameters."""
 
+    # What a described result adds to the tool's description (``AlbumToolsConfig.describe``).
+    described: ClassVar[str] = ""
+
     def __init__(self, album: Album, config: AlbumToolsConfig) -> None:
         self.album = album
         self.config = config
         self.parameters = self.schema(config)
+        if config.describe and self.described:
+            self.description = f"{type(self).description} {self.described}"
 
     def schema(self, config: AlbumToolsConfig) -> dict[str, Any]:
         raise NotImplementedError
@@ -83,6 +116,7 @@ class ImageSearchTool(_AlbumTool):
     description = ("Search the photo album with SHORT keywords (2-5 words) describing what the photos show; "
                    "returns photo ids with similarity scores, best first. Optionally search only within a "
                    "saved subset (search_within) and/or use a photo as a visual cue (visual_cue).")
+    described = "Each result line is: id | score | date | place | caption."
 
     def schema(self, config: AlbumToolsConfig) -> dict[str, Any]:
         return {
@@ -97,10 +131,10 @@ class ImageSearchTool(_AlbumTool):
             "additionalProperties": False,
         }
 
-    def run(self, args: dict[str, Any], state: AgentState) -> Observation:
+    def run(self, args: dict[str, Any], scope: ToolScope) -> Observation:
         query = str(args.get("query") or "").strip()
         within_name = args.get("search_within")
-        within = state.subset(within_name) if within_name else None
+        within = scope.subset(within_name) if within_name else None
         cue = str(args["visual_cue"]).strip() if args.get("visual_cue") else None
         ranking = self.album.search(query, int(args["top_k"]), within=within, visual_cue=cue)
         scope = f" within subset {within_name!r} ({len(within or [])} photos)" if within_name else ""
@@ -108,8 +142,13 @@ class ImageSearchTool(_AlbumTool):
         if not ranking.ids:
             return Observation(f"No photos found for {what}{scope}.", data={"count": 0})
         pairs = list(zip(ranking.ids, ranking.scores, strict=True))
-        lines = [f"{n}. {i} (score {s:.3f})" for n, (i, s) in enumerate(pairs, 1)]
-        text = f"Top {len(ranking)} photos for {what}{scope}, best first:\n" + "\n".join(lines)
+        if self.config.describe:
+            lines = [photo_line(self.album, i, s) for i, s in pairs]
+            text = (f"Top {len(ranking)} photos for {what}{scope}, best first (id | score | date | place | caption):\n"
+                    + "\n".join(lines))
+        else:
+            lines = [f"{n}. {i} (score {s:.3f})" for n, (i, s) in enumerate(pairs, 1)]
+            text = f"Top {len(ranking)} photos for {what}{scope}, best first:\n" + "\n".join(lines)
         results = ranking.head(len(pairs))
         return Observation(text, photos=list(ranking.ids), scores=dict(pairs), data={"results": results},
                            summary=f"{len(pairs)} photos for {what}{scope}")
@@ -136,7 +175,7 @@ class GetMetadataTool(_AlbumTool):
             "additionalProperties": False,
         }
 
-    def run(self, args: dict[str, Any], state: AgentState) -> Observation:
+    def run(self, args: dict[str, Any], scope: ToolScope) -> Observation:
         ids = _ids_arg(args["photo_ids"])
         if not ids:
             raise ToolError("GetMetadata needs at least one photo id")
@@ -181,6 +220,7 @@ class FilterMetadataTool(_AlbumTool):
                    "time = '2013-06' is the whole month), address ~ 'paris' (case-insensitive contains), "
                    "device ~ 'iphone', near(48.85, 2.35, 5) (within 5 km), lat/lon comparisons, and/or/not, "
                    "parentheses. save_as names the result so ImageSearch can search_within it.")
+    described = "Lists the matching photos, oldest first: id | date | place | caption."
 
     def schema(self, config: AlbumToolsConfig) -> dict[str, Any]:
         return {
@@ -195,17 +235,17 @@ class FilterMetadataTool(_AlbumTool):
             "additionalProperties": False,
         }
 
-    def run(self, args: dict[str, Any], state: AgentState) -> Observation:
+    def run(self, args: dict[str, Any], scope: ToolScope) -> Observation:
         expr = str(args["expression"])
         within_name = args.get("search_within")
-        within = state.subset(within_name) if within_name else None
+        within = scope.subset(within_name) if within_name else None
         save_as = _subset_name(args["save_as"]) if args.get("save_as") else None
         ids = self.album.filter(expr, within)
         limit = self.config.list_limit
         if save_as is None and len(ids) > limit:
-            save_as = f"filter_{sum(1 for k in state.subsets if k.startswith('filter_')) + 1}"
+            save_as = f"filter_{sum(1 for k in scope.subsets if k.startswith('filter_')) + 1}"
         if save_as is not None:
-            state.save_subset(save_as, ids)
+            scope.save_subset(save_as, ids)
         head = f"{len(ids)} photo(s) match {expr!r}" + (f" within {within_name!r}" if within_name else "")
         if ids:
             first = format_time(self.album.gallery.record(ids[0]))
@@ -219,7 +259,13 @@ class FilterMetadataTool(_AlbumTool):
         if ids:
             shown = ids[:limit]
             more = f" ... and {len(ids) - limit} more" if len(ids) > limit else ""
-            lines.append("Ids (oldest first): " + ", ".join(shown) + more)
+            if self.config.describe:
+                lines.append("Photos (oldest first; id | date | place | caption):")
+                lines += [photo_line(self.album, i) for i in shown]
+                if more:
+                    lines.append(more.strip())
+            else:
+                lines.append("Ids (oldest first): " + ", ".join(shown) + more)
         return Observation("\n".join(lines), photos=ids[:limit],
                            data={"count": len(ids), "subset": save_as, "expression": expr},
                            summary=head + (f"; saved as {save_as!r}" if save_as else ""))
@@ -242,7 +288,7 @@ class ViewPhotosTool(_AlbumTool):
             "additionalProperties": False,
         }
 
-    def run(self, args: dict[str, Any], state: AgentState) -> Observation:
+    def run(self, args: dict[str, Any], scope: ToolScope) -> Observation:
         ids = _ids_arg(args["photo_ids"])
         if not ids:
             raise ToolError("ViewPhotos needs at least one photo id")
@@ -278,7 +324,7 @@ class WebSearchTool(Tool):
             "additionalProperties": False,
         }
 
-    def run(self, args: dict[str, Any], state: AgentState) -> Observation:
+    def run(self, args: dict[str, Any], scope: ToolScope) -> Observation:
         query = str(args["query"]).strip()
         n = self.config.web_results
 

@@ -7,11 +7,9 @@ index, unreachable model server, unreadable image) print one clear line and exit
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -85,66 +83,18 @@ def index(
     from rich.markup import escape
     from rich.text import Text
 
-    from imagent.api import extra_encoders
     from imagent.core.text import display_path
-    from imagent.index.builder import build_index
-    from imagent.index.embedding import LazyEncoder
-    from imagent.models.registry import model_id_for, sees_pixels_for
 
-    if not source.exists():
-        raise FileNotFoundError(f"no such file or folder: {display_path(source)}")
-    if captions is not None and not captions.is_file():
-        raise FileNotFoundError(f"no such caption file: {display_path(captions)}")
     ws = get_workspace(config, set_)
-    s = ws.settings
-    root = index_dir or s.index
-    options = s.indexing.model_copy(update={"caption_missing": caption_missing or s.indexing.caption_missing})
-    refusal = ""
-    captioner = None
-    if options.caption_missing:
-        entry, model_cfg = s.model_for_role("captioner")
-        if model_cfg.vision:
-            captioner = ws.roles["captioner"]
-        else:
-            # Checked from the config, so the blind model is not even loaded.
-            refusal = (f"captioning refused: the captioner role uses model entry {entry!r} ({model_cfg.model}), "
-                       "which does not see images (vision = false); a model that cannot see an image must not "
-                       "describe it. Configure a captioner with vision (an OpenAI-compatible vision model, "
-                       "vision = true) or import captions with --captions FILE")
-            options = options.model_copy(update={"caption_missing": False})
-    # Loaded only when something must be embedded: a run that finds nothing new never loads a model.
-    load_text, load_dual = (lambda: ws.text_embedder), (lambda: ws.dual_encoder)
-    load_extra: Callable[[str], Any] = ws.encoder
-    cluster = contextlib.nullcontext()
-    if ray:
-        from imagent.index.distributed import RayEncoderPool, ray_cluster
-
-        def pool(part: str) -> Callable[[], Any]:
-            # Each actor builds its own encoder from the settings (models are loaded there, not shipped).
-            return lambda: RayEncoderPool(lambda: getattr(Workspace(s), part), actors=ray_actors,
-                                          gpus_per_actor=ray_gpus)
-
-        def extra_pool(name: str) -> Any:
-            # An extra encoder ([encoders.<name>]) is its own pool of actors, built there like the main ones.
-            return RayEncoderPool(lambda: Workspace(s).encoder(name), actors=ray_actors, gpus_per_actor=ray_gpus)
-
-        load_text, load_dual, load_extra = pool("text_embedder"), pool("dual_encoder"), extra_pool
-        cluster = ray_cluster(ray)
-        options = options.model_copy(update={"batch_size": max(options.batch_size, 64 * ray_actors)})
-    text = LazyEncoder(load_text, model_id_for("text", s.text_embedder))
-    dual = LazyEncoder(load_dual, model_id_for("dual", s.dual_encoder, s.text_embedder),
-                       sees_pixels=sees_pixels_for("dual", s.dual_encoder))
-    extras = extra_encoders(s, load_extra)
-    with cluster, progress_bar() as bar:
+    root = index_dir or ws.settings.index
+    with progress_bar() as bar:
         task = bar.add_task("indexing", total=None, item="")
 
         def on_progress(done: int, total: int, path: str) -> None:
             bar.update(task, completed=done, total=total, item=escape(Path(path).name[:40]))
 
-        report = build_index(source, root, dual, text, options, captioner=captioner, progress=on_progress,
-                             captions=captions, extras=extras)
-    if refusal:
-        report.warnings.insert(0, refusal)
+        report = ws.index(source, index_dir, caption_missing=caption_missing, captions=captions, ray=ray,
+                          ray_actors=ray_actors, ray_gpus=ray_gpus, progress=on_progress)
     if json_out:
         console.print_json(json.dumps({"index": display_path(root), **report.to_dict()}, default=str))
         return
@@ -196,27 +146,16 @@ def search(
 
     Before it starts, the method's estimated model calls are printed (stderr); while it runs, a live
     line shows the step, calls so far and time (on a terminal)."""
-    from imagent.api import result_json
+    from imagent.api import SearchRequest, result_json
     from imagent.cli.progress import SearchStatus
     from imagent.cli.render import print_result
     from imagent.core.trace import Trace
-    from imagent.core.types import Query
-    from imagent.methods.base import get_method
 
     # Everything a user can get wrong is checked before any model loads.
-    cls = get_method(method)
-    task = "cir" if ref is not None else "tir"
-    if task not in cls.tasks:
-        if task == "tir":
-            raise HintedError(f"method {method!r} needs a reference image (it handles composed queries)",
-                              "add --ref IMAGE (a gallery id or an image file)")
-        raise HintedError(f"method {method!r} takes no reference image", "drop --ref, or use --method clip")
     ws = get_workspace(config, set_, method)
-    params = check_method_params(ws, method)
     gallery = ws.gallery(index_dir)
-    if ref is not None:
-        check_reference(ref, gallery)
-    estimate = cls.estimate_calls(params, Query(text=text, reference=None))
+    prepared = prepare_search(ws, SearchRequest(text, method, top_k, ref, keep_reference, index=index_dir))
+    estimate = prepared.estimate
     if estimate and not json_out and not paths:
         cap = f", capped at {max_calls}" if max_calls is not None else ""
         err_console.print(f"{method}: up to ~{estimate} model calls at the current settings{cap}",
@@ -227,11 +166,10 @@ def search(
         result = served_search(ws, index_dir, config, set_, no_server, text, method, top_k, ref, keep_reference,
                                max_calls, status)
     if result is None:  # no server on this index (or --no-server): search in this process
-        for warning in ws.method(method, index_dir).preflight():  # no model call: missing tools, missing captions
+        for warning in prepared.warnings:  # no model call: missing tools, missing captions
             err_console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
         with status:
-            result = ws.search(text, method=method, top_k=top_k, reference=ref, index=index_dir,
-                               keep_reference=keep_reference, trace=trace)
+            result = ws.run(prepared, trace=trace)
     if json_out:
         sys.stdout.write(result_json(result, gallery) + "\n")
     elif paths:
@@ -253,39 +191,31 @@ def served_search(ws: Workspace, index_dir: Path | None, config: Path | None, se
                              dict(ws.settings.methods.get(method, {})), max_calls, listener)
 
 
-def check_method_params(ws: Workspace, method: str) -> Any:
-    """The method's configured hyper-parameters, validated now (a typo is reported with the class's
-    valid keys before any model loads)."""
+def prepare_search(ws: Workspace, request: Any) -> Any:
+    """``ws.prepare(request)`` with the mistakes a user can make said in the CLI's words: a method that does not
+    take (or needs) a reference, a parameter that does not validate (with the class's valid keys)."""
     from pydantic import ValidationError
 
+    from imagent.api import TaskMismatch, UnknownReference
     from imagent.cli.common import format_validation_error
     from imagent.methods.base import get_method
 
-    cls = get_method(method)
     try:
-        return cls.Config.model_validate(dict(ws.settings.methods.get(method, {})))
+        return ws.prepare(request)
+    except TaskMismatch as exc:
+        if exc.task == "tir":
+            raise HintedError(f"method {exc.method!r} needs a reference image (it handles composed queries)",
+                              "add --ref IMAGE (a gallery id or an image file)") from None
+        raise HintedError(f"method {exc.method!r} takes no reference image", "drop --ref, or use --method clip") \
+            from None
+    except UnknownReference as exc:
+        raise HintedError(str(exc), "give a gallery id (see `imagent search ... --json` ids) or a path to an image "
+                          "file") from None
     except ValidationError as exc:
-        raise HintedError(f"invalid parameters for method {method!r}:\n"
-                          + format_validation_error(exc, cls.Config, f"methods.{method}"),
+        cls = get_method(request.method)  # known: only the config failed
+        raise HintedError(f"invalid parameters for method {request.method!r}:\n"
+                          + format_validation_error(exc, cls.Config, f"methods.{request.method}"),
                           "`imagent config methods` lists every method's keys and defaults") from None
-
-
-def check_reference(ref: str, gallery: Any) -> None:
-    """A reference is a gallery id or an existing file; otherwise say which ids are close."""
-    from imagent.cli.common import did_you_mean
-
-    if ref in gallery or Path(ref).expanduser().exists():
-        return
-    names = list(gallery.ids)
-    guess = did_you_mean(ref, names)
-    if not guess:  # folder ids are content hashes: also match the file names
-        stems = {Path(r.path).stem: r.id for r in gallery.records()}
-        close = did_you_mean(ref, stems)
-        if close:
-            stem = close.split("'")[1]
-            guess = f" (did you mean {stems[stem]!r}, the file {stem!r}?)"
-    raise HintedError(f"reference {ref!r} is neither an image id in the gallery nor a file{guess}",
-                      "give a gallery id (see `imagent search ... --json` ids) or a path to an image file")
 
 
 # --------------------------------------------------------------------------- models

