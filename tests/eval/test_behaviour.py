@@ -34,8 +34,9 @@ def test_behaviour_sums_sources_and_counts():
     assert behaviour([])["fallback_rate"] == 0.0
 
 
-def _config(tmp_path: Path, rules: list, default: str | None, name: str = "script") -> Path:
-    path = tmp_path / f"{name}.json"
+def _config(tmp_path: Path, rules: list, default: str | None, name: str = "behaviour") -> Path:
+    # The scripted model's id is its file name, which the session's call cache keys on: a name of its own.
+    path = tmp_path / f"{name}-script.json"
     path.write_text(json.dumps({"rules": rules, "default": default}))
     cfg = tmp_path / f"{name}.toml"
     cfg.write_text(f'[models.script]\nbackend = "scripted"\nmodel = "{path}"\n[roles]\ndefault = "script"\n')
@@ -44,7 +45,8 @@ def _config(tmp_path: Path, rules: list, default: str | None, name: str = "scrip
 
 def _eval(cfg: Path, run_dir: Path, index: Path, limit: int, *extra: str) -> dict:
     res = CliRunner().invoke(app, ["eval", "disbench", "--images-root", str(ALBUM), "--method", "photocraft",
-                                   "--limit", str(limit), "--config", str(cfg), "--run-dir", str(run_dir),
+                                   "--limit", str(limit), "--sample", "first", "--config", str(cfg),
+                                   "--run-dir", str(run_dir),
                                    "--index", str(index), "--json", *extra])
     assert res.exit_code == 0, res.output[-3000:]
     return json.loads(res.stdout)
@@ -102,7 +104,7 @@ def test_never_answers_answers_after_the_budget_and_chat_error(user_env, tmp_pat
     # --compare puts the fallback and error rates beside the metrics.
     good = _config(tmp_path, [[r"\[REFLECTION", rules[0][1]], ["used all 2 turns", 'The final answer is: '
                                                                 '["u1001/13942060963"]'], ["Query:", search("x")]],
-                   None, "good")
+                   None, "behaviour-good")
     _eval(good, tmp_path / "good", tmp_path / "index", 3, "--set", "photocraft.max_turns=2")
     res = CliRunner().invoke(app, ["eval", "--compare", str(tmp_path / "run"), str(tmp_path / "good"), "--json"])
     assert res.exit_code == 0, res.output

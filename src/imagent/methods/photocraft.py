@@ -281,10 +281,11 @@ class _DeepSearch(Method):
             step.outputs = {"answer_set": list(run.answer), **run.to_dict()}
             if run.source == "fallback":
                 step.note(run.reason)
-        source = Source.fallback("best_candidates") if run.source == "fallback" else Source.METHOD
+        fallback = "best_candidates" if run.state.seen else "plain_search"  # nothing seen: the album search
+        source = Source.fallback(fallback) if run.source == "fallback" else Source.METHOD
         return Result(ranking=ranking, trace=trace, answer_set=list(run.answer), source=source,
                       source_reason=run.reason if run.source == "fallback" else "",
-                      counts=agent_counts(run, cfg.max_turns, trace))
+                      counts=agent_counts(run, trace))
 
     @staticmethod
     def ranking(run: AgentRun, top_k: int) -> Ranking:
@@ -300,24 +301,23 @@ class _DeepSearch(Method):
         return Ranking(ids[: max(top_k, len(run.answer))], scores[: max(top_k, len(run.answer))])
 
 
-def agent_counts(run: AgentRun, max_turns: int, trace: Trace) -> dict[str, int]:
+def agent_counts(run: AgentRun, trace: Trace) -> dict[str, int]:
     """The agent's own behaviour counts for one query (summed by an evaluation's ``behaviour``): episodes, turns,
     tool calls by tool (the calls that ran), answer fallbacks, forced final answers (the answer came from the
     last call without tools, after the turn budget), audits passed / failed, compressions, skills injected."""
     state = run.state
     counts: dict[str, int] = {"episodes": 1, "turns": run.turns,
                               "answer_fallbacks": int(run.source == "fallback"),
-                              "forced_final_answers": int(run.source == "model" and run.turns > max_turns)}
+                              "forced_final_answers": int(run.source == "model" and run.forced)}
     for step in trace.steps:
         for call in step.calls:
             if call.kind == "tool":
                 key = f"tool_calls.{call.role}"
                 counts[key] = counts.get(key, 0) + 1
-    audits = state.extra.get("audits") or []
-    counts["audits_passed"] = sum(1 for a in audits if a.get("passed"))
-    counts["audits_failed"] = len(audits) - counts["audits_passed"]
-    counts["compressions"] = len(state.extra.get("compressions") or [])
-    counts["skills_injected"] = int(bool(state.extra.get("skill")))
+    counts["audits_passed"] = sum(1 for a in state.audits if a.passed)
+    counts["audits_failed"] = len(state.audits) - counts["audits_passed"]
+    counts["compressions"] = len(state.compressions)
+    counts["skills_injected"] = int(state.skill is not None)
     return counts
 
 
