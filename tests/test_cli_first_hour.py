@@ -185,13 +185,13 @@ def test_search_prints_the_estimate_and_passes_the_cap(runner, index, scripted_s
     seen: list[Trace] = []
     from imagent.api import Workspace
 
-    original = Workspace.search
+    original = Workspace.run
 
     def spy(self, *a, trace=None, **k):
         seen.append(trace)
         return original(self, *a, trace=trace, **k)
 
-    monkeypatch.setattr(Workspace, "search", spy)
+    monkeypatch.setattr(Workspace, "run", spy)
     out = runner.invoke(app, ["search", "make it red", "-m", "cirevl", "--ref", "animals__birds__penguin",
                               "--index", index, "--max-calls", "5", "--no-server", *scripted_sets])
     assert out.exit_code == 0, out.output

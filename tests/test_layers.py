@@ -49,3 +49,135 @@ def test_layers_import_one_way():
         for target in imported_parts(path) - {part} - ALLOWED[part]:
             wrong.append(f"{rel} imports imagent.{target}")
     assert not wrong, "imports against the layering:\n" + "\n".join(wrong)
+
+
+# --------------------------------------------------------------------------- no import cycle, no long file
+
+MAX_LINES = 700
+
+# Known offenders being removed by their owners; this list only shrinks (never add to it).
+KNOWN_CYCLES: set[frozenset[str]] = set()
+KNOWN_LONG: set[str] = set()  # index/builder.py and index/gallery.py: split into sources / store / snapshots
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _import_graph(root: Path = SRC, package: str = "imagent") -> dict[str, set[str]]:
+    """Module -> the modules of ``root`` it imports, counting every import statement (function-level ones and
+    those under ``if TYPE_CHECKING:`` too). ``from a.b import c`` is an edge to ``a.b.c`` when that is a
+    module, else to ``a.b``; relative imports are resolved. Names are relative to the package."""
+    files = {_module_name(p, root): p for p in root.rglob("*.py")}
+
+    def local(name: str) -> str | None:
+        if name == package:
+            return ""
+        return name.removeprefix(package + ".") if name.startswith(package + ".") else None
+
+    graph: dict[str, set[str]] = {}
+    for me, path in files.items():
+        here = me if path.name == "__init__.py" else me.rpartition(".")[0]
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets: list[str] = []
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = here.split(".") if here else []
+                    mod: str | None = ".".join([*base[: len(base) - (node.level - 1)], *filter(None, [node.module])])
+                else:
+                    mod = local(node.module or "")
+                if mod is None:
+                    continue
+                for alias in node.names:
+                    sub = f"{mod}.{alias.name}" if mod else alias.name
+                    targets.append(sub if sub in files else mod)
+            elif isinstance(node, ast.Import):
+                targets = [m for a in node.names if (m := local(a.name)) is not None]
+            for t in targets:
+                while t and t not in files:
+                    t = t.rpartition(".")[0]
+                if t in files and t != me:
+                    edges.add(t)
+        graph[me] = edges
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """The strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    out: list[frozenset[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, it = work[-1]
+            for w in it:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                    break
+                if w in on_stack:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp = set()
+                    while True:
+                        w = stack.pop()
+                        on_stack.discard(w)
+                        comp.add(w)
+                        if w == v:
+                            break
+                    if len(comp) > 1:
+                        out.append(frozenset(comp))
+    return out
+
+
+def test_no_import_cycle_between_files():
+    cycles = _cycles(_import_graph())
+    new = [sorted(c) for c in cycles if c not in KNOWN_CYCLES]
+    assert not new, "files importing each other (directly or through others):\n" + "\n".join(map(str, new))
+    gone = [sorted(c) for c in KNOWN_CYCLES if c not in cycles]
+    assert not gone, f"a known cycle is gone: remove it from KNOWN_CYCLES: {gone}"
+
+
+def test_the_cycle_finder_sees_function_level_and_type_checking_imports(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from pkg.sub import b\n")
+    (pkg / "sub" / "b.py").write_text("def f():\n    from pkg import c\n")
+    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import x\n")
+    (pkg / "d.py").write_text("import pkg.a\n")
+    graph = _import_graph(pkg, "pkg")
+    assert graph["a"] == {"sub.b"} and graph["sub.b"] == {"c"} and graph["c"] == {"a"} and graph["d"] == {"a"}
+    assert _cycles(graph) == [frozenset({"a", "sub.b", "c"})]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_file_over_700_lines():
+    long = {str(p.relative_to(SRC)): n for p in SRC.rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    new = {k: v for k, v in long.items() if k not in KNOWN_LONG}
+    assert not new, f"files over {MAX_LINES} lines (split them along their seams): {new}"
+    gone = sorted(KNOWN_LONG - set(long))
+    assert not gone, f"a known long file is short now: remove it from KNOWN_LONG: {gone}"

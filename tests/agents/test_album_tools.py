@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from imagent.agents import AgentRuntime, AgentState, ToolError
+from imagent.agents import AgentRuntime, ToolError, ToolScope
 from imagent.agents.album_tools import AlbumToolsConfig, WebSearchTool, album_tools, unavailable_tools_note
 from imagent.core.cache import DiskCache
 from imagent.core.trace import Trace
@@ -25,7 +25,7 @@ def tools(known_album):
 
 @pytest.fixture
 def state():
-    return AgentState(query="q", trace=Trace())
+    return ToolScope()
 
 
 def test_the_paper_tools_are_offered_and_web_search_only_with_a_backend(known_album):

@@ -334,7 +334,7 @@ class Recorder(AgentHooks):
 
     def on_start(self, state):
         self.events.append("start")
-        state.messages[1] = Message.user("HINT: search short keywords.\n", *state.messages[1].parts)
+        state.set_task(Message.user("HINT: search short keywords.\n", *state.messages[1].parts))
 
     def before_turn(self, state):
         self.events.append(f"before:{state.turn + 1}")

@@ -18,9 +18,9 @@ from imagent.core.config import IndexOptions
 from imagent.core.types import Query
 from imagent.eval.datasets import load_benchmark
 from imagent.methods.base import MethodContext, get_method
-from imagent.methods.photocraft import ScopedAlbum
 from imagent.models.chat_scripted import ScriptedChatModel
 from imagent.models.roles import Roles
+from imagent.tools.album import Album
 
 ALBUM = Path(str(files("imagent.eval") / "data" / "album_mini"))
 FLAMINGO = "u1001/13942060112"
@@ -59,7 +59,7 @@ def test_device_and_scope(ctx_for):
     ctx = ctx_for(ScriptedChatModel(default="x"))
     assert ctx.gallery.record(FLAMINGO).device == "Canon EOS 550D"  # the manifest's device column
     scope = user_ids(ctx.gallery, "u1001")
-    album = ScopedAlbum(ctx.gallery, ctx.dual, ctx.text, scope)
+    album = Album(ctx.gallery, ctx.dual, ctx.text).scoped(scope)
     assert len(album) == len(scope) == 55 and "u1002/27815530001" not in album
     hits = album.search("a pigeon", 50)
     assert hits.ids and set(hits.ids) <= set(scope)  # u1002 has a pigeon too; it is not this album's

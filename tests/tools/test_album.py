@@ -142,13 +142,11 @@ def test_metadata_columns_come_from_sqlite_and_fall_back_when_stale(album_record
 def test_time_span_of_an_album_and_of_a_scoped_one(known_album):
     """The oldest and newest photo by the time column (vectorised); a scoped album (one DISBench user) keeps
     its own rows, in gallery order, and its own span; a photo without a time never counts."""
-    from imagent.methods.photocraft import ScopedAlbum
-
     first, last = known_album.time_span()
     assert (first.id, last.id) == ("tux", "crow") and known_album.rows is None
-    scoped = ScopedAlbum(known_album.gallery, known_album.dual, known_album.text, ["frog", "hen", "penguin", "ghost"])
+    scoped = known_album.scoped(["frog", "hen", "penguin", "ghost"])
     assert scoped.ids == ["penguin", "frog", "hen"] and list(scoped.rows) == [known_album.gallery.row(i)
                                                                           for i in scoped.ids]
     first, last = scoped.time_span()
     assert (first.id, last.id) == ("penguin", "frog")
-    assert ScopedAlbum(known_album.gallery, known_album.dual, known_album.text, ["hen"]).time_span() is None
+    assert known_album.scoped(["hen"]).time_span() is None

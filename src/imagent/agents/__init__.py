@@ -1,4 +1,4 @@
-"""The agent runtime: typed tools, the native / text tool-call protocols, and the tool-calling loop.
+"""The agent runtime: typed state, typed tools, the native / text / JSON tool-call protocols, the loop.
 
 Any method that plans or acts with tools (PhotoCraft, ImageSeeker, OSCAR's planner) stands on this
 layer instead of writing its own loop::
@@ -9,13 +9,20 @@ layer instead of writing its own loop::
                            known_ids=ctx.gallery)
     run = runtime.run(query.text)        # -> AgentRun: answer ids, source, reason, turns, tokens, seconds
 
+Its modules, lowest first (each imports only those above it):
+
+- :mod:`imagent.agents.state`: the typed state of a run: :class:`ToolCall`, :class:`Observation`,
+  :class:`TurnRecord`, :class:`ToolScope` (what a tool receives: saved subsets, the album scope),
+  :class:`AgentState`, :class:`AgentRun` (the answer and how it was obtained);
 - :mod:`imagent.agents.tools`: :class:`Tool` (name, description, JSON-Schema ``parameters``,
-  ``run(args, state) -> Observation``), :class:`Observation`, :class:`ToolError`, :func:`validate_args`;
-- :mod:`imagent.agents.protocol`: :class:`ToolCall`, :func:`parse_tool_calls` (the ``<tool_call>`` text
-  protocol), :func:`parse_final_answer` (``The final answer is: [...]``), :func:`tools_as_openai`,
-  :func:`text_protocol_prompt`;
-- :mod:`imagent.agents.runtime`: :class:`AgentRuntime`, :class:`AgentState`, :class:`AgentHooks`
-  (memory hook points), :class:`AgentRun`, :class:`TurnRecord`;
+  ``run(args, scope) -> Observation``), :class:`ToolError`, :func:`validate_args`;
+- :mod:`imagent.agents.protocol`: the wire formats: :func:`parse_tool_calls` (the ``<tool_call>`` text
+  protocol), :func:`parse_final_answer` (``The final answer is: [...]``), the JSON protocol's schema, prompts;
+- :mod:`imagent.agents.guards`: the small-model guards (repeated calls, copied example dates, loops);
+- :mod:`imagent.agents.protocols`: one class per protocol (:class:`NativeProtocol`, :class:`TextProtocol`,
+  :class:`JsonProtocol`) behind :class:`TurnProtocol`;
+- :mod:`imagent.agents.runtime`: :class:`AgentRuntime` (the loop) and :class:`AgentHooks` (memory hook points);
+- :mod:`imagent.agents.memory`, :mod:`imagent.agents.skills`: PhotoCraft's memories as hooks;
 - :mod:`imagent.agents.album_tools`: the album tools (ImageSearch, GetMetadata, FilterMetadata,
   ViewPhotos, WebSearch) as :class:`Tool` objects over :class:`imagent.tools.album.Album`.
 """
@@ -23,7 +30,6 @@ layer instead of writing its own loop::
 from __future__ import annotations
 
 from imagent.agents.protocol import (
-    ToolCall,
     format_tool_call,
     format_tool_response,
     native_tool_calls,
@@ -33,17 +39,19 @@ from imagent.agents.protocol import (
     text_protocol_prompt,
     tools_as_openai,
 )
-from imagent.agents.runtime import (
-    ANSWER_FORMAT,
+from imagent.agents.protocols import ANSWER_FORMAT, JsonProtocol, NativeProtocol, TextProtocol, TurnProtocol
+from imagent.agents.runtime import AgentHooks, AgentRuntime, ToolMode
+from imagent.agents.state import (
     DEFAULT_MAX_TURNS,
-    AgentHooks,
     AgentRun,
-    AgentRuntime,
     AgentState,
-    ToolMode,
+    CallResult,
+    Observation,
+    ToolCall,
+    ToolScope,
     TurnRecord,
 )
-from imagent.agents.tools import Observation, Tool, ToolError, validate_args
+from imagent.agents.tools import Tool, ToolError, validate_args
 
 __all__ = [
     "ANSWER_FORMAT",
@@ -52,11 +60,17 @@ __all__ = [
     "AgentRun",
     "AgentRuntime",
     "AgentState",
+    "CallResult",
+    "JsonProtocol",
+    "NativeProtocol",
     "Observation",
+    "TextProtocol",
     "Tool",
     "ToolCall",
     "ToolError",
     "ToolMode",
+    "ToolScope",
+    "TurnProtocol",
     "TurnRecord",
     "format_tool_call",
     "format_tool_response",

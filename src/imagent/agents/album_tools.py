@@ -3,8 +3,9 @@
 - ``ImageSearch(query, top_k=20, search_within?, visual_cue?)``: ranked photo ids with scores;
 - ``GetMetadata(photo_ids, fields?)``: time, place (lat, lon, address), device;
 - ``FilterMetadata(expression, save_as?, search_within?)``: ids matching a filter expression
-  (:mod:`imagent.tools.filter_lang`); a named subset is kept in the runtime's state so later calls
-  name it (``search_within``) instead of passing hundreds of ids through the context;
+  (:mod:`imagent.tools.filter_lang`); a named subset is kept in the run's
+  :class:`~imagent.agents.state.ToolScope` so later calls name it (``search_within``) instead of passing
+  hundreds of ids through the context;
 - ``ViewPhotos(photo_ids)``: shows up to ``max_view`` photos, each with its id (a blind model reads
   each photo's text surrogate);
 - ``WebSearch(query)``: web snippets, only when a backend is configured (:func:`album_tools` leaves it
@@ -23,8 +24,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from imagent.agents.runtime import AgentState
-from imagent.agents.tools import Observation, Tool, ToolError
+from imagent.agents.state import Observation, ToolScope
+from imagent.agents.tools import Tool, ToolError
 from imagent.core.cache import DiskCache, stable_key
 from imagent.tools.album import METADATA_FIELDS, Album, format_time
 from imagent.tools.web_text import WebResult, WebTextSearch
@@ -130,10 +131,10 @@ class ImageSearchTool(_AlbumTool):
             "additionalProperties": False,
         }
 
-    def run(self, args: dict[str, Any], state: AgentState) -> Observation:
+    def run(self, args: dict[str, Any], scope: ToolScope) -> Observation:
         query = str(args.get("query") or "").strip()
         within_name = args.get("search_within")
-        within = state.subset(within_name) if within_name else None
+        within = scope.subset(within_name) if within_name else None
         cue = str(args["visual_cue"]).strip() if args.get("visual_cue") else None
         ranking = self.album.search(query, int(args["top_k"]), within=within, visual_cue=cue)
         scope = f" within subset {within_name!r} ({len(within or [])} photos)" if within_name else ""
@@ -174,7 +175,7 @@ class GetMetadataTool(_AlbumTool):
             "additionalProperties": False,
         }
 
-    def run(self, args: dict[str, Any], state: AgentState) -> Observation:
+    def run(self, args: dict[str, Any], scope: ToolScope) -> Observation:
         ids = _ids_arg(args["photo_ids"])
         if not ids:
             raise ToolError("GetMetadata needs at least one photo id")
@@ -234,17 +235,17 @@ class FilterMetadataTool(_AlbumTool):
             "additionalProperties": False,
         }
 
-    def run(self, args: dict[str, Any], state: AgentState) -> Observation:
+    def run(self, args: dict[str, Any], scope: ToolScope) -> Observation:
         expr = str(args["expression"])
         within_name = args.get("search_within")
-        within = state.subset(within_name) if within_name else None
+        within = scope.subset(within_name) if within_name else None
         save_as = _subset_name(args["save_as"]) if args.get("save_as") else None
         ids = self.album.filter(expr, within)
         limit = self.config.list_limit
         if save_as is None and len(ids) > limit:
-            save_as = f"filter_{sum(1 for k in state.subsets if k.startswith('filter_')) + 1}"
+            save_as = f"filter_{sum(1 for k in scope.subsets if k.startswith('filter_')) + 1}"
         if save_as is not None:
-            state.save_subset(save_as, ids)
+            scope.save_subset(save_as, ids)
         head = f"{len(ids)} photo(s) match {expr!r}" + (f" within {within_name!r}" if within_name else "")
         if ids:
             first = format_time(self.album.gallery.record(ids[0]))
@@ -287,7 +288,7 @@ class ViewPhotosTool(_AlbumTool):
             "additionalProperties": False,
         }
 
-    def run(self, args: dict[str, Any], state: AgentState) -> Observation:
+    def run(self, args: dict[str, Any], scope: ToolScope) -> Observation:
         ids = _ids_arg(args["photo_ids"])
         if not ids:
             raise ToolError("ViewPhotos needs at least one photo id")
@@ -323,7 +324,7 @@ class WebSearchTool(Tool):
             "additionalProperties": False,
         }
 
-    def run(self, args: dict[str, Any], state: AgentState) -> Observation:
+    def run(self, args: dict[str, Any], scope: ToolScope) -> Observation:
         query = str(args["query"]).strip()
         n = self.config.web_results
 

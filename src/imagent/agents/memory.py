@@ -37,9 +37,10 @@ from dataclasses import dataclass, field
 from string import Template
 from typing import Any, ClassVar
 
-from imagent.agents.runtime import AgentHooks, AgentState
+from imagent.agents.runtime import AgentHooks
 from imagent.agents.skills import SkillLibrary
-from imagent.agents.tools import Observation, Tool
+from imagent.agents.state import AgentState, Audit, Compression, Observation, SkillUse, ToolScope
+from imagent.agents.tools import Tool
 from imagent.models.base import ImagePart, Message
 
 SUMMARY_KINDS = ("digest", "session", "working")
@@ -237,7 +238,7 @@ class WorkingMemory(AgentHooks):
         return out
 
     def compress(self, state: AgentState, trigger: str) -> None:
-        system, task, history = state.messages[0], state.messages[1], state.messages[2:]
+        history = state.messages[2:]
         before = self.estimate_tokens(state)
         with state.trace.step("memory.condense", trigger=trigger, turn=state.turn) as step:
             sections = "\n".join(f"- {self.SECTION_TEXT[k]}" for k in self.summaries) if self.structured else (
@@ -282,13 +283,11 @@ class WorkingMemory(AgentHooks):
             if kept:
                 memory += ["", "Metadata the summary lost, in the tool's own words:", *kept]
             memory.append("\nContinue the search from here (the working summary says what comes next).")
-            state.messages = [system, task, Message.user("\n".join(memory))]
-            for key in ("calls_made", "ids_used"):  # results folded away: a repeated call may be needed again
-                state.extra.pop(key, None)
+            state.fold_history(Message.user("\n".join(memory)))  # the guards forget the folded calls
             self._turns_done = len(state.turns)
             self._carried = carried
             self.compressions += 1
-            state.extra.setdefault("compressions", []).append({"turn": state.turn, "trigger": trigger})
+            state.compressions.append(Compression(turn=state.turn, trigger=trigger))
             step.outputs = {
                 "compressed": True,
                 "messages_folded": len(history),
@@ -312,7 +311,7 @@ class MemoryCondense(Tool):
         self.memory = memory
         self.parameters = {"type": "object", "properties": {}, "additionalProperties": False}
 
-    def run(self, args: dict[str, Any], state: AgentState) -> Observation:
+    def run(self, args: dict[str, Any], scope: ToolScope) -> Observation:
         self.memory.request()
         return Observation("The history will be condensed into working memory before your next turn.",
                            summary="memory condense requested")
@@ -461,8 +460,7 @@ class EpisodicMemory(AgentHooks):
             passed = decision == "pass"
             keywords = [str(k) for k in value.get("new_keywords") or [] if str(k).strip()]
             remove = [str(r) for r in value.get("remove") or [] if str(r) in answer]
-            state.extra.setdefault("audits", []).append({"turn": state.turn, "passed": passed, **verdict,
-                                                         "decision": decision})
+            state.audits.append(Audit(turn=state.turn, passed=passed, verdict=verdict, decision=decision))
             step.outputs = {"decision": decision, "decided_by": "decision", **verdict, "remove": remove,
                             "new_keywords": keywords}
             step.note(f"audit decision: {decision} (the decision field alone decides whether the answer stands)")
@@ -507,8 +505,8 @@ class SkillInjection(AgentHooks):
             if skill is None:
                 return
             task = state.messages[1]
-            state.messages[1] = Message("user", [skill.hint() + "\n\n", *task.parts])
-            state.extra["skill"] = {"id": skill.id, "similarity": sim}
+            state.set_task(Message("user", [skill.hint() + "\n\n", *task.parts]))
+            state.skill = SkillUse(id=skill.id, similarity=sim)
 
 
 __all__ = [

@@ -39,10 +39,10 @@ import ast
 import json
 import re
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from imagent.agents.state import ToolCall
 from imagent.models.json_output import JSONParseError, extract_json, parse_json
 
 if TYPE_CHECKING:
@@ -56,28 +56,6 @@ _BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|(?=<tool_call>)|$)", re.S 
 _FENCED = re.compile(r"```(?:json|JSON)?\s*(\{.*?\})\s*```", re.S)
 _FINAL = re.compile(r"final\s+answer\s*(?:is)?\s*[:：]?\s*", re.I)
 _ID_TOKEN = re.compile(r"[A-Za-z0-9][\w.:/-]*")
-
-
-@dataclass
-class ToolCall:
-    """One call the model asked for. ``error`` is set when the call could not be read; ``raw`` is
-    the text it was read from (for the trace)."""
-
-    name: str
-    arguments: dict[str, Any] = field(default_factory=dict)
-    id: str = ""
-    error: str | None = None
-    raw: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"id": self.id, "name": self.name, "arguments": self.arguments}
-        if self.error:
-            d["error"] = self.error
-        return d
-
-    def openai(self) -> dict[str, Any]:
-        """The ``{"id", "name", "arguments"}`` form an assistant :class:`~imagent.models.base.Message` carries."""
-        return {"id": self.id, "name": self.name, "arguments": json.dumps(self.arguments, ensure_ascii=False)}
 
 
 def _strip_think(text: str) -> str:

@@ -1,4 +1,15 @@
-"""Typed agent tools: a name, a description, a JSON-Schema signature and ``run(args, state)``.
+"""Typed agent tools: a name, a description, a JSON-Schema signature and ``run(args, scope)``.
+
+Subclass :class:`Tool`, set ``name``, ``description`` and ``parameters`` and implement ``run``; ``run``
+receives validated arguments and a :class:`~imagent.agents.state.ToolScope` (the saved subsets, the album
+scope), never the loop, and returns an :class:`~imagent.agents.state.Observation`::
+
+    class Echo(Tool):
+        name, description = "Echo", "Repeat the text."
+        parameters = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+
+        def run(self, args, scope):
+            return Observation(args["text"])
 
 A tool never raises out of the agent loop for something the model did wrong: bad arguments, an
 unknown photo id or a filter that does not parse raise :class:`ToolError`, whose message the runtime
@@ -15,49 +26,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
-from imagent.models.base import ImagePart
+from imagent.agents.state import SUMMARY_CHARS, Observation, ToolScope
 from imagent.models.json_output import JSONParseError, coerce
 from imagent.tools.base import ToolError
-
-if TYPE_CHECKING:
-    from imagent.agents.runtime import AgentState
-
-# How much of an observation the trace keeps as its summary (the model reads the whole text).
-SUMMARY_CHARS = 400
-
-
-@dataclass
-class Observation:
-    """What a tool call returns.
-
-    - ``text``: what the model reads (the ``tool`` message, or the text protocol's ``<tool_response>``);
-    - ``photos``: the album ids it returned, in order (traces and the web UI show them as thumbnails);
-    - ``scores``: retrieval scores of returned photos, where the tool has them; the runtime keeps the
-      best score seen per photo (the never-empty fall-back answers with the best of them);
-    - ``images``: ``(photo id, image part)`` pairs to show the model: the runtime sends them in a user
-      message after the tool messages, each id written beside its image (tool messages carry text only);
-      a blind model gets each photo's text surrogate instead (the role's caption mode);
-    - ``data``: structured output for the trace (JSON-serialisable);
-    - ``summary``: one line for the trace; defaults to the start of ``text``;
-    - ``error``: True when this observation reports a failed call (set by the runtime for ToolErrors).
-    """
-
-    text: str
-    photos: list[str] = field(default_factory=list)
-    scores: dict[str, float] = field(default_factory=dict)
-    images: list[tuple[str, ImagePart]] = field(default_factory=list)
-    data: dict[str, Any] = field(default_factory=dict)
-    summary: str = ""
-    error: bool = False
-
-    def short(self) -> str:
-        """The trace's summary of this observation."""
-        s = self.summary or self.text
-        s = " ".join(s.split())
-        return s if len(s) <= SUMMARY_CHARS else s[: SUMMARY_CHARS - 1] + "…"
 
 
 class Tool(ABC):
@@ -65,8 +38,8 @@ class Tool(ABC):
 
     Subclasses set ``name``, ``description`` and ``parameters`` (a JSON Schema object; keep to the
     subset :func:`validate_args` checks) and implement :meth:`run`. ``run`` receives validated
-    arguments (defaults filled in) and the runtime's :class:`~imagent.agents.runtime.AgentState`
-    (named subsets, candidates seen); it returns an :class:`Observation` or raises :class:`ToolError`.
+    arguments (defaults filled in) and the run's :class:`~imagent.agents.state.ToolScope` (the named
+    subsets, the album scope); it returns an :class:`Observation` or raises :class:`ToolError`.
     """
 
     name: str
@@ -83,12 +56,12 @@ class Tool(ABC):
     example: ClassVar[dict[str, Any] | None] = None
 
     @abstractmethod
-    def run(self, args: dict[str, Any], state: AgentState) -> Observation:
+    def run(self, args: dict[str, Any], scope: ToolScope) -> Observation:
         """Do the call. Raise :class:`ToolError` with a message the model can act on."""
 
-    def __call__(self, args: dict[str, Any], state: AgentState) -> Observation:
+    def __call__(self, args: dict[str, Any], scope: ToolScope) -> Observation:
         """Validate ``args`` against :attr:`parameters`, then :meth:`run`."""
-        return self.run(validate_args(self.parameters, args, tool=self.name), state)
+        return self.run(validate_args(self.parameters, args, tool=self.name), scope)
 
     def spec(self) -> dict[str, Any]:
         """The OpenAI ``tools`` entry for this tool."""
@@ -205,4 +178,4 @@ def _check_bounds(who: str, key: str, v: Any, sch: dict[str, Any]) -> None:
         raise ToolError(f"{who}argument {key!r} must not be empty")
 
 
-__all__ = ["SUMMARY_CHARS", "Observation", "Tool", "ToolError", "validate_args"]
+__all__ = ["SUMMARY_CHARS", "Observation", "Tool", "ToolError", "ToolScope", "validate_args"]

@@ -7,11 +7,9 @@ index, unreachable model server, unreadable image) print one clear line and exit
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,7 +18,7 @@ import yaml
 from rich.table import Table
 
 from imagent.api import Workspace
-from imagent.cli import eval_cmd, oscar_cmd, skills_cmd
+from imagent.cli import eval_cmd, oscar_cmd, photos_cmd, skills_cmd
 from imagent.cli.common import (
     ConfigOpt,
     HintedError,
@@ -46,6 +44,7 @@ app.add_typer(config_app, name="config")
 models_app = typer.Typer(help="Configured models, which see pixels, and ready presets.")
 app.add_typer(models_app, name="models")
 app.add_typer(skills_cmd.app, name="skills")
+app.command(name="duplicates")(photos_cmd.duplicates)
 
 
 def expand_sets(sets: list[str] | None, method: str | None) -> list[str]:
@@ -85,66 +84,18 @@ def index(
     from rich.markup import escape
     from rich.text import Text
 
-    from imagent.api import extra_encoders
     from imagent.core.text import display_path
-    from imagent.index.builder import build_index
-    from imagent.index.embedding import LazyEncoder
-    from imagent.models.registry import model_id_for, sees_pixels_for
 
-    if not source.exists():
-        raise FileNotFoundError(f"no such file or folder: {display_path(source)}")
-    if captions is not None and not captions.is_file():
-        raise FileNotFoundError(f"no such caption file: {display_path(captions)}")
     ws = get_workspace(config, set_)
-    s = ws.settings
-    root = index_dir or s.index
-    options = s.indexing.model_copy(update={"caption_missing": caption_missing or s.indexing.caption_missing})
-    refusal = ""
-    captioner = None
-    if options.caption_missing:
-        entry, model_cfg = s.model_for_role("captioner")
-        if model_cfg.vision:
-            captioner = ws.roles["captioner"]
-        else:
-            # Checked from the config, so the blind model is not even loaded.
-            refusal = (f"captioning refused: the captioner role uses model entry {entry!r} ({model_cfg.model}), "
-                       "which does not see images (vision = false); a model that cannot see an image must not "
-                       "describe it. Configure a captioner with vision (an OpenAI-compatible vision model, "
-                       "vision = true) or import captions with --captions FILE")
-            options = options.model_copy(update={"caption_missing": False})
-    # Loaded only when something must be embedded: a run that finds nothing new never loads a model.
-    load_text, load_dual = (lambda: ws.text_embedder), (lambda: ws.dual_encoder)
-    load_extra: Callable[[str], Any] = ws.encoder
-    cluster = contextlib.nullcontext()
-    if ray:
-        from imagent.index.distributed import RayEncoderPool, ray_cluster
-
-        def pool(part: str) -> Callable[[], Any]:
-            # Each actor builds its own encoder from the settings (models are loaded there, not shipped).
-            return lambda: RayEncoderPool(lambda: getattr(Workspace(s), part), actors=ray_actors,
-                                          gpus_per_actor=ray_gpus)
-
-        def extra_pool(name: str) -> Any:
-            # An extra encoder ([encoders.<name>]) is its own pool of actors, built there like the main ones.
-            return RayEncoderPool(lambda: Workspace(s).encoder(name), actors=ray_actors, gpus_per_actor=ray_gpus)
-
-        load_text, load_dual, load_extra = pool("text_embedder"), pool("dual_encoder"), extra_pool
-        cluster = ray_cluster(ray)
-        options = options.model_copy(update={"batch_size": max(options.batch_size, 64 * ray_actors)})
-    text = LazyEncoder(load_text, model_id_for("text", s.text_embedder))
-    dual = LazyEncoder(load_dual, model_id_for("dual", s.dual_encoder, s.text_embedder),
-                       sees_pixels=sees_pixels_for("dual", s.dual_encoder))
-    extras = extra_encoders(s, load_extra)
-    with cluster, progress_bar() as bar:
+    root = index_dir or ws.settings.index
+    with progress_bar() as bar:
         task = bar.add_task("indexing", total=None, item="")
 
         def on_progress(done: int, total: int, path: str) -> None:
             bar.update(task, completed=done, total=total, item=escape(Path(path).name[:40]))
 
-        report = build_index(source, root, dual, text, options, captioner=captioner, progress=on_progress,
-                             captions=captions, extras=extras)
-    if refusal:
-        report.warnings.insert(0, refusal)
+        report = ws.index(source, index_dir, caption_missing=caption_missing, captions=captions, ray=ray,
+                          ray_actors=ray_actors, ray_gpus=ray_gpus, progress=on_progress)
     if json_out:
         console.print_json(json.dumps({"index": display_path(root), **report.to_dict()}, default=str))
         return
@@ -175,7 +126,8 @@ def index(
 @app.command(epilog=SCORE_HELP)
 @user_errors
 def search(
-    text: Annotated[str, typer.Argument(help="the query, or the modification text with --ref")],
+    text: Annotated[str, typer.Argument(help="the query, or the modification text with --ref (optional with "
+                                        "--where: the matching photos in time order)")] = "",
     ref: Annotated[str | None, typer.Option("--ref", help="reference image: a gallery id or an image file")] = None,
     method: Annotated[str, typer.Option("--method", "-m", help="retrieval method")] = "clip",
     top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="results to return")] = 10,
@@ -183,6 +135,15 @@ def search(
         "--keep-reference", help="let a gallery reference appear in its own results")] = False,
     max_calls: Annotated[int | None, typer.Option(
         "--max-calls", min=0, help="cap on this search's model calls (cache hits are free)")] = None,
+    where: Annotated[str | None, typer.Option(
+        "--where", help="only photos matching this filter: time >= '2019-07-14', time = '2019-07' (a prefix is the "
+        "whole period), place ~ 'Vienna', device ~ 'iphone', near('Vienna', 10), near(48.2, 16.4, 5) (km); "
+        "and/or/not, parentheses")] = None,
+    sort: Annotated[str, typer.Option("--sort", help="score (the method's order) or time (when taken)")] = "score",
+    like: Annotated[str | None, typer.Option(
+        "--like", help="more like this photo (a gallery id or an image file), instead of a query text")] = None,
+    collapse_duplicates: Annotated[bool, typer.Option(
+        "--collapse-duplicates", help="one photo per group of copies / near-duplicates (imagent duplicates)")] = False,
     paths: Annotated[bool, typer.Option("--paths", help="print only the result files, one per line "
                                         "(pipe into a viewer)")] = False,
     no_server: Annotated[bool, typer.Option(
@@ -196,27 +157,26 @@ def search(
 
     Before it starts, the method's estimated model calls are printed (stderr); while it runs, a live
     line shows the step, calls so far and time (on a terminal)."""
-    from imagent.api import result_json
+    from imagent.api import SearchRequest
     from imagent.cli.progress import SearchStatus
-    from imagent.cli.render import print_result
     from imagent.core.trace import Trace
-    from imagent.core.types import Query
-    from imagent.methods.base import get_method
 
     # Everything a user can get wrong is checked before any model loads.
-    cls = get_method(method)
-    task = "cir" if ref is not None else "tir"
-    if task not in cls.tasks:
-        if task == "tir":
-            raise HintedError(f"method {method!r} needs a reference image (it handles composed queries)",
-                              "add --ref IMAGE (a gallery id or an image file)")
-        raise HintedError(f"method {method!r} takes no reference image", "drop --ref, or use --method clip")
+    photo = check_photo_options(text, where, sort, ref, like)
+    if collapse_duplicates:
+        photo["collapse_duplicates"] = True
     ws = get_workspace(config, set_, method)
-    params = check_method_params(ws, method)
     gallery = ws.gallery(index_dir)
-    if ref is not None:
-        check_reference(ref, gallery)
-    estimate = cls.estimate_calls(params, Query(text=text, reference=None))
+    if where is not None:
+        check_where(where, gallery)
+    prepared = prepare_search(ws, SearchRequest(text, method, top_k, ref, keep_reference, index=index_dir, **photo))
+    title = f"{method}: {text}" + (f" (where {where})" if where else "") + (" (by time)" if sort == "time" else "")
+    if like is not None or not prepared.uses_method:  # more like a photo, or a filter alone: no model call
+        result = ws.run(prepared)
+        show_result(result, gallery, f"like {like}" + (f" (where {where})" if where else "") if like is not None
+                    else f"--where {where}", json_out, paths)
+        return
+    estimate = prepared.estimate
     if estimate and not json_out and not paths:
         cap = f", capped at {max_calls}" if max_calls is not None else ""
         err_console.print(f"{method}: up to ~{estimate} model calls at the current settings{cap}",
@@ -225,67 +185,98 @@ def search(
     trace = Trace(listeners=[status], max_calls=max_calls)
     with status:  # a server on this index answers with its models loaded (nothing is loaded here)
         result = served_search(ws, index_dir, config, set_, no_server, text, method, top_k, ref, keep_reference,
-                               max_calls, status)
+                               max_calls, status, photo)
     if result is None:  # no server on this index (or --no-server): search in this process
-        for warning in ws.method(method, index_dir).preflight():  # no model call: missing tools, missing captions
+        for warning in prepared.warnings:  # no model call: missing tools, missing captions
             err_console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
         with status:
-            result = ws.search(text, method=method, top_k=top_k, reference=ref, index=index_dir,
-                               keep_reference=keep_reference, trace=trace)
+            result = ws.run(prepared, trace=trace)
+    show_result(result, gallery, title, json_out, paths)
+
+
+def show_result(result: Any, gallery: Any, title: str, json_out: bool, paths: bool) -> None:
+    from imagent.api import result_json
+    from imagent.cli.render import print_result
+
     if json_out:
         sys.stdout.write(result_json(result, gallery) + "\n")
     elif paths:
         for image_id in result.ranking.ids:
             sys.stdout.write(str(Path(gallery.record(image_id).path).expanduser().resolve()) + "\n")
     else:
-        print_result(console, result, gallery, title=f"{method}: {text}")
+        print_result(console, result, gallery, title=title)
+
+
+def check_photo_options(text: str, where: str | None, sort: str, ref: str | None,
+                        like: str | None = None) -> dict[str, Any]:
+    """The photo options of a search (filter, order, more like this), checked before anything loads."""
+    if sort not in ("score", "time"):
+        raise HintedError(f"unknown --sort {sort!r}", "use --sort score (the method's order) or --sort time")
+    if like is not None and (text.strip() or ref is not None):
+        raise HintedError("--like ranks by the photo alone", "drop the query text and --ref, or use --ref IMAGE "
+                          "with a text for a composed query")
+    if not text.strip() and ref is None and where is None and like is None:
+        raise HintedError("a search needs a query text, a --ref image, --like or a --where filter",
+                          'e.g. imagent search "a penguin", or imagent search --where "place ~ \'Vienna\'"')
+    out: dict[str, Any] = {}
+    if where is not None:
+        out["where"] = where
+    if sort != "score":
+        out["sort"] = sort
+    if like is not None:
+        out["like"] = like
+    return out
+
+
+def check_where(where: str, gallery: Any) -> None:
+    """A --where expression that does not parse is reported with where and why, before any model loads."""
+    from imagent.tools.filter_lang import FilterError
+    from imagent.tools.photo_search import where_rows
+
+    try:
+        where_rows(gallery, where)
+    except FilterError as exc:
+        msg, _, allowed = str(exc).partition(". Allowed:")
+        raise HintedError(msg, f"Allowed:{allowed}" if allowed else "see imagent search --help") from None
 
 
 def served_search(ws: Workspace, index_dir: Path | None, config: Path | None, sets: list[str] | None,
                   no_server: bool, text: str, method: str, top_k: int, ref: str | None, keep_reference: bool,
-                  max_calls: int | None, listener: Any) -> Any:
+                  max_calls: int | None, listener: Any, photo: dict[str, Any] | None = None) -> Any:
     """The result from an `imagent serve` running on this index (models already loaded), or None."""
     from imagent.cli.served import served_search_allowed, try_served_search
 
     if not served_search_allowed(config, expand_sets(sets, method), method, no_server):
         return None
     return try_served_search(index_dir or ws.settings.index, text, method, top_k, ref, keep_reference,
-                             dict(ws.settings.methods.get(method, {})), max_calls, listener)
+                             dict(ws.settings.methods.get(method, {})), max_calls, listener, photo)
 
 
-def check_method_params(ws: Workspace, method: str) -> Any:
-    """The method's configured hyper-parameters, validated now (a typo is reported with the class's
-    valid keys before any model loads)."""
+def prepare_search(ws: Workspace, request: Any) -> Any:
+    """``ws.prepare(request)`` with the mistakes a user can make said in the CLI's words: a method that does not
+    take (or needs) a reference, a parameter that does not validate (with the class's valid keys)."""
     from pydantic import ValidationError
 
+    from imagent.api import TaskMismatch, UnknownReference
     from imagent.cli.common import format_validation_error
     from imagent.methods.base import get_method
 
-    cls = get_method(method)
     try:
-        return cls.Config.model_validate(dict(ws.settings.methods.get(method, {})))
+        return ws.prepare(request)
+    except TaskMismatch as exc:
+        if exc.task == "tir":
+            raise HintedError(f"method {exc.method!r} needs a reference image (it handles composed queries)",
+                              "add --ref IMAGE (a gallery id or an image file)") from None
+        raise HintedError(f"method {exc.method!r} takes no reference image", "drop --ref, or use --method clip") \
+            from None
+    except UnknownReference as exc:
+        raise HintedError(str(exc), "give a gallery id (see `imagent search ... --json` ids) or a path to an image "
+                          "file") from None
     except ValidationError as exc:
-        raise HintedError(f"invalid parameters for method {method!r}:\n"
-                          + format_validation_error(exc, cls.Config, f"methods.{method}"),
+        cls = get_method(request.method)  # known: only the config failed
+        raise HintedError(f"invalid parameters for method {request.method!r}:\n"
+                          + format_validation_error(exc, cls.Config, f"methods.{request.method}"),
                           "`imagent config methods` lists every method's keys and defaults") from None
-
-
-def check_reference(ref: str, gallery: Any) -> None:
-    """A reference is a gallery id or an existing file; otherwise say which ids are close."""
-    from imagent.cli.common import did_you_mean
-
-    if ref in gallery or Path(ref).expanduser().exists():
-        return
-    names = list(gallery.ids)
-    guess = did_you_mean(ref, names)
-    if not guess:  # folder ids are content hashes: also match the file names
-        stems = {Path(r.path).stem: r.id for r in gallery.records()}
-        close = did_you_mean(ref, stems)
-        if close:
-            stem = close.split("'")[1]
-            guess = f" (did you mean {stems[stem]!r}, the file {stem!r}?)"
-    raise HintedError(f"reference {ref!r} is neither an image id in the gallery nor a file{guess}",
-                      "give a gallery id (see `imagent search ... --json` ids) or a path to an image file")
 
 
 # --------------------------------------------------------------------------- models
@@ -482,10 +473,14 @@ def config_show(config: ConfigOpt = None, set_: SetOpt = None, json_out: JsonOpt
 @config_app.command("methods")
 @user_errors
 def config_methods(json_out: JsonOpt = False) -> None:
-    """Every method's hyper-parameters with their defaults (the papers')."""
+    """Every method's hyper-parameters with their defaults, each marked as the paper's (with the section or table
+    setting it) or imagent's own."""
     from imagent.methods.base import describe_methods
+    from imagent.methods.origins import field_origins
 
     data = describe_methods()
+    for name, info in data.items():
+        info["fields"] = field_origins(name, json.loads(json.dumps(info["defaults"])))
     if json_out:
         console.print_json(json.dumps(data))
     else:

@@ -26,6 +26,7 @@ from typing import Any
 
 from imagent.core.redact import redact
 from imagent.eval.datasets.base import Predictions
+from imagent.eval.runlock import run_lock
 
 RESULTS = "results.jsonl"
 CONFIG = "config.json"
@@ -66,7 +67,7 @@ def json_default(obj: Any) -> Any:
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Write ``text`` (secrets masked) to ``path`` through a temporary file, fsync'ed, then renamed."""
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # per process: two writers never share one
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(redact(text))  # no key in a file
         f.flush()
@@ -290,8 +291,8 @@ class RunFolder:
     def writer(self) -> Iterator[RunFolder]:
         """Hold the folder as its one writer while a run appends to it and rewrites its reports (the lock file
         is :data:`LOCK`); every write to a run folder happens inside this block."""
-        self.path.mkdir(parents=True, exist_ok=True)
-        yield self
+        with run_lock(self.path, LOCK):  # a second eval is refused (RunLocked); a dead owner's lock is taken over
+            yield self
 
     def call_keys(self) -> list[tuple[str, str]]:
         return read_call_keys(self.path / CALL_KEYS)

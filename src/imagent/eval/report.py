@@ -7,6 +7,7 @@ Everything here reads only the run directory's records, so a report can be rebui
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,33 +30,47 @@ from imagent.eval.records import (
 
 CURVE_PNG = "recall_at_k.png"
 TIME_PNG = "time_per_stage.png"
+SETS_PNG = "set_scores.png"
 
 
 # --------------------------------------------------------------------------- aggregation
 
 
+def stage_of(step_name: str) -> str:
+    """The stage a trace step belongs to: numbered repeats (an agent's ``turn.3``, a loop's ``round.2.verify``)
+    count as one stage (``turn``, ``round.verify``)."""
+    return re.sub(r"\.\d+(?=\.|$)", "", step_name) or step_name
+
+
 def step_stats(records: Sequence[RunRecord]) -> list[dict[str, Any]]:
-    """Per trace-step name: how often it ran, its latency (mean, p50, p95, total seconds) and what it
-    cost (model calls not served from cache, cache hits, tool calls, tokens). Order: first seen."""
+    """Per stage (trace steps with their numbered repeats aggregated, :func:`stage_of`): in how many queries it
+    ran (``runs``), how many steps that was (``steps``), its seconds per query (mean, p50, p95; total) and what
+    it cost (model calls not served from cache, cache hits, tool calls, tokens). Order: first seen."""
+    keys = ("model_calls", "cached_calls", "tool_calls", "prompt_tokens", "completion_tokens")
     acc: dict[str, dict[str, Any]] = {}
     for rec in records:
+        per_query: dict[str, float] = {}
         for step in rec.steps:
-            a = acc.setdefault(step["name"], {"seconds": [], "model_calls": 0, "cached_calls": 0, "tool_calls": 0,
-                                              "prompt_tokens": 0, "completion_tokens": 0})
-            a["seconds"].append(float(step.get("seconds", 0.0)))
-            for k in ("model_calls", "cached_calls", "tool_calls", "prompt_tokens", "completion_tokens"):
+            name = stage_of(str(step["name"]))
+            a = acc.setdefault(name, {"seconds": [], "steps": 0, **dict.fromkeys(keys, 0)})
+            per_query[name] = per_query.get(name, 0.0) + float(step.get("seconds", 0.0))
+            a["steps"] += 1
+            for k in keys:
                 a[k] += int(step.get(k, 0) or 0)
+        for name, secs in per_query.items():
+            acc[name]["seconds"].append(secs)
     out = []
     for name, a in acc.items():
         s = np.asarray(a["seconds"], dtype=np.float64)
         out.append({
             "step": name,
             "runs": int(s.size),
+            "steps": a["steps"],
             "mean_s": float(s.mean()),
             "p50_s": float(np.percentile(s, 50)),
             "p95_s": float(np.percentile(s, 95)),
             "total_s": float(s.sum()),
-            **{k: a[k] for k in ("model_calls", "cached_calls", "tool_calls", "prompt_tokens", "completion_tokens")},
+            **{k: a[k] for k in keys},
         })
     return out
 
@@ -68,12 +83,10 @@ def run_stats(records: Sequence[RunRecord]) -> dict[str, Any]:
     counters: Counter[str] = Counter()
     notes: Counter[str] = Counter()
     warnings: Counter[str] = Counter()  # the methods' start-of-search checks (Method.preflight)
-    for r in ok:
+    for r in ok:  # notes and warnings counted once per query, however many steps repeat them
         counters.update(r.counters)
-        for s in r.steps:
-            notes.update(set(s.get("notes", [])))
-            if s.get("name") == "checks":
-                warnings.update(set(s.get("notes", [])))
+        notes.update({n for s in r.steps for n in s.get("notes", [])})
+        warnings.update({n for s in r.steps if s.get("name") == "checks" for n in s.get("notes", [])})
     return {
         "queries_scored": len(ok),
         "errors": len(records) - len(ok),
@@ -130,6 +143,28 @@ def plot_recall_curve(curves: dict[str, dict[int, float]], title: str, path: Pat
     ax.set_title(title)
     if len(curves) > 1:
         ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+
+
+def plot_set_scores(scores: dict[str, dict[str, float]], title: str, path: Path) -> None:
+    """Grouped bars: set precision, recall and F1 (%) per query group, each group labelled with its n."""
+    fig = _figure()
+    ax = fig.add_subplot(1, 1, 1)
+    groups = list(scores)
+    x = np.arange(len(groups))
+    for i, (key, color) in enumerate((("precision", "#4c72b0"), ("recall", "#55a868"), ("f1", "#c44e52"))):
+        vals = [scores[g][key] for g in groups]
+        bars = ax.bar(x + (i - 1) * 0.26, vals, width=0.26, label=f"set {key}" if key != "f1" else "set F1",
+                      color=color)
+        for b, v in zip(bars, vals, strict=True):
+            ax.text(b.get_x() + b.get_width() / 2, v + 1, f"{v:.0f}", ha="center", fontsize=7)
+    ax.set_xticks(x)
+    ax.set_xticklabels([f"{g}\n(n={scores[g]['queries']})" for g in groups], fontsize=8)
+    ax.set_ylim(0, 105)
+    ax.set_ylabel("%")
+    ax.legend(fontsize=8)
+    ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path, format="png")
 
@@ -296,12 +331,16 @@ def render_report(config: dict[str, Any], metrics: dict[str, Any], steps: list[d
         f"cache hits {run['cached_calls']}"
         + (f" (hit rate {100 * run['cache_hit_rate']:.1f}%)" if run["cache_hit_rate"] is not None else ""),
         "",
-        "| step | runs | mean s | p50 s | p95 s | total s | model calls | cached | tool calls | tokens in/out |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "Per stage (an agent's turns, numbered steps of a loop, count as one stage; seconds are per query):",
+        "",
+        "| stage | runs | steps | mean s | p50 s | p95 s | total s | model calls | cached | tool calls "
+        "| tokens in/out |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for s in steps:
         out.append(
-            f"| {s['step']} | {s['runs']} | {s['mean_s']:.3f} | {s['p50_s']:.3f} | {s['p95_s']:.3f} | "
+            f"| {s['step']} | {s['runs']} | {s.get('steps', s['runs'])} | {s['mean_s']:.3f} | {s['p50_s']:.3f} | "
+            f"{s['p95_s']:.3f} | "
             f"{s['total_s']:.2f} | {s['model_calls']} | {s['cached_calls']} | {s['tool_calls']} | "
             f"{s['prompt_tokens']}/{s['completion_tokens']} |"
         )
@@ -317,6 +356,12 @@ def render_report(config: dict[str, Any], metrics: dict[str, Any], steps: list[d
     out += ["", "## Plots", ""]
     if "recall_curve" in files:
         out.append(f"![recall at k]({CURVE_PNG})")
+    if "set_scores" in files:
+        sets = metrics.get("set_scores") or {}
+        out.append("Set precision, recall and F1 of the answered sets (queries per group: "
+                   + ", ".join(f"{g} {v['queries']}" for g, v in sets.items()) + "):")
+        out.append("")
+        out.append(f"![set precision, recall, F1]({SETS_PNG})")
     out.append(f"![time per stage]({TIME_PNG})")
     subs = [v for k, v in files.items() if k.startswith("submission:")]
     if subs:
@@ -376,7 +421,13 @@ def write_outputs(run_dir: Path, bench: Benchmark, split: str, items: Sequence[E
     preds = predictions_from_results(recs)
     n_scored = sum(1 for it in items if it.positives and it.id in recs and recs[it.id].ok)
     title = f"{config['method']['name']} on {bench.name} {split}"
-    if any(it.positives for it in items):
+    set_scores = bench.set_scores(preds, items)
+    if set_scores is not None:  # a set-valued benchmark: set precision / recall / F1, not recall@k
+        metrics["set_scores"] = set_scores
+        if set_scores:
+            plot_set_scores(set_scores, f"{title}: answered sets", run_dir / SETS_PNG)
+            files["set_scores"] = str(run_dir / SETS_PNG)
+    elif any(it.positives for it in items):
         curves = {"final": _curve(bench, preds, items, ks)}
         for s in stages:
             curves[s] = _curve(bench, predictions_from_results(recs, s), items, ks)

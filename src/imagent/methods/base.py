@@ -241,9 +241,11 @@ class Method(ABC):
         backend takes at once (so a vLLM endpoint with concurrency 8 gets 8 verifications in flight)."""
         return self.config.concurrency or self.ctx.roles[role].concurrency
 
-    def search(self, query: Query, top_k: int = 50, trace: Trace | None = None) -> Result:
+    def search(self, query: Query, top_k: int = 50, trace: Trace | None = None,
+               warnings: list[str] | None = None) -> Result:
         """Run the method on one query. ``trace`` may be given to observe the search while it runs
-        (listeners), cancel it (``cancel_event``) or cap its model calls (``max_calls``).
+        (listeners), cancel it (``cancel_event``) or cap its model calls (``max_calls``). ``warnings``: what
+        :meth:`preflight` already returned for this query (a prepared search runs it once); None runs it here.
 
         Bounded cost: unless the caller set ``trace.max_calls``, the cap is ``config.max_calls`` or, when
         that is None, twice :meth:`estimate_calls`. Roles refuse uncached calls past it
@@ -261,10 +263,10 @@ class Method(ABC):
         trace.method, trace.query = self.name, summarize_query(query)
 
         def run() -> Any:
-            warnings = self.preflight(query)  # before any model call: may refuse the query
-            if warnings:
+            found = self.preflight(query) if warnings is None else warnings  # before any model call: may refuse
+            if found:
                 with trace.step("checks") as step:
-                    for w in warnings:
+                    for w in found:
                         step.note(w)
             return self.run(query, top_k, trace)
 

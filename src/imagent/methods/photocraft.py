@@ -56,7 +56,6 @@ from pathlib import Path
 from string import Template
 from typing import Any, Literal
 
-import numpy as np
 from pydantic import Field
 
 from imagent.agents.album_tools import AlbumToolsConfig, album_tools, unavailable_tools_note
@@ -118,48 +117,6 @@ WORKED_EXAMPLE_DESCRIBED: dict[str, Any] = {
     "answer": {"thought": "Target: dogs. Of that day's photos a21 and c40 show dogs; a17 and a19 do not.",
                "ids": ["a21", "c40"]},
 }
-
-
-class ScopedAlbum(Album):
-    """An album holding only ``scope`` of the gallery's photos (DISBench: one user's photos of an index
-    that holds every user's). Searches, filters and id checks never leave the scope."""
-
-    def __init__(self, gallery: Any, dual: Any, text: Any, scope: Sequence[str]) -> None:
-        super().__init__(gallery, dual, text)
-        # In gallery order, by row numbers: work in the scope's size, never a Python loop over the gallery.
-        self._rows = np.unique(gallery.rows(scope))
-        self._scope_ids: list[str] = gallery.id_array[self._rows].tolist()
-        self._scope = set(self._scope_ids)
-
-    @property
-    def ids(self) -> list[str]:
-        return self._scope_ids
-
-    @property
-    def rows(self) -> np.ndarray:
-        return self._rows
-
-    def __len__(self) -> int:
-        return len(self._scope_ids)
-
-    def __contains__(self, image_id: object) -> bool:
-        return image_id in self._scope
-
-    def split_known(self, ids: Any) -> tuple[list[str], list[str]]:
-        known, unknown = [], []
-        for i in dict.fromkeys(str(x).strip() for x in ids):
-            (known if i in self._scope else unknown).append(i)
-        return known, unknown
-
-    def _within(self, within: Sequence[str] | None) -> list[str]:
-        return self._scope_ids if within is None else [i for i in within if i in self._scope]
-
-    def search(self, query: str = "", top_k: int = 20, within: Sequence[str] | None = None,
-               visual_cue: str | None = None) -> Ranking:
-        return super().search(query, top_k, self._within(within), visual_cue)
-
-    def filter(self, expression: str, within: Sequence[str] | None = None) -> list[str]:
-        return super().filter(expression, self._within(within))
 
 
 class DeepSearchConfig(MethodConfig):
@@ -261,10 +218,8 @@ class _DeepSearch(Method):
 
     # ------------------------------------------------------------------ parts
     def album(self, query: Query) -> Album:
-        g = self.ctx.gallery
-        if query.candidates is None:
-            return Album(g, self.ctx.dual, self.ctx.text)
-        return ScopedAlbum(g, self.ctx.dual, self.ctx.text, query.candidates)
+        album = Album(self.ctx.gallery, self.ctx.dual, self.ctx.text)
+        return album if query.candidates is None else album.scoped(query.candidates)
 
     def context_limit(self) -> int:
         if self.config.context_limit:
@@ -470,5 +425,4 @@ def mark_answer_correct(method: PhotoCraft, query: str, trace: Trace | dict[str,
     return method.mark_answer_correct(query, trace)
 
 
-__all__ = ["ImageSeeker", "ImageSeekerConfig", "PhotoCraft", "PhotoCraftConfig", "ScopedAlbum",
-           "mark_answer_correct"]
+__all__ = ["ImageSeeker", "ImageSeekerConfig", "PhotoCraft", "PhotoCraftConfig", "mark_answer_correct"]

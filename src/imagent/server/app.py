@@ -40,22 +40,24 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
-from imagent.api import Workspace, result_json, user_error_types
+from imagent.api import PreparedSearch, TaskMismatch, Workspace, record_place, result_json, user_error_types
+from imagent.api import SearchRequest as PlainRequest
 from imagent.core.imageio import ImageLoadError, is_image_name
 from imagent.core.redact import redact
 from imagent.core.trace import Trace
-from imagent.core.types import ImageRecord, Query, Result
-from imagent.methods.base import describe_methods, get_method
+from imagent.core.types import ImageRecord, Result
+from imagent.methods.base import describe_methods
 from imagent.models.base import ChatError
 from imagent.server.discovery import remove_discovery, write_discovery
 from imagent.server.jobs import SearchJobs, TooManySearches
 from imagent.server.limits import check_params
 from imagent.server.security import Guard, HostPolicy, csp_for_html
 from imagent.server.uploads import UploadStore
+from imagent.tools.photo_search import where_rows
 
 try:
     from fastapi import FastAPI, HTTPException, Request
@@ -72,7 +74,7 @@ _FINGERPRINT = re.compile(r"^(\d+):(\d+):")  # "size:mtime_ns:..." written by th
 
 
 class SearchRequest(BaseModel):
-    text: str = Field(min_length=1, max_length=2000)
+    text: str = Field("", max_length=2000)  # empty only with a where filter (the matches in time order)
     method: str = Field("clip", max_length=100)
     top_k: int = Field(10, ge=1, le=200)
     reference: str | None = Field(None, max_length=1000)  # a gallery id
@@ -80,6 +82,16 @@ class SearchRequest(BaseModel):
     keep_reference: bool = False
     params: dict[str, Any] = Field(default_factory=dict)  # the method's hyper-parameters for this search
     max_calls: int | None = Field(None, ge=0, description="cap on model calls (at most the server's cap)")
+    where: str | None = Field(None, max_length=2000, description="filter expression (album filter language)")
+    sort: Literal["score", "time"] = "score"
+    like: str | None = Field(None, max_length=1000, description="more like this gallery id (no text)")
+    collapse_duplicates: bool = False  # one photo per duplicate group (imagent duplicates)
+
+    @model_validator(mode="after")
+    def _something_to_search(self) -> SearchRequest:
+        if not (self.text.strip() or self.where is not None or self.reference or self.reference_upload or self.like):
+            raise ValueError("give a query text, a reference, a like photo or a where filter")
+        return self
 
 
 class FileChanged(Exception):
@@ -131,6 +143,7 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
     jobs = SearchJobs(opts.max_running_searches, opts.abandoned_search_grace_s)
     uploads = UploadStore(opts.upload_ttl_s, opts.max_upload_pixels, opts.max_upload_decode_bytes)
     fingerprints: dict[str, Any] = {"generation": None, "by_id": {}}
+    upload_names: dict[str, str] = {}  # upload id -> the file name the page sent (the reference keeps it)
 
     @asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:
@@ -202,7 +215,8 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
     @app.get("/api/info")
     def info() -> dict[str, Any]:
         methods = [{"name": name, **about} for name, about in describe_methods().items()]
-        return {"gallery": {"root": str(gallery.root), "size": len(gallery)}, "methods": methods,
+        return {"gallery": {"root": str(gallery.root), "size": len(gallery), "sources": gallery.sources()},
+                "methods": methods,
                 "limits": {"max_upload_bytes": opts.max_upload_bytes, "max_calls_per_search": opts.max_calls_per_search,
                            "top_k": 200}}
 
@@ -214,7 +228,7 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
     @app.get("/api/records/{image_id:path}")
     def record(image_id: str) -> dict[str, Any]:
         rec = known(image_id)
-        return {**rec.to_dict(), "place": _place(rec)}
+        return {**rec.to_dict(), "place": record_place(rec)}
 
     @app.get("/api/images/{image_id:path}")
     def image(image_id: str) -> Response:
@@ -228,6 +242,8 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
             raise HTTPException(409, f"the file of {image_id!r} changed since it was indexed ({exc}); "
                                      "re-run imagent index to serve it") from None
         media = mimetypes.guess_type(rec.path)[0] or "application/octet-stream"
+        if media in ("image/heic", "image/heif") or rec.path.lower().endswith((".heic", ".heif", ".hif")):
+            data, media = _as_jpeg(data, workspace.settings.indexing.max_pixels), "image/jpeg"  # browsers show JPEG
         return Response(data, media_type=media, headers={"Cache-Control": "private, max-age=3600"})
 
     # ------------------------------------------------------------------ uploads
@@ -236,23 +252,27 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
     async def upload(request: Request) -> dict[str, Any]:
         """The body is the image file itself, sent as ``image/...`` (no multipart form needed)."""
         data = await request.body()
+        name = _upload_name(request.query_params.get("name"))
         try:
             item = await run_in_threadpool(uploads.add, data)
         except ImageLoadError as exc:
-            raise HTTPException(415, f"not a usable image: {exc}") from None
-        rec = await run_in_threadpool(uploads.record, item, gallery)
+            raise HTTPException(415, f"not a usable image: {_no_server_paths(str(exc), name)}") from None
+        try:
+            rec = await run_in_threadpool(uploads.record, item, gallery)
+        except ImageLoadError as exc:  # its message names the server's temporary file: name the upload instead
+            raise HTTPException(415, f"not a usable image: {_no_server_paths(str(exc), name)}") from None
+        upload_names[item.id] = name
+        while len(upload_names) > 256:
+            upload_names.pop(next(iter(upload_names)))
         in_gallery = rec.id in gallery
         return {"upload_id": item.id, "width": item.width, "height": item.height, "bytes": len(data),
                 "gallery_id": rec.id if in_gallery else None}
 
     # ------------------------------------------------------------------ search
 
-    def prepare(req: SearchRequest) -> tuple[Query, Any]:
+    def prepare(req: SearchRequest) -> PreparedSearch:
         """Everything a request can get wrong, checked before any model loads: method, parameters
-        (validated and bounded), reference. Returns the query and the method's validated config."""
-        cls = get_method(req.method)
-        check_params(cls.Config, req.params)
-        config = cls.Config.model_validate({**workspace.settings.methods.get(req.method, {}), **req.params})
+        (validated and bounded), reference. Returns the prepared search (:meth:`Workspace.prepare`)."""
         if req.reference and req.reference_upload:
             raise HTTPException(400, "give a reference or a reference_upload, not both")
         ref: ImageRecord | None = None
@@ -267,25 +287,33 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
                 raise HTTPException(400, "unknown or expired reference_upload; upload the image again")
             ref = uploads.record(item, gallery)
             if ref.id not in gallery:
-                ref = _uploaded_record(ref)
-        query = Query(text=req.text, reference=ref,
-                      exclude=[ref.id] if ref is not None and not req.keep_reference and ref.id in gallery else [])
-        if query.task not in cls.tasks:
+                ref = _uploaded_record(ref, upload_names.get(item.id, ""))
+        if req.where is not None:
+            where_rows(gallery, req.where)  # a bad expression: 400 with where and why, before anything runs
+        if req.like is not None:
+            if req.like not in gallery:  # only gallery ids, never a path
+                raise HTTPException(400, f"like {req.like[:200]!r} is not an image id in the gallery")
+            if req.text.strip() or ref is not None:
+                raise HTTPException(400, "like ranks by the photo alone: give no text and no reference with it")
+        request = PlainRequest(req.text, req.method, req.top_k, ref, req.keep_reference, dict(req.params), index,
+                               req.where, req.sort, req.like, req.collapse_duplicates)
+        try:
+            return workspace.prepare(request, check_params=check_params)
+        except TaskMismatch as exc:
             need = ("needs a reference image: press 'use as reference' on a result, or upload one"
                     if ref is None else "takes no reference image: clear it")
-            raise HTTPException(400, f"method {req.method!r} {need} (it handles {sorted(cls.tasks)} queries)")
-        return query, config
+            raise HTTPException(400, f"method {req.method!r} {need} (it handles {sorted(exc.tasks)} queries)") \
+                from None
 
     def new_trace(req: SearchRequest) -> Trace:
         cap = opts.max_calls_per_search
         return Trace(max_calls=min(cap, req.max_calls) if req.max_calls is not None else cap)
 
-    def run(req: SearchRequest, query: Query, trace: Trace) -> Result:
-        return workspace.search(req.text, method=req.method, top_k=req.top_k, reference=query.reference,
-                                index=index, keep_reference=req.keep_reference, params=req.params, trace=trace)
-
-    def payload(result: Result) -> dict[str, Any]:
+    def payload(result: Result, req: SearchRequest | None = None) -> dict[str, Any]:
         data = json.loads(result_json(result, gallery))
+        if req is not None:  # what the results are restricted to and ordered by, shown with them
+            data["filter"] = {"where": req.where, "sort": req.sort,
+                              "matches": result.trace.counters.get("where_matches")}
         if result.answer_set is not None:
             data["answer_set"] = list(result.answer_set)
             data["answer"] = [_card(gallery.record(i)) for i in result.answer_set if i in gallery]
@@ -294,23 +322,24 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
     @app.post("/api/search")
     def search(req: SearchRequest) -> JSONResponse:
         # A plain ``def``: FastAPI runs it in a worker thread, so a slow model call does not block the page.
-        query, _config = prepare(req)
+        prepared = prepare(req)
         try:
             with jobs.admit():  # the same limit as background searches
-                return JSONResponse(payload(run(req, query, new_trace(req))))
+                return JSONResponse(payload(workspace.run(prepared, trace=new_trace(req)), req))
         except TooManySearches as exc:
             raise HTTPException(429, str(exc)) from None
 
     @app.post("/api/searches", status_code=202)
     def start_search(req: SearchRequest) -> dict[str, Any]:
-        query, config = prepare(req)
+        prepared = prepare(req)
         try:
-            estimate: int | None = get_method(req.method).estimate_calls(config, query)
+            estimate: int | None = prepared.estimate
         except Exception:  # an estimate is a courtesy: never a reason to refuse the search
             estimate = None
         trace = new_trace(req)
         try:
-            job = jobs.start(trace, req.method, estimate, lambda t: payload(run(req, query, t)), describe_error)
+            job = jobs.start(trace, req.method, estimate, lambda t: payload(workspace.run(prepared, trace=t), req),
+                             describe_error)
         except TooManySearches as exc:
             raise HTTPException(429, str(exc)) from None
         return {"id": job.id, "events": f"/api/searches/{job.id}/events", "estimate": estimate,
@@ -359,26 +388,47 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
     return Guard(app, hosts, token, opts.max_json_bytes, opts.max_upload_bytes)
 
 
-def _place(rec: ImageRecord) -> str | None:
-    if rec.address:
-        return rec.address
-    if rec.latitude is not None and rec.longitude is not None:
-        return f"{rec.latitude:.5f}, {rec.longitude:.5f}"
-    return None
+def _as_jpeg(data: bytes, max_pixels: int) -> bytes:
+    """A HEIC/HEIF photo's bytes as a JPEG a browser can show (decoded within the pixel limit)."""
+    import io
+
+    from imagent.core.imageio import image_from_bytes
+
+    try:
+        im = image_from_bytes(data, max_pixels)
+    except ImageLoadError as exc:
+        raise HTTPException(409, f"the photo cannot be decoded for display ({exc})") from None
+    out = io.BytesIO()
+    im.save(out, "JPEG", quality=90)
+    return out.getvalue()
 
 
 def _card(rec: ImageRecord) -> dict[str, Any]:
     return {"id": rec.id, "caption": rec.caption, "path": rec.path,
-            "taken": rec.taken_time.isoformat() if rec.taken_time else None, "place": _place(rec)}
+            "taken": rec.taken_time.isoformat() if rec.taken_time else None, "place": record_place(rec)}
 
 
-def _uploaded_record(ref: ImageRecord) -> ImageRecord:
-    """An uploaded reference is stored under a random name: its derived text must not be that name's
-    words. Only its EXIF date and place stand in for it (marked as derived text, never a caption)."""
-    from imagent.index.derived import date_phrase, place_phrase
+def _upload_name(raw: str | None) -> str:
+    """The uploaded file's own name as the page sent it: the last path part, printable, at most 200 characters."""
+    name = (raw or "").replace("\\", "/").rsplit("/", 1)[-1]
+    return "".join(c for c in name if c.isprintable())[:200].strip()
 
-    words = [date_phrase(ref.taken_time), place_phrase(ref.address, ref.latitude, ref.longitude)]
-    return replace(ref, derived_text="; ".join(w for w in words if w), extra={**ref.extra, "uploaded": True})
+
+def _no_server_paths(message: str, name: str) -> str:
+    """An upload error without the server's temporary paths (they say nothing to the user and leak the layout)."""
+    return re.sub(r"(/[^\s:'\"]*)?imagent-uploads-[^\s:'\"]*", name or "the upload", message)
+
+
+def _uploaded_record(ref: ImageRecord, name: str = "") -> ImageRecord:
+    """An uploaded reference is stored under a random name: its derived text must not be that name's words.
+    The file name the page sent stands in (its words, like an indexed file's), with its EXIF date and place
+    (marked as derived text, never a caption)."""
+    from imagent.index.derived import date_phrase, path_words, place_phrase
+
+    words = [" ".join(path_words(name, None)) if name else "", date_phrase(ref.taken_time),
+             place_phrase(ref.address, ref.latitude, ref.longitude, ref.place)]
+    extra = {**ref.extra, "uploaded": True, **({"file_name": name} if name else {})}
+    return replace(ref, derived_text="; ".join(w for w in words if w), extra=extra)
 
 
 def serve(workspace: Workspace, index: str | Path | None = None, host: str = "127.0.0.1", port: int = 8765,

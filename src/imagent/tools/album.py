@@ -74,6 +74,11 @@ class Album:
         self.spaces = [(s, float(w)) for s, w in spaces if w > 0 and gallery.has_space(s)]
         self._query_vectors: dict[tuple[str, str], np.ndarray] = {}
 
+    def scoped(self, ids: Sequence[str]) -> Album:
+        """This album restricted to ``ids`` (DISBench: one user's photos of an index that holds every user's):
+        searches, filters and id checks never leave the scope; ids the gallery lacks are ignored."""
+        return _ScopedAlbum(self.gallery, self.dual, self.text, self.spaces, ids)
+
     # ------------------------------------------------------------------ ids
     @property
     def ids(self) -> list[str]:
@@ -129,7 +134,9 @@ class Album:
             if hit is not None and hit[0] is self.gallery.ids:
                 return hit[1]
             ids = self.gallery.ids
-            cols = self.gallery.metadata_columns(["taken_time", "latitude", "longitude", "address", "device"])
+            cols = self.gallery.metadata_columns(["taken_time", "latitude", "longitude", "address", "device", "place"])
+            if cols is not None:  # the given address, else the place name found for the GPS
+                cols[3] = [a or p for a, p in zip(cols[3], cols.pop(), strict=True)]
             meta = (AlbumMeta.from_records(self.gallery.records()) if cols is None
                     else AlbumMeta.from_columns(*cols))
             _META_CACHE[self.gallery] = (ids, meta)
@@ -217,7 +224,7 @@ class Album:
             if "lon" in wanted:
                 row["lon"] = r.longitude
             if "address" in wanted:
-                row["address"] = r.address
+                row["address"] = r.place_name  # the given address, else the place found for the GPS
             if "device" in wanted:
                 row["device"] = r.device
             out.append(row)
@@ -245,6 +252,51 @@ class Album:
             else:
                 missing.append((i, r.surrogate()))
         return images, missing
+
+
+class _ScopedAlbum(Album):
+    """An album holding only ``scope`` of the gallery's photos (:meth:`Album.scoped`)."""
+
+    def __init__(self, gallery: Gallery, dual: DualEncoder | None, text: TextEmbedder | None,
+                 spaces: Sequence[tuple[str, float]], scope: Sequence[str]) -> None:
+        super().__init__(gallery, dual, text, spaces)
+        # In gallery order, by row numbers: work in the scope's size, never a Python loop over the gallery.
+        self._rows = np.unique(gallery.rows(scope))
+        self._scope_ids: list[str] = gallery.id_array[self._rows].tolist()
+        self._scope = set(self._scope_ids)
+
+    def scoped(self, ids: Sequence[str]) -> Album:
+        return _ScopedAlbum(self.gallery, self.dual, self.text, self.spaces, [i for i in ids if i in self._scope])
+
+    @property
+    def ids(self) -> list[str]:
+        return self._scope_ids
+
+    @property
+    def rows(self) -> np.ndarray:
+        return self._rows
+
+    def __len__(self) -> int:
+        return len(self._scope_ids)
+
+    def __contains__(self, image_id: object) -> bool:
+        return image_id in self._scope
+
+    def split_known(self, ids: Iterable[str]) -> tuple[list[str], list[str]]:
+        known, unknown = [], []
+        for i in dict.fromkeys(str(x).strip() for x in ids):
+            (known if i in self._scope else unknown).append(i)
+        return known, unknown
+
+    def _within(self, within: Sequence[str] | None) -> list[str]:
+        return self._scope_ids if within is None else [i for i in within if i in self._scope]
+
+    def search(self, query: str = "", top_k: int = 20, within: Sequence[str] | None = None,
+               visual_cue: str | None = None) -> Ranking:
+        return super().search(query, top_k, self._within(within), visual_cue)
+
+    def filter(self, expression: str, within: Sequence[str] | None = None) -> list[str]:
+        return super().filter(expression, self._within(within))
 
 
 __all__ = ["DEFAULT_SPACE_ORDER", "METADATA_FIELDS", "Album", "format_time"]

@@ -286,6 +286,20 @@ class DISBench(Benchmark):
             [it.truth["event_type"] for it in scored],
         )
 
+    def set_scores(self, predictions: Predictions, items: Sequence[EvalItem]) -> dict[str, dict[str, float]]:
+        groups: dict[str, list[tuple[float, float, float]]] = {"overall": []}
+        for it in items:
+            if not it.has_truth or (it.id not in predictions.rankings and it.id not in predictions.sets):
+                continue
+            pred, gold = self.predicted_set(it, predictions), it.truth["answer"]
+            row = (*M.set_precision_recall(pred, gold), M.set_f1(pred, gold))
+            groups["overall"].append(row)
+            groups.setdefault(str(it.truth.get("event_type") or "other"), []).append(row)
+        return {g: {"precision": 100 * sum(r[0] for r in rows) / len(rows),
+                    "recall": 100 * sum(r[1] for r in rows) / len(rows),
+                    "f1": 100 * sum(r[2] for r in rows) / len(rows), "queries": len(rows)}
+                for g, rows in groups.items() if rows}
+
     def curve(self, predictions, items, ks):
         fixed = Predictions({it.id: self.answer_set(it, predictions.get(it.id)) for it in items})
         return super().curve(fixed, items, ks)
