@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -293,3 +294,58 @@ def tiny_clip_kit():
     from types import SimpleNamespace
 
     return SimpleNamespace(save=_save_tiny_clip, tokenizer=_tiny_clip_tokenizer, tower=_tiny_tower)
+
+
+# ----------------------------------------------------------------------------- a geotagged photo folder
+
+VIENNA = (48.2085, 16.3721)
+SAN_DIEGO = (32.7353, -117.1490)
+
+
+def _dms(x: float) -> tuple[float, float, float]:
+    d = int(x)
+    m = int((x - d) * 60)
+    return (float(d), float(m), round(((x - d) * 60 - m) * 60, 4))
+
+
+def write_geo_photo(src: Path, dest: Path, taken: datetime, gps: tuple[float, float], **save: object) -> Path:
+    """``src`` re-saved as a JPEG (or ``save``'s format) with EXIF DateTimeOriginal and GPS."""
+    from PIL import Image
+
+    ex = Image.Exif()
+    ex.get_ifd(0x8769)[0x9003] = taken.strftime("%Y:%m:%d %H:%M:%S")
+    g = ex.get_ifd(0x8825)
+    lat, lon = gps
+    g[1], g[2], g[3], g[4] = ("N" if lat >= 0 else "S"), _dms(abs(lat)), ("E" if lon >= 0 else "W"), _dms(abs(lon))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with Image.open(src) as im:
+        im.convert("RGB").save(dest, **{"format": "JPEG", "quality": 92, **save}, exif=ex)
+    return dest
+
+
+def photo_folder(dest: Path) -> Path:
+    """Twelve camera-named photos, July 2019: even ones in Vienna, odd ones in San Diego, one a day."""
+    rows = [json.loads(line) for line in (STAMPS / "captions.jsonl").read_text().splitlines()]
+    picks = [r for r in rows if r["category"].startswith("animals")][:8] + \
+        [r for r in rows if r["category"].startswith("food")][:4]
+    for i, r in enumerate(picks):
+        write_geo_photo(STAMPS / r["file"], dest / f"IMG_{1000 + i}.jpg", datetime(2019, 7, 10 + i, 9 + i % 5, 15),
+                    VIENNA if i % 2 == 0 else SAN_DIEGO)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def geo_photos(tmp_path_factory, caption_dual, minilm) -> Path:
+    """``folder/``: twelve camera-named JPEGs (stamps) with EXIF dates in July 2019 and GPS in Vienna (even)
+    and San Diego (odd), and ``index/``: the folder indexed in caption mode (MiniLM). Treat as read-only."""
+    from imagent.index.builder import build_index
+
+    root = tmp_path_factory.mktemp("geo-photos")
+    build_index(photo_folder(root / "folder"), root / "index", caption_dual, minilm)
+    return root
+
+
+@pytest.fixture(scope="session")
+def geo_photo():
+    """``geo_photo(src, dest, taken, (lat, lon), **save)`` writes a photo with EXIF time and GPS."""
+    return write_geo_photo

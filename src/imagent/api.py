@@ -56,9 +56,10 @@ def user_error_types() -> tuple[type[BaseException], ...]:
     from imagent.index.gallery import GalleryError
     from imagent.models.base import ChatError
     from imagent.models.encoders import EncoderLoadError
+    from imagent.tools.filter_lang import FilterError
 
     return (ConfigError, GalleryError, ChatError, EncoderLoadError, CacheError, FileNotFoundError, KeyError,
-            ValueError)
+            ValueError, FilterError)
 
 
 class TaskMismatch(ValueError):
@@ -94,7 +95,13 @@ class UnknownReference(ValueError):
 class SearchRequest:
     """One search as an interface states it: the text, the method, how many results, an optional reference
     (a gallery id, a path inside the gallery, any image file, or a record), the method's parameters for this
-    search (over the configured ones) and the index (None: the configured one)."""
+    search (over the configured ones) and the index (None: the configured one).
+
+    The photo options (:mod:`imagent.tools.photo_search`): ``where`` a filter expression (the album filter
+    language: ``"place ~ 'Vienna' and time >= '2019-07'"``, ``near('Vienna', 5)``) the method ranks inside, and
+    with no text the matching photos listed in time order; ``sort`` ``score`` (the method's order) or ``time``
+    (when taken); ``like`` a photo (gallery id or image file) to find more like, instead of text;
+    ``collapse_duplicates`` one photo per duplicate group (:mod:`imagent.index.duplicates`)."""
 
     text: str
     method: str = "clip"
@@ -103,10 +110,19 @@ class SearchRequest:
     keep_reference: bool = False
     params: dict[str, Any] = field(default_factory=dict)
     index: str | Path | None = None
+    where: str | None = None
+    sort: str = "score"
+    like: str | Path | ImageRecord | None = None
+    collapse_duplicates: bool = False
 
     @property
     def task(self) -> str:
         return "tir" if self.reference is None else "cir"
+
+    @property
+    def uses_method(self) -> bool:
+        """False for "more like this" and for a filter alone: they rank without the method."""
+        return self.like is None and (bool(self.text.strip()) or self.reference is not None or self.where is None)
 
 
 @dataclass
@@ -120,6 +136,11 @@ class PreparedSearch:
     config: MethodConfig
     query: Query
     build: Callable[[PreparedSearch], Method] = field(repr=False, compare=False)
+    like: ImageRecord | None = None  # the photo "more like this" ranks by (request.like resolved)
+
+    @property
+    def uses_method(self) -> bool:
+        return self.request.uses_method
 
     @cached_property
     def method(self) -> Method:
@@ -137,6 +158,8 @@ class PreparedSearch:
     @property
     def estimate(self) -> int:
         """Model calls this search is expected to cost (shown before it starts)."""
+        if not self.uses_method:
+            return 0
         return self.method_class.estimate_calls(self.config, self.query)
 
     def describe(self) -> dict[str, Any]:
@@ -274,21 +297,44 @@ class Workspace:
         if check_params is not None:
             check_params(cls.Config, req.params)
         config = self.method_config(cls, req.params)
-        if req.task not in cls.tasks:
+        from imagent.tools import photo_search
+
+        photo_search.check_sort(req.sort)
+        if req.like is not None and (req.text.strip() or req.reference is not None):
+            raise ValueError("like ranks by the photo alone: give no text and no reference with it")
+        if req.uses_method and req.task not in cls.tasks:
             raise TaskMismatch(req.method, req.task, cls.tasks)
+        g = self.gallery(req.index)
         ref = self.resolve_reference(req.reference, req.index) if req.reference is not None else None
-        exclude = [ref.id] if ref is not None and not req.keep_reference and ref.id in self.gallery(req.index) else []
-        query = Query(text=req.text, reference=ref, exclude=exclude)
-        return PreparedSearch(req, cls, config, query, build=self._build_method)
+        like = self.resolve_reference(req.like, req.index) if req.like is not None else None
+        exclude = [ref.id] if ref is not None and not req.keep_reference and ref.id in g else []
+        query = photo_search.apply_filter(Query(text=req.text, reference=ref, exclude=exclude), g, req.where)
+        return PreparedSearch(req, cls, config, query, build=self._build_method, like=like)
 
     def _build_method(self, prepared: PreparedSearch) -> Method:
         return prepared.method_class(self.context(prepared.request.index), prepared.config)
 
     def run(self, prepared: PreparedSearch, trace: Trace | None = None) -> Result:
         """Run a prepared search. ``trace`` (optional) observes the search while it runs (listeners), caps its
-        model calls (``max_calls``) or cancels it (``cancel_event``)."""
-        return prepared.method.search(prepared.query, top_k=prepared.request.top_k, trace=trace,
-                                      warnings=prepared.warnings)
+        model calls (``max_calls``) or cancels it (``cancel_event``). The photo options (filter, order, more like
+        this, duplicates collapsed) apply here (:mod:`imagent.tools.photo_search`)."""
+        from imagent.tools import photo_search
+
+        req = prepared.request
+        g = self.gallery(req.index)
+        top_k = req.top_k * 4 + 10 if req.collapse_duplicates else req.top_k  # room for the ones collapsed
+        if prepared.like is not None:  # more like this photo: its own vector
+            space = photo_search.like_space(g, req.method)
+            vec = photo_search.like_vector(g, prepared.like, space, self.dual_encoder, self.text_embedder)
+            result = photo_search.more_like(g, prepared.like, vec, space, prepared.query, top_k, trace)
+        elif not prepared.uses_method:  # a filter alone: the matching photos in time order
+            result = photo_search.listing(g, prepared.query, top_k, trace)
+        else:
+            result = prepared.method.search(prepared.query, top_k=top_k, trace=trace, warnings=prepared.warnings)
+        result = photo_search.finish(result, g, prepared.query, req.sort)
+        if req.collapse_duplicates:
+            result = photo_search.collapse_duplicates(result, g, self.duplicate_groups(req.index), req.top_k)
+        return result
 
     # ------------------------------------------------------------------ one-call search
     def search(
@@ -301,12 +347,30 @@ class Workspace:
         keep_reference: bool = False,
         params: dict[str, Any] | None = None,
         trace: Trace | None = None,
+        where: str | None = None,
+        sort: str = "score",
+        like: str | Path | ImageRecord | None = None,
+        collapse_duplicates: bool = False,
     ) -> Result:
         """Rank the gallery for ``text`` (with ``reference``: a composed query): :meth:`prepare`, then
         :meth:`run`. ``params`` are the method's hyper-parameters for this search (``{"k": 10}``), on top of the
-        configured ones; ``trace`` as in :meth:`run`."""
+        configured ones; ``trace`` as in :meth:`run`; ``where``, ``sort``, ``like``, ``collapse_duplicates`` as in
+        :class:`SearchRequest`."""
         return self.run(self.prepare(SearchRequest(text, method, top_k, reference, keep_reference,
-                                                   dict(params or {}), index)), trace)
+                                                   dict(params or {}), index, where, sort, like,
+                                                   collapse_duplicates)), trace)
+
+    def duplicate_groups(self, index: str | Path | None = None) -> list[Any]:
+        """The gallery's duplicate groups (:func:`imagent.index.duplicates.duplicate_groups`), computed once per
+        state of the index (perceptual hashes are stored in it after the first time)."""
+        from imagent.index.duplicates import duplicate_groups
+
+        g = self.gallery(index)
+        key = f"_duplicates::{g.root}"
+        hit = self.__dict__.get(key)
+        if hit is None or hit[0] != g.generation():
+            hit = self.__dict__[key] = (g.generation(), duplicate_groups(g, self.settings.indexing))
+        return hit[1]
 
     # ------------------------------------------------------------------ indexing
     def index(self, source: str | Path, index: str | Path | None = None, *, caption_missing: bool = False,
@@ -416,8 +480,9 @@ def extra_encoders(settings: Settings, load: Any) -> list[ExtraEncoder]:
 
 
 def result_rows(result: Result, gallery: Gallery) -> list[dict[str, Any]]:
-    """One row per result: ``{rank, id, score, path, caption, taken, place}`` (what ``--json`` and the web
-    API return); ``taken`` (ISO date-time) and ``place`` (address, else "lat, lon") are None when unknown."""
+    """One row per result: ``{rank, id, score, path, caption, taken, place}`` (what ``--json`` and the web API
+    return); ``taken`` (ISO date-time) and ``place`` (the given address, else the place name found for the GPS,
+    else "lat, lon") are None when unknown."""
     rows = []
     for rank, (image_id, score) in enumerate(zip(result.ranking.ids, result.ranking.scores, strict=True), 1):
         rec = gallery.record(image_id)
@@ -428,9 +493,10 @@ def result_rows(result: Result, gallery: Gallery) -> list[dict[str, Any]]:
 
 
 def record_place(rec: ImageRecord) -> str | None:
-    """Where a photo was taken, in words when the index has an address, else its coordinates."""
-    if rec.address:
-        return rec.address
+    """Where a photo was taken: the given address, else the place name found for its GPS, else its
+    coordinates."""
+    if rec.place_name:
+        return rec.place_name
     if rec.latitude is not None and rec.longitude is not None:
         return f"{rec.latitude:.5f}, {rec.longitude:.5f}"
     return None

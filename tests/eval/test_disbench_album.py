@@ -161,7 +161,13 @@ def test_eval_disbench_photocraft_and_imageseeker_scripted(user_env, tmp_path):
     assert len(lib.read_text().splitlines()) == 1
     assert not (tmp_path / "data" / "skills.jsonl").exists()  # the user's own library is untouched
     report = (tmp_path / "pc" / "report.md").read_text()
-    assert "track: Open" in report and "## Per query" in report and "| q01 | intra-event |" in report
+    assert "track: Open" in report and "## Per query" in report and "| q01 | method | intra-event |" in report
+    assert "- **fallback rate: 0.0%** (0 of 2 queries" in report  # beside the headline metrics
+    behaviour = json.loads((tmp_path / "pc" / "metrics.json").read_text())["behaviour"]
+    assert behaviour["fallback_rate"] == 0.0 and behaviour["sources"] == {"method": 2}
+    counts = behaviour["counts"]
+    assert counts["episodes"] == 2 and counts["tool_calls.ImageSearch"] == 1 and counts["audits_passed"] == 2
+    assert counts["skills_distilled"] == 1 and counts["skills_injected"] == 0
     # The track is derived from the index (caption-mode encoder, the sidecar's captions), with the reason.
     assert "track_reason: its search space 'image' is embedded by caption:" in report
     assert "photos of the index have captions" in report and "reconstruction" in report
@@ -178,3 +184,27 @@ def test_eval_disbench_photocraft_and_imageseeker_scripted(user_env, tmp_path):
     assert res.exit_code == 0, res.output
     rows = {r["metric"]: r for r in json.loads(res.stdout)["rows"]}
     assert rows["overall/f1"]["delta"] == pytest.approx(0.0) and "inter/em" in rows
+
+
+def test_disbench_report_plots_set_scores_and_real_counts_on_two_queries(user_env, tmp_path):
+    import re
+
+    cfg = script(tmp_path)
+    out = eval_run(cfg, tmp_path / "is", tmp_path / "index", "imageseeker")
+    run = tmp_path / "is"
+    metrics = json.loads((run / "metrics.json").read_text())
+    sets = metrics["set_scores"]
+    assert sets["overall"]["queries"] == 2 and sum(v["queries"] for k, v in sets.items() if k != "overall") == 2
+    assert sets["overall"]["f1"] == pytest.approx(out["metrics"]["metrics"]["overall/f1"])
+    # q01 answered with all 4 photos, q02 with 1 of its 4: precision 100 both, recall 100 and 25.
+    assert sets["overall"]["precision"] == pytest.approx(100.0) and sets["overall"]["recall"] == pytest.approx(62.5)
+    assert (run / "set_scores.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (run / "recall_at_k.png").exists() and "recall_curve" not in metrics
+    report = (run / "report.md").read_text()
+    assert "set_scores.png" in report and "recall_at_k.png" not in report and "overall 2" in report
+    # Every count is the real one: no "(N queries)" above the 2 that ran; the agent's turns are one stage.
+    assert all(int(n) <= 2 for n in re.findall(r"\((\d+) queries\)", report))
+    stages = [s["step"] for s in metrics["steps"]]
+    assert "turn" in stages and not any(re.fullmatch(r"turn\.\d+", s) for s in stages)
+    turn = next(s for s in metrics["steps"] if s["step"] == "turn")
+    assert turn["runs"] == 2 and turn["steps"] >= 2

@@ -108,8 +108,8 @@ def test_report_has_per_query_table_provenance_and_n(runs):
     rows = summary.metrics["per_query"]
     assert [r["query"] for r in rows] == [json.loads(x)["qid"] for x in
                                           (runs["base"] / "caption" / "results.jsonl").read_text().splitlines()]
-    assert all(set(r) >= {"query", "target_rank", "calls", "seconds", "fallbacks", "error"} for r in rows)
-    assert all(r["calls"] == 0 and r["fallbacks"] == 0 for r in rows)
+    assert all(set(r) >= {"query", "source", "target_rank", "calls", "seconds", "fallbacks", "error"} for r in rows)
+    assert all(r["calls"] == 0 and r["fallbacks"] == 0 and r["source"] == "method" for r in rows)
     recs = {json.loads(x)["qid"]: json.loads(x) for x in
             (runs["base"] / "caption" / "results.jsonl").read_text().splitlines()}
     from imagent.eval.datasets import load_benchmark
@@ -120,7 +120,8 @@ def test_report_has_per_query_table_provenance_and_n(runs):
         hits = [n for n, i in enumerate(ids, 1) if i in positives[r["query"]]]
         assert r["target_rank"] == (hits[0] if hits else None)
     report = (runs["base"] / "caption" / "report.md").read_text()
-    assert "## Per query" in report and "| query | target_rank | calls | seconds | fallbacks |" in report
+    assert "## Per query" in report and "| query | source | target_rank | calls | seconds | fallbacks |" in report
+    assert "- **fallback rate: 0.0%** (0 of 6 queries" in report
     prov = summary.metrics["provenance"]
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
     if head.returncode == 0:
@@ -174,3 +175,56 @@ def test_paired_tests_match_hand_computed_values():
     assert (out["queries"], out["wins"], out["losses"], out["ties"]) == (4, 0, 3, 1)
     assert out["mean_difference"] == pytest.approx(-0.375) and out["better"] == "A"
     assert paired_comparison([{"query": "1"}], [{"query": "1"}], ["A", "B"]) is None
+
+
+def test_compare_html_renders_in_real_chromium_with_curves_deltas_and_intervals(runs):
+    import os
+    import shutil
+
+    base = runs["base"]
+    res = CliRunner().invoke(app(), ["eval", "--compare", str(base / "test_backwards"), str(base / "caption"),
+                                     "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    page_path = Path(out["report_html"])
+    assert page_path.suffix == ".html" and page_path.with_suffix(".md") == Path(out["report"])
+    boot = {r["metric"]: r for r in out["bootstrap"]}
+    assert set(boot) >= {"recall@1", "recall@10", "reciprocal_rank"} and boot["recall@10"]["queries"] == 6
+    for r in boot.values():
+        assert r["ci_low"] <= r["difference"] <= r["ci_high"]
+    assert boot["reciprocal_rank"]["difference"] > 0 and boot["reciprocal_rank"]["excludes_zero"]
+    deltas = out["per_query"]["deltas"]
+    assert len(deltas) == 6 and [d["delta"] for d in deltas] == sorted((d["delta"] for d in deltas), reverse=True)
+    chromium = os.environ.get("IMAGENT_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    if not chromium:
+        pytest.skip("no Chromium on this machine (Debian: apt-get install chromium); CI installs it")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, headless=True,
+                                     args=["--no-sandbox", "--disable-gpu", "--no-first-run"])
+        page = browser.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(page_path.as_uri())
+        curves = page.locator("svg.chart polyline.curve")
+        assert curves.count() == 2  # both runs' recall@k curves, overlaid in one chart
+        assert {curves.nth(i).get_attribute("data-run") for i in range(2)} == {"caption", "test_backwards"}
+        for i in range(2):
+            box = curves.nth(i).bounding_box()
+            assert box and box["width"] > 100  # drawn across the chart, not collapsed
+        assert page.locator("#deltas tr").count() == 1 + 6
+        assert page.locator("#bootstrap tr").count() == 1 + len(boot)
+        ids = page.inner_text("#runs")
+        assert out["runs"]["caption"]["run_id"] in ids and out["runs"]["test_backwards"]["run_id"] in ids
+        browser.close()
+    assert not errors
+
+
+def test_bootstrap_interval_of_a_constant_and_a_mixed_difference():
+    from imagent.eval.compare import bootstrap_ci
+
+    assert bootstrap_ci(np.full(10, 2.5)) == pytest.approx((2.5, 2.5))
+    lo, hi = bootstrap_ci(np.array([1.0, -1.0] * 20))
+    assert lo < 0 < hi and lo == pytest.approx(-hi, abs=0.2)
+    lo, hi = bootstrap_ci(np.array([1.0] * 30 + [0.0] * 10))
+    assert 0.5 < lo < 0.75 < hi < 0.95

@@ -132,7 +132,7 @@ def test_derived_text_from_names_dates_and_places():
     assert name_words("IMG_20130614_104512") == []
     assert name_words("DSC_0001") == [] and name_words("a1b2c3d4e5f6a7b8") == []
     text = derive_text("/p/Holiday Spain 2013/IMG_0042.jpg", "/p", datetime(2013, 6, 14), None, 41.3851, 2.1734)
-    assert text == "holiday spain 2013; June 2013; at 41.385 N, 2.173 E"
+    assert text == "holiday spain 2013; 14 June 2013; at 41.385 N, 2.173 E"  # the day is kept (issue 23)
     assert derive_text("/p/trip/beach.jpg", "/p", None, "Barcelona, Spain") == "trip beach; at Barcelona, Spain"
     assert derive_text("/p/IMG_1.jpg", "/p") == ""
 
@@ -144,7 +144,8 @@ def test_uncaptioned_images_are_embedded_by_derived_text(folder, tmp_path, tiny)
     by_name = {Path(rec.path).name: rec for rec in g.records()}
     assert by_name["animals__birds__penguin.jpg"].derived_text == "animals birds penguin"
     assert by_name["animals__birds__penguin.jpg"].caption_source == "" and not by_name["IMG_0042.jpg"].has_caption
-    assert by_name["IMG_0042.jpg"].derived_text.startswith("holiday spain 2013; June 2013; at 41.385 N")
+    # the EXIF GPS is named offline (GeoNames): the place, not the coordinates, is what people search for
+    assert by_name["IMG_0042.jpg"].derived_text == "holiday spain 2013; 14 June 2013; at Barcelona, Catalonia, Spain"
     assert by_name["DSC_0001.jpg"].derived_text == ""
     vec = g.vectors(SPACE_CAPTION_TEXT)
     np.testing.assert_allclose(vec[g.row(by_name["animals__birds__penguin.jpg"].id)],

@@ -24,7 +24,11 @@ from imagent.core.imageio import (
 
 
 def test_extensions():
-    assert {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"} == IMAGE_EXTENSIONS
+    from imagent.core.imageio import HEIF_EXTENSIONS, HEIF_INSTALLED
+
+    # HEIC/HEIF too when the optional pillow-heif is installed (issue 23)
+    heif = HEIF_EXTENSIONS if HEIF_INSTALLED else frozenset()
+    assert {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"} | heif == IMAGE_EXTENSIONS
 
 
 def test_open_image_rgb_and_probe(images, tmp_path):

@@ -244,3 +244,21 @@ def test_json_protocol_through_the_method(make_context):
     plan = next(s for s in result.trace.to_dict()["steps"] if s["name"] == "plan")
     assert plan["inputs"]["protocol"] == "json" and result.source == "method"
     assert result.counts["set_operations.DIFFERENCE"] == 1
+
+
+def test_demonstrations_come_from_the_same_task_when_the_library_has_it(make_context, tmp_path):
+    lib = GoldenLibrary(tmp_path / "lib.jsonl")
+    lib.append(_entry("stamps/train/1", "the next euro cent coin up in value", "a euro coin", "caption_search_text"))
+    tir = _entry("stamps/tir/5", "a euro coin of higher value", "", "caption_search_text")
+    tir.task = "tir"
+    lib.append(tir)
+    model = ScriptedChatModel([("you plan searches for", block("caption_search_text", query="x", top_k=5))])
+    method = Oscar(make_context(model), {"library": str(lib.path), "verify": False})
+    for query, key in ((Query(text="a euro coin of high value", id="t1"), "stamps/tir/5"),
+                       (cir_query(text="a coin of higher value"), "stamps/train/1")):
+        demo = next(s for s in method.search(query, top_k=5).trace.to_dict()["steps"]
+                    if s["name"] == "demonstrations")["outputs"]
+        assert [c["key"] for c in demo["cases"]] == [key]
+    prompt = ScriptedChatModel.conversation_text(model.calls[0][0])
+    assert "text-to-image retrieval" in prompt and "Query: a euro coin of high value" in prompt
+    assert "Reference image:" not in prompt.split("Now solve")[1]

@@ -17,10 +17,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.text import Text
 
+from imagent.cli.terminal import SafeConsole, terminal_safe
 from imagent.core.redact import redact
 
-console = Console()
-err_console = Console(stderr=True)
+# Safe consoles: a control character from a file name, caption or model answer is printed escaped.
+console: Console = SafeConsole()
+err_console: Console = SafeConsole(stderr=True)
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="config file (TOML or YAML)")]
 SetOpt = Annotated[
@@ -142,7 +144,7 @@ def print_error(exc: BaseException, json_out: bool = False) -> None:
         sys.stdout.write(json.dumps({"error": msg, "hint": hint or None}, ensure_ascii=False) + "\n")
         return
     # Text, not markup: messages quote user input and lists like ['cir'] that markup would eat.
-    err_console.print(Text.assemble(("error:", "bold red"), " ", msg), highlight=False, soft_wrap=True)
+    err_console.print(Text.assemble(("error:", "bold red"), " ", terminal_safe(msg)), highlight=False, soft_wrap=True)
     if hint:
         err_console.print(Text.assemble(("hint:", "bold"), " ", hint), highlight=False, soft_wrap=True)
 

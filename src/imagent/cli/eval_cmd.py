@@ -169,16 +169,32 @@ def register(app: typer.Typer, get_workspace: Callable[..., Any]) -> None:
                           "per GPU)")] = None,
         allow_missing: Annotated[bool, typer.Option(help="index the images found, skip the rest")] = False,
         compare: Annotated[tuple[Path, Path] | None, typer.Option("--compare", help="two runs' metrics side by "
-                                                                  "side, per-query wins/losses and a paired "
-                                                                  "significance test (RUN_A RUN_B)")] = None,
+                                                                  "side, per-query deltas, paired tests and "
+                                                                  "bootstrap intervals, as Markdown and HTML "
+                                                                  "(RUN_A RUN_B)")] = None,
         compare_report: Annotated[Path | None, typer.Option(
             "--compare-report", help="where --compare writes its Markdown report (default: "
             "compare-<id A>-vs-<id B>.md beside RUN_A's folder)")] = None,
+        check: Annotated[bool, typer.Option("--check", help="only check the benchmark's set-up (annotations, "
+                                            "images present and missing, protocol options); no model loads")
+                         ] = False,
         config: Annotated[Path | None, typer.Option("--config", "-c", help="config file (TOML or YAML)")] = None,
         set_: SetOpt = None,
         json_out: JsonOpt = False,
     ) -> None:
         """Run a method over a benchmark (resumable) and write metrics, report, plots and server files."""
+        if check and benchmark:
+            from imagent.eval.setup_check import check_setup, render_check
+
+            options, _ = route_sets(set_, benchmark, None)
+            found = check_setup(benchmark, split, annotations, images_root, options)
+            if json_out:
+                _print_json(found, True)
+            else:
+                console.print(render_check(found), highlight=False, soft_wrap=True, markup=False)
+            if not found["ok"]:
+                raise typer.Exit(1)
+            return
         if compare:
             _compare(list(compare), json_out, compare_report)
             return
@@ -200,6 +216,9 @@ def register(app: typer.Typer, get_workspace: Callable[..., Any]) -> None:
                     tasks[phase] = bar.add_task("indexing" if phase == "index" else "queries", total=total or None,
                                                 item="")
                 bar.update(tasks[phase], completed=done, total=total or None, item=str(label)[:40])
+                if phase != "index" and not err_console.is_terminal:  # piped: one plain line per query
+                    err_console.print(f"queries {done}/{total or '?'}: {str(label)[:80]}", highlight=False,
+                                      markup=False, soft_wrap=True)
 
             summary = run_eval(ws, spec, progress=on_progress,
                                log=lambda m: err_console.print(m, highlight=False, soft_wrap=True))
@@ -288,13 +307,17 @@ def register(app: typer.Typer, get_workspace: Callable[..., Any]) -> None:
     def _compare(run_dirs: list[Path], json_out: bool, report: Path | None = None) -> None:
         from imagent.core.redact import redact
         from imagent.eval.compare import compare_markdown, compare_runs, default_report_path
+        from imagent.eval.compare_html import compare_html
 
         result = compare_runs(run_dirs)
         for w in result["warnings"]:
             err_console.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
         report = report or default_report_path(result)
         report.write_text(redact(compare_markdown(result)), encoding="utf-8")  # like report.md: no key in a file
+        page = report.with_suffix(".html")  # beside it: curves, bootstrap intervals, per-query deltas
+        page.write_text(redact(compare_html(result)), encoding="utf-8")
         result["report"] = str(report)
+        result["report_html"] = str(page)
         if json_out:
             _print_json(result, True)
             return
@@ -315,7 +338,7 @@ def register(app: typer.Typer, get_workspace: Callable[..., Any]) -> None:
                           f"permutation test p = {pq['permutation_p']:.3g}"
                           + ("" if min(pq["sign_test_p"], pq["permutation_p"]) < 0.05 else
                              " (not significant at 0.05)"), highlight=False)
-        console.print(f"report: {report}", highlight=False, soft_wrap=True)
+        console.print(f"report: {report} and {page}", highlight=False, soft_wrap=True)
 
 
 __all__ = ["register", "route_sets"]

@@ -18,7 +18,7 @@ import yaml
 from rich.table import Table
 
 from imagent.api import Workspace
-from imagent.cli import eval_cmd, oscar_cmd, skills_cmd
+from imagent.cli import eval_cmd, oscar_cmd, photos_cmd, skills_cmd
 from imagent.cli.common import (
     ConfigOpt,
     HintedError,
@@ -44,6 +44,7 @@ app.add_typer(config_app, name="config")
 models_app = typer.Typer(help="Configured models, which see pixels, and ready presets.")
 app.add_typer(models_app, name="models")
 app.add_typer(skills_cmd.app, name="skills")
+app.command(name="duplicates")(photos_cmd.duplicates)
 
 
 def expand_sets(sets: list[str] | None, method: str | None) -> list[str]:
@@ -125,7 +126,8 @@ def index(
 @app.command(epilog=SCORE_HELP)
 @user_errors
 def search(
-    text: Annotated[str, typer.Argument(help="the query, or the modification text with --ref")],
+    text: Annotated[str, typer.Argument(help="the query, or the modification text with --ref (optional with "
+                                        "--where: the matching photos in time order)")] = "",
     ref: Annotated[str | None, typer.Option("--ref", help="reference image: a gallery id or an image file")] = None,
     method: Annotated[str, typer.Option("--method", "-m", help="retrieval method")] = "clip",
     top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="results to return")] = 10,
@@ -133,6 +135,15 @@ def search(
         "--keep-reference", help="let a gallery reference appear in its own results")] = False,
     max_calls: Annotated[int | None, typer.Option(
         "--max-calls", min=0, help="cap on this search's model calls (cache hits are free)")] = None,
+    where: Annotated[str | None, typer.Option(
+        "--where", help="only photos matching this filter: time >= '2019-07-14', time = '2019-07' (a prefix is the "
+        "whole period), place ~ 'Vienna', device ~ 'iphone', near('Vienna', 10), near(48.2, 16.4, 5) (km); "
+        "and/or/not, parentheses")] = None,
+    sort: Annotated[str, typer.Option("--sort", help="score (the method's order) or time (when taken)")] = "score",
+    like: Annotated[str | None, typer.Option(
+        "--like", help="more like this photo (a gallery id or an image file), instead of a query text")] = None,
+    collapse_duplicates: Annotated[bool, typer.Option(
+        "--collapse-duplicates", help="one photo per group of copies / near-duplicates (imagent duplicates)")] = False,
     paths: Annotated[bool, typer.Option("--paths", help="print only the result files, one per line "
                                         "(pipe into a viewer)")] = False,
     no_server: Annotated[bool, typer.Option(
@@ -146,15 +157,25 @@ def search(
 
     Before it starts, the method's estimated model calls are printed (stderr); while it runs, a live
     line shows the step, calls so far and time (on a terminal)."""
-    from imagent.api import SearchRequest, result_json
+    from imagent.api import SearchRequest
     from imagent.cli.progress import SearchStatus
-    from imagent.cli.render import print_result
     from imagent.core.trace import Trace
 
     # Everything a user can get wrong is checked before any model loads.
+    photo = check_photo_options(text, where, sort, ref, like)
+    if collapse_duplicates:
+        photo["collapse_duplicates"] = True
     ws = get_workspace(config, set_, method)
     gallery = ws.gallery(index_dir)
-    prepared = prepare_search(ws, SearchRequest(text, method, top_k, ref, keep_reference, index=index_dir))
+    if where is not None:
+        check_where(where, gallery)
+    prepared = prepare_search(ws, SearchRequest(text, method, top_k, ref, keep_reference, index=index_dir, **photo))
+    title = f"{method}: {text}" + (f" (where {where})" if where else "") + (" (by time)" if sort == "time" else "")
+    if like is not None or not prepared.uses_method:  # more like a photo, or a filter alone: no model call
+        result = ws.run(prepared)
+        show_result(result, gallery, f"like {like}" + (f" (where {where})" if where else "") if like is not None
+                    else f"--where {where}", json_out, paths)
+        return
     estimate = prepared.estimate
     if estimate and not json_out and not paths:
         cap = f", capped at {max_calls}" if max_calls is not None else ""
@@ -164,31 +185,71 @@ def search(
     trace = Trace(listeners=[status], max_calls=max_calls)
     with status:  # a server on this index answers with its models loaded (nothing is loaded here)
         result = served_search(ws, index_dir, config, set_, no_server, text, method, top_k, ref, keep_reference,
-                               max_calls, status)
+                               max_calls, status, photo)
     if result is None:  # no server on this index (or --no-server): search in this process
         for warning in prepared.warnings:  # no model call: missing tools, missing captions
             err_console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
         with status:
             result = ws.run(prepared, trace=trace)
+    show_result(result, gallery, title, json_out, paths)
+
+
+def show_result(result: Any, gallery: Any, title: str, json_out: bool, paths: bool) -> None:
+    from imagent.api import result_json
+    from imagent.cli.render import print_result
+
     if json_out:
         sys.stdout.write(result_json(result, gallery) + "\n")
     elif paths:
         for image_id in result.ranking.ids:
             sys.stdout.write(str(Path(gallery.record(image_id).path).expanduser().resolve()) + "\n")
     else:
-        print_result(console, result, gallery, title=f"{method}: {text}")
+        print_result(console, result, gallery, title=title)
+
+
+def check_photo_options(text: str, where: str | None, sort: str, ref: str | None,
+                        like: str | None = None) -> dict[str, Any]:
+    """The photo options of a search (filter, order, more like this), checked before anything loads."""
+    if sort not in ("score", "time"):
+        raise HintedError(f"unknown --sort {sort!r}", "use --sort score (the method's order) or --sort time")
+    if like is not None and (text.strip() or ref is not None):
+        raise HintedError("--like ranks by the photo alone", "drop the query text and --ref, or use --ref IMAGE "
+                          "with a text for a composed query")
+    if not text.strip() and ref is None and where is None and like is None:
+        raise HintedError("a search needs a query text, a --ref image, --like or a --where filter",
+                          'e.g. imagent search "a penguin", or imagent search --where "place ~ \'Vienna\'"')
+    out: dict[str, Any] = {}
+    if where is not None:
+        out["where"] = where
+    if sort != "score":
+        out["sort"] = sort
+    if like is not None:
+        out["like"] = like
+    return out
+
+
+def check_where(where: str, gallery: Any) -> None:
+    """A --where expression that does not parse is reported with where and why, before any model loads."""
+    from imagent.tools.filter_lang import FilterError
+    from imagent.tools.photo_search import where_rows
+
+    try:
+        where_rows(gallery, where)
+    except FilterError as exc:
+        msg, _, allowed = str(exc).partition(". Allowed:")
+        raise HintedError(msg, f"Allowed:{allowed}" if allowed else "see imagent search --help") from None
 
 
 def served_search(ws: Workspace, index_dir: Path | None, config: Path | None, sets: list[str] | None,
                   no_server: bool, text: str, method: str, top_k: int, ref: str | None, keep_reference: bool,
-                  max_calls: int | None, listener: Any) -> Any:
+                  max_calls: int | None, listener: Any, photo: dict[str, Any] | None = None) -> Any:
     """The result from an `imagent serve` running on this index (models already loaded), or None."""
     from imagent.cli.served import served_search_allowed, try_served_search
 
     if not served_search_allowed(config, expand_sets(sets, method), method, no_server):
         return None
     return try_served_search(index_dir or ws.settings.index, text, method, top_k, ref, keep_reference,
-                             dict(ws.settings.methods.get(method, {})), max_calls, listener)
+                             dict(ws.settings.methods.get(method, {})), max_calls, listener, photo)
 
 
 def prepare_search(ws: Workspace, request: Any) -> Any:
@@ -412,10 +473,14 @@ def config_show(config: ConfigOpt = None, set_: SetOpt = None, json_out: JsonOpt
 @config_app.command("methods")
 @user_errors
 def config_methods(json_out: JsonOpt = False) -> None:
-    """Every method's hyper-parameters with their defaults (the papers')."""
+    """Every method's hyper-parameters with their defaults, each marked as the paper's (with the section or table
+    setting it) or imagent's own."""
     from imagent.methods.base import describe_methods
+    from imagent.methods.origins import field_origins
 
     data = describe_methods()
+    for name, info in data.items():
+        info["fields"] = field_origins(name, json.loads(json.dumps(info["defaults"])))
     if json_out:
         console.print_json(json.dumps(data))
     else:

@@ -3,7 +3,8 @@
 :class:`SearchStatus` is a trace listener (``Trace(listeners=[status])``): the method's own
 ``step_start`` / ``step_end`` / ``call`` events feed it, from whatever thread made the call. On a
 terminal a Rich ``Live`` line on stderr redraws it four times a second (so the clock moves between
-events) and disappears when the search ends; elsewhere (pipes, CI logs) nothing is drawn.
+events) and disappears when the search ends; elsewhere (pipes, CI logs) each finished step (an agent's turn
+included) prints one plain line to stderr, so a long search whose output is piped still shows it is alive.
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ class SearchStatus:
         with self._lock:
             if event == "step_start":
                 self.step = str(payload.get("name", ""))
+            elif event == "step_end" and not self.console.is_terminal:
+                calls = f", {self.calls} model calls" if self.calls else ""
+                self.console.print(f"{self.method}: {payload.get('name', '')} done "
+                                   f"({time.perf_counter() - self.t0:.1f} s{calls})", highlight=False,
+                                   markup=False, soft_wrap=True)
             elif event == "call" and payload.get("kind") == "chat":
                 if payload.get("cached"):
                     self.cached += 1

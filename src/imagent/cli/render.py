@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.tree import Tree
 
 from imagent.api import result_rows
+from imagent.cli.terminal import plain
 from imagent.core.types import Result
 from imagent.index.gallery import Gallery
 
@@ -35,27 +36,28 @@ def _turn_lines(out: dict[str, Any]) -> list[str]:
         lines.append(f"[green]answer[/] {escape(_short(out['answer'], 200))}")
     if out.get("feedback"):
         lines.append(f"[yellow]feedback[/] {escape(_short(out['feedback'], 200))}")
-    return lines or [f"{k}: {_short(v)}" for k, v in out.items()]
+    return lines or [escape(f"{k}: {_short(v)}") for k, v in out.items()]
 
 
 def print_trace(console: Console, result: Result) -> None:
     t = result.trace
-    tree = Tree(f"[bold]trace[/] {t.method}: {t.model_calls} model calls, {t.seconds:.2f} s")
+    # Everything from the method's outputs (captions, model text, file names) is escaped: text, never markup.
+    tree = Tree(f"[bold]trace[/] {escape(t.method)}: {t.model_calls} model calls, {t.seconds:.2f} s")
     for step in t.steps:
         d = step.to_dict()
-        label = f"[cyan]{step.name}[/] {step.seconds:.2f} s"
+        label = f"[cyan]{escape(step.name)}[/] {step.seconds:.2f} s"
         if d["model_calls"] or d["cached_calls"]:
             label += f", {d['model_calls']} calls ({d['cached_calls']} cached)"
         if d["tool_calls"]:
             label += f", {d['tool_calls']} tool calls"
         node = tree.add(label)
         for line in _turn_lines(step.outputs) if step.name.startswith("turn.") else [
-                f"{k}: {_short(v)}" for k, v in step.outputs.items()]:
+                escape(f"{k}: {_short(v)}") for k, v in step.outputs.items()]:
             node.add(line)
         for n in step.notes:
-            node.add(f"[yellow]note[/] {n}")
+            node.add(f"[yellow]note[/] {escape(n)}")
     if t.counters:
-        tree.add(f"counters: {t.counters}")
+        tree.add(escape(f"counters: {t.counters}"))
     console.print(tree)
 
 
@@ -100,8 +102,15 @@ def print_result(console: Console, result: Result, gallery: Gallery, title: str 
     for row in rows:
         cells = [str(row["rank"]), row["id"], f"{row['score']:.4f}", short_path(row["path"] or "")]
         cells += [(row.get(c) or "")[:19].replace("T", " ") if c == "taken" else (row.get(c) or "") for c in extra]
-        table.add_row(*cells, row["caption"])
+        table.add_row(*(plain(c) for c in (*cells, row["caption"] or "")))  # text, never markup
     console.print(table)
+    if result.is_error:
+        console.print(f"the method could not answer (error: {result.source_reason}); shown instead: a stand-in, "
+                      "so the answer is never empty", style="yellow", highlight=False, markup=False)
+    elif result.is_fallback:
+        console.print(f"not the method's own answer: {result.source}"
+                      + (f" ({result.source_reason})" if result.source_reason else ""), style="yellow",
+                      highlight=False, markup=False)
     meaning = SCORE_MEANING.get(result.trace.method)
     if meaning:
         console.print(f"score: {meaning}", style="dim", highlight=False)

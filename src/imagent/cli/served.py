@@ -62,6 +62,7 @@ def try_served_search(
     params: dict[str, Any],
     max_calls: int | None = None,
     listener: Callable[[str, dict[str, Any]], None] | None = None,
+    photo: dict[str, Any] | None = None,
 ) -> Any | None:
     """The :class:`~imagent.core.types.Result` from a server running on ``index_root``, or None when
     there is none (or it cannot be reached). Raises :class:`ServedSearchError` when the server refuses
@@ -72,7 +73,7 @@ def try_served_search(
     if info is None:
         return None
     body: dict[str, Any] = {"text": text, "method": method, "top_k": top_k, "keep_reference": keep_reference,
-                            "params": params, "max_calls": max_calls}
+                            "params": params, "max_calls": max_calls, **(photo or {})}
     if reference is not None:
         ref_path = Path(reference).expanduser()
         if ref_path.is_file():

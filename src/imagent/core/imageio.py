@@ -27,6 +27,7 @@ Failures raise :class:`ImageLoadError` (a ``ValueError``) with a short reason a 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import io
 import math
 import os
@@ -40,7 +41,12 @@ from typing import IO, Any
 
 from PIL import Image, ImageOps
 
-IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"})
+# HEIC/HEIF (phones' photos) when the optional pillow-heif is installed (the `heif` extra, in `offline`); its
+# plugin is imported only when such a file is opened (importing it costs ~0.2 s, a cost every command would pay).
+HEIF_INSTALLED = importlib.util.find_spec("pillow_heif") is not None
+HEIF_EXTENSIONS = frozenset({".heic", ".heif", ".hif"})
+IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"}
+                             | (HEIF_EXTENSIONS if HEIF_INSTALLED else frozenset()))
 
 
 def _allowed_formats() -> tuple[str, ...]:
@@ -53,6 +59,22 @@ def _allowed_formats() -> tuple[str, ...]:
 
 
 ALLOWED_FORMATS: tuple[str, ...] = _allowed_formats()
+_HEIF_BRANDS = (b"heic", b"heix", b"hevc", b"hevx", b"heim", b"heis", b"mif1", b"msf1")
+
+
+def _looks_heif(head: bytes) -> bool:
+    return head[4:8] == b"ftyp" and head[8:12] in _HEIF_BRANDS
+
+
+def _ensure_heif() -> None:
+    """Register pillow-heif's opener (once) and allow the HEIF format."""
+    global ALLOWED_FORMATS
+    if "HEIF" in ALLOWED_FORMATS or not HEIF_INSTALLED:
+        return
+    import pillow_heif
+
+    pillow_heif.register_heif_opener()
+    ALLOWED_FORMATS = _allowed_formats()
 
 DEFAULT_MAX_PIXELS = 100_000_000
 DEFAULT_MAX_BYTES = 200 * 1024 * 1024
@@ -149,6 +171,9 @@ def _read_bytes(path: str | Path) -> bytes:
 
 def _open_checked(fp: IO[bytes], max_pixels: int) -> Image.Image:
     """Open the header only and refuse formats outside the allow-list and too many pixels, before decoding."""
+    if _looks_heif(fp.read(16)):
+        _ensure_heif()
+    fp.seek(0)
     try:
         im = Image.open(fp, formats=ALLOWED_FORMATS)
     except Image.DecompressionBombError as exc:

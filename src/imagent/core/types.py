@@ -37,6 +37,9 @@ class ImageRecord:
     # refuse an index of these); traces say when it was used.
     derived_text: str = ""
     device: str | None = None  # camera / phone model (EXIF Model or a manifest's device field)
+    # The place name found offline for the coordinates (imagent.index.places: nearest GeoNames town, region,
+    # country), kept beside them; None without GPS or when no town is near. ``address`` (given) wins over it.
+    place: str | None = None
 
     def __post_init__(self) -> None:
         if self.captions and not self.caption_source:
@@ -47,6 +50,11 @@ class ImageRecord:
         return self.captions[0] if self.captions else ""
 
     @property
+    def place_name(self) -> str | None:
+        """Where the photo was taken in words: the given address, else the place found for its GPS."""
+        return self.address or self.place
+
+    @property
     def has_caption(self) -> bool:
         return bool(self.captions)
 
@@ -55,8 +63,8 @@ class ImageRecord:
         parts = [" ".join(c.strip() for c in self.captions) or self.derived_text or "(no caption)"]
         if self.taken_time is not None:
             parts.append(f"taken {self.taken_time.isoformat(sep=' ')}")
-        if self.address:
-            parts.append(f"at {self.address}")
+        if self.place_name:
+            parts.append(f"at {self.place_name}")
         elif self.latitude is not None and self.longitude is not None:
             parts.append(f"at lat {self.latitude:.5f}, lon {self.longitude:.5f}")
         if self.tags:
@@ -80,6 +88,7 @@ class ImageRecord:
             "caption_source": self.caption_source,
             "derived_text": self.derived_text,
             "device": self.device,
+            "place": self.place,
         }
 
     @classmethod
@@ -101,6 +110,7 @@ class ImageRecord:
             caption_source=d.get("caption_source") or ("given" if d.get("captions") else ""),
             derived_text=d.get("derived_text") or "",
             device=d.get("device"),
+            place=d.get("place"),
         )
 
 
@@ -113,6 +123,10 @@ class MetadataConstraints:
     near_latitude: float | None = None
     near_longitude: float | None = None
     within_km: float | None = None
+    # A filter expression of the album filter language (``imagent search --where``), and the gallery rows it
+    # allows (a numpy int array, computed for the gallery the query runs on by imagent.tools.photo_search).
+    where: str | None = None
+    rows: Any = None
 
     def is_empty(self) -> bool:
         return all(v is None for v in vars(self).values())

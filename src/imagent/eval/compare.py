@@ -1,5 +1,6 @@
 """Side-by-side metrics of finished runs (``imagent eval --compare RUN_A RUN_B``), and for two runs of the
-same queries a paired per-query comparison: wins, losses, ties and two significance tests."""
+same queries a paired per-query comparison: wins, losses, ties, two significance tests, per-query deltas and
+bootstrap confidence intervals of each metric difference. :mod:`imagent.eval.compare_html` renders it as HTML."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ def run_label(run_dir: Path, data: dict[str, Any], taken: set[str]) -> str:
 def compare_runs(run_dirs: Sequence[Path]) -> dict[str, Any]:
     """``{"runs": {label: {...}}, "rows": [{"metric", label: value, ..., "delta"?}], "warnings": [...]}``.
 
-    Rows cover the final metrics, then each run's stages (``stage/<name>/<metric>``), then cost.
+    Rows cover the final metrics, then each run's stages (``stage/<name>/<metric>``), then the fallback and error
+    rates (``behaviour/...``: a run whose answers are more often fallbacks is not the better method), then cost.
     With two runs a ``delta`` (second minus first) is added."""
     runs = [(Path(d), load_run(Path(d))) for d in run_dirs]
     taken: set[str] = set()
@@ -49,6 +51,10 @@ def compare_runs(run_dirs: Sequence[Path]) -> dict[str, Any]:
         col = dict(data.get("metrics", {}))
         for stage, ms in (data.get("stages") or {}).items():
             col.update({f"stage/{stage}/{k}": v for k, v in ms.items()})
+        b = data.get("behaviour") or {}
+        for k in ("fallback_rate", "error_rate"):  # whose numbers they are: compared as the metrics are
+            if k in b:
+                col[f"behaviour/{k}"] = b[k]
         run = data.get("run", {})
         for k in ("seconds_per_query_mean", "model_calls_per_query", "errors"):
             if k in run:
@@ -72,13 +78,71 @@ def compare_runs(run_dirs: Sequence[Path]) -> dict[str, Any]:
         "rows": rows,
         "warnings": warnings,
     }
+    out["curves"] = {label: {"recall": (data.get("recall_curve") or {}).get("final") or {},
+                             "sets": data.get("set_scores") or {}}
+                     for (_, data), label in zip(runs, labels, strict=True)}
     if len(runs) == 2:
-        paired = paired_comparison(runs[0][1].get("per_query") or [], runs[1][1].get("per_query") or [], labels)
+        rows_a, rows_b = runs[0][1].get("per_query") or [], runs[1][1].get("per_query") or []
+        paired = paired_comparison(rows_a, rows_b, labels)
         if paired is None:
             warnings.append("no per-query table shared by both runs (re-run `imagent eval` on an older run to "
                             "rebuild its report): no wins/losses or significance test")
         else:
             out["per_query"] = paired
+            out["bootstrap"] = bootstrap_differences(rows_a, rows_b)
+    return out
+
+
+def per_query_scores(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Each per-query metric a run's table allows, by query id (x100 where the benchmark reports percent):
+    from the target rank, recall@1/5/10/50 (hit within the top K) and the reciprocal rank; a set-valued
+    benchmark's own ``f1`` and ``em``. Failed queries are left out."""
+    out: dict[str, dict[str, float]] = {}
+    for r in rows:
+        qid = str(r.get("query") or r.get("qid") or r.get("id") or "")
+        if not qid or r.get("error"):
+            continue
+        if "target_rank" in r:
+            rank = r.get("target_rank")
+            ok = isinstance(rank, (int, float)) and rank > 0
+            for k in (1, 5, 10, 50):
+                out.setdefault(f"recall@{k}", {})[qid] = 100.0 if ok and rank <= k else 0.0
+            out.setdefault("reciprocal_rank", {})[qid] = 1.0 / float(rank) if ok else 0.0
+        for col in ("f1", "em"):
+            if isinstance(r.get(col), (int, float)):
+                out.setdefault(col, {})[qid] = float(r[col])
+    return out
+
+
+def bootstrap_ci(diff: np.ndarray, resamples: int = 2000, seed: int = 0, level: float = 0.95
+                 ) -> tuple[float, float]:
+    """Percentile bootstrap confidence interval of the mean of paired per-query differences (queries
+    resampled with replacement, a fixed seed)."""
+    if diff.size == 0:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, diff.size, size=(resamples, diff.size))
+    means = diff[idx].mean(axis=1)
+    lo, hi = np.percentile(means, [100 * (1 - level) / 2, 100 * (1 + level) / 2])
+    return float(lo), float(hi)
+
+
+def bootstrap_differences(rows_a: Sequence[dict[str, Any]], rows_b: Sequence[dict[str, Any]],
+                          resamples: int = 2000) -> list[dict[str, Any]]:
+    """For every per-query metric both runs have (:func:`per_query_scores`), on the queries both answered: the
+    two means, their difference (B - A) and its 95% paired bootstrap interval."""
+    a, b = per_query_scores(rows_a), per_query_scores(rows_b)
+    out = []
+    for metric in [m for m in a if m in b]:
+        common = [q for q in a[metric] if q in b[metric]]
+        if not common:
+            continue
+        va = np.asarray([a[metric][q] for q in common], dtype=np.float64)
+        vb = np.asarray([b[metric][q] for q in common], dtype=np.float64)
+        lo, hi = bootstrap_ci(vb - va, resamples)
+        out.append({"metric": metric, "queries": len(common), "mean_a": float(va.mean()), "mean_b": float(vb.mean()),
+                    "difference": float((vb - va).mean()), "ci_low": lo, "ci_high": hi,
+                    "excludes_zero": bool(lo > 0 or hi < 0)})
     return out
 
 
@@ -112,6 +176,16 @@ def compare_markdown(result: dict[str, Any]) -> str:
                   f"p = {pq['permutation_p']:.3g}" + ("." if significant else " (not significant at 0.05)."),
                   "", f"Wins (first 10): {', '.join(pq['examples']['wins']) or 'none'}",
                   "", f"Losses (first 10): {', '.join(pq['examples']['losses']) or 'none'}"]
+    boot = result.get("bootstrap")
+    if boot:
+        a_lab, b_lab = labels
+        lines += ["", f"## Differences {b_lab} - {a_lab} with 95% paired bootstrap intervals", "",
+                  "| metric | queries | " + a_lab + " | " + b_lab + " | difference | 95% CI |",
+                  "| --- | ---: | ---: | ---: | ---: | --- |"]
+        for r in boot:
+            lines.append(f"| {r['metric']} | {r['queries']} | {r['mean_a']:.2f} | {r['mean_b']:.2f} | "
+                         f"{r['difference']:+.2f} | [{r['ci_low']:+.2f}, {r['ci_high']:+.2f}]"
+                         + (" (excludes 0)" if r["excludes_zero"] else "") + " |")
     if result["warnings"]:
         lines += ["", "## Warnings", "", *[f"- {w}" for w in result["warnings"]]]
     return "\n".join(lines) + "\n"
@@ -177,6 +251,8 @@ def paired_comparison(rows_a: Sequence[dict[str, Any]], rows_b: Sequence[dict[st
         "permutation_p": permutation_test(diff, resamples),
         "better": label_b if diff.mean() > 0 else label_a if diff.mean() < 0 else None,
         "examples": {"wins": wins[:10], "losses": losses[:10]},
+        "deltas": sorted(({"query": q, "a": a[q], "b": b[q], "delta": float(d)}
+                          for q, d in zip(common, diff, strict=True)), key=lambda r: (-r["delta"], r["query"])),
         "labels": [label_a, label_b],
     }
 
@@ -208,4 +284,5 @@ def permutation_test(diff: np.ndarray, resamples: int = 10000, seed: int = 0) ->
     return (hits + 1) / (resamples + 1)
 
 
-__all__ = ["compare_runs", "load_run", "paired_comparison", "permutation_test", "sign_test"]
+__all__ = ["bootstrap_ci", "bootstrap_differences", "compare_runs", "load_run", "paired_comparison",
+           "per_query_scores", "permutation_test", "sign_test"]

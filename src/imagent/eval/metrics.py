@@ -360,6 +360,16 @@ def set_f1(predicted: Iterable[str], gold: Iterable[str]) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
+def set_precision_recall(predicted: Iterable[str], gold: Iterable[str]) -> tuple[float, float]:
+    """Set precision ``|pred & gold| / |pred|`` and recall ``|pred & gold| / |gold|`` (1 for an empty set
+    beside an empty set, 0 for an empty set beside a non-empty one)."""
+    p, g = set(predicted), set(gold)
+    inter = len(p & g)
+    precision = inter / len(p) if p else (1.0 if not g else 0.0)
+    recall = inter / len(g) if g else (1.0 if not p else 0.0)
+    return precision, recall
+
+
 def disbench_scores(
     predicted_sets: Sequence[Iterable[str]], gold_sets: Sequence[Iterable[str]], event_types: Sequence[str]
 ) -> dict[str, float]:

@@ -26,6 +26,7 @@ from typing import Any
 
 from imagent.core.redact import redact
 from imagent.eval.datasets.base import Predictions
+from imagent.eval.runlock import run_lock
 
 RESULTS = "results.jsonl"
 CONFIG = "config.json"
@@ -66,7 +67,7 @@ def json_default(obj: Any) -> Any:
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Write ``text`` (secrets masked) to ``path`` through a temporary file, fsync'ed, then renamed."""
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # per process: two writers never share one
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(redact(text))  # no key in a file
         f.flush()
@@ -101,6 +102,11 @@ class RunRecord:
     seconds: float = 0.0
     model_calls: int = 0
     answer_set: list[str] | None = None
+    # Whose answer it is (``core/types.py:Source``: method, fallback:<name>, error), why when it is not the
+    # method's own, and the method's own behaviour counts (summed by :mod:`imagent.eval.behaviour`).
+    source: str = "method"
+    source_reason: str = ""
+    counts: dict[str, int] = field(default_factory=dict)
     trace: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     finished: str | None = None
@@ -123,7 +129,7 @@ class RunRecord:
         known = {f.name for f in fields(cls)} - {"other"}
         kw = {k: v for k, v in data.items() if k in known}
         kw["qid"] = str(data.get("qid", ""))
-        for key in ("extras", "stages", "stage_extras", "trace"):
+        for key in ("extras", "stages", "stage_extras", "trace", "counts"):
             if kw.get(key) is None:
                 kw.pop(key, None)
         for key in ("ids", "scores"):
@@ -138,7 +144,8 @@ class RunRecord:
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "other"}
         if self.error is not None and not self.ids:  # a failed query: what went wrong, how long it took
-            out = {"qid": self.qid, "group": self.group, "error": self.error, "seconds": self.seconds}
+            out = {"qid": self.qid, "group": self.group, "error": self.error, "seconds": self.seconds,
+                   "source": "error"}
         return {**out, **self.other}
 
     # read access by the JSON key, for code written against results.jsonl's lines
@@ -290,8 +297,8 @@ class RunFolder:
     def writer(self) -> Iterator[RunFolder]:
         """Hold the folder as its one writer while a run appends to it and rewrites its reports (the lock file
         is :data:`LOCK`); every write to a run folder happens inside this block."""
-        self.path.mkdir(parents=True, exist_ok=True)
-        yield self
+        with run_lock(self.path, LOCK):  # a second eval is refused (RunLocked); a dead owner's lock is taken over
+            yield self
 
     def call_keys(self) -> list[tuple[str, str]]:
         return read_call_keys(self.path / CALL_KEYS)

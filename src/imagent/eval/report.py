@@ -7,6 +7,7 @@ Everything here reads only the run directory's records, so a report can be rebui
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from imagent.eval import metrics as M
+from imagent.eval.behaviour import behaviour, own_items, record_source
 from imagent.eval.datasets import Benchmark, EvalItem, Predictions
 from imagent.eval.records import (
     METRICS,
@@ -29,33 +31,47 @@ from imagent.eval.records import (
 
 CURVE_PNG = "recall_at_k.png"
 TIME_PNG = "time_per_stage.png"
+SETS_PNG = "set_scores.png"
 
 
 # --------------------------------------------------------------------------- aggregation
 
 
+def stage_of(step_name: str) -> str:
+    """The stage a trace step belongs to: numbered repeats (an agent's ``turn.3``, a loop's ``round.2.verify``)
+    count as one stage (``turn``, ``round.verify``)."""
+    return re.sub(r"\.\d+(?=\.|$)", "", step_name) or step_name
+
+
 def step_stats(records: Sequence[RunRecord]) -> list[dict[str, Any]]:
-    """Per trace-step name: how often it ran, its latency (mean, p50, p95, total seconds) and what it
-    cost (model calls not served from cache, cache hits, tool calls, tokens). Order: first seen."""
+    """Per stage (trace steps with their numbered repeats aggregated, :func:`stage_of`): in how many queries it
+    ran (``runs``), how many steps that was (``steps``), its seconds per query (mean, p50, p95; total) and what
+    it cost (model calls not served from cache, cache hits, tool calls, tokens). Order: first seen."""
+    keys = ("model_calls", "cached_calls", "tool_calls", "prompt_tokens", "completion_tokens")
     acc: dict[str, dict[str, Any]] = {}
     for rec in records:
+        per_query: dict[str, float] = {}
         for step in rec.steps:
-            a = acc.setdefault(step["name"], {"seconds": [], "model_calls": 0, "cached_calls": 0, "tool_calls": 0,
-                                              "prompt_tokens": 0, "completion_tokens": 0})
-            a["seconds"].append(float(step.get("seconds", 0.0)))
-            for k in ("model_calls", "cached_calls", "tool_calls", "prompt_tokens", "completion_tokens"):
+            name = stage_of(str(step["name"]))
+            a = acc.setdefault(name, {"seconds": [], "steps": 0, **dict.fromkeys(keys, 0)})
+            per_query[name] = per_query.get(name, 0.0) + float(step.get("seconds", 0.0))
+            a["steps"] += 1
+            for k in keys:
                 a[k] += int(step.get(k, 0) or 0)
+        for name, secs in per_query.items():
+            acc[name]["seconds"].append(secs)
     out = []
     for name, a in acc.items():
         s = np.asarray(a["seconds"], dtype=np.float64)
         out.append({
             "step": name,
             "runs": int(s.size),
+            "steps": a["steps"],
             "mean_s": float(s.mean()),
             "p50_s": float(np.percentile(s, 50)),
             "p95_s": float(np.percentile(s, 95)),
             "total_s": float(s.sum()),
-            **{k: a[k] for k in ("model_calls", "cached_calls", "tool_calls", "prompt_tokens", "completion_tokens")},
+            **{k: a[k] for k in keys},
         })
     return out
 
@@ -68,12 +84,10 @@ def run_stats(records: Sequence[RunRecord]) -> dict[str, Any]:
     counters: Counter[str] = Counter()
     notes: Counter[str] = Counter()
     warnings: Counter[str] = Counter()  # the methods' start-of-search checks (Method.preflight)
-    for r in ok:
+    for r in ok:  # notes and warnings counted once per query, however many steps repeat them
         counters.update(r.counters)
-        for s in r.steps:
-            notes.update(set(s.get("notes", [])))
-            if s.get("name") == "checks":
-                warnings.update(set(s.get("notes", [])))
+        notes.update({n for s in r.steps for n in s.get("notes", [])})
+        warnings.update({n for s in r.steps if s.get("name") == "checks" for n in s.get("notes", [])})
     return {
         "queries_scored": len(ok),
         "errors": len(records) - len(ok),
@@ -130,6 +144,28 @@ def plot_recall_curve(curves: dict[str, dict[int, float]], title: str, path: Pat
     ax.set_title(title)
     if len(curves) > 1:
         ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+
+
+def plot_set_scores(scores: dict[str, dict[str, float]], title: str, path: Path) -> None:
+    """Grouped bars: set precision, recall and F1 (%) per query group, each group labelled with its n."""
+    fig = _figure()
+    ax = fig.add_subplot(1, 1, 1)
+    groups = list(scores)
+    x = np.arange(len(groups))
+    for i, (key, color) in enumerate((("precision", "#4c72b0"), ("recall", "#55a868"), ("f1", "#c44e52"))):
+        vals = [scores[g][key] for g in groups]
+        bars = ax.bar(x + (i - 1) * 0.26, vals, width=0.26, label=f"set {key}" if key != "f1" else "set F1",
+                      color=color)
+        for b, v in zip(bars, vals, strict=True):
+            ax.text(b.get_x() + b.get_width() / 2, v + 1, f"{v:.0f}", ha="center", fontsize=7)
+    ax.set_xticks(x)
+    ax.set_xticklabels([f"{g}\n(n={scores[g]['queries']})" for g in groups], fontsize=8)
+    ax.set_ylim(0, 105)
+    ax.set_ylabel("%")
+    ax.legend(fontsize=8)
+    ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path, format="png")
 
@@ -197,7 +233,8 @@ def target_rank(ids: Sequence[str], positives: Sequence[str]) -> int | None:
 
 
 def query_rows(items: Sequence[EvalItem], records: dict[str, RunRecord]) -> list[dict[str, Any]]:
-    """The generic per-query table: target rank (of the first positive in the kept top-k; "-" when it is
+    """The generic per-query table: the result's source (``method``, ``fallback:<name>``, ``error``), target rank
+    (of the first positive in the kept top-k; "-" when it is
     not there or the split has no labels), model calls, seconds, fall-backs taken (trace counters whose
     name says fallback), the error of a failed query, the rank in each stored stage and the method's own
     summary (trace step outputs ``report_line``; a column is left out when no query has a value)."""
@@ -209,6 +246,7 @@ def query_rows(items: Sequence[EvalItem], records: dict[str, RunRecord]) -> list
         counters = rec.counters
         rows.append({
             "query": it.id,
+            "source": record_source(rec),
             "target_rank": target_rank(rec.ids, it.positives) if it.positives else None,
             "calls": int(rec.model_calls or 0),
             "seconds": float(rec.seconds or 0.0),
@@ -257,6 +295,35 @@ def _provenance_line(p: dict[str, Any]) -> str:
     return f"- code: {code}imagent {p.get('version', '?')}; report written {p.get('date', '?')}"
 
 
+def _behaviour_lines(b: dict[str, Any] | None) -> list[str]:
+    """The headline line: how many answers are the method's own, fallbacks, errors."""
+    if not b or not b.get("queries"):
+        return []
+    n = b["queries"]
+    fallbacks = sum(v for k, v in b["sources"].items() if k.startswith("fallback:"))
+    errors = b["sources"].get("error", 0)
+    return [f"- **fallback rate: {100 * b['fallback_rate']:.1f}%** ({fallbacks} of {n} queries answered by a fallback "
+            f"path); errors: {100 * b['error_rate']:.1f}% ({errors}); the method's own answers: "
+            f"{100 * b['method_rate']:.1f}%"]
+
+
+def _behaviour_section(b: dict[str, Any] | None) -> list[str]:
+    """Sources, the reasons of fallbacks and errors, and the method's own counts summed over the run."""
+    if not b or not b.get("queries"):
+        return []
+    out = ["", "## Behaviour", "", "| source | queries |", "| --- | ---: |"]
+    out += [f"| {k} | {v} |" for k, v in b["sources"].items()]
+    if b.get("fallback_reasons"):
+        out += ["", "Fallbacks:", "", *[f"- {r} ({c})" for r, c in b["fallback_reasons"].items()]]
+    if b.get("error_reasons"):
+        out += ["", "Errors (model calls failed; scored as empty answers, retried by the next run):", "",
+                *[f"- {r} ({c})" for r, c in b["error_reasons"].items()]]
+    if b.get("counts"):
+        out += ["", "The method's own counts (summed over the queries): "
+                + ", ".join(f"{k}={v}" for k, v in b["counts"].items())]
+    return out
+
+
 def render_report(config: dict[str, Any], metrics: dict[str, Any], steps: list[dict[str, Any]],
                   files: dict[str, str]) -> str:
     method = config["method"]
@@ -265,6 +332,7 @@ def render_report(config: dict[str, Any], metrics: dict[str, Any], steps: list[d
         "",
         f"- queries: {metrics['queries']} ({metrics['completed']} completed, {metrics['errors']} failed, "
         f"{metrics['missing']} not run){' - limited run' if metrics.get('limited') else ''}",
+        *_behaviour_lines(metrics.get("behaviour")),
         f"- top-k kept per query: {config['top_k']}",
         _provenance_line(metrics.get("provenance") or {}),
         f"- method parameters: `{method['params']}`",
@@ -278,11 +346,19 @@ def render_report(config: dict[str, Any], metrics: dict[str, Any], steps: list[d
         "",
     ]
     if metrics["metrics"] or metrics["stages"]:
-        out.append(metrics_table({"final": metrics["metrics"], **metrics["stages"]}))
+        columns = {"final": metrics["metrics"], **metrics["stages"]}
+        own = metrics.get("metrics_own")
+        if own is not None:
+            columns[f"own answers (n={own['queries']})"] = own["metrics"]
+        out.append(metrics_table(columns))
         out.append("")
         out.append("Percentages; computed as the benchmark's official evaluation code does (see imagent.eval.metrics).")
+        if own is not None:
+            out.append(f"`final` scores every query (a fallback answer as it is, an error as an empty answer); "
+                       f"`own answers` scores only the {own['queries']} queries the method answered itself.")
     else:
         out.append("No ground truth for this split: see the server files below.")
+    out += _behaviour_section(metrics.get("behaviour"))
     if metrics.get("per_query"):
         out += ["", "## Per query", "", per_query_table(metrics["per_query"])]
     run = metrics["run"]
@@ -296,12 +372,16 @@ def render_report(config: dict[str, Any], metrics: dict[str, Any], steps: list[d
         f"cache hits {run['cached_calls']}"
         + (f" (hit rate {100 * run['cache_hit_rate']:.1f}%)" if run["cache_hit_rate"] is not None else ""),
         "",
-        "| step | runs | mean s | p50 s | p95 s | total s | model calls | cached | tool calls | tokens in/out |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "Per stage (an agent's turns, numbered steps of a loop, count as one stage; seconds are per query):",
+        "",
+        "| stage | runs | steps | mean s | p50 s | p95 s | total s | model calls | cached | tool calls "
+        "| tokens in/out |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for s in steps:
         out.append(
-            f"| {s['step']} | {s['runs']} | {s['mean_s']:.3f} | {s['p50_s']:.3f} | {s['p95_s']:.3f} | "
+            f"| {s['step']} | {s['runs']} | {s.get('steps', s['runs'])} | {s['mean_s']:.3f} | {s['p50_s']:.3f} | "
+            f"{s['p95_s']:.3f} | "
             f"{s['total_s']:.2f} | {s['model_calls']} | {s['cached_calls']} | {s['tool_calls']} | "
             f"{s['prompt_tokens']}/{s['completion_tokens']} |"
         )
@@ -317,6 +397,12 @@ def render_report(config: dict[str, Any], metrics: dict[str, Any], steps: list[d
     out += ["", "## Plots", ""]
     if "recall_curve" in files:
         out.append(f"![recall at k]({CURVE_PNG})")
+    if "set_scores" in files:
+        sets = metrics.get("set_scores") or {}
+        out.append("Set precision, recall and F1 of the answered sets (queries per group: "
+                   + ", ".join(f"{g} {v['queries']}" for g, v in sets.items()) + "):")
+        out.append("")
+        out.append(f"![set precision, recall, F1]({SETS_PNG})")
     out.append(f"![time per stage]({TIME_PNG})")
     subs = [v for k, v in files.items() if k.startswith("submission:")]
     if subs:
@@ -355,7 +441,12 @@ def write_outputs(run_dir: Path, bench: Benchmark, split: str, items: Sequence[E
         "stages": stages,
         "run": run_stats(ordered),
         "rankings_with_duplicates": dup,
+        "behaviour": behaviour(ordered),
     }
+    own = own_items(items, recs)
+    if final and len(own) < len(items):  # the headline numbers include fallbacks or errors: show the own ones too
+        metrics["metrics_own"] = {"queries": len(own), "metrics": bench.metrics(predictions_from_results(scored), own)
+                                  if own else {}}
     if companions:
         extra = [r for q, r in scored.items() if q in companions]
         metrics["subset_pass"] = {"queries": len(companions), "completed": sum(r.ok for r in extra),
@@ -376,7 +467,13 @@ def write_outputs(run_dir: Path, bench: Benchmark, split: str, items: Sequence[E
     preds = predictions_from_results(recs)
     n_scored = sum(1 for it in items if it.positives and it.id in recs and recs[it.id].ok)
     title = f"{config['method']['name']} on {bench.name} {split}"
-    if any(it.positives for it in items):
+    set_scores = bench.set_scores(preds, items)
+    if set_scores is not None:  # a set-valued benchmark: set precision / recall / F1, not recall@k
+        metrics["set_scores"] = set_scores
+        if set_scores:
+            plot_set_scores(set_scores, f"{title}: answered sets", run_dir / SETS_PNG)
+            files["set_scores"] = str(run_dir / SETS_PNG)
+    elif any(it.positives for it in items):
         curves = {"final": _curve(bench, preds, items, ks)}
         for s in stages:
             curves[s] = _curve(bench, predictions_from_results(recs, s), items, ks)

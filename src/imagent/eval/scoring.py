@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from imagent.core.inputs import InputFileError, parse_json, read_text_file
 from imagent.eval import metrics as M
 from imagent.eval.datasets import BenchmarkError, load_benchmark
+
+MAX_PREDICTIONS_BYTES = 512 * 1024 * 1024  # CIRR's test server takes 5 MB; 100x the largest benchmark's file
+MAX_PREDICTIONS_DEPTH = 16  # {query: [ids]} or {query: {"ranking": [...]}}: a few levels
 
 
 def score_file(benchmark: str, annotations: str | Path, predictions: str | Path, split: str | None = None,
@@ -24,12 +27,11 @@ def score_file(benchmark: str, annotations: str | Path, predictions: str | Path,
     if split is None and ann.is_file():
         split = bench.split_from_file(ann)
     split = bench.check_split(split)
-    try:
-        data = json.loads(Path(predictions).expanduser().read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BenchmarkError(f"predictions file not found: {predictions}") from None
-    except json.JSONDecodeError as exc:
-        raise BenchmarkError(f"predictions file {predictions} is not valid JSON: {exc}") from exc
+    try:  # a regular file under the cap, duplicate query ids refused, nesting bounded (core.inputs)
+        text = read_text_file(predictions, "predictions file", MAX_PREDICTIONS_BYTES)
+        data = parse_json(text, f"predictions file {predictions}", max_depth=MAX_PREDICTIONS_DEPTH)
+    except InputFileError as exc:
+        raise BenchmarkError(str(exc)) from None
     preds = bench.parse_predictions(data)
     items = [it for it in bench.queries(split) if it.has_truth]
     if not items:

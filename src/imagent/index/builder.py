@@ -40,15 +40,10 @@ Captions
 
 from __future__ import annotations
 
-import csv
-import io
-import json
-import math
 import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -56,18 +51,15 @@ import numpy as np
 
 from imagent.core.cache import stable_key
 from imagent.core.config import IndexOptions
-from imagent.core.hashing import short_id
 from imagent.core.imageio import (
     IMAGE_EXTENSIONS,
-    FileProbe,
     ImageLoadError,
     check_file,
-    is_image_name,
-    parse_exif_datetime,
     probe_file,
 )
 from imagent.core.text import clean_text, display_path
 from imagent.core.types import ImageRecord
+from imagent.index import places
 from imagent.index.ann import AnnUnavailable
 from imagent.index.captioning import (
     CaptionPrompt,
@@ -76,7 +68,6 @@ from imagent.index.captioning import (
     load_caption_prompt,
     parse_caption_reply,
 )
-from imagent.index.derived import derive_text
 from imagent.index.embedding import (
     ExtraEncoder,
     PendingRecord,
@@ -89,6 +80,16 @@ from imagent.index.embedding import (
     space_models,
 )
 from imagent.index.gallery import SPACE_IMAGE, Gallery, GalleryError, split_space
+from imagent.index.records import UPGRADE_VERSION, make_record, record_for_file, upgraded
+from imagent.index.sources import (
+    MANIFEST_SUFFIXES,
+    Source,
+    SourceError,
+    SourceItem,
+    abspath,
+    read_rows,
+    read_source,
+)
 from imagent.models.base import DualEncoder, ImagePart, Message, TextEmbedder
 
 __all__ = [
@@ -101,16 +102,7 @@ __all__ = [
 
 Progress = Callable[[int, int, str], None]
 
-MANIFEST_SUFFIXES = (".json", ".jsonl", ".csv")
-# Columns with a meaning; every other column goes to ``record.extra``.
-KNOWN_COLUMNS = frozenset(
-    {"file", "path", "id", "caption", "captions", "taken_time", "latitude", "longitude", "address", "tags"}
-)
 _MAX_CAPTION_WARNINGS = 5
-
-
-class SourceError(ValueError):
-    """The source as a whole is unusable (missing, unknown kind, manifest that does not parse)."""
 
 
 @dataclass
@@ -130,6 +122,7 @@ class IndexReport:
     derived: int = 0  # of those without, how many have derived text (names, date, place)
     sees_pixels: bool | None = None  # whether the dual encoder sees pixels (None: no dual encoder)
     backfilled: int = 0  # stored records embedded in spaces added to the index by this run (those spaces only)
+    upgraded: int = 0  # unchanged records given place names / new derived text (caption spaces re-embedded)
 
     def coverage(self, gallery: Gallery, dual: Any) -> None:
         """Count captions in the index, for :meth:`caption_note`."""
@@ -169,331 +162,9 @@ class IndexReport:
             "total": self.total,
             "captioned": self.captioned,
             "embedded_in_new_spaces": self.backfilled,
+            "upgraded": self.upgraded,
             "warnings": list(self.warnings),
         }
-
-
-# --------------------------------------------------------------------------- inputs
-
-
-@dataclass
-class _RowFields:
-    """A manifest row's values, checked and normalised."""
-
-    id: str | None = None
-    captions: list[str] = field(default_factory=list)
-    taken_time: datetime | None = None
-    latitude: float | None = None
-    longitude: float | None = None
-    address: str | None = None
-    tags: list[str] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
-    has_time: bool = False
-    has_position: bool = False
-
-    def digest(self) -> str:
-        return stable_key(
-            self.id, self.captions, self.taken_time.isoformat() if self.taken_time else None,
-            self.latitude, self.longitude, self.address, self.tags, self.extra, self.has_time, self.has_position,
-        )
-
-
-@dataclass
-class _Item:
-    key: str  # source key: what identifies this input across runs
-    path: str  # absolute file path ("" when a manifest row names none)
-    display: str  # what the report shows
-    row: _RowFields | None = None
-    error: str | None = None  # found while reading the source: skip with this reason
-
-
-@dataclass
-class _Source:
-    items: list[_Item]
-    scope: str  # every source key of this source starts with it (removals stay inside)
-    root: str | None = None  # the folder whose sub-folder names describe the images (derived text)
-    warnings: list[str] = field(default_factory=list)
-
-
-def _abspath(p: str | Path) -> str:
-    return os.path.abspath(os.path.expanduser(str(p)))
-
-
-def _scan_folder(root: Path, exclude: Path | None) -> _Source:
-    root_abs = _abspath(root)
-    exclude_abs = _abspath(exclude) if exclude is not None else None
-    found: list[str] = []
-    unlistable: list[_Item] = []
-
-    def walk_error(exc: OSError) -> None:
-        # os.walk skips a folder it cannot list; say so instead of silently indexing less.
-        where = _abspath(exc.filename) if exc.filename else root_abs
-        reason = f"cannot list folder: {exc.strerror or exc}"
-        key = f"file:{where.rstrip(os.sep)}{os.sep}"  # inside this source's scope, so it is forgotten later
-        unlistable.append(_Item(key=key, path=where, display=display_path(where), error=reason))
-
-    for dirpath, dirnames, filenames in os.walk(root_abs, followlinks=False, onerror=walk_error):
-        kept = []
-        for d in sorted(dirnames):
-            full = os.path.join(dirpath, d)
-            if d.startswith(".") or full == exclude_abs:
-                continue
-            if is_image_name(d):
-                found.append(full)  # a folder named like an image: reported, not silently ignored
-            if not os.path.islink(full):
-                kept.append(d)
-        dirnames[:] = kept  # os.walk descends into what is left here
-        # Hidden files are thumbnails, AppleDouble "._x.jpg" resource forks and the like, not photos.
-        found.extend(os.path.join(dirpath, f) for f in filenames if not f.startswith(".") and is_image_name(f))
-    found.sort()
-    items = [_Item(key=f"file:{p}", path=p, display=display_path(p)) for p in found] + unlistable
-    return _Source(items, f"file:{root_abs.rstrip(os.sep)}{os.sep}", root=root_abs)
-
-
-Rows = list[tuple[str, dict[str, Any] | None, str | None]]
-
-
-def _read_rows(manifest: Path, warnings: list[str] | None = None) -> Rows:
-    """(where, raw row or None, error) for every row; ``where`` is ``line N`` (JSONL, CSV: the line
-    in the file) or ``row N`` (JSON: the 1-based position in the list).
-
-    Bytes that are not UTF-8 are kept as surrogate escapes (``errors="surrogateescape"``): a file name
-    written in Latin-1 then still names the file on disk, and text gets U+FFFD (see :func:`_clean_row`)."""
-    suffix = manifest.suffix.lower()
-    try:
-        text = manifest.read_bytes().decode("utf-8-sig", "surrogateescape")
-    except OSError as exc:
-        raise SourceError(f"cannot read manifest {display_path(manifest)}: {exc.strerror or exc}") from None
-    if warnings is not None and clean_text(text) is not text:
-        warnings.append(f"{display_path(manifest)} is not valid UTF-8: undecodable bytes in text were replaced "
-                        "by \ufffd (file names keep their bytes)")
-    out: list[tuple[str, dict[str, Any] | None, str | None]] = []
-    if suffix == ".jsonl":
-        for n, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                out.append((f"line {n}", None, f"invalid JSON ({exc.msg})"))
-                continue
-            out.append((f"line {n}", row, None) if isinstance(row, dict) else (f"line {n}", None, "not a JSON object"))
-    elif suffix == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SourceError(f"manifest {manifest} is not valid JSON: {exc}") from None
-        if isinstance(data, dict):
-            data = next((data[k] for k in ("images", "records", "rows") if isinstance(data.get(k), list)), None)
-        if not isinstance(data, list):
-            raise SourceError(f"manifest {manifest} must hold a JSON list of rows (or {{\"images\": [...]}})")
-        for n, row in enumerate(data, 1):
-            out.append((f"row {n}", row, None) if isinstance(row, dict) else (f"row {n}", None, "not a JSON object"))
-    elif suffix == ".csv":
-        reader = csv.DictReader(io.StringIO(text, newline=""))
-        if not reader.fieldnames:
-            raise SourceError(f"manifest {manifest} has no header row")
-        try:
-            for row in reader:
-                # Cells past the header land under the None key; empty cells mean "not given".
-                cells = {k.strip(): v for k, v in row.items() if k is not None and v not in (None, "")}
-                out.append((f"line {reader.line_num}", cells, None))
-        except csv.Error as exc:
-            raise SourceError(f"manifest {manifest}: line {reader.line_num}: {exc}") from None
-    else:
-        raise SourceError(f"unknown manifest type {manifest.suffix!r}; use .json, .jsonl or .csv")
-    return out
-
-
-def _given(value: Any) -> bool:
-    return value is not None and not (isinstance(value, str) and not value.strip())
-
-
-def _text_list(value: Any, sep: str | None) -> list[str]:
-    if isinstance(value, (list, tuple)):
-        items = [str(v) for v in value if v is not None]
-    elif sep is not None:
-        items = str(value).split(sep)
-    else:
-        items = [str(value)]
-    return [s.strip() for s in items if s.strip()]
-
-
-def parse_time(value: Any) -> datetime:
-    """ISO 8601 (``2021-06-01T12:00:00``, ``...Z``, ``2021-06-01 12:00:00``, ``2021-06-01``) or
-    EXIF style (``2021:06:01 12:00:00``). Raises ``ValueError`` otherwise."""
-    if isinstance(value, str):
-        text = value.strip()
-        try:
-            return datetime.fromisoformat(text)
-        except ValueError:
-            parsed = parse_exif_datetime(text)
-            if parsed is not None:
-                return parsed
-    raise ValueError(f"bad taken_time {value!r} (use ISO 8601, e.g. 2021-06-01 12:00:00)")
-
-
-def _coordinate(name: str, value: Any, limit: float) -> float:
-    try:
-        if isinstance(value, bool):
-            raise ValueError
-        x = float(value.strip() if isinstance(value, str) else value)
-    except (TypeError, ValueError):
-        raise ValueError(f"bad {name} {value!r} (not a number)") from None
-    if not math.isfinite(x) or abs(x) > limit:
-        raise ValueError(f"bad {name} {value!r} (out of range -{limit:g}..{limit:g})")
-    return x
-
-
-def _parse_row(raw: dict[str, Any], is_csv: bool) -> _RowFields:
-    """Checked fields of one row; ``ValueError`` says what is wrong with it."""
-    f = _RowFields()
-    if _given(raw.get("id")):
-        if isinstance(raw["id"], (dict, list, bool)):
-            raise ValueError(f"bad id {raw['id']!r}")
-        f.id = str(raw["id"]).strip()
-    caps: list[str] = []
-    if _given(raw.get("caption")):
-        caps += _text_list(raw["caption"], None)
-    if _given(raw.get("captions")):
-        caps += _text_list(raw["captions"], "|" if is_csv else None)
-    f.captions = list(dict.fromkeys(caps))  # drop repeats, keep order
-    if _given(raw.get("taken_time")):
-        f.taken_time = parse_time(raw["taken_time"])
-        f.has_time = True
-    has_lat, has_lon = _given(raw.get("latitude")), _given(raw.get("longitude"))
-    if has_lat != has_lon:
-        raise ValueError("latitude and longitude must be given together")
-    if has_lat:
-        f.latitude = _coordinate("latitude", raw["latitude"], 90.0)
-        f.longitude = _coordinate("longitude", raw["longitude"], 180.0)
-        f.has_position = True
-    if _given(raw.get("address")):
-        f.address = str(raw["address"]).strip()
-    if _given(raw.get("tags")):
-        f.tags = _text_list(raw["tags"], ",")
-    f.extra = {str(k): v for k, v in raw.items() if k not in KNOWN_COLUMNS}
-    return f
-
-
-def _clean_value(value: Any) -> Any:
-    """Text in a row with lone surrogates replaced (:func:`clean_text`), recursively."""
-    if isinstance(value, str):
-        return clean_text(value)
-    if isinstance(value, list):
-        return [_clean_value(v) for v in value]
-    if isinstance(value, dict):
-        return {clean_text(str(k)): _clean_value(v) for k, v in value.items()}
-    return value
-
-
-def _clean_row(raw: dict[str, Any]) -> dict[str, Any]:
-    """Every value cleaned except the file name, which must keep its exact (surrogate-escaped) bytes."""
-    return {clean_text(str(k)): (v if k in ("file", "path") else _clean_value(v)) for k, v in raw.items()}
-
-
-def _read_manifest(manifest: Path) -> _Source:
-    man_abs = _abspath(manifest)
-    base = os.path.dirname(man_abs)
-    prefix = f"manifest:{man_abs}#"
-    is_csv = manifest.suffix.lower() == ".csv"
-    shown = display_path(manifest)
-    items: list[_Item] = []
-    first_id: dict[str, str] = {}
-    first_file: dict[str, str] = {}
-    warnings: list[str] = []
-    for where, raw, error in _read_rows(manifest, warnings):
-        bad_key = f"{prefix}{where}"
-        if raw is None:
-            items.append(_Item(key=bad_key, path="", display=f"{shown} ({where})", error=f"{where}: {error}"))
-            continue
-        raw = _clean_row(raw)
-        name = raw.get("file") if _given(raw.get("file")) else raw.get("path")
-        if not isinstance(name, str) or not name.strip():
-            items.append(_Item(key=bad_key, path="", display=f"{shown} ({where})",
-                               error=f"{where}: no 'file' or 'path' column"))
-            continue
-        path = _abspath(os.path.join(base, name.strip()))  # join keeps an absolute name as it is
-        try:
-            row = _parse_row(raw, is_csv)
-        except ValueError as exc:
-            items.append(_Item(key=bad_key, path=path, display=display_path(path), error=f"{where}: {exc}"))
-            continue
-        if row.id is not None:
-            key = f"{prefix}id:{row.id}"
-            if row.id in first_id:
-                items.append(_Item(key=bad_key, path=path, display=display_path(path),
-                                   error=f"{where}: duplicate id {row.id!r} (first on {first_id[row.id]})"))
-                continue
-            first_id[row.id] = where
-        else:
-            key = f"{prefix}file:{path}"
-            if path in first_file:
-                items.append(_Item(key=bad_key, path=path, display=display_path(path),
-                                   error=f"{where}: the same file as {first_file[path]}"))
-                continue
-        first_file.setdefault(path, where)
-        items.append(_Item(key=key, path=path, display=display_path(path), row=row))
-    return _Source(items, prefix, root=base, warnings=warnings)
-
-
-def read_source(source: str | Path, exclude: Path | None = None) -> _Source:
-    src = Path(source).expanduser()
-    if src.is_dir():
-        return _scan_folder(src, exclude)
-    if src.is_file():
-        if src.suffix.lower() in MANIFEST_SUFFIXES:
-            return _read_manifest(src)
-        raise SourceError(f"{display_path(src)} is neither a folder nor a manifest ({', '.join(MANIFEST_SUFFIXES)})")
-    raise SourceError(f"no such file or folder: {display_path(src)}")
-
-
-# --------------------------------------------------------------------------- records
-
-
-def _make_record(item: _Item, probe: FileProbe, root: str | None = None) -> ImageRecord:
-    """The record for one input. With no caption, ``derived_text`` holds what its names, date and place
-    say (:mod:`imagent.index.derived`), which the caption spaces embed instead of nothing."""
-    row = item.row or _RowFields()
-    rec = ImageRecord(
-        id=row.id or short_id(probe.content_hash),
-        path=item.path,
-        content_hash=probe.content_hash,
-        captions=list(row.captions),
-        taken_time=row.taken_time if row.has_time else probe.taken_time,
-        latitude=row.latitude if row.has_position else probe.latitude,
-        longitude=row.longitude if row.has_position else probe.longitude,
-        address=row.address,
-        tags=list(row.tags),
-        width=probe.info.width,
-        height=probe.info.height,
-        extra=dict(row.extra),
-        # A manifest's "device" column (camera / phone model; DISBench's capturedevice) names the device.
-        device=str(row.extra["device"]).strip() if _given(row.extra.get("device")) else getattr(probe, "device", None),
-        caption_source="given" if row.captions else "",
-    )
-    if not rec.captions:
-        rec.derived_text = derive_text(item.path, root, rec.taken_time, rec.address, rec.latitude, rec.longitude,
-                                       rec.tags)
-    return rec
-
-
-def record_for_file(path: str | Path, gallery: Gallery | None, options: IndexOptions | None = None) -> ImageRecord:
-    """The gallery's record for this file's content if it has one, else a transient record.
-
-    A transient record has the content-hash id, EXIF time and position, no caption. Raises
-    :class:`ImageLoadError` (a ``ValueError``) with the reason when the file is not a usable image."""
-    options = options or IndexOptions()
-    p = _abspath(path)
-    try:
-        probe = probe_file(p, options.max_pixels, options.max_file_bytes)
-    except ImageLoadError as exc:
-        raise ImageLoadError(f"cannot use {path} as an image: {exc}") from None
-    if gallery is not None:
-        found = gallery.record_by_hash(probe.content_hash)
-        if found is not None:
-            return found
-    return _make_record(_Item(key=f"file:{p}", path=p, display=display_path(p)), probe)
 
 
 # --------------------------------------------------------------------------- captioning
@@ -570,7 +241,7 @@ class _Captioner:
 _RECORD_VERSION = 2
 
 
-def _fingerprint(st: os.stat_result, item: _Item, captioner: str | None = None) -> str:
+def _fingerprint(st: os.stat_result, item: SourceItem, captioner: str | None = None) -> str:
     """``size:mtime:meta`` of the input, then ``|captioner identity`` when a captioner described it.
 
     The captioner part is compared only by a run that captions (see :meth:`_Build._one`), so a run without
@@ -667,6 +338,19 @@ def _zero_image_vectors(gallery: Gallery, rec: ImageRecord, spaces: Sequence[str
         gallery.put_vectors(c, rec.id, {s: np.zeros(encoders[s].dim, dtype=np.float32) for s in images})
 
 
+def _store_refreshed(gallery: Gallery, refresh: Sequence[tuple[ImageRecord, str, str]], dual: Any, text: Any,
+                     extras: Sequence[ExtraEncoder]) -> None:
+    """Store upgraded records (same id, key and fingerprint) with their caption spaces embedded again; image
+    vectors of an encoder that sees pixels stay as they are (the pixels did not change)."""
+    records = [r for r, _, _ in refresh]
+    vectors = embed_records(records, dual, text, caption_spaces_only=True, extras=extras)
+    with gallery.transaction() as c:
+        for space, (model_id, dim) in space_models(dual, text, extras, vectors).items():
+            gallery.ensure_space(c, space, model_id, dim)
+        for n, (rec, key, fp) in enumerate(refresh):
+            gallery.upsert(c, rec, key, fp, {s: v[n] for s, v in vectors.items()})
+
+
 class _Build:
     def __init__(
         self,
@@ -693,10 +377,20 @@ class _Build:
         self.ok_keys: set[str] = set()  # inputs that end this run with a current record
         self.skipped_keys: set[str] = set()
         self.root: str | None = None
+        # Stored records of unchanged inputs brought up to date (place names, derived text with the day):
+        # (record, source key, fingerprint); their caption spaces are embedded again, their image vectors kept.
+        self.refresh: list[tuple[ImageRecord, str, str]] = []
+        self.upgrade = False
 
-    def run(self, source: _Source, progress: Progress | None, force: bool) -> None:
+    def run(self, source: Source, progress: Progress | None, force: bool) -> None:
         items = source.items
         self.root = source.root
+        mark = f"upgrade:{stable_key(source.scope)[:16]}"
+        self.upgrade = self.g.meta(mark) != UPGRADE_VERSION
+        shown = source.scope.removeprefix("file:").removeprefix("manifest:").rstrip("#")
+        shown = shown.rstrip(os.sep) or shown
+        if self.g.meta(f"source:{stable_key(source.scope)[:16]}") != shown:  # what the web UI's header names
+            self.g.set_meta(f"source:{stable_key(source.scope)[:16]}", shown)
         stored = self.g.fingerprints()  # source key -> (id, fingerprint)
         self.owner = {i: k for k, (i, _) in stored.items()}  # id -> source key holding it
         self.owner_path = {i: self.g.record(i).path for i in self.owner if i in self.g}
@@ -709,14 +403,16 @@ class _Build:
                 # Anything unforeseen about one input (an OS error on a strange file, a value a row carries)
                 # costs that input, with the reason, never the build.
                 self._skip(item, f"unexpected {type(exc).__name__}: {clean_text(str(exc))}")
-            if len(self.pending) >= self.options.batch_size:
+            if len(self.pending) + len(self.refresh) >= self.options.batch_size:
                 self._flush()
             if progress is not None:
                 progress(n, total, item.display)
         self._flush()
         self._finish(source.scope)
+        if self.upgrade and (places.available() or not self.options.place_names):
+            self.g.set_meta(mark, UPGRADE_VERSION)  # the next run skips the look at unchanged records
 
-    def _skip(self, item: _Item, reason: str) -> None:
+    def _skip(self, item: SourceItem, reason: str) -> None:
         self.report.skipped.append((item.display, reason))
         self.skips.append((item.key, item.path or item.display, reason))
         self.skipped_keys.add(item.key)
@@ -736,7 +432,7 @@ class _Build:
         # Captions given by a manifest or imported with --captions are never replaced by a captioner's.
         return stored is not None and stored.caption_source == "given"
 
-    def _one(self, item: _Item, stored: dict[str, tuple[str, str]], current: set[str], scope: str,
+    def _one(self, item: SourceItem, stored: dict[str, tuple[str, str]], current: set[str], scope: str,
              force: bool) -> None:
         if item.error is not None:
             self._skip(item, item.error)
@@ -752,13 +448,17 @@ class _Build:
         if not force and self._unchanged(previous, fp, captionless):
             self.report.unchanged += 1
             self.ok_keys.add(item.key)
+            if self.upgrade and previous is not None and previous[0] in self.g:
+                new = upgraded(self.g.record(previous[0]), self.root, self.options)
+                if new is not None:
+                    self.refresh.append((new, item.key, previous[1]))
             return
         try:
             probe = probe_file(item.path, self.options.max_pixels, self.options.max_file_bytes)
         except ImageLoadError as exc:
             self._skip(item, str(exc))
             return
-        record = _make_record(item, probe, self.root)
+        record = make_record(item, probe, self.root, self.options)
         holder = self.owner.get(record.id)
         # A holder that is an input of this source but gone from it (a renamed or moved file) is
         # not a conflict: the upsert below takes its record over, under this input's key.
@@ -803,11 +503,14 @@ class _Build:
                 self.g.remove(c, self.replaced)
         if self.pending:
             add_records(self.g, self.pending, self.dual, self.text, self.extras)
+        if self.refresh:
+            _store_refreshed(self.g, self.refresh, self.dual, self.text, self.extras)
+            self.report.upgraded += len(self.refresh)
         if self.skips:
             with self.g.transaction() as c:
                 for key, path, reason in self.skips:
                     self.g.mark_skipped(c, key, path, reason)
-        self.pending, self.needs_caption, self.replaced, self.skips = [], [], [], []
+        self.pending, self.needs_caption, self.replaced, self.skips, self.refresh = [], [], [], [], []
 
     def _finish(self, scope: str) -> None:
         # Read the keys again: upserts above may have moved a record to a new key (renames).
@@ -823,7 +526,7 @@ class _Build:
 
 def _source_root(source: str | Path) -> str | None:
     src = Path(source).expanduser()
-    return _abspath(src) if src.is_dir() else (os.path.dirname(_abspath(src)) if src.is_file() else None)
+    return abspath(src) if src.is_dir() else (os.path.dirname(abspath(src)) if src.is_file() else None)
 
 
 def import_captions(
@@ -845,19 +548,19 @@ def import_captions(
         raise SourceError(f"no such caption file: {display_path(path)}")
     if path.suffix.lower() not in MANIFEST_SUFFIXES:
         raise SourceError(f"unknown caption file type {path.suffix!r}; use .jsonl, .json or .csv")
-    rows, bad = caption_rows(_read_rows(path, report.warnings), path, path.suffix.lower() == ".csv")
+    rows, bad = caption_rows(read_rows(path, report.warnings), path, path.suffix.lower() == ".csv")
     shown = display_path(path)
     for where, reason in bad:
         report.skipped.append((f"{shown} ({where})", f"{where}: {reason}"))
     keys = {i: (k, fp) for k, (i, fp) in gallery.fingerprints().items()}
-    by_path = {_abspath(r.path): r.id for r in gallery.records()}
+    by_path = {abspath(r.path): r.id for r in gallery.records()}
     updates: dict[str, ImageRecord] = {}
     for row in rows:
         rid = row.id if row.id in gallery else None
         if rid is None and row.path is not None:
             rid = by_path.get(row.path)
             if rid is None and source_root and row.name:
-                rid = by_path.get(_abspath(os.path.join(source_root, row.name)))
+                rid = by_path.get(abspath(os.path.join(source_root, row.name)))
         if rid is None or rid not in keys:
             what = f"id {row.id!r}" if row.id else display_path(row.name or "")
             report.skipped.append((f"{shown} ({row.where})", f"{row.where}: {what} is not in the index"))

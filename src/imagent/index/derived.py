@@ -68,13 +68,16 @@ def path_words(path: str, root: str | None) -> list[str]:
 
 
 def date_phrase(taken: datetime | None) -> str:
-    """``June 2013``: a month and year is what people search for; the day and hour rarely are."""
-    return f"{taken:%B} {taken.year}" if taken is not None else ""
+    """``14 June 2013``: the day, month and year people search for (the hour rarely is)."""
+    return f"{taken.day} {taken:%B} {taken.year}" if taken is not None else ""
 
 
-def place_phrase(address: str | None, latitude: float | None, longitude: float | None) -> str:
-    if address:
-        return f"at {address.strip()}"
+def place_phrase(address: str | None, latitude: float | None, longitude: float | None,
+                 place: str | None = None) -> str:
+    """``at Vienna, Austria``: the given address, else the place found for the coordinates, else the
+    coordinates themselves."""
+    if address or place:
+        return f"at {(address or place or '').strip()}"
     if latitude is not None and longitude is not None:
         ns, ew = ("N" if latitude >= 0 else "S"), ("E" if longitude >= 0 else "W")
         return f"at {abs(latitude):.3f} {ns}, {abs(longitude):.3f} {ew}"
@@ -89,8 +92,9 @@ def derive_text(
     latitude: float | None = None,
     longitude: float | None = None,
     tags: list[str] | None = None,
+    place: str | None = None,
 ) -> str:
-    """``"animals birds penguin; June 2013; at Paris"``; ``""`` when nothing is known."""
+    """``"animals birds penguin; 14 June 2013; at Paris"``; ``""`` when nothing is known."""
     words = path_words(path, root) + [t.strip().lower() for t in tags or [] if t.strip()]
-    parts = [" ".join(dict.fromkeys(words)), date_phrase(taken), place_phrase(address, latitude, longitude)]
+    parts = [" ".join(dict.fromkeys(words)), date_phrase(taken), place_phrase(address, latitude, longitude, place)]
     return "; ".join(p for p in parts if p)

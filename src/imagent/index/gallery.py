@@ -1,5 +1,9 @@
 """The gallery index: records in SQLite, vectors per named space, search with filters.
 
+:class:`Gallery` is the one object the rest of imagent opens: a loaded view of the store
+(:mod:`imagent.index.store`: schema, transactions, writes), its vector snapshots
+(:mod:`imagent.index.snapshots`) and approximate stores (:mod:`imagent.index.ann`), and search over them.
+
 Layout of an index directory::
 
     records.sqlite          records, per-record float32 vectors (the source of truth), skipped files, spaces
@@ -39,13 +43,8 @@ Vector spaces (names used by every method):
 
 from __future__ import annotations
 
-import errno
-import hashlib
 import json
 import os
-import sqlite3
-import threading
-import uuid
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -56,21 +55,11 @@ import numpy as np
 
 from imagent.core.config import IndexOptions
 from imagent.core.types import ImageRecord, MetadataConstraints, Ranking
+from imagent.index import snapshots
 from imagent.index.ann import DEFAULT_MIN_ROWS, AnnParams, AnnRecallWarning, AnnStore, search_pool
 from imagent.index.scoring import haversine_km, top_k
-from imagent.index.shards import (
-    DEFAULT_SHARD_ROWS,
-    LEGACY_IDS_FILE,
-    SNAPSHOT_FILE,
-    SNAPSHOT_FORMAT,
-    WRITE_BATCH_ROWS,
-    ShardedVectors,
-    remove_unnamed_snapshots,
-    shard_name,
-    write_json_atomic,
-    write_shards,
-    writer_lock,
-)
+from imagent.index.shards import DEFAULT_SHARD_ROWS, ShardedVectors
+from imagent.index.store import Reader, SpaceConflict, Store, Writer
 
 SPACE_IMAGE = "image"
 SPACE_CAPTION_DUAL = "caption_dual"
@@ -89,43 +78,6 @@ def split_space(space: str) -> tuple[str, str | None]:
     """``image@siglip`` -> ``("image", "siglip")``; ``image`` -> ``("image", None)`` (the main encoders)."""
     base, sep, name = space.partition("@")
     return base, (name if sep else None)
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS records (
-    id TEXT PRIMARY KEY,
-    row INTEGER UNIQUE NOT NULL,
-    path TEXT NOT NULL,
-    source_key TEXT NOT NULL,       -- what identifies the input (absolute path or manifest row key)
-    fingerprint TEXT NOT NULL,      -- size:mtime:caption-hash; a change triggers re-indexing
-    data TEXT NOT NULL              -- ImageRecord.to_dict() as JSON
-);
-CREATE INDEX IF NOT EXISTS records_source ON records(source_key);
-CREATE TABLE IF NOT EXISTS vectors (
-    space TEXT NOT NULL, id TEXT NOT NULL, vec BLOB NOT NULL, PRIMARY KEY (space, id)
-);
-CREATE TABLE IF NOT EXISTS spaces (name TEXT PRIMARY KEY, model_id TEXT NOT NULL, dim INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS skipped (source_key TEXT PRIMARY KEY, path TEXT, reason TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-"""
-
-
-def _sql_text(s: str) -> str | bytes:
-    """A key or path as SQLite can store it. Text with lone surrogates (a file name that is not UTF-8, as
-    ``os.listdir`` decodes it) is stored as its ``surrogatepass`` bytes: exact and reversible, so the file still
-    opens and the next run finds the same key; valid text is stored as text, unchanged."""
-    try:
-        s.encode("utf-8")
-        return s
-    except UnicodeEncodeError:
-        return s.encode("utf-8", "surrogatepass")
-
-
-def _from_sql(value: str | bytes | None) -> str:
-    """Inverse of :func:`_sql_text`."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "surrogatepass")
-    return value or ""
-
 
 class _LazyRecords:
     """id -> :class:`ImageRecord`, each parsed from its stored JSON on first use.
@@ -174,8 +126,6 @@ class Gallery:
             )
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / "vectors").mkdir(exist_ok=True)
-        self._db_path = db
-        self._local = threading.local()
         # Approximate search (see search()): "auto" uses a current store for pools of >= ann_min_rows rows.
         self.ann_mode: str = "auto"
         # float16 halves the snapshot (and memory-mapped scans); SQLite keeps float32 either way.
@@ -187,91 +137,61 @@ class Gallery:
         self.ann_params = AnnParams()
         self.ann_notes: list[str] = []  # warnings of the last build_ann (a calibration short of its target)
         self._ann_stores: dict[str, AnnStore] = {}
-        conn = self._conn()
-        conn.executescript(SCHEMA)
-        if conn.execute("SELECT 1 FROM meta WHERE key='uuid'").fetchone() is None:
-            # Only written once, so opening an existing index stays a read.
-            conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES('uuid', ?)", (uuid.uuid4().hex,))
+        self._store = Store(db)
         self._load()
 
     # ------------------------------------------------------------------ storage plumbing
-    def _conn(self) -> sqlite3.Connection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(self._db_path, timeout=60, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
-            self._local.conn = conn
-        return conn
+    def transaction(self) -> Any:
+        """``with gallery.transaction() as w:`` a store :class:`~imagent.index.store.Writer` to hand to
+        :meth:`upsert`, :meth:`remove`, ... ; committed on exit, rolled back on an exception."""
+        return self._store.transaction()
 
-    class _Tx:
-        def __init__(self, conn: sqlite3.Connection) -> None:
-            self.conn = conn
+    def meta(self, key: str, default: str | None = None) -> str | None:
+        """A value of the index's ``meta`` table (generation, uuid, upgrade marks)."""
+        return self._store.meta(key, default)
 
-        def __enter__(self) -> sqlite3.Connection:
-            self.conn.execute("BEGIN IMMEDIATE")
-            return self.conn
+    def set_meta(self, key: str, value: str) -> None:
+        self._store.set_meta(key, value)
 
-        def __exit__(self, exc_type: Any, *_: Any) -> None:
-            if exc_type is not None:
-                self.conn.execute("ROLLBACK")
-                return
-            try:
-                self.conn.execute("COMMIT")
-            except BaseException:
-                # A failed COMMIT (disk full, I/O error) leaves the transaction open; end it so the
-                # connection stays usable and nothing half-done can be committed later.
-                if self.conn.in_transaction:
-                    self.conn.execute("ROLLBACK")
-                raise
-
-    def transaction(self) -> Gallery._Tx:
-        return Gallery._Tx(self._conn())
-
-    def _meta(self, key: str, default: str | None = None) -> str | None:
-        row = self._conn().execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
-        return row[0] if row else default
+    def sources(self) -> list[str]:
+        """The folders and manifests indexed into this gallery (as the builder recorded them; for an index built
+        before that, the folder its records' files share)."""
+        if self._sources is None:
+            found = sorted(set(self._store.meta_with_prefix("source:").values()))
+            if not found and self.ids:
+                paths = [p for (p,) in zip(*(self.metadata_columns(["path"]) or [[]]), strict=False) if p]
+                try:
+                    found = [os.path.commonpath(paths)] if paths else []
+                except ValueError:  # paths on different drives
+                    found = []
+            self._sources = found
+        return list(self._sources)
 
     def generation(self) -> int:
-        return int(self._meta("generation", "0") or 0)
+        return int(self._store.meta("generation", "0") or 0)
 
     def uuid(self) -> str:
-        return self._meta("uuid", "") or ""
-
-    def _bump_generation(self, c: sqlite3.Connection) -> None:
-        c.execute(
-            "INSERT INTO meta(key, value) VALUES('generation', '1') ON CONFLICT(key) "
-            "DO UPDATE SET value = CAST(value AS INTEGER) + 1"
-        )
+        return self._store.meta("uuid", "") or ""
 
     def _load(self) -> None:
-        c = self._conn()
-        if c.in_transaction:
-            self._load_from(c)
-            return
         # One read transaction: records and spaces from the same committed state.
-        c.execute("BEGIN")
-        try:
-            self._load_from(c)
-        finally:
-            c.execute("COMMIT")
+        with self._store.read() as r:
+            self._load_from(r)
 
-    def _load_from(self, c: sqlite3.Connection) -> None:
-        rows = c.execute("SELECT id, data FROM records ORDER BY row").fetchall()
-        self.ids: list[str] = [r[0] for r in rows]
-        self._records = _LazyRecords({r[0]: r[1] for r in rows})
+    def _load_from(self, r: Reader) -> None:
+        rows = r.record_rows()
+        self.ids: list[str] = [i for i, _ in rows]
+        self._records = _LazyRecords(dict(rows))
         self._row_of = {i: n for n, i in enumerate(self.ids)}
         self._coverage: tuple[int, int] | None = None
         self._id_array: np.ndarray | None = None
-        self._spaces = {
-            name: SpaceInfo(model_id, dim)
-            for name, model_id, dim in c.execute("SELECT name, model_id, dim FROM spaces")
-        }
+        self._spaces = {name: SpaceInfo(model_id, dim) for name, model_id, dim in r.spaces()}
         self._ids_sha: str | None = None
         self._vectors: dict[str, ShardedVectors] = {}
         self._score_memo: dict[tuple[Any, ...], tuple[ShardedVectors, np.ndarray, np.ndarray | None]] = {}
         self._meta_arrays: dict[str, np.ndarray] | None = None
         self._by_hash: dict[str, str] | None = None
+        self._sources: list[str] | None = None
 
     def reload(self) -> None:
         self._load()
@@ -324,8 +244,7 @@ class Gallery:
         return self._records[found] if found is not None else None
 
     def skipped(self) -> list[tuple[str, str]]:
-        return [(_from_sql(p) or _from_sql(k), _from_sql(r))
-                for k, p, r in self._conn().execute("SELECT source_key, path, reason FROM skipped")]
+        return self._store.skipped()
 
     def caption_coverage(self) -> tuple[int, int]:
         """``(records with a real caption, all records)``. Real: given by a manifest or a caption file, or
@@ -335,7 +254,7 @@ class Gallery:
         return self._coverage
 
     def skipped_keys(self) -> list[str]:
-        return [_from_sql(k) for (k,) in self._conn().execute("SELECT source_key FROM skipped")]
+        return self._store.skipped_keys()
 
     def vectors(self, space: str) -> np.ndarray:
         """(N, dim) rows aligned with :attr:`ids`, from the snapshot (rebuilt if stale), of the snapshot's type.
@@ -358,94 +277,31 @@ class Gallery:
             )
         sv = self._vectors.get(space)
         if sv is None:
-            target = self._snapshot_aliases().get(space)
+            target = snapshots.aliases(snapshots.current_meta(self._vec_dir, self._db_state())).get(space)
             # A space stored as another's (identical vectors): the very same shards, so scores are shared.
             sv = self.vector_shards(target) if target in self._spaces else self._load_snapshot(space)
             self._vectors[space] = sv
         return sv
 
-    def _ids_digest(self) -> str:
-        """sha256 of the row order (the manifest stores this, not a million ids)."""
+    # ------------------------------------------------------------------ snapshots (imagent.index.snapshots)
+    @property
+    def _vec_dir(self) -> Path:
+        return self.root / "vectors"
+
+    def _db_state(self, generation: int | None = None, index_uuid: str | None = None) -> snapshots.DbState:
         if self._ids_sha is None:
-            joined = "\0".join(self.ids).encode("utf-8", "surrogatepass")  # ids hold no NUL (SQLite text)
-            self._ids_sha = hashlib.sha256(joined).hexdigest()
-        return self._ids_sha
-
-    def _snapshot_meta(self, name: str = SNAPSHOT_FILE) -> dict[str, Any] | None:
-        try:
-            meta = json.loads((self.root / "vectors" / name).read_text())
-        except (OSError, ValueError):
-            return None
-        return meta if isinstance(meta, dict) else None
-
-    def _current_meta(self) -> tuple[dict[str, Any], bool] | None:
-        """The manifest that matches the database as it is now, and whether it is the legacy one
-        (``ids.json`` beside one ``<space>.npy`` per space, written before shards); None when neither does."""
-        spaces = {k: [v.model_id, v.dim] for k, v in self._spaces.items()}
-        meta = self._snapshot_meta()
-        if (meta is not None and meta.get("format") == SNAPSHOT_FORMAT and meta.get("generation") == self.generation()
-                and meta.get("uuid") == self.uuid() and meta.get("count") == len(self.ids)
-                and meta.get("spaces") == spaces and meta.get("ids_sha256") == self._ids_digest()):
-            return meta, False
-        legacy = self._snapshot_meta(LEGACY_IDS_FILE)
-        if (legacy is not None and legacy.get("generation") == self.generation() and legacy.get("uuid") == self.uuid()
-                and legacy.get("ids") == self.ids and legacy.get("spaces", spaces) == spaces):
-            return legacy, True
-        return None
-
-    def _snapshot_aliases(self) -> dict[str, str]:
-        """Spaces whose snapshot is another space's (identical vectors), when the snapshot is current."""
-        current = self._current_meta()
-        aliases = (current[0].get("aliases") or {}) if current else {}
-        return {k: v for k, v in aliases.items() if isinstance(k, str) and isinstance(v, str)}
+            self._ids_sha = snapshots.ids_digest(self.ids)
+        return snapshots.DbState(
+            self.generation() if generation is None else generation, self.uuid() if index_uuid is None else index_uuid,
+            self.ids, self._ids_sha, {k: (v.model_id, v.dim) for k, v in self._spaces.items()})
 
     def snapshot_is_current(self) -> bool:
         """Whether every space's snapshot matches the database as it is now (nothing to rebuild)."""
-        current = self._current_meta()
-        if current is None:
-            return False
-        meta, legacy = current
-        aliases = self._snapshot_aliases()
-        vec_dir = self.root / "vectors"
-        if legacy:
-            return all((vec_dir / f"{aliases.get(s, s)}.npy").exists() for s in self._spaces)
-        shards = meta.get("shards") or {}
-        for s in self._spaces:
-            entry = shards.get(aliases.get(s, s))
-            if not isinstance(entry, dict) or not isinstance(entry.get("rows"), list):
-                return False
-            if not all((vec_dir / str(entry.get("dir")) / shard_name(i)).is_file() for i in range(len(entry["rows"]))):
-                return False
-        return True
+        return snapshots.is_current(self._vec_dir, self._db_state())
 
     def _open_snapshot(self, space: str) -> ShardedVectors | None:
-        """``space``'s current snapshot of the configured type, or None (missing, stale, damaged)."""
-        current = self._current_meta()
-        if current is None:
-            return None
-        meta, legacy = current
-        target = self._snapshot_aliases().get(space, space)
-        dim = self._spaces[space].dim
-        vec_dir = self.root / "vectors"
-        try:
-            if legacy:
-                arr = np.load(vec_dir / f"{target}.npy", mmap_mode="r", allow_pickle=False)
-                ok = arr.shape == (len(self.ids), dim) and arr.dtype == self.snapshot_dtype
-                return ShardedVectors.of_array(arr) if ok else None
-            entry = (meta.get("shards") or {}).get(target)
-            if not isinstance(entry, dict) or meta.get("dtype") != self.snapshot_dtype.name:
-                return None
-            counts = [int(c) for c in entry.get("rows", [])]
-            if sum(counts) != len(self.ids) or ".." in Path(str(entry.get("dir"))).parts:
-                return None
-            return ShardedVectors.open(vec_dir / str(entry["dir"]), counts, dim, self.snapshot_dtype,
+        return snapshots.open_snapshot(self._vec_dir, self._db_state(), space, self.snapshot_dtype,
                                        self.mapped_shards)
-        except OSError as exc:
-            if exc.errno == errno.ENOMEM:  # no room to map it (a memory cap): rewriting would not help
-                raise
-            return None
-        except (ValueError, TypeError):
-            return None
 
     def _load_snapshot(self, space: str) -> ShardedVectors:
         # Twice: a writer in another process may have replaced the snapshot between our reading its
@@ -458,79 +314,28 @@ class Gallery:
             self.write_snapshot()
         except OSError:
             # A read-only index folder (shared, mounted read-only): rebuild in memory instead.
-            self._load()
-            return ShardedVectors.of_array(self._vectors_from_db(space).astype(self.snapshot_dtype, copy=False))
+            with self._store.read() as r:
+                self._load_from(r)
+                arr = snapshots.vectors_from_db(r, space, self._spaces[space].dim)
+            return ShardedVectors.of_array(arr.astype(self.snapshot_dtype, copy=False))
         sv = self._open_snapshot(space)  # the fresh snapshot may store this space as an alias of an identical one
         if sv is None:
             raise GalleryError(f"the vector snapshot at {self.root / 'vectors'} cannot be read back after writing it")
         return sv
 
-    def _vector_batches(self, c: sqlite3.Connection, space: str) -> Iterator[np.ndarray]:
-        """``space``'s vectors in row order, :data:`WRITE_BATCH_ROWS` float32 rows at a time (zeros for a
-        record without one), read in the caller's transaction."""
-        dim = self._spaces[space].dim
-        cur = c.execute("SELECT v.vec FROM records r LEFT JOIN vectors v ON v.space = ? AND v.id = r.id "
-                        "ORDER BY r.row", (space,))
-        while blobs := [b for (b,) in cur.fetchmany(WRITE_BATCH_ROWS)]:
-            if all(b is not None and len(b) == 4 * dim for b in blobs):
-                yield np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), dim)
-                continue
-            out = np.zeros((len(blobs), dim), dtype=np.float32)
-            for j, blob in enumerate(blobs):
-                if blob is not None:
-                    out[j] = np.frombuffer(blob, dtype=np.float32)  # a wrong length raises, as it should
-            yield out
-
-    def _vectors_from_db(self, space: str) -> np.ndarray:
-        parts = list(self._vector_batches(self._conn(), space))
-        return np.concatenate(parts) if parts else np.zeros((0, self._spaces[space].dim), dtype=np.float32)
-
     def write_snapshot(self) -> None:
-        """Rewrite every space's shards and the snapshot manifest from SQLite, in bounded memory.
+        """Rewrite every space's shards and the snapshot manifest from SQLite, in bounded memory
+        (:func:`imagent.index.snapshots.write_snapshot`).
 
         Records, vectors and generation are read in one read transaction, so a writer committing
-        meanwhile (another process) cannot make the snapshot mix two states under one generation.
-        Each space's shards go to a new directory (``vectors/<space>/g<generation>-<token>/``), a batch of
-        rows at a time; ``snapshot.json`` naming them is replaced last: until then the old manifest names the
-        old shards, untouched, and readers keep using them. Then the shards no manifest names are removed
-        (with a legacy single-file snapshot). Snapshot writers on one index take turns (a file lock)."""
-        vec_dir = self.root / "vectors"
-        vec_dir.mkdir(exist_ok=True)
-        with writer_lock(vec_dir / ".write.lock"):
-            c = self._conn()
-            c.execute("BEGIN")
-            try:
-                self._load_from(c)
-                generation = int(self._meta("generation", "0") or 0)
-                index_uuid = self._meta("uuid", "") or ""
-                stamp = f"g{generation}-{uuid.uuid4().hex[:8]}"
-                written: dict[str, ShardedVectors] = {}
-                entries: dict[str, dict[str, Any]] = {}
-                # Identical spaces are stored once (caption mode embeds the same captions for `image`,
-                # `caption_dual` and `caption_text` when one text model serves both roles).
-                aliases: dict[str, str] = {}
-                for space, info in self._spaces.items():
-                    rel = f"{space}/{stamp}"
-                    done = write_shards(vec_dir / rel, self._vector_batches(c, space), len(self.ids), info.dim,
-                                        self.snapshot_dtype, self.shard_rows, written)
-                    if done.alias is not None:
-                        aliases[space] = done.alias
-                        continue
-                    entries[space] = {"dir": rel, "rows": done.counts}
-                    written[space] = ShardedVectors.open(vec_dir / rel, done.counts, info.dim, self.snapshot_dtype,
-                                                         mapped_shards=1)
-            finally:
-                c.execute("COMMIT")
-            written.clear()  # unmapped before the old files go
-            spaces = {k: [v.model_id, v.dim] for k, v in self._spaces.items()}
-            write_json_atomic(vec_dir / SNAPSHOT_FILE, {
-                "format": SNAPSHOT_FORMAT, "generation": generation, "uuid": index_uuid, "count": len(self.ids),
-                "ids_sha256": self._ids_digest(), "spaces": spaces, "dtype": self.snapshot_dtype.name,
-                "shard_rows": self.shard_rows, "shards": entries, "aliases": aliases})
-            remove_unnamed_snapshots(vec_dir, {e["dir"] for e in entries.values()})
+        meanwhile (another process) cannot make the snapshot mix two states under one generation."""
+        with snapshots.snapshot_lock(self._vec_dir), self._store.read() as r:
+            self._load_from(r)
+            state = self._db_state(int(r.meta("generation", "0") or 0), r.meta("uuid", "") or "")
+            snapshots.write_snapshot(self._vec_dir, r, state, self.snapshot_dtype, self.shard_rows)
         manifest = {
             "count": len(self.ids),
-            "generation": generation,
+            "generation": state.generation,
             "spaces": {k: {"model_id": v.model_id, "dim": v.dim} for k, v in self._spaces.items()},
         }
         tmp = self.root / ".manifest.json.tmp"
@@ -540,94 +345,57 @@ class Gallery:
         self._score_memo = {}
 
     # ------------------------------------------------------------------ writing (the builder uses these)
-    def ensure_space(self, c: sqlite3.Connection, space: str, model_id: str, dim: int) -> None:
+    def ensure_space(self, c: Writer, space: str, model_id: str, dim: int) -> None:
         """Declare a space; an existing space with another model or dim is an error (re-index anew)."""
-        row = c.execute("SELECT model_id, dim FROM spaces WHERE name=?", (space,)).fetchone()
-        if row is None:
-            c.execute("INSERT INTO spaces(name, model_id, dim) VALUES (?,?,?)", (space, model_id, dim))
-            self._spaces[space] = SpaceInfo(model_id, dim)
-        elif (row[0], row[1]) != (model_id, dim):
+        try:
+            c.ensure_space(space, model_id, dim)
+        except SpaceConflict as exc:
             raise GalleryError(
-                f"index {self.root} holds {space!r} vectors from {row[0]} (dim {row[1]}), but the "
+                f"index {self.root} holds {space!r} vectors from {exc.model_id} (dim {exc.dim}), but the "
                 f"configured encoder is {model_id} (dim {dim}); use another --index or delete this one"
-            )
+            ) from None
+        self._spaces.setdefault(space, SpaceInfo(model_id, dim))
 
     def missing_vectors(self, spaces: Iterable[str]) -> dict[str, list[str]]:
         """space -> ids of the records (in row order) that have no vector in it: records stored before the
         space was added (or by a run killed while adding it). Reads SQLite only (no model, no snapshot)."""
-        c = self._conn()
-        out: dict[str, list[str]] = {}
-        records = c.execute("SELECT COUNT(*) FROM records").fetchone()[0]
-        for space in spaces:
-            # Vectors belong to stored records (removals delete them), so a full count means none is missing:
-            # the common case, read from the (space, id) index without a join.
-            if c.execute("SELECT COUNT(*) FROM vectors WHERE space = ?", (space,)).fetchone()[0] >= records:
-                continue
-            ids = [i for (i,) in c.execute(
-                "SELECT r.id FROM records r WHERE NOT EXISTS (SELECT 1 FROM vectors v WHERE v.space = ? AND "
-                "v.id = r.id) ORDER BY r.row", (space,))]
-            if ids:
-                out[space] = ids
-        return out
+        return self._store.missing_vectors(spaces)
 
-    def put_vectors(self, c: sqlite3.Connection, image_id: str, vectors: dict[str, np.ndarray]) -> None:
+    def put_vectors(self, c: Writer, image_id: str, vectors: dict[str, np.ndarray]) -> None:
         """Store vectors of an existing record (spaces added to the index later) inside the caller's
         transaction; the record and its other spaces stay as they are."""
-        for space, vec in vectors.items():
-            v = np.asarray(vec, dtype=np.float32).reshape(-1)
-            c.execute("INSERT OR REPLACE INTO vectors(space, id, vec) VALUES (?,?,?)", (space, image_id, v.tobytes()))
-        if vectors:
-            self._bump_generation(c)
+        c.put_vectors(image_id, vectors)
 
-    def upsert(
-        self,
-        c: sqlite3.Connection,
-        record: ImageRecord,
-        source_key: str,
-        fingerprint: str,
-        vectors: dict[str, np.ndarray],
-    ) -> None:
+    def upsert(self, c: Writer, record: ImageRecord, source_key: str, fingerprint: str,
+               vectors: dict[str, np.ndarray]) -> None:
         """Insert or replace one record and its vectors inside the caller's transaction."""
-        existing = c.execute("SELECT row FROM records WHERE id=?", (record.id,)).fetchone()
-        if existing is None:
-            nxt = c.execute("SELECT COALESCE(MAX(row), -1) + 1 FROM records").fetchone()[0]
-            row = int(nxt)
-        else:
-            row = int(existing[0])
-        c.execute(
-            "INSERT OR REPLACE INTO records(id, row, path, source_key, fingerprint, data) VALUES (?,?,?,?,?,?)",
-            (record.id, row, _sql_text(record.path), _sql_text(source_key), fingerprint,
-             json.dumps(record.to_dict())),  # ensure_ascii: surrogates in the JSON are \\u-escaped
-        )
-        c.execute("DELETE FROM skipped WHERE source_key=?", (_sql_text(source_key),))
-        for space, vec in vectors.items():
-            v = np.asarray(vec, dtype=np.float32).reshape(-1)
-            c.execute(
-                "INSERT OR REPLACE INTO vectors(space, id, vec) VALUES (?,?,?)", (space, record.id, v.tobytes())
-            )
-        self._bump_generation(c)
+        c.upsert(record, source_key, fingerprint, vectors)
 
-    def remove(self, c: sqlite3.Connection, ids: Sequence[str]) -> None:
-        for i in ids:
-            c.execute("DELETE FROM records WHERE id=?", (i,))
-            c.execute("DELETE FROM vectors WHERE id=?", (i,))
-        if ids:
-            self._bump_generation(c)
+    def update_record(self, c: Writer, record: ImageRecord) -> None:
+        """Replace a stored record's fields (same id, row, source key and fingerprint) inside the caller's
+        transaction; its vectors stay (the index upgrade that adds place names uses it)."""
+        c.update_record(record)
 
-    def mark_skipped(self, c: sqlite3.Connection, source_key: str, path: str, reason: str) -> None:
-        c.execute(
-            "INSERT OR REPLACE INTO skipped(source_key, path, reason) VALUES (?,?,?)",
-            (_sql_text(source_key), _sql_text(path), _sql_text(reason)),
-        )
+    def remove(self, c: Writer, ids: Sequence[str]) -> None:
+        c.remove(ids)
 
-    def forget_skipped(self, c: sqlite3.Connection, source_keys: Iterable[str]) -> None:
+    def mark_skipped(self, c: Writer, source_key: str, path: str, reason: str) -> None:
+        c.mark_skipped(source_key, path, reason)
+
+    def forget_skipped(self, c: Writer, source_keys: Iterable[str]) -> None:
         """Drop skipped entries (files that are gone from the source, or fine now)."""
-        c.executemany("DELETE FROM skipped WHERE source_key=?", [(_sql_text(k),) for k in source_keys])
+        c.forget_skipped(source_keys)
+
+    def phashes(self) -> dict[str, int]:
+        """Stored perceptual hashes by content hash (duplicate detection)."""
+        return self._store.phashes()
+
+    def put_phashes(self, hashes: dict[str, int]) -> None:
+        self._store.put_phashes(hashes)
 
     def fingerprints(self) -> dict[str, tuple[str, str]]:
         """source_key -> (id, fingerprint) for every stored record (what an incremental run compares)."""
-        return {_from_sql(k): (i, f)
-                for i, k, f in self._conn().execute("SELECT id, source_key, fingerprint FROM records")}
+        return self._store.fingerprints()
 
     # ------------------------------------------------------------------ search
     def metadata_columns(self, fields: Sequence[str]) -> list[list[Any]] | None:
@@ -635,10 +403,7 @@ class Gallery:
         order, read by SQLite's JSON functions without building an :class:`ImageRecord` per photo (the
         album tools' filter columns: ~5x faster than parsing every record). None when the database no
         longer matches the ids loaded (another writer since): the caller then reads :meth:`records`."""
-        if not all(f.isidentifier() for f in fields):
-            raise ValueError(f"not record field names: {list(fields)}")
-        cols = ", ".join(f"json_extract(data, '$.{f}')" for f in fields)
-        rows = self._conn().execute(f"SELECT id, {cols} FROM records ORDER BY row").fetchall()
+        rows = self._store.json_columns(fields)
         if [r[0] for r in rows] != self.ids:
             return None
         return [[r[k + 1] for r in rows] for k in range(len(fields))]
@@ -669,7 +434,9 @@ class Gallery:
             mask = np.zeros(len(self.ids), dtype=bool)
             mask[self.rows(subset)] = True
         if constraints is not None and not constraints.is_empty():
-            m = self._metadata_arrays()
+            needs_meta = any(v is not None for v in (constraints.time_from, constraints.time_to,
+                                                     constraints.within_km))
+            m = self._metadata_arrays() if needs_meta else {}  # parsing every record costs ~1 s per 100k
             keep = np.ones(len(self.ids), dtype=bool)
             if constraints.time_from is not None:
                 keep &= m["time"] >= constraints.time_from.timestamp()
@@ -681,6 +448,10 @@ class Gallery:
                 with np.errstate(invalid="ignore"):
                     d = haversine_km(constraints.near_latitude, constraints.near_longitude, m["lat"], m["lon"])
                     keep &= d <= constraints.within_km
+            if constraints.rows is not None:  # a --where expression's matches (imagent.tools.photo_search)
+                allowed = np.zeros(len(self.ids), dtype=bool)
+                allowed[np.asarray(constraints.rows, dtype=np.int64)] = True
+                keep &= allowed
             mask = keep if mask is None else (mask & keep)
         if exclude is not None:
             ex = self.rows(exclude)

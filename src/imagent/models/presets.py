@@ -97,6 +97,108 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
 ]}
 
 
+def _served(model: str, port: int, vision: bool = True) -> dict[str, Any]:
+    """A model served by vLLM (OpenAI-compatible) on this machine's ``port``."""
+    return {"backend": "openai", "base_url": f"http://127.0.0.1:{port}/v1", "model": model, "vision": vision,
+            "concurrency": 8}
+
+
+def _openai(model: str) -> dict[str, Any]:
+    """A model of the OpenAI API (the key in OPENAI_API_KEY)."""
+    return {"backend": "openai", "base_url": "https://api.openai.com/v1", "model": model, "vision": True,
+            "api_key_env": "OPENAI_API_KEY", "concurrency": 8}
+
+
+def _paper(name: str, paper: str, summary: str, download: str, encoder: str, models: dict[str, dict[str, Any]],
+           roles: dict[str, str], sources: list[str], serve: list[str], extra: dict[str, Any] | None = None,
+           hub: tuple[str, ...] = ()) -> Preset:
+    """A paper's setup: its models per role, each line of ``sources`` saying which table or section names it
+    (or that the choice is imagent's own where the paper names none)."""
+    settings = {**_hf_dual(encoder), "models": models, "roles": roles, **(extra or {})}
+    notes = (f"{paper}: " + "; ".join(sources), *serve)
+    return Preset(name, summary, download, settings, hub or (encoder,), notes)
+
+
+# One preset per paper: the models each paper reports per role, with where it says so (docs/reproduction.md).
+PAPER_PRESETS: list[Preset] = [
+    _paper(
+        "paper-imagescope", "ImageScope (WWW 2025)",
+        "ImageScope's models: CLIP ViT-L/14, captioner LLaVA-v1.6-7B, reasoner Llama-3-8B, verifier PaliGemma-3B, "
+        "evaluator InternVL2-8B, each served by vLLM",
+        "openai/clip-vit-large-patch14 (about 1.7 GB) here; the four chat models (about 16, 16, 6 and 16 GB) by vLLM",
+        "openai/clip-vit-large-patch14",
+        {"llava": _served("llava-hf/llava-v1.6-vicuna-7b-hf", 8001),
+         "llama3": _served("meta-llama/Meta-Llama-3-8B-Instruct", 8002, vision=False),
+         "paligemma": _served("google/paligemma-3b-mix-224", 8003),
+         "internvl2": _served("OpenGVLab/InternVL2-8B", 8004)},
+        {"default": "llama3", "captioner": "llava", "reasoner": "llama3", "verifier": "paligemma",
+         "evaluator": "internvl2"},
+        ["VLM CLIP-ViT-L/14, captioner LLaVA-v1.6-7B, reasoner LLaMA3-8B, verifier PaliGemma-3B-mix-224, evaluator "
+         "InternVL2-8B (Sec. 4.1, Implementation Details); the LLaVA-v1.6 7B variant (vicuna) and the Instruct "
+         "Llama are imagent's reading, the paper names no checkpoint"],
+        ["serve each: vllm serve <model> --port 8001..8004 (llava, llama3, paligemma, internvl2)"],
+    ),
+    _paper(
+        "paper-xr", "X^R (2025)",
+        "X^R's models: CLIP ViT-L/14 similarity agents and InternVL3-8B for every imagination, question and "
+        "verification agent, served by vLLM",
+        "openai/clip-vit-large-patch14 (about 1.7 GB) here; OpenGVLab/InternVL3-8B (about 16 GB) by vLLM",
+        "openai/clip-vit-large-patch14",
+        {"internvl3": {**_served("OpenGVLab/InternVL3-8B", 8000), "temperature": 0.0}},
+        {"default": "internvl3"},
+        ["dual encoder CLIP-ViT-L/14 (also B/32), InternVL3-8B for imagination and question-based verification, "
+         "temperature 0, top-p 1 (Sec. 4.1, Implementation Details); the captioner of C_a is not named: "
+         "imagent uses InternVL3-8B"],
+        ["start the server first: vllm serve OpenGVLab/InternVL3-8B --port 8000"],
+    ),
+    _paper(
+        "paper-tacir", "TaCIR (2025)",
+        "TaCIR's models: CLIP ViT-L/14 and GPT-4.1 (temperature 0) through the OpenAI API",
+        "openai/clip-vit-large-patch14 (about 1.7 GB) here; GPT-4.1 is an API (OPENAI_API_KEY)",
+        "openai/clip-vit-large-patch14",
+        {"gpt41": {**_openai("gpt-4.1"), "temperature": 0.0}},
+        {"default": "gpt41"},
+        ["default MLLM GPT-4.1 at temperature 0 (Sec. 4, Implementation Details); backbone ViT-L/14 for the "
+         "baseline comparison (Sec. 4, Table 1; ViT-B/32 and OpenCLIP ViT-G/14 also reported)"],
+        ["export OPENAI_API_KEY first"],
+    ),
+    _paper(
+        "paper-oscar", "OSCAR (2026)",
+        "OSCAR's models: Qwen3-VL-32B as planner, verifier and captioner (vLLM), Qwen3-Embedding-8B for text; "
+        "CLIP ViT-L/14 stands in for its multimodal embedding tools",
+        "openai/clip-vit-large-patch14 and Qwen/Qwen3-Embedding-8B (about 1.7 and 16 GB) here; "
+        "Qwen/Qwen3-VL-32B-Instruct (about 66 GB) by vLLM",
+        "openai/clip-vit-large-patch14",
+        {"qwen3vl": _served("Qwen/Qwen3-VL-32B-Instruct", 8000)},
+        {"default": "qwen3vl", "planner": "qwen3vl", "verifier": "qwen3vl", "captioner": "qwen3vl",
+         "rewriter": "qwen3vl"},
+        ["planner and verifier Qwen3-VL-32B (App. E, Implementation Details), captions by Qwen3-VL-32B and "
+         "library keys by Qwen3-Embedding-8B (Sec. 3.5), caption-based retrieval tools bge-m3 / Qwen3-Embed-4B/8B "
+         "(App. E); its embedding tools (Ops-MM-v1-7B, RzenEmbed-v2-7B, QQMM-embed-v2) are not supported here: "
+         "CLIP ViT-L/14 is imagent's stand-in, and the rewriter role is imagent's (the paper's planner writes "
+         "the queries)"],
+        ["start the server first: vllm serve Qwen/Qwen3-VL-32B-Instruct --port 8000"],
+        extra={"text_embedder": {"backend": "sentence-transformers", "model": "Qwen/Qwen3-Embedding-8B"}},
+        hub=("openai/clip-vit-large-patch14", "Qwen/Qwen3-Embedding-8B"),
+    ),
+    _paper(
+        "paper-photocraft", "PhotoCraft (2026)",
+        "PhotoCraft's ablation setup: Qwen3-VL-32B-Instruct as the agent (vLLM), GPT-4o compressing memory; "
+        "CLIP ViT-L/14 stands in for Qwen3-VL-Embedding-2B",
+        "openai/clip-vit-large-patch14 (about 1.7 GB) here; Qwen/Qwen3-VL-32B-Instruct (about 66 GB) by vLLM; "
+        "GPT-4o is an API (OPENAI_API_KEY)",
+        "openai/clip-vit-large-patch14",
+        {"qwen3vl": _served("Qwen/Qwen3-VL-32B-Instruct", 8000), "gpt4o": _openai("gpt-4o")},
+        {"default": "qwen3vl", "agent": "qwen3vl", "memory": "gpt4o"},
+        ["agent Qwen3-VL-32B-Instruct with Qwen3-VL-Embedding-2B (Sec. 4, Table 2, the ablation setting; Table 1 "
+         "reports nine agents), context compression by GPT-4o, 30 turns, ImageSearch top 20 (App. A.2.2); "
+         "Qwen3-VL-Embedding-2B is not supported here: CLIP ViT-L/14 is imagent's stand-in"],
+        ["start the server first: vllm serve Qwen/Qwen3-VL-32B-Instruct --port 8000; export OPENAI_API_KEY"],
+    ),
+]
+PRESETS.update({p.name: p for p in PAPER_PRESETS})
+
+
 def get_preset(name: str) -> Preset:
     if name not in PRESETS:
         import difflib

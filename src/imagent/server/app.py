@@ -40,9 +40,9 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from imagent.api import PreparedSearch, TaskMismatch, Workspace, record_place, result_json, user_error_types
 from imagent.api import SearchRequest as PlainRequest
@@ -57,6 +57,7 @@ from imagent.server.jobs import SearchJobs, TooManySearches
 from imagent.server.limits import check_params
 from imagent.server.security import Guard, HostPolicy, csp_for_html
 from imagent.server.uploads import UploadStore
+from imagent.tools.photo_search import where_rows
 
 try:
     from fastapi import FastAPI, HTTPException, Request
@@ -73,7 +74,7 @@ _FINGERPRINT = re.compile(r"^(\d+):(\d+):")  # "size:mtime_ns:..." written by th
 
 
 class SearchRequest(BaseModel):
-    text: str = Field(min_length=1, max_length=2000)
+    text: str = Field("", max_length=2000)  # empty only with a where filter (the matches in time order)
     method: str = Field("clip", max_length=100)
     top_k: int = Field(10, ge=1, le=200)
     reference: str | None = Field(None, max_length=1000)  # a gallery id
@@ -81,6 +82,16 @@ class SearchRequest(BaseModel):
     keep_reference: bool = False
     params: dict[str, Any] = Field(default_factory=dict)  # the method's hyper-parameters for this search
     max_calls: int | None = Field(None, ge=0, description="cap on model calls (at most the server's cap)")
+    where: str | None = Field(None, max_length=2000, description="filter expression (album filter language)")
+    sort: Literal["score", "time"] = "score"
+    like: str | None = Field(None, max_length=1000, description="more like this gallery id (no text)")
+    collapse_duplicates: bool = False  # one photo per duplicate group (imagent duplicates)
+
+    @model_validator(mode="after")
+    def _something_to_search(self) -> SearchRequest:
+        if not (self.text.strip() or self.where is not None or self.reference or self.reference_upload or self.like):
+            raise ValueError("give a query text, a reference, a like photo or a where filter")
+        return self
 
 
 class FileChanged(Exception):
@@ -132,6 +143,7 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
     jobs = SearchJobs(opts.max_running_searches, opts.abandoned_search_grace_s)
     uploads = UploadStore(opts.upload_ttl_s, opts.max_upload_pixels, opts.max_upload_decode_bytes)
     fingerprints: dict[str, Any] = {"generation": None, "by_id": {}}
+    upload_names: dict[str, str] = {}  # upload id -> the file name the page sent (the reference keeps it)
 
     @asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:
@@ -203,7 +215,8 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
     @app.get("/api/info")
     def info() -> dict[str, Any]:
         methods = [{"name": name, **about} for name, about in describe_methods().items()]
-        return {"gallery": {"root": str(gallery.root), "size": len(gallery)}, "methods": methods,
+        return {"gallery": {"root": str(gallery.root), "size": len(gallery), "sources": gallery.sources()},
+                "methods": methods,
                 "limits": {"max_upload_bytes": opts.max_upload_bytes, "max_calls_per_search": opts.max_calls_per_search,
                            "top_k": 200}}
 
@@ -229,6 +242,8 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
             raise HTTPException(409, f"the file of {image_id!r} changed since it was indexed ({exc}); "
                                      "re-run imagent index to serve it") from None
         media = mimetypes.guess_type(rec.path)[0] or "application/octet-stream"
+        if media in ("image/heic", "image/heif") or rec.path.lower().endswith((".heic", ".heif", ".hif")):
+            data, media = _as_jpeg(data, workspace.settings.indexing.max_pixels), "image/jpeg"  # browsers show JPEG
         return Response(data, media_type=media, headers={"Cache-Control": "private, max-age=3600"})
 
     # ------------------------------------------------------------------ uploads
@@ -237,11 +252,18 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
     async def upload(request: Request) -> dict[str, Any]:
         """The body is the image file itself, sent as ``image/...`` (no multipart form needed)."""
         data = await request.body()
+        name = _upload_name(request.query_params.get("name"))
         try:
             item = await run_in_threadpool(uploads.add, data)
         except ImageLoadError as exc:
-            raise HTTPException(415, f"not a usable image: {exc}") from None
-        rec = await run_in_threadpool(uploads.record, item, gallery)
+            raise HTTPException(415, f"not a usable image: {_no_server_paths(str(exc), name)}") from None
+        try:
+            rec = await run_in_threadpool(uploads.record, item, gallery)
+        except ImageLoadError as exc:  # its message names the server's temporary file: name the upload instead
+            raise HTTPException(415, f"not a usable image: {_no_server_paths(str(exc), name)}") from None
+        upload_names[item.id] = name
+        while len(upload_names) > 256:
+            upload_names.pop(next(iter(upload_names)))
         in_gallery = rec.id in gallery
         return {"upload_id": item.id, "width": item.width, "height": item.height, "bytes": len(data),
                 "gallery_id": rec.id if in_gallery else None}
@@ -265,8 +287,16 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
                 raise HTTPException(400, "unknown or expired reference_upload; upload the image again")
             ref = uploads.record(item, gallery)
             if ref.id not in gallery:
-                ref = _uploaded_record(ref)
-        request = PlainRequest(req.text, req.method, req.top_k, ref, req.keep_reference, dict(req.params), index)
+                ref = _uploaded_record(ref, upload_names.get(item.id, ""))
+        if req.where is not None:
+            where_rows(gallery, req.where)  # a bad expression: 400 with where and why, before anything runs
+        if req.like is not None:
+            if req.like not in gallery:  # only gallery ids, never a path
+                raise HTTPException(400, f"like {req.like[:200]!r} is not an image id in the gallery")
+            if req.text.strip() or ref is not None:
+                raise HTTPException(400, "like ranks by the photo alone: give no text and no reference with it")
+        request = PlainRequest(req.text, req.method, req.top_k, ref, req.keep_reference, dict(req.params), index,
+                               req.where, req.sort, req.like, req.collapse_duplicates)
         try:
             return workspace.prepare(request, check_params=check_params)
         except TaskMismatch as exc:
@@ -279,8 +309,11 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
         cap = opts.max_calls_per_search
         return Trace(max_calls=min(cap, req.max_calls) if req.max_calls is not None else cap)
 
-    def payload(result: Result) -> dict[str, Any]:
+    def payload(result: Result, req: SearchRequest | None = None) -> dict[str, Any]:
         data = json.loads(result_json(result, gallery))
+        if req is not None:  # what the results are restricted to and ordered by, shown with them
+            data["filter"] = {"where": req.where, "sort": req.sort,
+                              "matches": result.trace.counters.get("where_matches")}
         if result.answer_set is not None:
             data["answer_set"] = list(result.answer_set)
             data["answer"] = [_card(gallery.record(i)) for i in result.answer_set if i in gallery]
@@ -292,7 +325,7 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
         prepared = prepare(req)
         try:
             with jobs.admit():  # the same limit as background searches
-                return JSONResponse(payload(workspace.run(prepared, trace=new_trace(req))))
+                return JSONResponse(payload(workspace.run(prepared, trace=new_trace(req)), req))
         except TooManySearches as exc:
             raise HTTPException(429, str(exc)) from None
 
@@ -305,7 +338,7 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
             estimate = None
         trace = new_trace(req)
         try:
-            job = jobs.start(trace, req.method, estimate, lambda t: payload(workspace.run(prepared, trace=t)),
+            job = jobs.start(trace, req.method, estimate, lambda t: payload(workspace.run(prepared, trace=t), req),
                              describe_error)
         except TooManySearches as exc:
             raise HTTPException(429, str(exc)) from None
@@ -355,18 +388,47 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
     return Guard(app, hosts, token, opts.max_json_bytes, opts.max_upload_bytes)
 
 
+def _as_jpeg(data: bytes, max_pixels: int) -> bytes:
+    """A HEIC/HEIF photo's bytes as a JPEG a browser can show (decoded within the pixel limit)."""
+    import io
+
+    from imagent.core.imageio import image_from_bytes
+
+    try:
+        im = image_from_bytes(data, max_pixels)
+    except ImageLoadError as exc:
+        raise HTTPException(409, f"the photo cannot be decoded for display ({exc})") from None
+    out = io.BytesIO()
+    im.save(out, "JPEG", quality=90)
+    return out.getvalue()
+
+
 def _card(rec: ImageRecord) -> dict[str, Any]:
     return {"id": rec.id, "caption": rec.caption, "path": rec.path,
             "taken": rec.taken_time.isoformat() if rec.taken_time else None, "place": record_place(rec)}
 
 
-def _uploaded_record(ref: ImageRecord) -> ImageRecord:
-    """An uploaded reference is stored under a random name: its derived text must not be that name's
-    words. Only its EXIF date and place stand in for it (marked as derived text, never a caption)."""
-    from imagent.index.derived import date_phrase, place_phrase
+def _upload_name(raw: str | None) -> str:
+    """The uploaded file's own name as the page sent it: the last path part, printable, at most 200 characters."""
+    name = (raw or "").replace("\\", "/").rsplit("/", 1)[-1]
+    return "".join(c for c in name if c.isprintable())[:200].strip()
 
-    words = [date_phrase(ref.taken_time), place_phrase(ref.address, ref.latitude, ref.longitude)]
-    return replace(ref, derived_text="; ".join(w for w in words if w), extra={**ref.extra, "uploaded": True})
+
+def _no_server_paths(message: str, name: str) -> str:
+    """An upload error without the server's temporary paths (they say nothing to the user and leak the layout)."""
+    return re.sub(r"(/[^\s:'\"]*)?imagent-uploads-[^\s:'\"]*", name or "the upload", message)
+
+
+def _uploaded_record(ref: ImageRecord, name: str = "") -> ImageRecord:
+    """An uploaded reference is stored under a random name: its derived text must not be that name's words.
+    The file name the page sent stands in (its words, like an indexed file's), with its EXIF date and place
+    (marked as derived text, never a caption)."""
+    from imagent.index.derived import date_phrase, path_words, place_phrase
+
+    words = [" ".join(path_words(name, None)) if name else "", date_phrase(ref.taken_time),
+             place_phrase(ref.address, ref.latitude, ref.longitude, ref.place)]
+    extra = {**ref.extra, "uploaded": True, **({"file_name": name} if name else {})}
+    return replace(ref, derived_text="; ".join(w for w in words if w), extra=extra)
 
 
 def serve(workspace: Workspace, index: str | Path | None = None, host: str = "127.0.0.1", port: int = 8765,

@@ -134,7 +134,9 @@ class Album:
             if hit is not None and hit[0] is self.gallery.ids:
                 return hit[1]
             ids = self.gallery.ids
-            cols = self.gallery.metadata_columns(["taken_time", "latitude", "longitude", "address", "device"])
+            cols = self.gallery.metadata_columns(["taken_time", "latitude", "longitude", "address", "device", "place"])
+            if cols is not None:  # the given address, else the place name found for the GPS
+                cols[3] = [a or p for a, p in zip(cols[3], cols.pop(), strict=True)]
             meta = (AlbumMeta.from_records(self.gallery.records()) if cols is None
                     else AlbumMeta.from_columns(*cols))
             _META_CACHE[self.gallery] = (ids, meta)
@@ -222,7 +224,7 @@ class Album:
             if "lon" in wanted:
                 row["lon"] = r.longitude
             if "address" in wanted:
-                row["address"] = r.address
+                row["address"] = r.place_name  # the given address, else the place found for the GPS
             if "device" in wanted:
                 row["device"] = r.device
             out.append(row)

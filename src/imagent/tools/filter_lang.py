@@ -6,7 +6,7 @@ Grammar (keywords and field names are case-insensitive)::
     and_expr   := unary ( ("and" | "&&") unary )*
     unary      := ("not" | "!") unary | primary
     primary    := "(" expr ")" | near | comparison | between
-    near       := "near" "(" number "," number "," number ")"          -- lat, lon, km
+    near       := "near" "(" (number "," number | string) "," number ")"   -- lat, lon | place name, km
     comparison := field op value
     between    := field "between" value "and" value                     -- both ends included
     op         := "=" | "==" | "!=" | "<>" | "<" | "<=" | ">" | ">=" | "~" | "contains"
@@ -23,7 +23,11 @@ Fields (aliases in brackets):
   (``address ~ 'paris'``); ``=`` a case-insensitive whole-string match; ``!=`` its negation.
 - ``device`` [camera]: as ``address``.
 - ``lat`` [latitude], ``lon`` [lng, longitude]: numbers, with ``=``, ``!=``, ``<``, ``<=``, ``>``, ``>=``.
-- ``near(lat, lon, km)``: within ``km`` kilometres (great-circle distance) of the point.
+- ``near(lat, lon, km)``: within ``km`` kilometres (great-circle distance) of the point; ``near('Vienna', km)``
+  names the point: the most populous place of that name in the offline GeoNames data
+  (:mod:`imagent.index.places`; ``'Paris, Texas'`` narrows it by region or country).
+- ``address`` is the given address, else the place name found offline for the photo's GPS
+  (``place ~ 'san diego'``).
 
 A comparison on a photo that lacks that field is false (``time != '2013'`` skips photos without a
 time; ``not time = '2013'`` keeps them). Errors (:class:`FilterError`) say where the expression went
@@ -49,9 +53,9 @@ from imagent.tools.base import ToolError
 
 ALLOWED = (
     "Allowed: time with = != < <= > >= and a date or date prefix in quotes ('2013', '2013-06', '2013-06-09', "
-    "'2013-06-09 14:30'); address or device with ~ (case-insensitive contains), = or !=; lat, lon with "
-    "= != < <= > >= and a number; near(lat, lon, km); field between A and B; combined with and, or, not "
-    "and parentheses. Example: time >= '2013-06-09' and time < '2013-06-10' and address ~ 'paris'"
+    "'2013-06-09 14:30'); address (or place) or device with ~ (case-insensitive contains), = or !=; lat, lon "
+    "with = != < <= > >= and a number; near(lat, lon, km) or near('Vienna', km); field between A and B; combined "
+    "with and, or, not and parentheses. Example: time >= '2013-06-09' and time < '2013-06-10' and address ~ 'paris'"
 )
 
 FIELDS = {
@@ -324,14 +328,34 @@ class _Parser:
         self.i += 1
         return float(t.value)
 
+    def place(self, tok: Token) -> tuple[float, float]:
+        """The coordinates of a named place, from the offline GeoNames data place names come from."""
+        from imagent.index import places
+
+        name = str(tok.value).strip()
+        try:
+            found = places.find(name) if name else None
+        except places.PlacesUnavailable as exc:
+            raise self.err(f"near({tok.text}, ...) needs the offline place data: {exc}; give near(lat, lon, km)",
+                           tok) from None
+        if found is None:
+            raise self.err(f"near: no place called {tok.text} in the offline place data (GeoNames towns of 1,000+ "
+                           "people; narrow a common name as 'Paris, France'); or give near(lat, lon, km)", tok)
+        return found.latitude, found.longitude
+
     def near(self) -> Near:
         start = self.tok
         self.i += 1
         usage = " (near takes three numbers: near(lat, lon, km))"
         self.expect_op("(", usage)
-        lat = self.number("lat")
-        self.expect_op(",", usage)
-        lon = self.number("lon")
+        if self.tok.kind == "string":  # near('Vienna', km)
+            usage = " (near with a place takes its name and a distance: near('Vienna', km))"
+            lat, lon = self.place(self.tok)
+            self.i += 1
+        else:
+            lat = self.number("lat")
+            self.expect_op(",", usage)
+            lon = self.number("lon")
         self.expect_op(",", usage)
         km = self.number("km")
         self.expect_op(")", usage)
@@ -401,7 +425,7 @@ class AlbumMeta:
                         np.float64, n),
             np.fromiter((np.nan if r.latitude is None else r.latitude for r in records), np.float64, n),
             np.fromiter((np.nan if r.longitude is None else r.longitude for r in records), np.float64, n),
-            [r.address for r in records], [r.device for r in records])
+            [r.place_name for r in records], [r.device for r in records])
 
     @classmethod
     def from_columns(cls, taken: Sequence[str | None], lat: Sequence[float | None], lon: Sequence[float | None],

@@ -89,6 +89,8 @@ class Benchmark(ABC):
     default_split: ClassVar[str]
     Options: ClassVar[type[BenchmarkOptions]] = BenchmarkOptions
     layout: ClassVar[str] = ""
+    # Known gaps of the benchmark's public files, said by ``imagent eval BENCH --check``.
+    setup_notes: ClassVar[str] = ""
     # Splits whose labels are private: the runner writes server files and no metrics.
     test_splits: ClassVar[tuple[str, ...]] = ()
 
@@ -177,7 +179,12 @@ class Benchmark(ABC):
         """Keep the rows whose ``file`` exists; one clear error (counts, examples, layout) otherwise."""
         present = [r for r in rows if Path(r["file"]).is_file()]
         missing = [r for r in rows if not Path(r["file"]).is_file()]
+        also_needed = list(also_needed)
         extra_missing = [p for p in also_needed if not Path(p).is_file()]
+        # What the last check found (``imagent eval BENCH --check`` reports it).
+        self.file_check = {"root": str(root), "gallery": len(rows), "gallery_present": len(present),
+                           "gallery_missing": [str(r["file"]) for r in missing],
+                           "query_images_missing": [str(p) for p in extra_missing]}
         if (missing or extra_missing) and not allow_missing:
             examples = [str(Path(r["file"])) for r in missing[:3]] + [str(p) for p in extra_missing[:3]]
             total = len(rows) + len(list(also_needed))
@@ -246,6 +253,11 @@ class Benchmark(ABC):
     @abstractmethod
     def metrics(self, predictions: Predictions, items: Sequence[EvalItem]) -> dict[str, float]:
         """Official metrics (percentages) over the items that have ground truth."""
+
+    def set_scores(self, predictions: Predictions, items: Sequence[EvalItem]) -> dict[str, dict[str, float]] | None:
+        """A set-valued benchmark's mean set precision, recall and F1 (x100) with the number of queries, overall
+        and per query kind (what its report plots instead of recall@k); None for a ranking benchmark."""
+        return None
 
     def curve(self, predictions: Predictions, items: Sequence[EvalItem], ks: Sequence[int]) -> dict[str, float]:
         """Generic recall-at-k (any positive in the top k, excluded ids removed) for the report's plot."""

@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from pydantic import Field
+
 from imagent.core.types import ImageRecord, Query
 from imagent.eval import metrics as M
 from imagent.eval.datasets.base import (
@@ -30,7 +32,7 @@ from imagent.eval.datasets.base import (
 
 
 class CIRCOOptions(BenchmarkOptions):
-    shared_concept: bool = False
+    shared_concept: bool = Field(False, description="add the annotated shared concept to the query text")
     shared_concept_template: str = "{relative_caption} (the images share: {shared_concept})"
 
 

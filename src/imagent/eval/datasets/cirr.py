@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field
+
 from imagent.core.types import ImageRecord, Query
 from imagent.eval import metrics as M
 from imagent.eval.datasets.base import (
@@ -44,7 +46,7 @@ SUBSET_SUFFIX = ":subset"
 class CIRROptions(BenchmarkOptions):
     version: str = "rc2"
     # Recall_subset from a second pass of every query inside its 5 members (the papers' code).
-    subset_mode: bool = True
+    subset_mode: bool = Field(True, description="Recall_subset from a second pass inside the 5 img_set members")
     # Without subset mode: Recall_subset orders the members as a full-gallery ranking does; off, the method
     # ranks only --top-k deep and members it did not rank are missing from the subset.
     subset_from_full_ranking: bool = True

@@ -286,13 +286,28 @@ class DISBench(Benchmark):
             [it.truth["event_type"] for it in scored],
         )
 
+    def set_scores(self, predictions: Predictions, items: Sequence[EvalItem]) -> dict[str, dict[str, float]]:
+        groups: dict[str, list[tuple[float, float, float]]] = {"overall": []}
+        for it in items:
+            if not it.has_truth or (it.id not in predictions.rankings and it.id not in predictions.sets):
+                continue
+            pred, gold = self.predicted_set(it, predictions), it.truth["answer"]
+            row = (*M.set_precision_recall(pred, gold), M.set_f1(pred, gold))
+            groups["overall"].append(row)
+            groups.setdefault(str(it.truth.get("event_type") or "other"), []).append(row)
+        return {g: {"precision": 100 * sum(r[0] for r in rows) / len(rows),
+                    "recall": 100 * sum(r[1] for r in rows) / len(rows),
+                    "f1": 100 * sum(r[2] for r in rows) / len(rows), "queries": len(rows)}
+                for g, rows in groups.items() if rows}
+
     def curve(self, predictions, items, ks):
         fixed = Predictions({it.id: self.answer_set(it, predictions.get(it.id)) for it in items})
         return super().curve(fixed, items, ks)
 
     def query_table(self, items: Sequence[EvalItem], records: dict[str, Any]) -> list[dict[str, Any]]:
-        """Per query: event type, EM, F1, set sizes, and what the search cost (agent turns, tool calls,
-        tokens, seconds) read from its trace."""
+        """Per query: the result's source (the agent's own answer, a fallback, an error), event type, EM, F1, set
+        sizes, and what the search cost (agent turns, tool calls, tokens, seconds) read from its trace."""
+        from imagent.eval.behaviour import record_source
         from imagent.eval.records import predictions_from_results
 
         preds = predictions_from_results(records)
@@ -306,6 +321,7 @@ class DISBench(Benchmark):
             gold = it.truth["answer"]
             rows.append({
                 "qid": it.id,
+                "source": record_source(rec),
                 "event_type": it.truth.get("event_type", ""),
                 "em": 100 * M.set_exact_match(pred, gold),
                 "f1": 100 * M.set_f1(pred, gold),

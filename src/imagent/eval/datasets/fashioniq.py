@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
+from pydantic import Field
+
 from imagent.core.types import ImageRecord, Query
 from imagent.eval import metrics as M
 from imagent.eval.datasets.base import (
@@ -35,7 +37,8 @@ CATEGORIES = ("dress", "shirt", "toptee")
 
 
 class FashionIQOptions(BenchmarkOptions):
-    caption_join: Literal["and", "clip4cir", "first", "second", "concat"] = "and"
+    caption_join: Literal["and", "clip4cir", "first", "second", "concat"] = Field(
+        "and", description="how the two relative captions become one query text")
     annotation_split: str = "val"
     image_ext: str = "png"
 
@@ -60,6 +63,8 @@ class FashionIQ(Benchmark):
     default_split = "all"
     Options = FashionIQOptions
     layout = "<images-root>/images/<image name>.png (set --set fashioniq.image_ext=jpg for .jpg copies)"
+    setup_notes = ("the public FashionIQ image copies lack some images (the original Amazon links are gone): "
+                   "--allow-missing runs on the images found, and the report counts the queries left out")
 
     def categories(self, split: str) -> tuple[str, ...]:
         return CATEGORIES if split == "all" else (split,)

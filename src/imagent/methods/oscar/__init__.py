@@ -2,7 +2,9 @@
 golden library of optimal trajectories, and a planner with set operations and a logit verifier.
 
 Modules: :mod:`.config` (hyper-parameters), :mod:`.atomic` (retrieval tools, rewriter, atomic retrievals),
-:mod:`.library` (golden library store and build), :mod:`.planner` (prompt, plan reading and execution),
+:mod:`.library` (golden library store and build), :mod:`.protocols` (the planner on the agents runtime's
+protocols: native tools, ``<tool_call>`` text, the JSON plan grammar), :mod:`.planner` (prompt, plan reading
+and execution),
 :mod:`.method` (the ``oscar`` method). Importing the package registers the method.
 """
 

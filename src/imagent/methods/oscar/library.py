@@ -161,6 +161,9 @@ class GoldenLibrary:
             self._entries = list(out.values())
         return self._entries
 
+    def tasks(self) -> set[str]:
+        return {e.task for e in self.entries()}
+
     def keys(self) -> set[str]:
         return {e.key for e in self.entries()}
 
@@ -191,15 +194,17 @@ class GoldenLibrary:
             self._matrix = (embedder.model_id, rows)
         return self._matrix[1]
 
-    def nearest(self, context: str, embedder: Any, m: int, exclude: Iterable[str] = ()
+    def nearest(self, context: str, embedder: Any, m: int, exclude: Iterable[str] = (), task: str | None = None
                 ) -> list[tuple[LibraryEntry, float]]:
-        """The ``m`` entries whose context is most similar (cosine) to ``context``; ties keep file order."""
+        """The ``m`` entries whose context is most similar (cosine) to ``context``; ties keep file order.
+        ``exclude``: keys never returned; ``task``: only entries of that task (``cir`` / ``tir``)."""
         entries = self.entries()
         if not entries or m <= 0:
             return []
         q = np.asarray(embedder.encode_texts([context])[0], dtype=np.float32)
         sims = self._vectors(embedder) @ q
         skip = set(exclude)
+        skip |= {e.key for e in entries if task is not None and e.task != task}
         order = sorted(range(len(entries)), key=lambda n: -float(sims[n]))
         return [(entries[n], float(sims[n])) for n in order if entries[n].key not in skip][:m]
 

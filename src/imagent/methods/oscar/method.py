@@ -44,19 +44,16 @@ from imagent.methods.oscar.atomic import Retrievers, problem_context, reference_
 from imagent.methods.oscar.config import OscarConfig
 from imagent.methods.oscar.library import GoldenLibrary
 from imagent.methods.oscar.planner import (
-    OPS,
     Execution,
     Plan,
-    Protocol,
     execute,
     fallback_plan,
-    native_tools,
     order_set,
     parse_reply,
-    plan_schema,
     render_planner_prompt,
 )
-from imagent.models.base import ChatParams, ImagePart, Message
+from imagent.methods.oscar.protocols import OPS, Protocol, plan_protocol
+from imagent.models.base import ImagePart, Message
 
 # Score tiers keep Ranking.scores non-increasing: verified members > unverified members > the rest.
 TIER = 10.0
@@ -159,7 +156,11 @@ class Oscar(Method):
             # Never a self-demonstration (decision 7): the query's own entry (its key, or the same id with the
             # same modification text) and any entry with the same problem context are excluded.
             own = self_entries(self.library.entries(), query, context)
-            found = self.library.nearest(context, self.ctx.text, cfg.shots, exclude=own)
+            task = "tir" if query.reference is None else "cir"
+            if task not in self.library.tasks():  # e.g. a text query with a library of composed queries
+                step.note(f"the library has no {task} entries: its nearest cases of another task are shown")
+                task = None
+            found = self.library.nearest(context, self.ctx.text, cfg.shots, exclude=own, task=task)
             if own:
                 counts["self_demonstrations_excluded"] = 1
                 step.note(f"excluded {len(own)} library entr{'y' if len(own) == 1 else 'ies'} built from this "
@@ -196,11 +197,8 @@ class Oscar(Method):
         ref_id = query.reference.id if query.reference is not None else None
         prompt = render_planner_prompt(cfg, tools, cases, query.text, ref_id, caption, protocol)
         role = self.ctx.roles["planner"]
-        params = ChatParams(max_tokens=cfg.planner_max_tokens, repeat_penalty=1.1)
-        if protocol == "native":
-            params.tools, params.tool_choice = native_tools(cfg, tools), "auto"
-        elif protocol == "json":
-            params.json_schema = plan_schema(cfg, tools)
+        params = plan_protocol(protocol, cfg, tools).params()  # the runtime's protocol: tools or the plan grammar
+        params.repeat_penalty = 1.1
         retry = {"json": "Reply with the whole JSON plan again.",
                  "native": "Call the tools again, set_operation last.",
                  "text": "Write all the tool calls again as <tool_call> blocks, ending with one set_operation."}

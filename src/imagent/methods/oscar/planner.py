@@ -7,13 +7,13 @@ own form), the retrieved golden cases, then the task (modification query, refere
 text-to-image search, Sec. 4.5, the description alone). Ablations change what the planner is offered:
 ``no_difference`` and ``union_only`` drop those operations from the tools, rules and examples.
 
-**Protocols** (on :mod:`imagent.agents`' call types and parsers): ``json``: the whole plan is one JSON object
-``{"thought", "calls": [{"tool", "query", "top_k"}], "steps": [{"name", "op", "operands"}]}`` decoded under
-:func:`plan_schema`, a grammar built from the offered tools, the ablation's operations and the operand
-references valid at each step (llama.cpp in-process and server); ``native``: the tools as OpenAI functions;
-``text``: the paper's ``<tool_call>`` blocks (parsed by :func:`imagent.agents.parse_tool_calls`). Each reply
-becomes the same :class:`~imagent.agents.ToolCall` list, read by one :func:`read_plan`, so a plan parses the
-same from all three; the trace's ``plan`` step names the protocol.
+**Protocols** (:mod:`.protocols`, on the agents runtime's protocol classes): ``json``: the whole plan is one
+JSON object ``{"thought", "calls": [{"tool", "query", "top_k"}], "steps": [{"name", "op", "operands"}]}``
+decoded under :func:`~.protocols.plan_schema`, a grammar built from the offered tools, the ablation's
+operations and the operand references valid at each step (llama.cpp in-process and server); ``native``: the
+tools as OpenAI functions; ``text``: the paper's ``<tool_call>`` blocks. Each reply becomes the same
+:class:`~imagent.agents.ToolCall` list, read by one :func:`read_plan`, so a plan parses the same from all
+three; the trace's ``plan`` step names the protocol.
 
 **Reading the plan**: retrieval calls are numbered in order from 0; the ``set_operation`` call (the last one
 counts) holds named steps ``{"name", "op": UNION | INTERSECT | DIFFERENCE, "operands": [call numbers or
@@ -37,24 +37,29 @@ import json
 import re
 from dataclasses import dataclass, field
 from string import Template
-from typing import Any, Literal
+from typing import Any
 
-from imagent.agents import ToolCall, format_tool_call, native_tool_calls, parse_tool_calls
+from imagent.agents import ToolCall, format_tool_call, parse_tool_calls
 from imagent.agents.protocol import TOOL_CALL_OPEN
 from imagent.core.types import Ranking
 from imagent.methods.base import load_prompt
 from imagent.methods.oscar.config import OscarConfig, RetrieverSpec
-from imagent.models.json_output import JSONParseError, extract_json
+from imagent.methods.oscar.protocols import (
+    OPS,
+    SET_OPERATION,
+    Protocol,
+    allowed_ops,
+    grammar_max_calls,
+    json_plan_calls,
+    native_tools,
+    plan_protocol,
+    plan_schema,
+)
+from imagent.models.base import ChatResponse
 
-OPS = ("UNION", "INTERSECT", "DIFFERENCE")
 _OP_ALIASES = {"union": "UNION", "or": "UNION", "intersect": "INTERSECT", "intersection": "INTERSECT",
                "and": "INTERSECT", "difference": "DIFFERENCE", "diff": "DIFFERENCE", "minus": "DIFFERENCE",
                "except": "DIFFERENCE", "subtract": "DIFFERENCE"}
-SET_OPERATION = "set_operation"
-
-
-def allowed_ops(cfg: OscarConfig) -> tuple[str, ...]:
-    return {"full": OPS, "no_difference": ("UNION", "INTERSECT"), "union_only": ("UNION",)}[cfg.set_operations]
 
 
 # --------------------------------------------------------------------------- the prompt
@@ -67,10 +72,6 @@ _RULES = {
 }
 
 
-Protocol = Literal["json", "native", "text"]
-THOUGHT_CHARS = 300  # the plan's analysis (bounded: a grammar needs a bound)
-QUERY_CHARS = 160  # one call's query in the JSON grammar
-STEP_NAMES = {1: ("final",), 2: ("positive", "final"), 3: ("positive", "negative", "final")}
 
 
 def _examples() -> list[dict[str, Any]]:
@@ -175,87 +176,6 @@ def render_planner_prompt(cfg: OscarConfig, tools: dict[str, RetrieverSpec], cas
         rules="\n".join(_RULES[o] for o in ops), difference_advice=difference_advice, negative_advice=negative_advice,
         composition=composition, format=fmt, examples="\n\n".join(examples), cases=block, task=task,
         final_instruction=final_instruction)
-
-
-def native_tools(cfg: OscarConfig, tools: dict[str, RetrieverSpec]) -> list[dict[str, Any]]:
-    """The same tools as OpenAI function specs (for backends with native tool calling)."""
-    out = []
-    for name, spec in tools.items():
-        out.append({"type": "function", "function": {
-            "name": name, "description": f"{spec.kind} search: {spec.description or spec.space}",
-            "parameters": {"type": "object", "required": ["query", "top_k"], "properties": {
-                "query": {"type": "string"}, "top_k": {"type": "integer", "minimum": 1, "maximum": cfg.k_max},
-                "reference_image": {"type": "string"}}}}})
-    out.append({"type": "function", "function": {
-        "name": SET_OPERATION, "description": "combine the results of the retrieval calls; the last call",
-        "parameters": {"type": "object", "required": ["steps"], "properties": {"steps": {"type": "array", "items": {
-            "type": "object", "required": ["name", "op", "operands"], "properties": {
-                "name": {"type": "string"}, "op": {"type": "string", "enum": list(allowed_ops(cfg))},
-                "operands": {"type": "array", "items": {"type": ["integer", "string"]}}}}}}}}})
-    return out
-
-
-def grammar_max_calls(cfg: OscarConfig) -> int:
-    """The most retrieval calls the JSON grammar offers (the grammar grows with it; plans are small)."""
-    return min(cfg.max_calls_per_plan, cfg.grammar_max_calls)
-
-
-def plan_schema(cfg: OscarConfig, tools: dict[str, RetrieverSpec]) -> dict[str, Any]:
-    """The JSON schema of a whole plan (the JSON protocol's one reply), built so that every plan it admits can
-    be run: the calls name only offered ``tools`` with a ``top_k`` among the truncation levels, the steps use
-    only the ablation's operations, and every operand names an existing call or an earlier step.
-
-    One alternative per number of calls ``n`` (1..:func:`grammar_max_calls`) and per step pattern (``final``;
-    ``positive, final``; ``positive, negative, final``): step ``j``'s operands are drawn from the call numbers
-    ``0..n-1`` and the names of the steps before it."""
-    ops = list(allowed_ops(cfg))
-    call = {"type": "object", "properties": {
-        "tool": {"enum": list(tools)}, "query": {"type": "string", "minLength": 1, "maxLength": QUERY_CHARS},
-        "top_k": {"enum": list(cfg.truncations)}}, "required": ["tool", "query", "top_k"],
-        "additionalProperties": False}
-    thought = {"type": "string", "maxLength": THOUGHT_CHARS}
-    alternatives = []
-    for n in range(1, grammar_max_calls(cfg) + 1):
-        patterns = []
-        for names in STEP_NAMES.values():
-            steps = []
-            for j, name in enumerate(names):
-                refs: list[Any] = [*range(n), *names[:j]]
-                steps.append({"type": "object", "properties": {
-                    "name": {"const": name}, "op": {"enum": ops},
-                    "operands": {"type": "array", "items": {"enum": refs}, "minItems": 1, "maxItems": len(refs)}},
-                    "required": ["name", "op", "operands"], "additionalProperties": False})
-            patterns.append({"type": "array", "prefixItems": steps, "items": False, "minItems": len(steps),
-                             "maxItems": len(steps)})
-        alternatives.append({"type": "object", "properties": {
-            "thought": thought,
-            "calls": {"type": "array", "items": call, "minItems": n, "maxItems": n},
-            "steps": patterns[0] if len(patterns) == 1 else {"oneOf": patterns}},
-            "required": ["thought", "calls", "steps"], "additionalProperties": False})
-    return alternatives[0] if len(alternatives) == 1 else {"oneOf": alternatives}
-
-
-def json_plan_calls(text: str) -> list[ToolCall]:
-    """A JSON-protocol reply as the tool calls it stands for (its retrieval calls, then one ``set_operation``),
-    so that :func:`read_plan` reads it exactly as it reads ``<tool_call>`` blocks or native calls. A reply that
-    is not such an object gives one unreadable call (its error says why)."""
-    try:
-        value = extract_json(text or "")
-    except JSONParseError as exc:
-        return [ToolCall("", id="call_0", raw=text, error=f"the reply is not a JSON plan ({exc})")]
-    if not isinstance(value, dict) or not isinstance(value.get("calls"), list):
-        return [ToolCall("", id="call_0", raw=text, error='the reply is not a JSON plan with a "calls" list')]
-    out: list[ToolCall] = []
-    for n, c in enumerate(value["calls"]):
-        if not isinstance(c, dict):
-            out.append(ToolCall("", id=f"call_{n}", error="a call is not a JSON object"))
-            continue
-        args = {k: v for k, v in c.items() if k not in ("tool", "name")}
-        out.append(ToolCall(str(c.get("tool") or c.get("name") or ""), args, id=f"call_{n}",
-                            raw=json.dumps(c, ensure_ascii=False)))
-    if value.get("steps") is not None:
-        out.append(ToolCall(SET_OPERATION, {"steps": value["steps"]}, id=f"call_{len(out)}"))
-    return out
 
 
 # --------------------------------------------------------------------------- reading a plan
@@ -446,27 +366,23 @@ def _assign_polarity(plan: Plan) -> None:
 
 def parse_reply(text: str, native: list[dict[str, Any]], tools: dict[str, RetrieverSpec], cfg: OscarConfig,
                 protocol: Protocol = "text") -> Plan:
-    """A plan from one planner reply. The JSON protocol: the one JSON plan (:func:`json_plan_calls`). Otherwise
-    native tool calls when the backend returned any, else ``<tool_call>`` blocks, else every bare JSON call in
-    the text (small models often drop the tags and write one call per line). All three become the same tool
-    calls, read by one :func:`read_plan`."""
-    if protocol == "json":
-        plan = read_plan(json_plan_calls(text), tools, cfg)
-        plan.protocol = "json"
+    """A plan from one planner reply, read by the runtime protocol the planner spoke (:func:`plan_protocol`):
+    the JSON protocol's one plan object, native tool calls (whatever the protocol, when the backend returned
+    any), else ``<tool_call>`` blocks, else every bare JSON call in the text (small models often drop the tags
+    and write one call per line). All become the same tool calls, read by one :func:`read_plan`."""
+    reply = plan_protocol(protocol, cfg, tools).read(ChatResponse(text=text or "", tool_calls=list(native)))
+    if reply.path in ("json", "native"):
+        plan = read_plan(reply.calls, tools, cfg)
+        plan.protocol = reply.path
         return plan
-    plan = _parse_calls(text, native, tools, cfg)
-    plan.protocol = "native" if native else "text"
-    return plan
-
-
-def _parse_calls(text: str, native: list[dict[str, Any]], tools: dict[str, RetrieverSpec], cfg: OscarConfig) -> Plan:
     names = [*tools, SET_OPERATION]
-    calls = native_tool_calls(native) if native else parse_tool_calls(text, names)
+    calls = reply.calls
     named = len(re.findall(r'"name"\s*:\s*"(?:' + "|".join(map(re.escape, names)) + ')"', text or ""))
-    if not native and TOOL_CALL_OPEN not in (text or "") and named > len(calls):
+    if TOOL_CALL_OPEN not in (text or "") and named > len(calls):
         calls = max(calls, _bare_calls(text, names), key=len)
     plan = read_plan(calls, tools, cfg)
-    if not native and TOOL_CALL_OPEN not in (text or "") and named > len(calls):
+    plan.protocol = "text"
+    if TOOL_CALL_OPEN not in (text or "") and named > len(calls):
         # Bare JSON that could not all be read as calls: the plan would be cut short.
         plan.errors.append("write every call inside <tool_call></tool_call> tags (only "
                            f"{len(calls)} untagged call(s) could be read)")

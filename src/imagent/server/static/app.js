@@ -12,6 +12,7 @@ let methods = {};
 let limits = {};
 let current = null;      // the running search: {id, source, t0, timer, calls, estimate, step}
 let upload = null;       // the uploaded reference: {id, url, name}
+let likeId = null;       // "more like this": the gallery id the next search ranks by
 const records = new Map();  // id -> Promise of its record (date and place under thumbnails)
 
 function el(tag, attrs = {}, ...children) {
@@ -181,20 +182,74 @@ function renderTrace(trace) {
   $("trace").replaceChildren(...trace.steps.map(renderStep));
 }
 
+const fileName = (path) => (path ? String(path).split(/[\\/]/).pop() : "");
+
 function resultCard(r) {
   const use = el("button", { type: "button", class: "use-reference", text: "use as reference" });
   use.addEventListener("click", () => setReference(r.id));
+  const like = el("button", { type: "button", class: "more-like", text: "more like this" });
+  like.addEventListener("click", () => {  // rank by this photo alone (the filters still apply)
+    likeId = r.id;
+    $("query").value = "";
+    setReference(null);
+    $("search-form").requestSubmit();
+  });
+  // The thumbnail opens the full photo (the same checked file the thumbnail is) in a new tab.
+  const open = el("a", { class: "open", href: imageUrl(r.id), target: "_blank", rel: "noopener", title: "open the full photo" },
+    thumb(r.id, r.caption));
   return el("li", { class: "result", "data-id": r.id },
-    thumb(r.id, r.caption),
+    open,
     r.rank === undefined ? null
       : el("div", {}, el("span", { class: "rank", text: `#${r.rank}` }), el("span", { class: "score", text: r.score.toFixed(4) })),
+    el("div", { class: "file", text: r.file || fileName(r.path) || r.id, title: r.path || "" }),
     el("div", { class: "caption", text: r.caption }),
     el("div", { class: "when-where", text: whenWhere(r.taken, r.place) }),
     el("div", { class: "id", text: r.id }),
-    use);
+    use, like);
+}
+
+// The filter a search ran with, shown above its results.
+function renderFilter(filter) {
+  const box = $("filter-shown");
+  if (!filter || (!filter.where && filter.sort !== "time")) { box.hidden = true; box.replaceChildren(); return; }
+  const parts = [];
+  if (filter.where) {
+    parts.push("only photos where ", el("code", { text: filter.where }));
+    if (typeof filter.matches === "number") parts.push(` (${filter.matches} match)`);
+  }
+  if (filter.sort === "time") parts.push(parts.length ? "; " : "", "in time order");
+  box.replaceChildren(...parts);
+  box.hidden = false;
+}
+
+// The date range, place box and expression field as one filter expression (the language of --where).
+function quote(text) { return `'${String(text).replace(/\\/g, "\\\\").replace(/'/g, "\\'")}'`; }
+
+function buildWhere() {
+  const parts = [];
+  const from = $("date-from").value, to = $("date-to").value, place = $("place").value.trim();
+  const expr = $("where").value.trim();
+  if (from) parts.push(`time >= ${quote(from)}`);
+  if (to) parts.push(`time <= ${quote(to)}`);  // a day is the whole day
+  if (place) parts.push(`place ~ ${quote(place)}`);
+  if (expr) parts.push(parts.length ? `(${expr})` : expr);
+  return parts.length ? parts.join(" and ") : null;
+}
+
+// Where the shown results came from when they are not the method's own answer (Result.source): a named
+// fallback, or an error whose never-empty stand-in is shown so the page is not empty.
+function sourceNote(source, reason) {
+  if (!source || source === "method") return "";
+  const why = reason ? `: ${reason}` : "";
+  if (source === "error") return `The method could not answer (error${why}). Shown instead: a stand-in, so the page is never empty.`;
+  return `Not the method's own answer: ${source.replace("fallback:", "fallback ")}${why}.`;
 }
 
 function renderResults(data) {
+  const note = sourceNote(data.source, data.source_reason);
+  $("source-note").hidden = !note;
+  $("source-note").textContent = note;
+  renderFilter(data.filter);
   $("results").replaceChildren(...data.results.map(resultCard));
   const answer = data.answer_set;
   $("answer-box").hidden = !Array.isArray(answer);
@@ -235,9 +290,15 @@ async function uploadReference(file) {
   // The server takes only image/... uploads; a file the browser cannot type (HEIC on some systems) is named by
   // its extension, and the server checks the bytes either way.
   const type = file.type.startsWith("image/") ? file.type : `image/${(file.name.split(".").pop() || "unknown").toLowerCase()}`;
-  const resp = await fetch("/api/uploads", { method: "POST", body: file, headers: { "Content-Type": type } });
+  // The file name travels with it: the reference keeps its name (and its name's words).
+  const resp = await fetch(`/api/uploads?name=${encodeURIComponent(file.name)}`,
+    { method: "POST", body: file, headers: { "Content-Type": type } });
   const body = await resp.json().catch(() => null);
-  if (!resp.ok) { setStatus(`${file.name}: ${errorText(body, resp.status)}`, true); return; }
+  if (!resp.ok) {  // the old results no longer go with what is on screen: dim them
+    $("results").classList.add("stale");
+    setStatus(`${file.name}: ${errorText(body, resp.status)}`, true);
+    return;
+  }
   if (body.gallery_id) {  // the same image is in the gallery: use its record (caption, vectors)
     await setReference(body.gallery_id);
     setStatus(`${file.name} is gallery image ${body.gallery_id}: using it as the reference`);
@@ -305,8 +366,13 @@ async function search(event) {
   const body = {
     text: $("query").value, method: $("method").value, top_k: Number($("top-k").value) || 10,
     reference: upload ? null : ($("reference").value.trim() || null), reference_upload: upload ? upload.id : null,
-    keep_reference: $("keep-reference").checked, params,
+    keep_reference: $("keep-reference").checked, params, where: buildWhere(), sort: $("sort").value, like: likeId,
   };
+  likeId = null;
+  if (!body.text.trim() && !body.reference && !body.reference_upload && !body.where && !body.like) {
+    setStatus("type a query, pick a reference, or give a date, place or where filter", true);
+    return;
+  }
   $("search-button").disabled = true;
   let resp, data;
   try {
@@ -322,7 +388,8 @@ async function search(event) {
     setStatus(`error: ${errorText(data, resp.status)}`, true);
     return;
   }
-  current = { id: data.id, method: body.method, t0: performance.now(), calls: 0, estimate: data.estimate, step: "" };
+  const filterOnly = body.where && !body.text.trim() && !body.reference && !body.reference_upload && !body.like;
+  current = { id: data.id, method: body.like ? "like" : (filterOnly ? "filter" : body.method), t0: performance.now(), calls: 0, estimate: data.estimate, step: "" };
   current.source = new EventSource(data.events);
   current.timer = setInterval(liveStatus, 250);
   $("results").classList.add("stale");  // old results stay visible, dimmed, until the new ones arrive
@@ -393,7 +460,8 @@ async function init() {
   if (!resp.ok) throw new Error(errorText(await resp.json().catch(() => null), resp.status));
   const info = await resp.json();
   limits = info.limits || {};
-  $("gallery-info").textContent = `${info.gallery.size} images · ${info.gallery.root}`;
+  const folders = (info.gallery.sources || []).join(", ");
+  $("gallery-info").textContent = `${info.gallery.size} images` + (folders ? ` from ${folders}` : "") + ` · index ${info.gallery.root}`;
   for (const m of info.methods) {
     methods[m.name] = m;
     $("method").append(el("option", { value: m.name, text: m.name }));

@@ -1,4 +1,4 @@
-"""Rebuild the album_mini DISBench-layout benchmark from the Tux Paint stamps (../shared/data/stamps).
+"""Rebuild the album_mini DISBench-layout benchmark from the Tux Paint stamps (shipped in ../stamps_mini).
 
 Run from the repository root: ``python src/imagent/eval/data/album_mini/make_album.py [STAMPS_DIR]``.
 The album is declared below as events (a day, a place, a device, and the stamps photographed there)
@@ -250,4 +250,4 @@ def main(stamps: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE.parents[4].parent / "shared" / "data" / "stamps")
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE.parent / "stamps_mini")
