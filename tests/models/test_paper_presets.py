@@ -45,3 +45,20 @@ def test_presets_are_listed_and_written_with_their_sources(tmp_path):
     settings = load_settings(cfg)
     assert settings.model_for_role("planner")[1].model == "Qwen/Qwen3-VL-32B-Instruct"
     assert settings.text_embedder.model == "Qwen/Qwen3-Embedding-8B"
+
+
+def test_config_methods_marks_each_field_as_the_papers_or_imagents_own():
+    out = CliRunner().invoke(app, ["config", "methods", "--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    for name, info in data.items():
+        assert set(info["fields"]) == set(info["defaults"]), name
+        for field, f in info["fields"].items():
+            assert f["origin"] in ("paper", "imagent") and f["source"], (name, field)
+            assert f["default"] == info["defaults"][field]
+    assert data["imagescope"]["fields"]["tau"]["origin"] == "paper"
+    assert "Sec. 4.1" in data["imagescope"]["fields"]["tau"]["source"]
+    assert data["photocraft"]["fields"]["theta_conf"]["origin"] == "paper"
+    for knob in ("loop_guard", "fallback_k", "tool_mode"):  # the knobs the issue names
+        assert data["photocraft"]["fields"][knob]["origin"] == "imagent"
+    assert all(f["origin"] == "imagent" for f in data["cirevl"]["fields"].values())

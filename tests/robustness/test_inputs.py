@@ -61,7 +61,7 @@ def test_predictions_files_that_hung_or_crashed_are_clear_errors(tmp_path: Path,
         out, seconds = timed(score_file, "stamps", ANN, path)
         assert isinstance(out, BenchmarkError), (name, out)
         assert words in str(out) and "predictions file" in str(out), (name, str(out))
-        assert seconds < 5, (name, seconds)
+        assert seconds < 30, (name, seconds)  # no hang (each takes well under a second alone)
     monkeypatch.setattr("imagent.eval.scoring.MAX_PREDICTIONS_BYTES", 1000)
     with pytest.raises(BenchmarkError, match="larger than 1,000 bytes"):
         score_file("stamps", ANN, big)
@@ -93,7 +93,7 @@ def test_config_files_that_hung_or_crashed_are_clear_errors(tmp_path: Path) -> N
         out, seconds = timed(load_settings, path)
         assert isinstance(out, ConfigError), (name, out)
         assert words in str(out), (name, str(out))
-        assert seconds < 10, (name, seconds)
+        assert seconds < 30, (name, seconds)  # no hang (each takes well under a second alone; CI is shared)
 
 
 def test_config_show_on_a_deep_toml_is_one_error_line(tmp_path: Path) -> None:

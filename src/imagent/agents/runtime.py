@@ -261,7 +261,9 @@ class AgentRuntime:
             forced = False
             answer = self._fallback_answer(state)
             why = reason or "no answer"
-            reason = (f"fallback: {why}; answered with the {len(answer)} best candidate(s) seen"
+            what = (f"the {len(answer)} best candidate(s) seen" if state.seen
+                    else f"{len(answer)} photo(s) of the method's fallback search (no candidate was seen)")
+            reason = (f"fallback: {why}; answered with {what}"
                       if answer else f"fallback: {why}; no candidate was seen, so the answer is empty")
             source = "fallback"
             with trace.step("answer.fallback", reason=why) as step:

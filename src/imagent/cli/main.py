@@ -473,10 +473,14 @@ def config_show(config: ConfigOpt = None, set_: SetOpt = None, json_out: JsonOpt
 @config_app.command("methods")
 @user_errors
 def config_methods(json_out: JsonOpt = False) -> None:
-    """Every method's hyper-parameters with their defaults (the papers')."""
+    """Every method's hyper-parameters with their defaults, each marked as the paper's (with the section or table
+    setting it) or imagent's own."""
     from imagent.methods.base import describe_methods
+    from imagent.methods.origins import field_origins
 
     data = describe_methods()
+    for name, info in data.items():
+        info["fields"] = field_origins(name, json.loads(json.dumps(info["defaults"])))
     if json_out:
         console.print_json(json.dumps(data))
     else:

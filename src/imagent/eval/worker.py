@@ -61,8 +61,12 @@ def query_runner(ws: Any, method_name: str, top_k: int, bench: Benchmark, split:
             seconds=round(time.perf_counter() - t0, 4),
             model_calls=result.trace.model_calls,
             answer_set=list(result.answer_set) if result.answer_set is not None else None,
+            source=result.source,
+            source_reason=result.source_reason,
+            counts=dict(result.counts),
             trace=result.trace.to_dict(),
-            error=None,
+            # A result whose model calls failed is a query error (scored empty, retried next run), not an answer.
+            error=redact(f"model calls failed: {result.source_reason}") if result.is_error else None,
             finished=datetime.now(UTC).isoformat(),
         )
 
@@ -72,6 +76,8 @@ def query_runner(ws: Any, method_name: str, top_k: int, bench: Benchmark, split:
 def _learn(learn: Callable[..., Any], bench: Benchmark, item: EvalItem, query: Query, result: Any) -> None:
     """Tell a learning method how its answer scored (DISBench: the episode's F1); a failure to learn is
     noted in the query's trace and never fails the query."""
+    if result.source != "method":  # a fallback or an error is no outcome of the method's own to learn from
+        return
     score = bench.outcome_score(item, list(result.ranking.ids), result.answer_set) if item.has_truth else None
     if score is None:
         return

@@ -417,7 +417,7 @@ class OpenAIChatModel:
                 clock.append(now)
             end = min(now + self.timeout_s, clock[0] + self.deadline_s)
             if end <= now:
-                raise _Retryable(f"deadline_s = {self.deadline_s:g} s passed")
+                raise _Retryable(f"timed out: deadline_s = {self.deadline_s:g} s passed before the attempt started")
             try:
                 with call_deadline(end), self._client.stream("POST", self.url, json=body) as response:
                     return self._answer(response, end)
