@@ -130,9 +130,15 @@ def album_subset(album: Path, qids: list[str], work: Path) -> Path:
     return out
 
 
+class OutOfTime(Exception):
+    """The --budget is spent: no further query starts."""
+
+
 def run_method(ws: Workspace, log: CallLog, method: str, benchmark: str, root: Path, work: Path,
-               split: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
-    """Run ``method`` over the benchmark; one row per query with its calls' token counts."""
+               split: str | None = None, limit: int | None = None,
+               deadline: float = float("inf")) -> list[dict[str, Any]]:
+    """Run ``method`` over the benchmark; one row per query with its calls' token counts. After ``deadline``
+    (``time.monotonic()``) no further query starts; the rows of those that ran are returned."""
     rows: list[dict[str, Any]] = []
     log.take()
 
@@ -144,12 +150,18 @@ def run_method(ws: Workspace, log: CallLog, method: str, benchmark: str, root: P
                          "model_seconds": sum(c["seconds"] for c in calls)})
         elif phase == "index":
             log.take()
+        if time.monotonic() > deadline:
+            raise OutOfTime
 
+    run_dir = work / f"run-{method}"
     spec = RunSpec(benchmark=benchmark, method=method, split=split, images_root=root, limit=limit,
-                   run_dir=work / f"run-{method}", runs_root=work)
-    summary = run_eval(ws, spec, progress=progress)
+                   run_dir=run_dir, runs_root=work)
+    try:
+        run_eval(ws, spec, progress=progress)
+    except OutOfTime:
+        print(f"{method}: the --budget is spent; {len(rows)} query(ies) ran", flush=True)
     records = {}
-    for line in (summary.run_dir / "results.jsonl").read_text().splitlines():
+    for line in (run_dir / "results.jsonl").read_text().splitlines():
         if line.strip():
             r = json.loads(line)
             records[r["qid"]] = r
@@ -184,7 +196,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--set", dest="sets", action="append", default=[], help="config key=value (repeatable)")
     ap.add_argument("--save", type=Path, default=None, help="write the per-query numbers as JSON")
     ap.add_argument("--before", type=Path, default=None, help="an earlier --save to compare with")
+    ap.add_argument("--budget", type=float, default=None, help="seconds after which no further query starts "
+                    "(the summary then covers the queries that ran)")
     args = ap.parse_args(argv)
+    deadline = time.monotonic() + args.budget if args.budget else float("inf")
 
     sets = list(args.sets)
     if args.model:
@@ -222,14 +237,18 @@ def main(argv: list[str] | None = None) -> None:
     qids = [q.strip() for q in args.queries.split(",") if q.strip()]
     album = album_subset(args.album, qids, work) if any(m in ALBUM_METHODS for m in methods) else None
     for method in methods:
+        if time.monotonic() > deadline:
+            print(f"{method}: not run, the --budget is spent", flush=True)
+            continue
         if method in ALBUM_METHODS:
             assert album is not None
-            rows += run_method(ws, log, method, "disbench", album, work)
+            rows += run_method(ws, log, method, "disbench", album, work, deadline=deadline)
         elif method == "oscar":
             env = os.environ.get("IMAGENT_STAMPS")
             stamps = args.stamps or (Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "data"
                                      / "stamps")
-            rows += run_method(ws, log, "oscar", "stamps", stamps, work, split="cir", limit=args.oscar)
+            rows += run_method(ws, log, "oscar", "stamps", stamps, work, split="cir", limit=args.oscar,
+                               deadline=deadline)
         else:
             raise SystemExit(f"unknown method {method!r} (photocraft, imageseeker, oscar)")
         for r in rows:
@@ -238,10 +257,14 @@ def main(argv: list[str] | None = None) -> None:
                       f"evaluated {r['evaluated']:>6}  generated {r['generated']:>5}  {r['seconds']:7.1f} s"
                       + (f"  F1 {r['f1']:5.1f} EM {r['em']:3.0f}" if "f1" in r else "")
                       + (f"  error: {r['error']}" if r.get("error") else ""), flush=True)
-    p2, g2 = measure_speed(model_path, threads)
-    prompt_speed, gen_speed = (p1 + p2) / 2, (g1 + g2) / 2
-    print(f"speed after: prompt {p2:.1f} tok/s, generation {g2:.1f} tok/s; used: {prompt_speed:.1f} and "
-          f"{gen_speed:.1f}", flush=True)
+    if time.monotonic() > deadline:
+        prompt_speed, gen_speed = p1, g1
+        print("speed after: not measured (the --budget is spent); used the speed before", flush=True)
+    else:
+        p2, g2 = measure_speed(model_path, threads)
+        prompt_speed, gen_speed = (p1 + p2) / 2, (g1 + g2) / 2
+        print(f"speed after: prompt {p2:.1f} tok/s, generation {g2:.1f} tok/s; used: {prompt_speed:.1f} and "
+              f"{gen_speed:.1f}", flush=True)
 
     if args.save:
         args.save.write_text(json.dumps({"model": model_id, "prompt_speed": prompt_speed,
