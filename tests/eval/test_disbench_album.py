@@ -161,7 +161,13 @@ def test_eval_disbench_photocraft_and_imageseeker_scripted(user_env, tmp_path):
     assert len(lib.read_text().splitlines()) == 1
     assert not (tmp_path / "data" / "skills.jsonl").exists()  # the user's own library is untouched
     report = (tmp_path / "pc" / "report.md").read_text()
-    assert "track: Open" in report and "## Per query" in report and "| q01 | intra-event |" in report
+    assert "track: Open" in report and "## Per query" in report and "| q01 | method | intra-event |" in report
+    assert "- **fallback rate: 0.0%** (0 of 2 queries" in report  # beside the headline metrics
+    behaviour = json.loads((tmp_path / "pc" / "metrics.json").read_text())["behaviour"]
+    assert behaviour["fallback_rate"] == 0.0 and behaviour["sources"] == {"method": 2}
+    counts = behaviour["counts"]
+    assert counts["episodes"] == 2 and counts["tool_calls.ImageSearch"] == 1 and counts["audits_passed"] == 2
+    assert counts["skills_distilled"] == 1 and counts["skills_injected"] == 0
     # The track is derived from the index (caption-mode encoder, the sidecar's captions), with the reason.
     assert "track_reason: its search space 'image' is embedded by caption:" in report
     assert "photos of the index have captions" in report and "reconstruction" in report

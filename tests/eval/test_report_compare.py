@@ -108,8 +108,8 @@ def test_report_has_per_query_table_provenance_and_n(runs):
     rows = summary.metrics["per_query"]
     assert [r["query"] for r in rows] == [json.loads(x)["qid"] for x in
                                           (runs["base"] / "caption" / "results.jsonl").read_text().splitlines()]
-    assert all(set(r) >= {"query", "target_rank", "calls", "seconds", "fallbacks", "error"} for r in rows)
-    assert all(r["calls"] == 0 and r["fallbacks"] == 0 for r in rows)
+    assert all(set(r) >= {"query", "source", "target_rank", "calls", "seconds", "fallbacks", "error"} for r in rows)
+    assert all(r["calls"] == 0 and r["fallbacks"] == 0 and r["source"] == "method" for r in rows)
     recs = {json.loads(x)["qid"]: json.loads(x) for x in
             (runs["base"] / "caption" / "results.jsonl").read_text().splitlines()}
     from imagent.eval.datasets import load_benchmark
@@ -120,7 +120,8 @@ def test_report_has_per_query_table_provenance_and_n(runs):
         hits = [n for n, i in enumerate(ids, 1) if i in positives[r["query"]]]
         assert r["target_rank"] == (hits[0] if hits else None)
     report = (runs["base"] / "caption" / "report.md").read_text()
-    assert "## Per query" in report and "| query | target_rank | calls | seconds | fallbacks |" in report
+    assert "## Per query" in report and "| query | source | target_rank | calls | seconds | fallbacks |" in report
+    assert "- **fallback rate: 0.0%** (0 of 6 queries" in report
     prov = summary.metrics["provenance"]
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
     if head.returncode == 0:

@@ -35,6 +35,11 @@ def call(name: str, **arguments) -> str:
 
 @pytest.fixture
 def album_ws(tmp_path, caption_dual, minilm) -> Workspace:
+    return _album_ws(tmp_path, caption_dual, minilm)
+
+
+def _album_ws(tmp_path, caption_dual, minilm, rules=None, default="The final answer is: []",
+              params=None) -> Workspace:
     from imagent.core.types import ImageRecord
     from imagent.index.embedding import gallery_from_records
 
@@ -50,7 +55,7 @@ def album_ws(tmp_path, caption_dual, minilm) -> Workspace:
                                    longitude=m["longitude"], address=m["address"], device=m["capturedevice"]))
     assert FLAMINGO in {r.id for r in records}
     gallery = gallery_from_records(str(tmp_path / "index"), records, caption_dual, minilm)
-    rules = [
+    rules = rules if rules is not None else [
         [r"\[REFLECTION", json.dumps({"anchor": "the flamingo photo", "constraint": "2014-04-20",
                                       "target": "birds", "completeness": "all four", "decision": "pass"})],
         [r"\[FilterMetadata\]", "The zoo birds of that day. The final answer is: " + json.dumps(ZOO_DAY)],
@@ -62,11 +67,11 @@ def album_ws(tmp_path, caption_dual, minilm) -> Workspace:
                                                                          top_k=3)],
     ]
     script = tmp_path / "script.json"
-    script.write_text(json.dumps({"rules": rules, "default": "The final answer is: []"}))
+    script.write_text(json.dumps({"rules": rules, "default": default}))
     settings = Settings(index=gallery.root, cache_dir=tmp_path / "cache", cache_calls=False,
                         models={"scripted": ChatModelConfig(backend="scripted", model=str(script))},
                         roles={"default": "scripted"},
-                        methods={"photocraft": {"skills_path": str(tmp_path / "skills.jsonl")}})
+                        methods={"photocraft": {"skills_path": str(tmp_path / "skills.jsonl"), **(params or {})}})
     return Workspace(settings)
 
 
@@ -98,4 +103,22 @@ def test_page_shows_a_photocraft_album_search_turn_by_turn(album_ws, serve_app, 
     ids = page.locator("#answer .result").evaluate_all("els => els.map(e => e.dataset.id)")
     assert ids == ZOO_DAY
     assert "4 photos" in page.inner_text("#answer-count") and "2014-04-20" in page.inner_text("#answer")
+    assert page.locator("#source-note").is_hidden()  # the agent's own answer: nothing to label
     page.screenshot(path=str(tmp_path / "album-search.png"), full_page=True)
+
+
+def test_page_labels_an_answer_that_is_not_the_agents_own(tmp_path, caption_dual, minilm, serve_app,
+                                                          page):  # noqa: F811
+    """An agent that searches but never gives a usable answer: the never-empty rule still shows photos, and the page
+    says they are a fallback, not the agent's answer."""
+    ws = _album_ws(tmp_path, caption_dual, minilm, rules=[["Query:", call("ImageSearch", query="pink flamingo")]],
+                   default="I am not sure yet.", params={"max_turns": 3})
+    page.goto(serve_app(create_app(ws)))
+    page.wait_for_selector("#method option[value=photocraft]", state="attached")
+    page.fill("#query", "Something no rule of the script answers")
+    page.select_option("#method", "photocraft")
+    page.click("#search-button")
+    page.wait_for_selector("#source-note:not([hidden])", timeout=60_000)
+    note = page.inner_text("#source-note")
+    assert note.startswith("Not the method's own answer: fallback best_candidates") and "best candidate" in note
+    assert page.locator("#answer .result").count() >= 1  # never empty

@@ -1,8 +1,9 @@
 """The small-model guards of the agent runtime, in one place.
 
-Small local models (Qwen 0.5B-1.5B on the album benchmark) loop and copy where a large model reasons; these
-guards keep them moving without changing what a capable model sees. The runtime consults them around each
-tool call; what they remember is :class:`~imagent.agents.state.GuardState` (``state.guards``)::
+Small local models loop and copy where a large model reasons; these guards keep them moving without changing
+what a capable model sees (why each exists, with the measurement: ``docs/faithfulness.md``, PhotoCraft). The
+runtime consults them around each tool call; what they remember is
+:class:`~imagent.agents.state.GuardState` (``state.guards``)::
 
     guards = Guards(loop_guard=3)
     guards.start(state, request_text, worked_example if shown else None)
@@ -14,8 +15,9 @@ tool call; what they remember is :class:`~imagent.agents.state.GuardState` (``st
   instead of the same result (a small model at temperature 0 tends to copy its last turn forever), and the tool
   is left out of the next turn's grammar (JSON protocol);
 - **copied example date**: a call with one of the worked example's dates that neither the request nor any
-  tool result so far holds (nor a day beside one they hold) is refused with an error that says so (Qwen 0.5B
-  on the album benchmark: 5 of 73 filter calls); counted in the trace as ``agent.example_date_refused``;
+  tool result so far holds (nor a day beside one they hold) is refused with an error that says so (small models
+  copy the example's date instead of reading the anchor photo's); counted in the trace as
+  ``agent.example_date_refused``;
 - **loop guard**: in the JSON protocol a tool called in each of the last ``loop_guard`` turns is left out of
   the next turn's grammar (0: never);
 - **ids used**: the photos each tool was called on, so the grammar does not offer a photo again to a tool that

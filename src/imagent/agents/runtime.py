@@ -1,31 +1,29 @@
-"""The tool-calling loop every agentic method stands on (PhotoCraft, ImageSeeker, OSCAR's planner).
+"""The tool-calling loop every agentic method stands on (PhotoCraft, ImageSeeker, OSCAR's planner)::
 
-One turn is one model call: the model reasons and either calls tools or answers. Tools are offered as
-OpenAI ``tools`` and called through native ``tool_calls`` where the backend returns them, else through
-the ``<tool_call>`` text protocol, or (``tool_mode="json"``, the default for the in-process llama.cpp
-backend, whose small local models never managed the free-text protocol) through grammar-constrained JSON
-replies (:mod:`imagent.agents.protocol`); each turn's trace step says which protocol was offered
-(``protocol``) and which path a call took (``path``). With ``search_first`` an answer given before any
-tool returned a photo is sent back once with the request to search first (the papers' agent always
-searches before it answers; the JSON protocol enforces it by its grammar). A tool's error goes back to
-the model as the observation (it may correct the call); it never ends the loop. After ``max_turns``
-turns (30, the paper's budget, A.2.2) the model is told to answer now, in one last call without tools.
+    runtime = AgentRuntime(role, tools, system_prompt, max_turns=30, hooks=[memory], known_ids=album)
+    run = runtime.run("the dogs on the day I saw the lighthouse")   # AgentRun: answer, source, reason, state
 
-Photos a tool shows (``ViewPhotos``) reach the model as a user message with each photo's id written
-beside its image: OpenAI tool messages carry text only. A blind model gets each photo's text surrogate
-instead (captions, date, place): the role converts image parts in caption mode.
+One turn is one model call: the model reasons and either calls tools or answers. The turn is offered and read
+by one protocol object (:mod:`imagent.agents.protocols`: native ``tool_calls``, the ``<tool_call>`` text
+protocol, or grammar-constrained JSON replies, the default for the in-process llama.cpp backend); the
+small-model guards (:mod:`imagent.agents.guards`) may refuse a call before it runs; everything the loop, the
+tools and the hooks share is the typed :class:`~imagent.agents.state.AgentState`. A tool's error goes back to
+the model as the observation; it never ends the loop. After ``max_turns`` turns the model is asked to answer
+in one last call without tools; with ``search_first`` an answer given before any tool returned a photo is sent
+back once; with ``one_tool_per_step`` a reply's calls after its first are not run.
 
 The answer is parsed from ``The final answer is: ["id", ...]``, kept to ids the album knows, and never
 empty: when the model gives no usable answer (budget spent, unknown ids twice, a failed model call), the
-best candidates the tools returned stand in (highest retrieval score first), and the run records why.
+best candidates the tools returned stand in (highest retrieval score first); the :class:`AgentRun` says how
+the answer was obtained (``source``, ``forced``, ``reason``).
 
 Memories plug in as :class:`AgentHooks`: ``on_start`` (inject a skill), ``before_turn`` (compress the
-context), ``after_turn``, ``before_answer`` (an audit: feedback text rejects the answer and the loop
-goes on) and ``on_finish`` (distil a skill). Every turn is a trace step ``turn.<n>`` with outputs
-``reasoning, tool, arguments, observation, photos, path`` (and ``calls`` with each call in full); the
-role records its model call (tokens, seconds) into the open step, the runtime each tool call.
+context), ``after_turn``, ``before_answer`` (an audit: feedback rejects the answer and the loop goes on) and
+``on_finish`` (distil a skill). Every turn is a trace step ``turn.<n>`` with outputs ``reasoning, tool,
+arguments, observation, photos, path, protocol`` (and ``calls`` with each call in full); the role records its
+model call (tokens, seconds) into the open step, the runtime each tool call. Where this differs from the
+papers' agent is in ``docs/faithfulness.md`` (PhotoCraft).
 """
-
 from __future__ import annotations
 
 import time
@@ -261,7 +259,9 @@ class AgentRuntime:
             forced = False
             answer = self._fallback_answer(state)
             why = reason or "no answer"
-            reason = (f"fallback: {why}; answered with the {len(answer)} best candidate(s) seen"
+            what = (f"the {len(answer)} best candidate(s) seen" if state.seen
+                    else f"{len(answer)} photo(s) of the method's fallback search (no candidate was seen)")
+            reason = (f"fallback: {why}; answered with {what}"
                       if answer else f"fallback: {why}; no candidate was seen, so the answer is empty")
             source = "fallback"
             with trace.step("answer.fallback", reason=why) as step:

@@ -104,6 +104,13 @@ def print_result(console: Console, result: Result, gallery: Gallery, title: str 
         cells += [(row.get(c) or "")[:19].replace("T", " ") if c == "taken" else (row.get(c) or "") for c in extra]
         table.add_row(*(plain(c) for c in (*cells, row["caption"] or "")))  # text, never markup
     console.print(table)
+    if result.is_error:
+        console.print(f"the method could not answer (error: {result.source_reason}); shown instead: a stand-in, "
+                      "so the answer is never empty", style="yellow", highlight=False, markup=False)
+    elif result.is_fallback:
+        console.print(f"not the method's own answer: {result.source}"
+                      + (f" ({result.source_reason})" if result.source_reason else ""), style="yellow",
+                      highlight=False, markup=False)
     meaning = SCORE_MEANING.get(result.trace.method)
     if meaning:
         console.print(f"score: {meaning}", style="dim", highlight=False)

@@ -34,7 +34,8 @@ def run_label(run_dir: Path, data: dict[str, Any], taken: set[str]) -> str:
 def compare_runs(run_dirs: Sequence[Path]) -> dict[str, Any]:
     """``{"runs": {label: {...}}, "rows": [{"metric", label: value, ..., "delta"?}], "warnings": [...]}``.
 
-    Rows cover the final metrics, then each run's stages (``stage/<name>/<metric>``), then cost.
+    Rows cover the final metrics, then each run's stages (``stage/<name>/<metric>``), then the fallback and error
+    rates (``behaviour/...``: a run whose answers are more often fallbacks is not the better method), then cost.
     With two runs a ``delta`` (second minus first) is added."""
     runs = [(Path(d), load_run(Path(d))) for d in run_dirs]
     taken: set[str] = set()
@@ -50,6 +51,10 @@ def compare_runs(run_dirs: Sequence[Path]) -> dict[str, Any]:
         col = dict(data.get("metrics", {}))
         for stage, ms in (data.get("stages") or {}).items():
             col.update({f"stage/{stage}/{k}": v for k, v in ms.items()})
+        b = data.get("behaviour") or {}
+        for k in ("fallback_rate", "error_rate"):  # whose numbers they are: compared as the metrics are
+            if k in b:
+                col[f"behaviour/{k}"] = b[k]
         run = data.get("run", {})
         for k in ("seconds_per_query_mean", "model_calls_per_query", "errors"):
             if k in run:

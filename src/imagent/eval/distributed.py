@@ -4,7 +4,8 @@ N actors (default: one per GPU in the cluster, else ``--workers``) each open the
 the method once, exactly as a local run does (:func:`imagent.eval.worker.query_runner`), and answer queries
 sent to them one at a time. The driver keeps the run directory: every finished query is appended to
 ``results.jsonl`` as it arrives, so a killed run resumes, and the report orders queries as the benchmark does.
-All actors share the on-disk call cache, which computes each key once across processes. An actor that dies is
+All actors share the on-disk call cache, which computes each key once across processes, and append the keys of
+the calls they make to the run folder's ``call_keys.txt`` (for ``imagent pack``). An actor that dies is
 restarted and its query retried.
 
 The actors need the index folder, the cache folder and the benchmark files at the same paths on every node (a
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from imagent.eval.datasets import EvalItem, load_benchmark
-from imagent.eval.records import RunRecord
+from imagent.eval.records import CALL_KEYS, CallRecorder, RunRecord
 
 
 class _QueryActor:
@@ -28,6 +29,8 @@ class _QueryActor:
         from imagent.eval.worker import query_runner
 
         ws = workspace_cls(Settings.model_validate(settings_json))
+        if ws.call_cache is not None:  # the actor's calls belong to the run's pack too (shared run folder)
+            ws.call_cache.add_listener(CallRecorder(Path(run_dir) / CALL_KEYS))
         bench = load_benchmark(spec.benchmark, spec.annotations, spec.images_root, **spec.bench_options)
         self.one = query_runner(ws, spec.method, spec.top_k, bench, split, Path(index_dir), Path(run_dir),
                                 lambda _msg: None)

@@ -102,6 +102,11 @@ class RunRecord:
     seconds: float = 0.0
     model_calls: int = 0
     answer_set: list[str] | None = None
+    # Whose answer it is (``core/types.py:Source``: method, fallback:<name>, error), why when it is not the
+    # method's own, and the method's own behaviour counts (summed by :mod:`imagent.eval.behaviour`).
+    source: str = "method"
+    source_reason: str = ""
+    counts: dict[str, int] = field(default_factory=dict)
     trace: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     finished: str | None = None
@@ -124,7 +129,7 @@ class RunRecord:
         known = {f.name for f in fields(cls)} - {"other"}
         kw = {k: v for k, v in data.items() if k in known}
         kw["qid"] = str(data.get("qid", ""))
-        for key in ("extras", "stages", "stage_extras", "trace"):
+        for key in ("extras", "stages", "stage_extras", "trace", "counts"):
             if kw.get(key) is None:
                 kw.pop(key, None)
         for key in ("ids", "scores"):
@@ -139,7 +144,8 @@ class RunRecord:
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "other"}
         if self.error is not None and not self.ids:  # a failed query: what went wrong, how long it took
-            out = {"qid": self.qid, "group": self.group, "error": self.error, "seconds": self.seconds}
+            out = {"qid": self.qid, "group": self.group, "error": self.error, "seconds": self.seconds,
+                   "source": "error"}
         return {**out, **self.other}
 
     # read access by the JSON key, for code written against results.jsonl's lines

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from imagent.eval import metrics as M
+from imagent.eval.behaviour import behaviour, own_items, record_source
 from imagent.eval.datasets import Benchmark, EvalItem, Predictions
 from imagent.eval.records import (
     METRICS,
@@ -232,7 +233,8 @@ def target_rank(ids: Sequence[str], positives: Sequence[str]) -> int | None:
 
 
 def query_rows(items: Sequence[EvalItem], records: dict[str, RunRecord]) -> list[dict[str, Any]]:
-    """The generic per-query table: target rank (of the first positive in the kept top-k; "-" when it is
+    """The generic per-query table: the result's source (``method``, ``fallback:<name>``, ``error``), target rank
+    (of the first positive in the kept top-k; "-" when it is
     not there or the split has no labels), model calls, seconds, fall-backs taken (trace counters whose
     name says fallback), the error of a failed query, the rank in each stored stage and the method's own
     summary (trace step outputs ``report_line``; a column is left out when no query has a value)."""
@@ -244,6 +246,7 @@ def query_rows(items: Sequence[EvalItem], records: dict[str, RunRecord]) -> list
         counters = rec.counters
         rows.append({
             "query": it.id,
+            "source": record_source(rec),
             "target_rank": target_rank(rec.ids, it.positives) if it.positives else None,
             "calls": int(rec.model_calls or 0),
             "seconds": float(rec.seconds or 0.0),
@@ -292,6 +295,35 @@ def _provenance_line(p: dict[str, Any]) -> str:
     return f"- code: {code}imagent {p.get('version', '?')}; report written {p.get('date', '?')}"
 
 
+def _behaviour_lines(b: dict[str, Any] | None) -> list[str]:
+    """The headline line: how many answers are the method's own, fallbacks, errors."""
+    if not b or not b.get("queries"):
+        return []
+    n = b["queries"]
+    fallbacks = sum(v for k, v in b["sources"].items() if k.startswith("fallback:"))
+    errors = b["sources"].get("error", 0)
+    return [f"- **fallback rate: {100 * b['fallback_rate']:.1f}%** ({fallbacks} of {n} queries answered by a fallback "
+            f"path); errors: {100 * b['error_rate']:.1f}% ({errors}); the method's own answers: "
+            f"{100 * b['method_rate']:.1f}%"]
+
+
+def _behaviour_section(b: dict[str, Any] | None) -> list[str]:
+    """Sources, the reasons of fallbacks and errors, and the method's own counts summed over the run."""
+    if not b or not b.get("queries"):
+        return []
+    out = ["", "## Behaviour", "", "| source | queries |", "| --- | ---: |"]
+    out += [f"| {k} | {v} |" for k, v in b["sources"].items()]
+    if b.get("fallback_reasons"):
+        out += ["", "Fallbacks:", "", *[f"- {r} ({c})" for r, c in b["fallback_reasons"].items()]]
+    if b.get("error_reasons"):
+        out += ["", "Errors (model calls failed; scored as empty answers, retried by the next run):", "",
+                *[f"- {r} ({c})" for r, c in b["error_reasons"].items()]]
+    if b.get("counts"):
+        out += ["", "The method's own counts (summed over the queries): "
+                + ", ".join(f"{k}={v}" for k, v in b["counts"].items())]
+    return out
+
+
 def render_report(config: dict[str, Any], metrics: dict[str, Any], steps: list[dict[str, Any]],
                   files: dict[str, str]) -> str:
     method = config["method"]
@@ -300,6 +332,7 @@ def render_report(config: dict[str, Any], metrics: dict[str, Any], steps: list[d
         "",
         f"- queries: {metrics['queries']} ({metrics['completed']} completed, {metrics['errors']} failed, "
         f"{metrics['missing']} not run){' - limited run' if metrics.get('limited') else ''}",
+        *_behaviour_lines(metrics.get("behaviour")),
         f"- top-k kept per query: {config['top_k']}",
         _provenance_line(metrics.get("provenance") or {}),
         f"- method parameters: `{method['params']}`",
@@ -313,11 +346,19 @@ def render_report(config: dict[str, Any], metrics: dict[str, Any], steps: list[d
         "",
     ]
     if metrics["metrics"] or metrics["stages"]:
-        out.append(metrics_table({"final": metrics["metrics"], **metrics["stages"]}))
+        columns = {"final": metrics["metrics"], **metrics["stages"]}
+        own = metrics.get("metrics_own")
+        if own is not None:
+            columns[f"own answers (n={own['queries']})"] = own["metrics"]
+        out.append(metrics_table(columns))
         out.append("")
         out.append("Percentages; computed as the benchmark's official evaluation code does (see imagent.eval.metrics).")
+        if own is not None:
+            out.append(f"`final` scores every query (a fallback answer as it is, an error as an empty answer); "
+                       f"`own answers` scores only the {own['queries']} queries the method answered itself.")
     else:
         out.append("No ground truth for this split: see the server files below.")
+    out += _behaviour_section(metrics.get("behaviour"))
     if metrics.get("per_query"):
         out += ["", "## Per query", "", per_query_table(metrics["per_query"])]
     run = metrics["run"]
@@ -400,7 +441,12 @@ def write_outputs(run_dir: Path, bench: Benchmark, split: str, items: Sequence[E
         "stages": stages,
         "run": run_stats(ordered),
         "rankings_with_duplicates": dup,
+        "behaviour": behaviour(ordered),
     }
+    own = own_items(items, recs)
+    if final and len(own) < len(items):  # the headline numbers include fallbacks or errors: show the own ones too
+        metrics["metrics_own"] = {"queries": len(own), "metrics": bench.metrics(predictions_from_results(scored), own)
+                                  if own else {}}
     if companions:
         extra = [r for q, r in scored.items() if q in companions]
         metrics["subset_pass"] = {"queries": len(companions), "completed": sum(r.ok for r in extra),

@@ -28,10 +28,7 @@ def query_runner(ws: Any, method_name: str, top_k: int, bench: Benchmark, split:
     gallery = ws.gallery(index_dir)
     gallery.reload()
     method = ws.method(method_name, index_dir)
-    start_run = getattr(method, "start_run", None)  # a method that learns across queries (PhotoCraft's skills)
-    if start_run is not None:
-        start_run(run_dir)
-    learn = getattr(method, "learn_from_outcome", None)
+    method.start_run(run_dir)  # a method that learns across queries keeps it there (PhotoCraft's skills)
     for warning in method.preflight():  # raises (the run stops) when the method cannot run on this index
         say(f"warning: {warning}")
     usage = bench.run_usage(method, bool(getattr(ws.settings.indexing, "caption_missing", False)))
@@ -44,8 +41,7 @@ def query_runner(ws: Any, method_name: str, top_k: int, bench: Benchmark, split:
         try:
             query = _with_gallery_records(bench.adapt_query(item, method.tasks), gallery)
             result = method.search(query, top_k=depth)
-            if learn is not None:
-                _learn(learn, bench, item, query, result)
+            _learn(method.learn_from_outcome, bench, item, query, result)
         except Exception as exc:  # one failing query must not end a long run; it is retried next time
             return RunRecord(qid=item.id, group=item.group, error=redact(f"{type(exc).__name__}: {exc}"),
                              seconds=round(time.perf_counter() - t0, 4))
@@ -61,8 +57,12 @@ def query_runner(ws: Any, method_name: str, top_k: int, bench: Benchmark, split:
             seconds=round(time.perf_counter() - t0, 4),
             model_calls=result.trace.model_calls,
             answer_set=list(result.answer_set) if result.answer_set is not None else None,
+            source=result.source,
+            source_reason=result.source_reason,
+            counts=dict(result.counts),
             trace=result.trace.to_dict(),
-            error=None,
+            # A result whose model calls failed is a query error (scored empty, retried next run), not an answer.
+            error=redact(f"model calls failed: {result.source_reason}") if result.is_error else None,
             finished=datetime.now(UTC).isoformat(),
         )
 
@@ -72,6 +72,8 @@ def query_runner(ws: Any, method_name: str, top_k: int, bench: Benchmark, split:
 def _learn(learn: Callable[..., Any], bench: Benchmark, item: EvalItem, query: Query, result: Any) -> None:
     """Tell a learning method how its answer scored (DISBench: the episode's F1); a failure to learn is
     noted in the query's trace and never fails the query."""
+    if result.source != "method":  # a fallback or an error is no outcome of the method's own to learn from
+        return
     score = bench.outcome_score(item, list(result.ranking.ids), result.answer_set) if item.has_truth else None
     if score is None:
         return

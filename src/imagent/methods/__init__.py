@@ -1,8 +1,6 @@
-"""Built-in methods. Importing this package imports every module in it, which registers them."""
+"""The retrieval methods, one module each (``imagent.methods.<name>``), standing on :mod:`imagent.methods.base`.
 
-import importlib
-import pkgutil
-
-for _mod in pkgutil.iter_modules(__path__):
-    if not _mod.name.startswith("_") and _mod.name != "base":
-        importlib.import_module(f"{__name__}.{_mod.name}")
+A method's module is imported when the method is first asked for (:func:`imagent.methods.base.get_method`
+looks it up in the :data:`~imagent.methods.base.METHODS` registry by import path), so naming one method never
+imports the others.
+"""

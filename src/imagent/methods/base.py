@@ -12,11 +12,13 @@ import contextvars
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from imagent.core.registry import Registry
 from imagent.core.trace import Trace, note
 from imagent.core.types import ImageRecord, Query, Ranking, Result, Source
 from imagent.index.embedding import ExtraEncoder
@@ -354,6 +356,16 @@ class Method(ABC):
         date and place) instead of pixels; such text counts as derived from the photos (DISBench's tracks)."""
         return []
 
+    def start_run(self, run_dir: Path) -> None:
+        """An eval run starts in ``run_dir`` (called once, before its first query). A method that learns across
+        queries keeps what it learns there (PhotoCraft's skill library); the default does nothing."""
+        return None
+
+    def learn_from_outcome(self, query: Query, result: Result, score: float) -> Any:
+        """An eval query's answer scored ``score`` in [0, 1] (DISBench: the episode's F1). A method that learns
+        from outcomes does so here (PhotoCraft distils a skill); the default does nothing."""
+        return None
+
     def preflight(self, query: Query | None = None) -> list[str]:
         """Checks made before any model call, for one ``query`` or (``None``) for a whole run: raise a
         user error when the method cannot run as its paper defines it (ImageScope or X^R on an index
@@ -416,21 +428,30 @@ def summarize_query(query: Query) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- registry
 
-METHODS: dict[str, type[Method]] = {}
+# Built-in methods by import path: a method's module is imported when it is first asked for. A third-party
+# method registers with the :func:`register_method` class decorator.
+METHODS: Registry[type[Method]] = Registry("method", {
+    "clip": "imagent.methods.baselines:ClipBaseline",
+    "caption": "imagent.methods.baselines:CaptionBaseline",
+    "cirevl": "imagent.methods.baselines:CIReVL",
+    "imagescope": "imagent.methods.imagescope:ImageScope",
+    "xr": "imagent.methods.xr:XR",
+    "tacir": "imagent.methods.tacir:TaCIR",
+    "imageseeker": "imagent.methods.photocraft:ImageSeeker",
+    "photocraft": "imagent.methods.photocraft:PhotoCraft",
+    "oscar": "imagent.methods.oscar.method:Oscar",
+})
 
 
 def register_method(cls: type[Method]) -> type[Method]:
-    if cls.name in METHODS and METHODS[cls.name] is not cls:
-        raise ValueError(f"method {cls.name!r} registered twice")
-    METHODS[cls.name] = cls
+    """Class decorator: register ``cls`` under ``cls.name`` (a different class under the same name is an error)."""
+    METHODS.register(cls.name, cls, replace=False)
     return cls
 
 
 def list_methods() -> dict[str, type[Method]]:
-    """Every registered method by name, the built-in ones included."""
-    import imagent.methods  # noqa: F401  (registers the built-in methods)
-
-    return dict(sorted(METHODS.items()))
+    """Every registered method by name, the built-in ones included (their modules are imported)."""
+    return {name: METHODS[name] for name in METHODS.names()}
 
 
 def describe_methods() -> dict[str, dict[str, Any]]:
@@ -440,15 +461,9 @@ def describe_methods() -> dict[str, dict[str, Any]]:
 
 
 def get_method(name: str) -> type[Method]:
-    methods = list_methods()
-    try:
-        return methods[name]
-    except KeyError:
-        import difflib
-
-        close = difflib.get_close_matches(name, list(methods), n=1)
-        guess = f" (did you mean {close[0]!r}?)" if close else ""
-        raise KeyError(f"unknown method {name!r}{guess}; known: {', '.join(methods)}") from None
+    """The method class registered as ``name`` (its module imported on first use); ``KeyError`` naming the
+    closest name and the known ones on a miss."""
+    return METHODS.lookup(name)
 
 
 __all__ = [

@@ -1,88 +1,40 @@
 """ImageScope: training-free language-guided image retrieval in three stages (TIR, CIR, Chat-IR).
 
 Paper: "ImageScope: Unifying Language-Guided Image Retrieval via Large Multimodal Model Collective
-Reasoning" (shared/papers/imagescope.txt, §3 and Figures 10-12). Every task becomes text-to-image
-retrieval of target descriptions written by a reasoner, then two reflection stages refine the top:
+Reasoning" (shared/papers/imagescope.txt, §3, Figures 10-12). Every task becomes text-to-image retrieval of
+target descriptions written by a reasoner; two reflection stages then refine the top::
 
-1. **Semantic synthesis** (§3.3). The reasoner splits the instruction into atomic instructions of five
-   types (addition, removal, modification, comparison, retention) and writes three target descriptions
-   (core elements, enhanced details, comprehensive synthesis) from the instruction and the reference
-   description (Prompt 1, ``prompts/imagescope/stage1_reasoner.txt``; JSON ``{"step1": [[type, text],
-   ...], "step2": [three descriptions]}`` as in the authors' prompts). One to three descriptions are used
-   as given (the authors' VisDial and several CIR prompts ask for one); an atomic instruction of another
-   type is kept with its own type name (the type only labels it in Prompt 2). Each gallery image scores
-   ``s = mean over the descriptions of tau * cos(d, caption) + (1 - tau) * cos(d, image)`` (Eq. 7):
-   the caption term uses the ``caption_dual`` vectors, so both terms live in the dual encoder's space.
-   An index without image vectors is scored by the caption term alone, and the trace says so.
-2. **Predicate verification** (§3.4). The reasoner turns the atomic instructions into statements,
-   yes/no questions and truth values (Prompt 2; ``{"step1": [statements], "step2": [[question,
-   "True"|"False"], ...]}``). The verifier answers every question for each of the
-   top ``k`` candidates; a candidate's count is the number of answers equal to the truth value, and
-   the top ``k`` are re-sorted by count with a *stable* sort (ties keep the stage-1 order).
-3. **Overall evaluation** (§3.5). The evaluator compares the reference image with each of the top
-   ``alpha`` candidates in order (Prompt 3) and stops at the first "Yes", which moves to rank 1.
+    imagent search "make it red" -m imagescope --ref IMAGE            # all three stages
+    imagent search "make it red" -m imagescope --ref IMAGE --set stages=1,2   # the paper's stage ablation
 
-Roles: ``captioner`` (reference description, only when no stored caption exists), ``reasoner``,
-``verifier`` and ``evaluator``. Map them to models under ``[roles]`` to mirror the paper's four models
-(e.g. ``reasoner = "llama3"``, ``verifier = "paligemma"``, ``evaluator = "internvl2"``) or let
-``roles.default`` serve all of them. Model calls per query: 1 + 1 reasoner calls, ``k * M`` verifier
-calls (M = number of propositions), at most ``alpha`` evaluator calls, plus one captioner call for a
-reference image with no stored caption that the captioner can see, plus reasoner retries
-(``parse_retries``) when an output does not parse.
+1. **Semantic synthesis** (§3.3): the reasoner splits the instruction into atomic instructions and writes
+   three target descriptions (Prompt 1, ``prompts/imagescope/stage1_reasoner.txt``); each image scores
+   ``s = mean over the descriptions of tau * cos(d, caption) + (1 - tau) * cos(d, image)`` (Eq. 7).
+2. **Predicate verification** (§3.4): the reasoner writes yes/no questions with truth values (Prompt 2); the
+   verifier answers them for each of the top ``k``, which are re-sorted (stably) by matched answers.
+3. **Overall evaluation** (§3.5): the evaluator compares the reference with each of the top ``alpha`` in order
+   (Prompt 3); the first "Yes" moves to rank 1.
 
-Hyper-parameters (all fields of :class:`ImageScopeConfig`, paper defaults): ``tau=0.15``, ``k=20``,
-``alpha=3``, ``stages=[1, 2, 3]``. ``--set methods.imagescope.stages=1,2`` reproduces the paper's
-stage ablation; each run also returns the stage snapshots ``stage1``/``stage2``/``stage3`` in
-``Result.stages`` so one run reports every stage side by side.
+Roles: ``captioner`` (a reference without a stored caption), ``reasoner``, ``verifier``, ``evaluator``; map them
+under ``[roles]`` to mirror the paper's four models, or let ``roles.default`` serve all.
+:meth:`ImageScope.estimate_calls` gives the calls per query. Hyper-parameters are fields of
+:class:`ImageScopeConfig` with the paper's defaults (``tau=0.15``, ``k=20``, ``alpha=3``, ``stages=[1, 2, 3]``);
+every run also returns the snapshots ``stage1``/``stage2``/``stage3`` in ``Result.stages``. The tau term reads
+gallery captions: :meth:`ImageScope.preflight` refuses an index without any (unless
+``allow_missing_captions=true``).
 
-Gallery captions: the tau term reads them (and, in caption mode, the image term and the verifier and
-evaluator too). :meth:`ImageScope.preflight` refuses an index where no image of the pool has a caption
-(:mod:`imagent.methods.captions`) unless ``allow_missing_captions=true``.
+Tasks: TIR (no reference description), CIR (the reference's stored caption, else the captioner's), Chat-IR
+(``chat_mode="paper"``: the previous round's description + the current turn; ``"fold"``: the whole dialogue);
+:meth:`ImageScope.search_rounds` returns one :class:`Result` per round for VisDial's per-round Hits@K.
 
-Tasks (paper §3.2, decision 4 of papers/README.md):
+Scores stay non-increasing down every ranking: stage 1 the similarity ``s``; stage 2 ``TIER * matches + s`` for
+the verified top ``k`` and ``s - TIER`` below them (``TIER = 10`` exceeds the cosine range); stage 3 puts the
+promoted candidate ``TIER`` above the previous best.
 
-- **TIR**: no reference image, the reference description is empty (shown to the reasoner as ``(none)``).
-- **CIR**: the reference description is the reference's stored caption when it (or the gallery record
-  with its id) has one, else the captioner's description; the trace records which was used.
-- **Chat-IR** (``chat_mode="paper"``, the default): §3.2 "synthesize the semantics of previous round's
-  image description with the current round's textual feedback". At round ``r >= 1`` (``r`` answered
-  turns) the instruction is turn ``r`` alone (``"question answer"``) and the reference description is
-  the previous round's target description; the "previous description" of round 1 is the opening caption.
-  This is the authors' ``start_dialog``: ``last_round_tgt_desc = dialog[0]`` at round 1, then the previous
-  round's stage-1 description. Here that is the comprehensive synthesis (the last of the descriptions);
-  the authors' VisDial prompt asks for a single description, which is the same synthesis. Round 0 (the
-  caption alone, which the PlugIR protocol scores and the authors' script does not run) is TIR with the
-  caption as the instruction. ``chat_mode="fold"`` instead gives the whole dialogue so far as the
-  instruction (``", ".join([caption] + ["question answer", ...])``, the PlugIR text) with the previous
-  round's comprehensive synthesis as the reference (round 1: round 0's). :meth:`ImageScope.search_rounds`
-  returns one :class:`Result` per round (round ``r`` at index ``r``) for VisDial's per-round Hits@K;
-  :meth:`Method.search` returns the last round and computes the earlier rounds' descriptions on the way.
-
-Where this differs from the authors' script (faults fixed):
-
-- Stage 3 moves only the *first* candidate judged "Yes" to rank 1. The script collected every "Yes"
-  index and popped them one after another from the same list, so every pop after the first took the
-  wrong image (indices shift after a pop); see :func:`promote_to_top`.
-- Verifier answers are parsed strictly: the reply's first word must be yes/no (or true/false). The
-  script counted any reply *containing* "yes" as yes ("eyes", "yes and no"). Other replies count as
-  unanswered (``verifier_unanswered`` in the trace counters) and match no truth value.
-- The stage-2 re-sort and the stage-1 ranking are stable (the script's stage-1 ``torch.argsort`` was not).
-- An unparsable stage-1 output (or one without three descriptions) falls back, like the script, to
-  the reference description as the only target description and to the whole instruction as one
-  "modification"; with no reference description (TIR) the instruction itself is the description (the
-  script's "A blank image." would retrieve blank images). Each fall-back is counted
-  (``stage1_fallback``); an unusable stage-2 output skips verification (``stage2_fallback``) instead
-  of dropping the query.
-- The evaluator sees the reference and the candidate as two labelled images (the script pasted them
-  side by side into one picture, "left"/"right"); with no reference image it is told so instead of
-  being shown a black square.
-
-Scores: ``Ranking.scores`` stay non-increasing down every ranking. Stage 1: the similarity ``s``.
-Stage 2: ``TIER * matches + s`` for the verified top ``k`` and ``s - TIER`` below them
-(``TIER = 10`` exceeds the width of the cosine range, so the count decides and ``s`` breaks ties).
-Stage 3: the promoted candidate scores ``TIER`` above the previous best.
+Where and why this differs from the paper and the authors' script (stage-3 promotion, strict yes/no parsing,
+stable sorts, marked fall-backs, the evaluator's two labelled images, Chat-IR round 0, caption mode) is listed
+in ``docs/faithfulness.md`` (ImageScope), with the test that checks each step.
 """
-
 from __future__ import annotations
 
 import re

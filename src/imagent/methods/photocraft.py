@@ -281,9 +281,11 @@ class _DeepSearch(Method):
             step.outputs = {"answer_set": list(run.answer), **run.to_dict()}
             if run.source == "fallback":
                 step.note(run.reason)
-        source = Source.fallback("best_candidates") if run.source == "fallback" else Source.METHOD
+        fallback = "best_candidates" if run.state.seen else "plain_search"  # nothing seen: the album search
+        source = Source.fallback(fallback) if run.source == "fallback" else Source.METHOD
         return Result(ranking=ranking, trace=trace, answer_set=list(run.answer), source=source,
-                      source_reason=run.reason if run.source == "fallback" else "")
+                      source_reason=run.reason if run.source == "fallback" else "",
+                      counts=agent_counts(run, trace))
 
     @staticmethod
     def ranking(run: AgentRun, top_k: int) -> Ranking:
@@ -297,6 +299,26 @@ class _DeepSearch(Method):
                 ids.append(i)
                 scores.append(float(s) if s != float("-inf") else -1.0)
         return Ranking(ids[: max(top_k, len(run.answer))], scores[: max(top_k, len(run.answer))])
+
+
+def agent_counts(run: AgentRun, trace: Trace) -> dict[str, int]:
+    """The agent's own behaviour counts for one query (summed by an evaluation's ``behaviour``): episodes, turns,
+    tool calls by tool (the calls that ran), answer fallbacks, forced final answers (the answer came from the
+    last call without tools, after the turn budget), audits passed / failed, compressions, skills injected."""
+    state = run.state
+    counts: dict[str, int] = {"episodes": 1, "turns": run.turns,
+                              "answer_fallbacks": int(run.source == "fallback"),
+                              "forced_final_answers": int(run.source == "model" and run.forced)}
+    for step in trace.steps:
+        for call in step.calls:
+            if call.kind == "tool":
+                key = f"tool_calls.{call.role}"
+                counts[key] = counts.get(key, 0) + 1
+    counts["audits_passed"] = sum(1 for a in state.audits if a.passed)
+    counts["audits_failed"] = len(state.audits) - counts["audits_passed"]
+    counts["compressions"] = len(state.compressions)
+    counts["skills_injected"] = int(state.skill is not None)
+    return counts
 
 
 @register_method
@@ -364,12 +386,12 @@ class PhotoCraft(_DeepSearch):
             if score <= self.config.theta_conf:
                 step.outputs = {"distilled": False, "why": f"F1 {score:.2f} <= theta_conf {self.config.theta_conf}"}
                 return None
-            answer = next((st for st in result.trace.steps if st.name == "answer"), None)
-            if answer is not None and answer.outputs.get("source") == "fallback":
-                # The agent did not solve it (the never-empty fall-back answered): no successful trajectory.
-                step.outputs = {"distilled": False, "why": "the answer was the fall-back, not the agent's"}
+            if result.source != Source.METHOD:
+                # The agent did not solve it (a fallback answered, or its model calls failed): no successful trajectory.
+                step.outputs = {"distilled": False, "why": f"the answer was not the agent's own ({result.source})"}
                 return None
-            return self._distil(query.text, result.trace.to_dict(), score, "evaluation", query.candidates, step)
+            return self._distil(query.text, result.trace.to_dict(), score, "evaluation", query.candidates, step,
+                                result)
 
     def mark_answer_correct(self, query: str, trace: Trace | dict[str, Any],
                             album_ids: Sequence[str] | None = None) -> Skill | None:
@@ -380,7 +402,7 @@ class PhotoCraft(_DeepSearch):
             return self._distil(query, data, 1.0, "user", album_ids, step)
 
     def _distil(self, query: str, trace: dict[str, Any], score: float, origin: str,
-                album_ids: Sequence[str] | None, step: Any) -> Skill | None:
+                album_ids: Sequence[str] | None, step: Any, result: Result | None = None) -> Skill | None:
         forbidden = list(album_ids) if album_ids is not None else list(self.ctx.gallery.ids)
         skill = distill_skill(self.ctx.roles[self.config.memory_role], load_prompt("photocraft/skill_extraction.txt"),
                               query, trajectory_text(trace), score, forbidden_ids=forbidden, origin=origin)
@@ -389,6 +411,8 @@ class PhotoCraft(_DeepSearch):
             return None
         lib = self.library()
         stored, merged, sim = lib.add(skill, self.config.merge_threshold)
+        if result is not None:
+            result.count("skills_distilled")
         step.outputs = {"distilled": True, "skill": stored.id, "merged": merged, "similarity": round(sim, 4),
                         "library": str(lib.path), "task_pattern": stored.task_pattern}
         return stored

@@ -53,6 +53,13 @@ def resolve_text_model(name: str) -> str:
 class SentenceTransformerEmbedder:
     """Any sentence-transformers model (hub id or local path); rows L2-normalised."""
 
+    sees_pixels = False
+
+    @staticmethod
+    def config_model_id(config: EncoderConfig, text_config: EncoderConfig | None = None) -> str:
+        """The ``model_id`` an instance built from ``config`` reports (known without loading it)."""
+        return config.model
+
     def __init__(self, model: str, device: str = "cpu", batch_size: int = 32) -> None:
         path = resolve_text_model(model)
         if os.path.isdir(path):
@@ -93,6 +100,12 @@ class CaptionDualEncoder:
     the captions. ``sees_pixels`` is False so methods and traces can say so."""
 
     sees_pixels = False
+
+    @staticmethod
+    def config_model_id(config: EncoderConfig, text_config: EncoderConfig | None = None) -> str:
+        """The ``model_id`` an instance built from ``config`` reports: its own text model, else the text
+        embedder's (the Workspace shares it)."""
+        return f"caption:{config.model or (text_config.model if text_config else '')}"
 
     def __init__(self, text_embedder: Any) -> None:
         self.text_embedder = text_embedder
@@ -187,6 +200,11 @@ class HFDualEncoder:
     ``get_image_features``), from a hub id or a local directory."""
 
     sees_pixels = True
+
+    @staticmethod
+    def config_model_id(config: EncoderConfig, text_config: EncoderConfig | None = None) -> str:
+        """The ``model_id`` an instance built from ``config`` reports (known without loading it)."""
+        return config.model
 
     def __init__(
         self,
@@ -292,6 +310,15 @@ class OpenCLIPDualEncoder:
 
     sees_pixels = True
 
+    @staticmethod
+    def model_id_of(model: str, pretrained: str | None) -> str:
+        return f"{model}:{pretrained}" if pretrained else model
+
+    @classmethod
+    def config_model_id(cls, config: EncoderConfig, text_config: EncoderConfig | None = None) -> str:
+        """The ``model_id`` an instance built from ``config`` reports (known without loading it)."""
+        return cls.model_id_of(config.model, config.pretrained)
+
     def __init__(
         self,
         model: str,
@@ -319,7 +346,7 @@ class OpenCLIPDualEncoder:
             raise EncoderLoadError(f"cannot load open_clip model {model!r} (pretrained={pretrained!r}): {exc}") \
                 from exc
         self._torch = torch
-        self.model_id = f"{model}:{pretrained}" if pretrained else model
+        self.model_id = self.model_id_of(model, pretrained)
         self.batch_size = batch_size
         self.max_pixels = max_pixels
         self.max_bytes = max_bytes

@@ -1,20 +1,26 @@
 """Backend registry: config entries -> backend instances.
 
-Built-in backends are named here by import path and imported only when used, so the base install
-does not need torch, transformers, open_clip or llama-cpp-python until a config asks for them.
-Third-party backends register with :func:`register`.
+Built-in backends are named here by import path (one :class:`~imagent.core.registry.Registry` per kind:
+chat, dual, text) and imported only when used, so the base install does not need torch, transformers,
+open_clip or llama-cpp-python until a config asks for them. Third-party backends register with
+:func:`register`.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
 
 from imagent.core.config import ChatModelConfig, EncoderConfig
+from imagent.core.registry import Registry
+
+
+class BackendError(ValueError):
+    pass
+
 
 # kind -> backend name -> "module:factory" (or a callable after registration)
-_BACKENDS: dict[str, dict[str, str | Callable[..., Any]]] = {
+_BUILT_IN: dict[str, dict[str, str]] = {
     "chat": {
         "openai": "imagent.models.chat_openai:OpenAIChatModel.from_config",
         "llama.cpp": "imagent.models.chat_llamacpp:LlamaCppChatModel.from_config",
@@ -29,32 +35,28 @@ _BACKENDS: dict[str, dict[str, str | Callable[..., Any]]] = {
         "sentence-transformers": "imagent.models.encoders:SentenceTransformerEmbedder.from_config",
     },
 }
+_BACKENDS: dict[str, Registry[Callable[..., Any]]] = {
+    kind: Registry(f"{kind} backend", entries, error=BackendError) for kind, entries in _BUILT_IN.items()
+}
 
 
-class BackendError(ValueError):
-    pass
+def _registry(kind: str) -> Registry[Callable[..., Any]]:
+    if kind not in _BACKENDS:
+        _BACKENDS[kind] = Registry(f"{kind} backend", error=BackendError)
+    return _BACKENDS[kind]
 
 
 def register(kind: str, name: str, factory: Callable[..., Any]) -> None:
     """Register a backend factory: ``factory(config, **kw) -> instance``."""
-    _BACKENDS.setdefault(kind, {})[name] = factory
+    _registry(kind).register(name, factory)
 
 
 def backends(kind: str) -> list[str]:
-    return sorted(_BACKENDS.get(kind, {}))
+    return _registry(kind).names()
 
 
 def _resolve(kind: str, name: str) -> Callable[..., Any]:
-    entry = _BACKENDS.get(kind, {}).get(name)
-    if entry is None:
-        raise BackendError(f"unknown {kind} backend {name!r}; known: {', '.join(backends(kind))}")
-    if callable(entry):
-        return entry
-    module, _, attr = entry.partition(":")
-    obj: Any = importlib.import_module(module)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj
+    return _registry(kind).lookup(name)
 
 
 def build_chat_model(config: ChatModelConfig, **kw: Any) -> Any:
@@ -70,29 +72,32 @@ def build_dual_encoder(config: EncoderConfig, **kw: Any) -> Any:
     return _resolve("dual", config.backend)(config, **kw)
 
 
+def _backend_class(kind: str, config: EncoderConfig) -> Any:
+    """The class behind ``config``'s backend (its ``from_config``'s class; importing its module is cheap), or
+    None for a third-party factory that is not a class method."""
+    try:
+        factory = _resolve(kind, config.backend)
+    except BackendError:
+        return None
+    return getattr(factory, "__self__", factory if isinstance(factory, type) else None)
+
+
 def model_id_for(kind: str, config: EncoderConfig, text_config: EncoderConfig | None = None) -> str | None:
-    """The ``model_id`` the backend will report once loaded, from its config alone; ``None`` when only
-    loading can tell (a registered third-party backend).
+    """The ``model_id`` the backend will report once loaded, from its config alone: each encoder class says
+    (``config_model_id``); ``None`` when only loading can tell (a backend without it).
 
     Lets ``imagent index`` compare an index's encoders with the configured ones without loading a model
-    (a load costs seconds; a run that finds nothing new should not pay it). Must mirror the classes in
-    :mod:`imagent.models.encoders`; a wrong answer is still caught when vectors are written."""
-    if kind == "text" and config.backend == "sentence-transformers":
-        return config.model
-    if kind == "dual":
-        if config.backend == "caption":
-            # Caption mode encodes with its own model, else the text embedder's (Workspace shares it).
-            return f"caption:{config.model or (text_config.model if text_config else '')}"
-        if config.backend == "hf":
-            return config.model
-        if config.backend == "open_clip":
-            return f"{config.model}:{config.pretrained}" if config.pretrained else config.model
-    return None
+    (a load costs seconds; a run that finds nothing new should not pay it); a wrong answer is still caught
+    when vectors are written."""
+    cls = _backend_class(kind, config)
+    fn = getattr(cls, "config_model_id", None)
+    return fn(config, text_config) if fn is not None else None
 
 
 def sees_pixels_for(kind: str, config: EncoderConfig) -> bool | None:
-    """Whether the encoder this config builds sees pixels, from the config alone (None: only loading tells).
-    A text embedder never does; of the dual backends, only caption mode does not."""
+    """Whether the encoder this config builds sees pixels, from its class (None: only loading tells); a text
+    embedder never does."""
     if kind == "text":
         return False
-    return {"caption": False, "hf": True, "open_clip": True}.get(config.backend)
+    seen = getattr(_backend_class(kind, config), "sees_pixels", None)
+    return bool(seen) if seen is not None else None

@@ -3,17 +3,24 @@
 Built-in backends are named by import path and imported only when used (the diffusers backend
 needs torch and diffusers; nothing else does). Each backend class has an ``Options`` pydantic model
 that validates the entry's ``options`` and a ``from_options(options, **context)`` constructor.
-Third-party backends register with :func:`register`.
+Third-party backends register with :func:`register`. The names live in one
+:class:`~imagent.core.registry.Registry`.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
 
+from imagent.core.registry import Registry
+
+
+class ToolBackendError(ValueError):
+    pass
+
+
 # backend name -> "module:Class" (or a factory after registration)
-_BACKENDS: dict[str, str | Callable[..., Any]] = {
+_BACKENDS: Registry[Any] = Registry("tool backend", {
     # image search
     "exemplar": "imagent.tools.exemplar:ExemplarSearchTool",
     "google": "imagent.tools.web_search:GoogleImageSearch",
@@ -21,30 +28,20 @@ _BACKENDS: dict[str, str | Callable[..., Any]] = {
     # image edit
     "openai": "imagent.tools.edit_openai:OpenAIImageEditTool",
     "diffusers": "imagent.tools.edit_diffusers:DiffusersImageEditTool",
-}
-
-
-class ToolBackendError(ValueError):
-    pass
+}, error=ToolBackendError)
 
 
 def register(name: str, factory: Callable[..., Any]) -> None:
     """Register a backend: ``factory(options: dict, **context) -> tool`` (a class with ``from_options`` works)."""
-    _BACKENDS[name] = factory
+    _BACKENDS.register(name, factory)
 
 
 def backends() -> list[str]:
-    return sorted(_BACKENDS)
+    return _BACKENDS.names()
 
 
 def resolve(name: str) -> Any:
-    entry = _BACKENDS.get(name)
-    if entry is None:
-        raise ToolBackendError(f"unknown tool backend {name!r}; known: {', '.join(backends())}")
-    if not isinstance(entry, str):
-        return entry
-    module, _, attr = entry.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    return _BACKENDS.lookup(name)
 
 
 def build_tool(backend: str, options: dict[str, Any] | None = None, **context: Any) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from imagent.core.registry import Registry
 from imagent.eval.datasets.base import (
     Benchmark,
     BenchmarkError,
@@ -12,18 +13,19 @@ from imagent.eval.datasets.base import (
     MissingImagesError,
     Predictions,
 )
-from imagent.eval.datasets.circo import CIRCO
-from imagent.eval.datasets.cirr import CIRR
-from imagent.eval.datasets.disbench import DISBench
-from imagent.eval.datasets.fashioniq import FashionIQ
-from imagent.eval.datasets.genecis import GeneCIS
-from imagent.eval.datasets.stamps import Stamps
-from imagent.eval.datasets.tir import MSCOCO, Flickr30K
-from imagent.eval.datasets.visdial import VisDial
 
-BENCHMARKS: dict[str, type[Benchmark]] = {
-    cls.name: cls for cls in (CIRR, CIRCO, FashionIQ, GeneCIS, Flickr30K, MSCOCO, VisDial, DISBench, Stamps)
-}
+# Benchmark loaders by import path: a loader's module is imported when its benchmark is first asked for.
+BENCHMARKS: Registry[type[Benchmark]] = Registry("benchmark", {
+    "cirr": "imagent.eval.datasets.cirr:CIRR",
+    "circo": "imagent.eval.datasets.circo:CIRCO",
+    "fashioniq": "imagent.eval.datasets.fashioniq:FashionIQ",
+    "genecis": "imagent.eval.datasets.genecis:GeneCIS",
+    "flickr30k": "imagent.eval.datasets.tir:Flickr30K",
+    "mscoco": "imagent.eval.datasets.tir:MSCOCO",
+    "visdial": "imagent.eval.datasets.visdial:VisDial",
+    "disbench": "imagent.eval.datasets.disbench:DISBench",
+    "stamps": "imagent.eval.datasets.stamps:Stamps",
+}, error=BenchmarkError)
 
 
 ALIASES = {"coco": "mscoco", "flickr": "flickr30k", "fiq": "fashioniq"}

@@ -305,8 +305,9 @@ class DISBench(Benchmark):
         return super().curve(fixed, items, ks)
 
     def query_table(self, items: Sequence[EvalItem], records: dict[str, Any]) -> list[dict[str, Any]]:
-        """Per query: event type, EM, F1, set sizes, and what the search cost (agent turns, tool calls,
-        tokens, seconds) read from its trace."""
+        """Per query: the result's source (the agent's own answer, a fallback, an error), event type, EM, F1, set
+        sizes, and what the search cost (agent turns, tool calls, tokens, seconds) read from its trace."""
+        from imagent.eval.behaviour import record_source
         from imagent.eval.records import predictions_from_results
 
         preds = predictions_from_results(records)
@@ -320,6 +321,7 @@ class DISBench(Benchmark):
             gold = it.truth["answer"]
             rows.append({
                 "qid": it.id,
+                "source": record_source(rec),
                 "event_type": it.truth.get("event_type", ""),
                 "em": 100 * M.set_exact_match(pred, gold),
                 "f1": 100 * M.set_f1(pred, gold),

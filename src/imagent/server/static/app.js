@@ -236,7 +236,19 @@ function buildWhere() {
   return parts.length ? parts.join(" and ") : null;
 }
 
+// Where the shown results came from when they are not the method's own answer (Result.source): a named
+// fallback, or an error whose never-empty stand-in is shown so the page is not empty.
+function sourceNote(source, reason) {
+  if (!source || source === "method") return "";
+  const why = reason ? `: ${reason}` : "";
+  if (source === "error") return `The method could not answer (error${why}). Shown instead: a stand-in, so the page is never empty.`;
+  return `Not the method's own answer: ${source.replace("fallback:", "fallback ")}${why}.`;
+}
+
 function renderResults(data) {
+  const note = sourceNote(data.source, data.source_reason);
+  $("source-note").hidden = !note;
+  $("source-note").textContent = note;
   renderFilter(data.filter);
   $("results").replaceChildren(...data.results.map(resultCard));
   const answer = data.answer_set;
