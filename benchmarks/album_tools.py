@@ -14,7 +14,10 @@ the machine's load average (on a shared, loaded machine every figure grows; read
 Prints one line per tool (median and p95 ms) and a last line
 ``max_p95_ms=<ms> budget_ms=50 within_budget=<True|False>``.
 
-    python benchmarks/album_tools.py [--photos 100000] [--runs 30] [--index DIR]
+    python benchmarks/album_tools.py [--photos 100000] [--runs 30] [--index DIR] [--only-filters]
+
+It also measures what ``imagent search --where`` adds to one exact top-10 search of the album
+(:func:`filtered_search`; budget 20 ms), alone with ``--only-filters``.
 """
 
 from __future__ import annotations  # noqa: I001 (imagent before numpy, below)
@@ -87,6 +90,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--index", type=Path, help="reuse (or build into) this index folder")
     ap.add_argument("--torch-threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
+    ap.add_argument("--only-filters", action="store_true", help="only what a search --where filter adds")
     args = ap.parse_args()
     if args.torch_threads:
         import torch
@@ -105,6 +109,10 @@ def main() -> None:
         gallery = build(root, args.photos, dual)
         print(f"index: built {len(gallery)} photos in {time.perf_counter() - t0:.1f} s at {root}")
 
+    if args.only_filters:
+        print(f"load average (1, 5, 15 min): {', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cpus")
+        filtered_search(gallery, args.runs)
+        return
     album = Album(gallery, dual, text)
     t0 = time.perf_counter()
     _ = album.meta

@@ -29,6 +29,13 @@ def photos(geo_photos) -> Path:
     return geo_photos / "index"
 
 
+def _own_copy(index: Path, tmp_path: Path) -> Path:
+    """A private copy of the shared index (an approximate store is written into it)."""
+    import shutil
+
+    return Path(shutil.copytree(index, tmp_path / "index"))
+
+
 def _where_ok(rows: list[dict], place: str, since: str) -> bool:
     return all(place in (r["place"] or "") and r["taken"] >= since for r in rows)
 
@@ -81,7 +88,7 @@ def test_cli_filter_errors_are_one_clear_line(photos, args, words):
 def test_python_api_where_with_the_exact_and_the_ann_store(photos, tmp_path, ann, caption_dual, minilm):
     if ann == "on":
         pytest.importorskip("faiss")
-    ws = Workspace(Settings(index=photos, cache_dir=tmp_path / "cache",
+    ws = Workspace(Settings(index=_own_copy(photos, tmp_path), cache_dir=tmp_path / "cache",
                             indexing=IndexOptions(ann=ann, ann_target_recall=0.0, ann_nprobe=4)))
     g = ws.gallery()
     if ann == "on":
@@ -99,14 +106,20 @@ def test_python_api_where_with_the_exact_and_the_ann_store(photos, tmp_path, ann
         ws.search("animals", where="colour = 'red'")
 
 
-def test_json_api_where_sort_and_errors(photos, tmp_path):
+@pytest.mark.parametrize("ann", ["off", "on"])
+def test_json_api_where_sort_and_errors(photos, tmp_path, ann):
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient
 
     from imagent.server import create_app
 
-    client = TestClient(create_app(Workspace(Settings(index=photos, cache_dir=tmp_path / "cache"))),
-                        base_url="http://127.0.0.1:8765")
+    if ann == "on":
+        pytest.importorskip("faiss")
+    ws = Workspace(Settings(index=_own_copy(photos, tmp_path), cache_dir=tmp_path / "cache",
+                            indexing=IndexOptions(ann=ann, ann_target_recall=0.0, ann_nprobe=4)))
+    if ann == "on":  # the approximate store's filtered search
+        assert ws.gallery().build_ann(force=True) and ws.gallery().ann_current("caption_text")
+    client = TestClient(create_app(ws), base_url="http://127.0.0.1:8765")
     res = client.post("/api/search", json={"text": "animals", "method": "caption", "where": "place ~ 'San Diego'",
                                            "sort": "time", "top_k": 20})
     assert res.status_code == 200, res.text

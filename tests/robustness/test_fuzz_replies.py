@@ -128,6 +128,9 @@ class EchoEditTool:
 # name -> (config overrides, tools). Methods not listed run with their defaults and no tools.
 METHOD_SETUP: dict[str, Callable[[], tuple[dict[str, Any], dict[str, Any]]]] = {
     "tacir": lambda: ({}, {"search": EchoSearchTool(), "edit": EchoEditTool()}),
+    # No golden library here: OSCAR with demonstrations refuses to run without one (issue 27), so the fuzz runs
+    # its w/o Demo. ablation, which exercises the same planner, set operations and verifier.
+    "oscar": lambda: ({"demonstrations": False}, {}),
 }
 
 

@@ -409,7 +409,7 @@ def test_the_web_api_answers_every_mode_with_json_and_no_key(world: dict[str, Pa
 
 
 # One command run (a CLI start costs seconds to tens of seconds on a loaded machine); the rest run in-process.
-CLI_CASES = [("choices_string", "cirevl")]
+CLI_CASES = [("gzip_bomb", "cirevl")]
 
 
 @pytest.mark.slow
@@ -424,10 +424,14 @@ def test_the_command_prints_one_clear_error_line(world: dict[str, Path], mode: s
                           *ref, "--json", "--set", f"roles.default={mode}", "--set", f"methods.{method}.max_calls=2",
                           "--config", str(world["config"])], capture_output=True, text=True, env=env, timeout=300)
     elapsed = time.monotonic() - t0
+    import resource
+
+    peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # the largest child so far, whole
+    assert peak_mib < 1024, peak_mib  # the bar for the whole command: under 1 GB
     for text, name in ((res.stdout, "stdout"), (res.stderr, "stderr")):
         assert_no_key(text, name)
         assert "Traceback" not in text, text[-3000:]
     said = res.stderr + res.stdout
     assert re.search(MODES[mode].expect or "", said), said[-3000:]
     assert res.returncode in (0, 2), (res.returncode, said[-3000:])
-    print(f"{mode} x {method}: exit {res.returncode} in {elapsed:.1f} s")
+    print(f"{mode} x {method}: exit {res.returncode} in {elapsed:.1f} s, peak RSS of the command {peak_mib:.0f} MiB")

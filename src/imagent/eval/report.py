@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -414,9 +414,12 @@ def render_report(config: dict[str, Any], metrics: dict[str, Any], steps: list[d
 
 
 def write_outputs(run_dir: Path, bench: Benchmark, split: str, items: Sequence[EvalItem],
-                  records: dict[str, RunRecord], config: dict[str, Any], top_k: int,
+                  records: Mapping[str, RunRecord | dict[str, Any]], config: dict[str, Any], top_k: int,
                   split_size: int | None = None) -> tuple[dict[str, Any], dict[str, str]]:
-    """Write metrics.json, the plots, report.md and server files; return (metrics.json content, files)."""
+    """Write metrics.json, the plots, report.md and server files; return (metrics.json content, files).
+
+    ``records`` are :class:`RunRecord` s, or their ``results.jsonl`` dicts (read as records)."""
+    records = {q: r if isinstance(r, RunRecord) else RunRecord.from_dict(r) for q, r in records.items()}
     ids = {it.id for it in items}
     recs = {q: r for q, r in records.items() if q in ids}
     # Companion runs (CIRR subset mode) are scored through the predictions, not counted as queries.

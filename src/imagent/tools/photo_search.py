@@ -28,7 +28,7 @@ from imagent.core.types import ImageRecord, MetadataConstraints, Query, Ranking,
 from imagent.index.embedding import embedding_text
 from imagent.index.gallery import SPACE_CAPTION_TEXT, SPACE_IMAGE, Gallery
 from imagent.tools.album import Album
-from imagent.tools.filter_lang import FilterError
+from imagent.tools.filter_lang import FilterError, parse_filter
 
 SORTS = ("score", "time")
 
@@ -39,22 +39,26 @@ def check_sort(sort: str) -> str:
     return sort
 
 
-def where_rows(gallery: Gallery, where: str) -> np.ndarray:
-    """The gallery rows ``where`` allows, in time order (:class:`FilterError` when it does not parse)."""
+def where_rows(gallery: Gallery, where: str, time_order: bool = True) -> np.ndarray:
+    """The gallery rows ``where`` allows, in time order (else in row order) (:class:`FilterError` when it does
+    not parse)."""
     if not where or not where.strip():
         raise FilterError("the --where expression is empty; e.g. --where \"place ~ 'Vienna' and time >= '2019'\"")
-    return Album(gallery).meta.filter_rows(where)
+    meta = Album(gallery).meta
+    if time_order:
+        return meta.filter_rows(where)
+    return np.flatnonzero(meta.evaluate(parse_filter(where)))
 
 
 def apply_filter(query: Query, gallery: Gallery, where: str | None) -> Query:
     """``query`` restricted to the photos ``where`` allows (unchanged when ``where`` is None)."""
     if where is None:
         return query
-    rows = where_rows(gallery, where)
+    rows = where_rows(gallery, where, time_order=False)  # row order, as the store reads them
     base = query.constraints or MetadataConstraints()
     if base.rows is not None:  # already filtered: both must hold
         rows = np.intersect1d(rows, np.asarray(base.rows, dtype=np.int64))
-    return replace(query, constraints=replace(base, where=where, rows=np.sort(rows)))
+    return replace(query, constraints=replace(base, where=where, rows=rows))
 
 
 def allowed_ids(ids: list[str], gallery: Gallery, query: Query) -> list[bool]:
