@@ -434,12 +434,21 @@ class OpenAIChatModel:
     def _answer(self, response: httpx.Response, end: float) -> ChatResponse:
         status = response.status_code
         if status >= 400:
-            text = error_text(read_body(response.iter_raw(), response.headers, ERROR_BODY_BYTES, end, cut=True),
-                              response.reason_phrase)
+            text = error_text(_read(response, ERROR_BODY_BYTES, end, cut=True), response.reason_phrase)
             if status == 429 or status >= 500:
                 raise _Retryable(f"HTTP {status}: {text}", _retry_after_seconds(response.headers.get("Retry-After")))
             raise ChatError(f"{self.url} answered HTTP {status}: {text}")
         try:
-            return parse_completion(read_body(response.iter_raw(), response.headers, self.max_reply_bytes, end))
+            return parse_completion(_read(response, self.max_reply_bytes, end))
         except ReplyError as exc:
             raise ReplyError(f"{self.url} returned HTTP {status} without a chat completion: {exc}") from None
+
+
+def _read(response: httpx.Response, limit: int, end: float, *, cut: bool = False) -> bytes:
+    """``response``'s body under :func:`read_body`'s caps. A response a transport handed over already read
+    (httpx reads a body given as bytes on construction, as mock and ASGI transports do) is capped as it is:
+    its content is decoded already, so its Content-Encoding no longer applies."""
+    if response.is_stream_consumed:
+        headers = {k: v for k, v in response.headers.items() if k.lower() != "content-encoding"}
+        return read_body([response.content], headers, limit, end, cut=cut)
+    return read_body(response.iter_raw(), response.headers, limit, end, cut=cut)
