@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -155,3 +156,23 @@ def parse_toml(text: str, what: str, max_depth: int = MAX_DEPTH) -> Any:
 
 __all__ = ["MAX_DEPTH", "MAX_VALUES", "InputFileError", "check_shape", "parse_json", "parse_toml", "parse_yaml",
            "read_text_file"]
+
+
+def jsonl_objects(path: str | Path) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a JSONL log imagent appends to itself (run results, the OSCAR library, exemplar
+    titles), in file order. A missing file has none; blank lines, torn lines (a kill mid-write) and lines that
+    are not objects are skipped, so whatever they held is simply done again."""
+    path = Path(path)
+    if not path.is_file():
+        return
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(value, dict):
+                yield value

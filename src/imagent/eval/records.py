@@ -24,6 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from imagent.core.inputs import jsonl_objects
 from imagent.core.redact import redact
 from imagent.eval.datasets.base import Predictions
 from imagent.eval.runlock import run_lock
@@ -190,19 +191,8 @@ class ResultsLog:
     def load(self) -> dict[str, RunRecord]:
         """Every query's record, by query id (a success is never replaced by a later failure)."""
         out: dict[str, RunRecord] = {}
-        if not self.path.exists():
-            return out
-        with open(self.path, encoding="utf-8") as f:
-            for line in f:
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    raw = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a torn line: that query simply runs again
-                if not isinstance(raw, dict) or not str(raw.get("qid", "")):
-                    continue
+        for raw in jsonl_objects(self.path):  # a torn line: that query simply runs again
+            if str(raw.get("qid", "")):
                 rec = RunRecord.from_dict(raw)
                 prev = out.get(rec.qid)
                 if prev is None or rec.error is None or prev.error is not None:

@@ -16,7 +16,6 @@ gallery image would leak the answer into the score).
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from imagent.core.inputs import jsonl_objects
 from imagent.index.scoring import top_k
 from imagent.tools.base import Provenance, ToolError, ToolImage
 
@@ -132,15 +132,8 @@ class ExemplarSearchTool:
         for name in _TITLE_FILES:
             f = self.source / name
             if f.is_file():
-                for line in f.read_text(encoding="utf-8").splitlines():
-                    line = line.strip()
-                    if not line:
-                        continue
-                    try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError:
-                        continue
-                    if isinstance(row, dict) and row.get("file"):
+                for row in jsonl_objects(f):
+                    if row.get("file"):
                         title = row.get("title") or row.get("caption") or ""
                         titles[str((self.source / str(row["file"])).resolve())] = str(title)
                 break

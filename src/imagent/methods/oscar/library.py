@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from imagent.core.inputs import jsonl_objects
 from imagent.core.types import Query
 from imagent.methods.base import MethodContext
 from imagent.methods.oscar.atomic import (
@@ -147,17 +148,12 @@ class GoldenLibrary:
     def entries(self) -> list[LibraryEntry]:
         if self._entries is None:
             out: dict[str, LibraryEntry] = {}
-            if self.path.is_file():
-                with open(self.path, encoding="utf-8") as f:
-                    for line in f:
-                        line = line.strip()
-                        if not line:
-                            continue
-                        try:
-                            entry = LibraryEntry.from_dict(json.loads(line))
-                        except (json.JSONDecodeError, TypeError):
-                            continue  # a torn last line after a kill: that query is built again
-                        out[entry.key] = entry
+            for raw in jsonl_objects(self.path):  # a torn last line after a kill: that query is built again
+                try:
+                    entry = LibraryEntry.from_dict(raw)
+                except (TypeError, KeyError, ValueError):
+                    continue
+                out[entry.key] = entry
             self._entries = list(out.values())
         return self._entries
 
