@@ -245,7 +245,7 @@ def test_oscar_offers_a_tool_per_extra_space(manifest, tmp_path, tiny_clip, mini
         _block("set_operation", steps=[{"name": "final", "op": "UNION", "operands": [0, 1]}])])
     chat = ScriptedChatModel([(PLANNER_MARK, plan)], default="yes")
     ws.__dict__["roles"] = Roles.from_models({"default": chat})
-    method = ws.method("oscar", library=str(tmp_path / "none.jsonl"), verify=False)
+    method = ws.method("oscar", library=str(tmp_path / "none.jsonl"), verify=False, demonstrations=False)
     tools = method.config.retrievers
     assert list(tools) == [*default_retrievers(), "embedding_search_tiny", "caption_search_dual_tiny",
                            "caption_search_text_minilm2"]
