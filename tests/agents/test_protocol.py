@@ -177,3 +177,23 @@ def test_validate_args_errors_tell_what_the_tool_takes(args, message):
     with pytest.raises(ToolError) as err:
         validate_args(Echo().parameters, args, tool="Echo")
     assert message in str(err.value)
+
+
+def test_think_blocks_are_stripped_in_linear_time():
+    """<think> blocks go (to the first closing tag after each opening one; an unclosed one stays), and a
+    reply of many unclosed tags is read in one pass, not in quadratic time (a no-hang bound, not a speed claim)."""
+    import random
+    import re
+    import time
+
+    from imagent.agents.protocol import _strip_think
+
+    reference = re.compile(r"<think>.*?</think>", re.S | re.I)
+    rng = random.Random(3)
+    parts = ["<think>", "</think>", "<THINK>", "</Think>", "a", " b", "<", "think>", "</", "x<think>y"]
+    for _ in range(20_000):
+        text = "".join(rng.choice(parts) for _ in range(rng.randint(0, 12)))
+        assert _strip_think(text) == reference.sub("", text), text
+    start = time.perf_counter()
+    assert _strip_think("<think>" * 20_000 + "answer") == "<think>" * 20_000 + "answer"  # the regex: 35 s
+    assert time.perf_counter() - start < 5.0

@@ -51,15 +51,33 @@ if TYPE_CHECKING:
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
 
-_THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
 _BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|(?=<tool_call>)|$)", re.S | re.I)
 _FENCED = re.compile(r"```(?:json|JSON)?\s*(\{.*?\})\s*```", re.S)
 _FINAL = re.compile(r"final\s+answer\s*(?:is)?\s*[:：]?\s*", re.I)
 _ID_TOKEN = re.compile(r"[A-Za-z0-9][\w.:/-]*")
 
 
+_THINK_TAG = re.compile(r"<(/?)think>", re.I)
+
+
 def _strip_think(text: str) -> str:
-    return _THINK.sub("", text or "")
+    """``text`` without its ``<think>...</think>`` blocks (each from an opening tag to the first closing tag
+    after it; an unclosed block is kept), in one pass: the regex ``<think>.*?</think>`` took 35 s on a reply of
+    20,000 unclosed ``<think>`` tags (quadratic), this takes milliseconds."""
+    text = text or ""
+    if "<" not in text:
+        return text
+    out: list[str] = []
+    pos, opened = 0, -1
+    for m in _THINK_TAG.finditer(text):
+        if not m.group(1):
+            if opened < 0:
+                opened = m.start()
+        elif opened >= 0:
+            out.append(text[pos:opened])
+            pos, opened = m.end(), -1
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def _call_from_value(value: Any, raw: str, index: int) -> ToolCall:
