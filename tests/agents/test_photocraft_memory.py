@@ -46,8 +46,8 @@ class FakeMetadata(Tool):
 class FakeSearch(Tool):
     name = "ImageSearch"
     description = "search"
-    parameters: ClassVar[dict[str, Any]] = {"type": "object", "properties": {"query": {"type": "string"}},
-                                  "required": ["query"]}
+    parameters: ClassVar[dict[str, Any]] = {"type": "object", "properties": {"query": {"type": "string"},
+                                  "search_within": {"type": "string"}}, "required": ["query"]}
 
     def run(self, args, state):
         hits = ["u1/1001", "u1/1002"] if "bird" in args["query"] else ["u1/2001"]
@@ -190,8 +190,13 @@ FEEDBACK = "[EPISODIC AUDIT failed for $pred_ids]\n$verdict\nTried: $used. Try: 
 
 
 def audit(verdict: str, **kw: Any) -> str:
-    return json.dumps({"anchor": "ok", "constraint": "date range used", "target": kw.get("target", "ok"),
-                       "completeness": "maybe more", "decision": verdict,
+    """An auditor's reply: every check ok for "pass"; for "revise" the TARGET check fails (unless ``remove``
+    alone fails it, with ``target_ok``)."""
+    passed = verdict == "pass"
+    return json.dumps({"anchor": {"note": "the right anchor", "ok": True},
+                       "constraint": {"note": "date range used", "ok": True},
+                       "target": {"note": kw.get("target", "fits"), "ok": kw.get("target_ok", passed)},
+                       "completeness": {"note": "nothing missing", "ok": True},
                        "new_keywords": kw.get("keywords", []), "remove": kw.get("remove", [])})
 
 
@@ -222,11 +227,11 @@ def test_failed_audit_starts_a_new_round_until_one_passes():
     assert run.answer == ["u1/1001", "u1/1002"] and run.source == "model"
     audits = [s for s in trace.steps if s.name == "memory.audit"]
     assert [a.outputs["decision"] for a in audits] == ["revise", "pass"]
-    assert all(a.outputs["decided_by"] == "decision" for a in audits)
+    assert all(a.outputs["decided_by"] == "checks" for a in audits)
     assert reloaded == [["u1/2001"], ["u1/1001", "u1/1002"]]  # the proposed photos were reloaded each time
     assert "photo u1/2001" in auditor.prompts()[0]  # ...and reached the auditor (caption mode: surrogate)
     feedback = agent.prompts()[2]  # the agent's third call reads the audit's verdict
-    assert "[EPISODIC AUDIT failed" in feedback and "TARGET: u1/2001 is not a bird" in feedback
+    assert "[EPISODIC AUDIT failed" in feedback and "TARGET (PROBLEM): u1/2001 is not a bird" in feedback
     assert '"zoo animals"' in feedback and '"bird"' in feedback  # tried vs. suggested keywords
     assert "photos that do not fit the target: u1/2001" in feedback
     turn2 = next(s for s in trace.steps if s.name == "turn.2")
@@ -249,25 +254,34 @@ def test_unreadable_audit_accepts_the_answer():
     assert step.outputs["parsed"] is False and step.notes
 
 
-def test_the_decision_field_alone_decides():
-    """Free-text checks that sound like a pass do not override ``decision: revise`` (seen with the offline model)."""
-    contradicting = json.dumps({"anchor": "pass", "constraint": "pass", "target": "all fit, pass",
-                                "completeness": "complete, pass", "decision": "revise", "new_keywords": ["heron"]})
-    replies = ['The final answer is: ["u1/1001"]', call("ImageSearch", query="heron"),
+def test_the_decision_is_derived_from_the_checks():
+    """A verdict and a decision that disagree cannot be written: there is no decision field; the audit passes
+    exactly when every check is ok and no photo is to be removed (seen with the offline model: "these photos must
+    go" beside "decision: pass")."""
+    from imagent.agents.memory import AUDIT_SCHEMA, audit_decision, audit_schema
+
+    assert "decision" not in AUDIT_SCHEMA["properties"] and "verdict" not in AUDIT_SCHEMA["properties"]
+    assert all(AUDIT_SCHEMA["properties"][k]["properties"]["ok"] == {"type": "boolean"}
+               for k in ("anchor", "constraint", "target", "completeness"))
+    fine = {k: {"note": "fine", "ok": True} for k in ("anchor", "constraint", "target", "completeness")}
+    assert audit_decision(fine, ["a"]) == ("pass", dict.fromkeys(fine, True), [])
+    assert audit_decision({**fine, "remove": ["a", "zz"]}, ["a"])[0::2] == ("revise", ["a"])  # zz: not proposed
+    assert audit_decision({**fine, "completeness": {"note": "fine", "ok": False}}, ["a"])[0] == "revise"
+    assert audit_decision({**fine, "anchor": "ok"}, ["a"])[0] == "revise"  # a check that is not an object fails
+    assert audit_schema(["a", "b", "a"])["properties"]["remove"]["items"]["enum"] == ["a", "b"]
+    # Through the loop: "remove" alone fails an audit whose four checks say ok, and the feedback names it.
+    replies = ['The final answer is: ["u1/1001", "u1/2001"]', call("ImageSearch", query="heron"),
                'The final answer is: ["u1/1001", "u1/1002"]']
-    run, trace, _, _, _ = run_audited(replies, [contradicting, audit("pass")])
+    run, trace, agent, _, _ = run_audited(replies, [audit("revise", target_ok=True, remove=["u1/2001"]),
+                                                   audit("pass")])
     audits = [s for s in trace.steps if s.name == "memory.audit"]
     assert [a.outputs["decision"] for a in audits] == ["revise", "pass"]
-    assert all(any("the decision field alone decides" in n for n in a.notes) for a in audits)
+    assert audits[0].outputs["checks_ok"] == dict.fromkeys(fine, True) and audits[0].outputs["remove"] == ["u1/2001"]
+    assert "photos that do not fit the target: u1/2001" in agent.prompts()[1]
     assert run.answer == ["u1/1001", "u1/1002"]
-    # The prompt the method ships says so too.
     from imagent.methods.base import load_prompt
 
-    assert "The decision field alone decides" in load_prompt("photocraft/audit.txt")
-    from imagent.agents.memory import AUDIT_SCHEMA
-
-    assert AUDIT_SCHEMA["properties"]["decision"]["enum"] == ["pass", "revise"]
-    assert "verdict" not in AUDIT_SCHEMA["properties"]  # one verdict field, no second one to contradict it
+    assert '"ok": true or false' in load_prompt("photocraft/audit.txt")
 
 
 def test_working_memory_rejects_unknown_summary_kinds():
@@ -370,5 +384,61 @@ def test_the_audit_reads_the_days_and_places_the_answer_spans():
     with trace.activate():
         runtime.run("the birds on the zoo day")
     assert "span 1 day(s): 2014-04-20 and 1 place(s): Melbourne Zoo." in auditor.prompts()[0]
-    assert all(AUDIT_SCHEMA["properties"][k]["maxLength"] == AUDIT_CHECK_CHARS
+    assert all(AUDIT_SCHEMA["properties"][k]["properties"]["note"]["maxLength"] == AUDIT_CHECK_CHARS
                for k in ("anchor", "constraint", "target", "completeness"))
+
+
+# --------------------------------------------------------------------------- scope first (small-model guard)
+
+
+class FakeFilter(Tool):
+    name = "FilterMetadata"
+    description = "filter by metadata"
+    parameters: ClassVar[dict[str, Any]] = {"type": "object", "properties": {"expression": {"type": "string"}},
+                                            "required": ["expression"]}
+
+    def run(self, args, state):
+        hits = [p for p, (when, _) in META.items() if when.startswith("2014-04-20")]
+        return Observation(", ".join(hits), photos=hits)
+
+
+def scoped_run(replies: list[str], hooks: list[Any]) -> tuple[Any, Trace]:
+    runtime = AgentRuntime(Role("agent", ScriptedChatModel(default=sequence(*replies))),
+                           [FakeSearch(), FakeMetadata(), FakeFilter()], "You search photos.", max_turns=8,
+                           hooks=hooks, known_ids=ALBUM)
+    trace = Trace()
+    with trace.activate():
+        return runtime.run("the birds on the day I saw the flamingo"), trace
+
+
+def test_scope_first_sends_an_unnarrowed_answer_back_once():
+    from imagent.methods.photocraft import SCOPE_FIRST, ScopeFirst
+
+    # Answer from the anchor's own search: sent back; after FilterMetadata the answer stands (and is audited).
+    replies = [call("ImageSearch", query="flamingo"), 'The final answer is: ["u1/2001"]',
+               call("FilterMetadata", expression="time >= '2014-04-20' and time < '2014-04-21'"),
+               'The final answer is: ["u1/1001", "u1/1002"]']
+    auditor = ScriptedChatModel(default=sequence(audit("pass")))
+    epi = EpisodicMemory(Role("auditor", auditor), AUDIT_PROMPT, FEEDBACK, lambda ids: [])
+    run, trace = scoped_run(replies, [ScopeFirst(), epi])
+    assert run.answer == ["u1/1001", "u1/1002"] and run.source == "model"
+    turn2 = next(s for s in trace.steps if s.name == "turn.2")
+    assert turn2.outputs["rejected_by"] == "ScopeFirst" and SCOPE_FIRST[:40] in turn2.outputs["feedback"]
+    assert len(auditor.calls) == 1  # the unnarrowed answer was not worth an audit
+    # Sent back once only: a query without an anchor answers again and that answer stands.
+    run, trace = scoped_run([call("ImageSearch", query="bird"), 'The final answer is: ["u1/1001"]'], [ScopeFirst()])
+    assert run.answer == ["u1/1001"] and run.turns == 3
+    assert sum(1 for t in run.state.turns if t.rejected_by == "ScopeFirst") == 1
+    # search_within counts as narrowing.
+    run, _ = scoped_run([call("ImageSearch", query="bird", search_within="that_day"),
+                         'The final answer is: ["u1/1001"]'], [ScopeFirst()])
+    assert run.turns == 2
+
+
+def test_scope_first_is_an_imagent_knob_off_the_paper():
+    from imagent.methods.photocraft import ImageSeekerConfig, PhotoCraftConfig
+
+    assert PhotoCraftConfig().scope_first is None and ImageSeekerConfig().scope_first is None  # None: JSON only
+    from imagent.methods.origins import IMAGENT_FIELDS
+
+    assert "scope_first" in IMAGENT_FIELDS  # imagent's knob, not the paper's

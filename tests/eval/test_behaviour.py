@@ -66,8 +66,8 @@ def test_never_answers_answers_after_the_budget_and_chat_error(user_env, tmp_pat
     """q01: the agent searches and never answers (the fallback answers); q02: it answers only in the last call
     without tools (its own answer, forced); q03: every call fails (an error, not an answer)."""
     rules = [
-        [r"\[REFLECTION", json.dumps({"anchor": "ok", "constraint": "ok", "target": "ok", "completeness": "ok",
-                                      "decision": "pass"})],
+        [r"\[REFLECTION", json.dumps({k: {"note": "fine", "ok": True} for k in ("anchor", "constraint", "target",
+                                                                              "completeness")})],
         ["Query: The birds", search("pink flamingo")],  # q01: every turn (repeats are refused), never an answer
         ["Query: The fish .*used all 2 turns", 'The final answer is: ["u1001/13942060963"]'],
         ["Query: The fish", search("fish")],  # q02: searches until the budget is spent, then answers

@@ -56,8 +56,10 @@ def _album_ws(tmp_path, caption_dual, minilm, rules=None, default="The final ans
     assert FLAMINGO in {r.id for r in records}
     gallery = gallery_from_records(str(tmp_path / "index"), records, caption_dual, minilm)
     rules = rules if rules is not None else [
-        [r"\[REFLECTION", json.dumps({"anchor": "the flamingo photo", "constraint": "2014-04-20",
-                                      "target": "birds", "completeness": "all four", "decision": "pass"})],
+        [r"\[REFLECTION", json.dumps({"anchor": {"note": "the flamingo photo", "ok": True},
+                                      "constraint": {"note": "2014-04-20", "ok": True},
+                                      "target": {"note": "birds", "ok": True},
+                                      "completeness": {"note": "all four", "ok": True}, "remove": []})],
         [r"\[FilterMetadata\]", "The zoo birds of that day. The final answer is: " + json.dumps(ZOO_DAY)],
         [r"\[GetMetadata\]", "The flamingo was taken on 2014-04-20; keep that day.\n"
          + call("FilterMetadata", expression="time >= '2014-04-20' and time < '2014-04-21'", save_as="zoo_day")],

@@ -12,8 +12,10 @@
   compression: one summary, no validator.
 - :class:`EpisodicMemory` (``before_answer``): the five-part audit (anchor, constraint, target,
   completeness, decision; A.3.1) of a proposed answer, one model call conditioned on the query, the
-  (compressed) history and the proposed photos reloaded (Eq. 3). Its ``decision`` field (``pass`` or
-  ``revise``) is the only verdict: the prompt says so and the trace step records ``decided_by: decision``.
+  (compressed) history and the proposed photos reloaded (Eq. 3). Each check is a note and a verdict
+  (``{"note", "ok"}``); the decision (``pass`` or ``revise``) is derived from them (:func:`audit_decision`:
+  pass exactly when every check is ok and no photo is to be removed), so a verdict and a decision that
+  disagree cannot be written (the trace step records ``decided_by: checks``).
   A failed audit goes back to the agent as structured feedback asking for a new retrieval round with
   different keywords; the loop goes on until an audit passes or the turn budget ends (the runtime accepts
   the answer when no turn is left).
@@ -320,25 +322,47 @@ class MemoryCondense(Tool):
 # --------------------------------------------------------------------------- episodic memory
 
 # Room for each of the audit's four checks: one sentence. Every character is generated (~4 a token) before the
-# decision, so this bounds the audit's cost (with 300 a 0.5B filled ~75 tokens per check).
+# check's verdict, so this bounds the audit's cost (with 300 a 0.5B filled ~75 tokens per check).
 AUDIT_CHECK_CHARS = 160
+AUDIT_CHECKS = ("anchor", "constraint", "target", "completeness")
+
+
+def _check(chars: int = AUDIT_CHECK_CHARS) -> dict[str, Any]:
+    # The note first, then the check's verdict: a grammar-constrained model reasons, then judges.
+    return {"type": "object", "properties": {"note": {"type": "string", "maxLength": chars},
+                                             "ok": {"type": "boolean"}},
+            "required": ["note", "ok"]}
+
+
 AUDIT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "anchor": {"type": "string", "maxLength": AUDIT_CHECK_CHARS},
-        "constraint": {"type": "string", "maxLength": AUDIT_CHECK_CHARS},
-        "target": {"type": "string", "maxLength": AUDIT_CHECK_CHARS},
-        "completeness": {"type": "string", "maxLength": AUDIT_CHECK_CHARS},
-        # The only verdict: the answer stands ("pass") or a new retrieval round starts ("revise"). Written after
-        # the four checks, so a grammar-constrained model reasons first and decides last.
-        "decision": {"type": "string", "enum": ["pass", "revise"]},
+        **{k: _check() for k in AUDIT_CHECKS},
+        # Photos of the answer that do not show the TARGET; any entry fails the audit.
         "remove": {"type": "array", "maxItems": 20, "items": {"type": "string", "maxLength": 80}},
         "new_keywords": {"type": "array", "maxItems": 4, "items": {"type": "string", "maxLength": 60}},
     },
-    "required": ["anchor", "constraint", "target", "completeness", "decision"],
+    "required": list(AUDIT_CHECKS),
 }
-AUDIT_CHECKS = ("anchor", "constraint", "target", "completeness")
+# There is no decision field to disagree with the checks: the decision (A.3.1's fifth part) is derived from them.
 AUDIT_PARTS = (*AUDIT_CHECKS, "decision")
+
+
+def audit_decision(value: dict[str, Any], answer: Sequence[str]) -> tuple[str, dict[str, bool], list[str]]:
+    """The audit's decision, derived by construction: ``"pass"`` exactly when every check holds (``ok``) and no
+    proposed photo is to be removed, else ``"revise"``. Returns ``(decision, ok per check, photos to remove)``;
+    a check missing or not an object counts as failed (a backend without grammars may write anything)."""
+    oks = {k: isinstance(value.get(k), dict) and value[k].get("ok") is True for k in AUDIT_CHECKS}
+    remove = [str(r) for r in value.get("remove") or [] if str(r) in answer]
+    return ("pass" if all(oks.values()) and not remove else "revise"), oks, remove
+
+
+def audit_schema(answer: Sequence[str]) -> dict[str, Any]:
+    """:data:`AUDIT_SCHEMA` with ``remove`` limited to the proposed photos' ids (a grammar cannot name others)."""
+    schema = json.loads(json.dumps(AUDIT_SCHEMA))
+    if answer:
+        schema["properties"]["remove"]["items"] = {"type": "string", "enum": list(dict.fromkeys(answer))}
+    return schema
 
 
 def answer_spread(parts: Sequence[ImagePart]) -> str:
@@ -444,30 +468,28 @@ class EpisodicMemory(AgentHooks):
         pred = json.dumps(answer, ensure_ascii=False)
         with state.trace.step("memory.audit", audit=self.audits, proposed=list(answer)) as step:
             messages = self.request(state, answer, pred, step)
-            value, ok = self.role.json(messages, AUDIT_SCHEMA, fallback=lambda: None, retries=1,
+            value, ok = self.role.json(messages, audit_schema(answer), fallback=lambda: None, retries=1,
                                        max_tokens=self.REPLY_TOKENS)
             if not ok or not isinstance(value, dict):
                 step.note("the audit gave no usable verdict; the answer was accepted as proposed")
-                step.outputs = {"decision": "pass", "decided_by": "decision", "parsed": False}
+                step.outputs = {"decision": "pass", "decided_by": "checks", "parsed": False}
                 return None
-            verdict = {k: " ".join(str(value.get(k, "")).split()) for k in AUDIT_CHECKS}
-            decision = str(value.get("decision", "")).strip().lower()
-            if decision not in ("pass", "revise"):  # the schema forbids it; a backend without grammars may not
-                step.note(f"the audit's decision {decision!r} is neither pass nor revise; the answer was accepted "
-                          "as proposed")
-                step.outputs = {"decision": "pass", "decided_by": "decision", "parsed": False, **verdict}
-                return None
+            decision, oks, remove = audit_decision(value, answer)
+            verdict = {k: " ".join(str(value[k].get("note", "") if isinstance(value.get(k), dict) else "").split())
+                       for k in AUDIT_CHECKS}
             passed = decision == "pass"
             keywords = [str(k) for k in value.get("new_keywords") or [] if str(k).strip()]
-            remove = [str(r) for r in value.get("remove") or [] if str(r) in answer]
             state.audits.append(Audit(turn=state.turn, passed=passed, verdict=verdict, decision=decision))
-            step.outputs = {"decision": decision, "decided_by": "decision", **verdict, "remove": remove,
-                            "new_keywords": keywords}
-            step.note(f"audit decision: {decision} (the decision field alone decides whether the answer stands)")
+            step.outputs = {"decision": decision, "decided_by": "checks", **verdict,
+                            "checks_ok": oks, "remove": remove, "new_keywords": keywords}
+            failed = [k for k, v in oks.items() if not v]
+            step.note(f"audit decision: {decision} (derived: every check ok and nothing to remove; failed: "
+                      f"{', '.join(failed + (['remove'] if remove else [])) or 'none'})")
             if passed:
                 return None
             used = self.used_keywords(state)
-            lines = "\n".join(f"- {k.upper()}: {verdict[k] or '(no remark)'}" for k in AUDIT_CHECKS)
+            lines = "\n".join(f"- {k.upper()} ({'ok' if oks[k] else 'PROBLEM'}): {verdict[k] or '(no remark)'}"
+                              for k in AUDIT_CHECKS)
             lines += "\n- DECISION: revise"
             if remove:
                 lines += f"\n- photos that do not fit the target: {', '.join(remove)}"
@@ -520,6 +542,8 @@ __all__ = [
     "MemoryCondense",
     "SkillInjection",
     "WorkingMemory",
+    "audit_decision",
+    "audit_schema",
     "extract_facts",
     "fidelity",
     "render_history",

@@ -112,7 +112,10 @@ class ChatModelConfig(_Strict):
     # openai backend only: the largest reply read, counted on the wire and again once decompressed (gzip bombs).
     max_reply_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="openai: largest reply, compressed or not")
     concurrency: int = Field(4, ge=1)
-    n_ctx: int = Field(4096, ge=256)
+    # llama.cpp: the context window. 8192, not 4096: an album agent's system prompt with its worked example is
+    # ~1,900 tokens and one described search ~1,100, so 4096 forced a compression or a cut audit history (and
+    # with it a whole re-evaluated prompt) after two calls; the KV cache costs ~12 KiB a token on the 0.5B.
+    n_ctx: int = Field(8192, ge=256, description="llama.cpp: context window in tokens")
     n_threads: int | None = None
     temperature: float = Field(0.0, ge=0.0, description="decoding temperature when a call does not set one")
     seed: int = 0

@@ -39,7 +39,9 @@ llama.cpp backend the turns use the runtime's JSON protocol (``tool_mode="json"`
 returned; no answer before a search), the tools are listed compactly with one worked example
 (:data:`WORKED_EXAMPLE`, invented ids) instead of full JSON Schemas, an exact repeat of an earlier call is
 refused, as is a call with one of the example's dates that nothing the agent read holds (the runtime's guard), and
-a tool called ``loop_guard`` (3) turns in a row is left out of the next turn's grammar. A blind agent (caption mode)
+a tool called ``loop_guard`` (3) turns in a row is left out of the next turn's grammar, and an answer given before
+anything narrowed the album (no FilterMetadata, no ``search_within``) is sent back once (``scope_first``,
+:class:`ScopeFirst`: a small model tends to answer from the anchor's own search). A blind agent (caption mode)
 reads ImageSearch and FilterMetadata results as one line per photo, ``id | score | date | place | caption``
 (``describe_results``; the worked example then shows the two-call chain :data:`WORKED_EXAMPLE_DESCRIBED`), so
 the anchor's date and place come with the search that finds it. An answer
@@ -61,6 +63,7 @@ from pydantic import Field
 from imagent.agents.album_tools import AlbumToolsConfig, album_tools, unavailable_tools_note
 from imagent.agents.memory import SUMMARY_KINDS, EpisodicMemory, MemoryCondense, SkillInjection, WorkingMemory
 from imagent.agents.runtime import AgentHooks, AgentRun, AgentRuntime, ToolMode
+from imagent.agents.state import AgentState
 from imagent.agents.skills import Skill, SkillLibrary, distill_skill, trajectory_text
 from imagent.core.trace import Trace
 from imagent.core.types import Query, Ranking, Result, Source
@@ -118,6 +121,38 @@ WORKED_EXAMPLE_DESCRIBED: dict[str, Any] = {
                "ids": ["a21", "c40"]},
 }
 
+# What an answer given before the album was narrowed is told (``scope_first``).
+SCOPE_FIRST = ("Not yet: no FilterMetadata or search_within has narrowed the album to the day, place or trip that "
+               "the query's anchor gives. Find the anchor photo in the results, read its date and place, keep the "
+               "photos of that day, place or trip with FilterMetadata (save_as a name), then choose the TARGET "
+               "photos from that list and answer. If the query names no anchor, time or place, give your answer "
+               "again.")
+
+
+class ScopeFirst(AgentHooks):
+    """Sends a proposed answer back once when nothing has narrowed the album yet (no successful FilterMetadata
+    call, no ImageSearch ``search_within``): the anchor -> constraint -> target chain a small model skips, answering
+    from the anchor's own search. The second answer stands (a query without an anchor loses one turn)."""
+
+    def __init__(self) -> None:
+        self.sent = False
+
+    @staticmethod
+    def narrowed(state: AgentState) -> bool:
+        for turn in state.turns:
+            for call, obs in turn.calls:
+                if obs.error or call.error:
+                    continue
+                if call.name == "FilterMetadata" or call.arguments.get("search_within"):
+                    return True
+        return False
+
+    def before_answer(self, state: AgentState, answer: list[str]) -> str | None:
+        if self.sent or self.narrowed(state):
+            return None
+        self.sent = True
+        return SCOPE_FIRST
+
 
 class DeepSearchConfig(MethodConfig):
     """What ImageSeeker and PhotoCraft share (A.2.2 defaults)."""
@@ -133,6 +168,9 @@ class DeepSearchConfig(MethodConfig):
                                     "refused with an observation saying so")
     search_first: bool = Field(True, description="send an answer given before any tool returned a photo back once "
                                "(the papers' agent always searches first)")
+    scope_first: bool | None = Field(None, description="send an answer back once when no FilterMetadata call or "
+                                     "search_within has narrowed the album to the anchor's day, place or trip yet "
+                                     "(imagent's small-model guard; None: on for the JSON protocol)")
     loop_guard: int = Field(3, ge=0, description="JSON protocol: a tool called in each of the last N turns is left "
                             "out of the next turn's grammar (a small model's loop breaker; 0: never)")
     compact_prompt: bool | None = Field(None, description="short tool list with one worked example instead of full "
@@ -275,6 +313,8 @@ class _DeepSearch(Method):
             worked_example=WORKED_EXAMPLE_DESCRIBED if self.describe() else WORKED_EXAMPLE,
             one_tool_per_step=cfg.one_tool_per_step,
         )
+        if cfg.scope_first or (cfg.scope_first is None and runtime.resolve_mode() == "json"):
+            runtime.hooks.insert(0, ScopeFirst())  # before the audit: an unnarrowed answer is not worth auditing
         run = runtime.run(self.task_message(query, album))
         ranking = self.ranking(run, top_k)
         with trace.step("answer", source=run.source) as step:
@@ -317,6 +357,7 @@ def agent_counts(run: AgentRun, trace: Trace) -> dict[str, int]:
     counts["audits_passed"] = sum(1 for a in state.audits if a.passed)
     counts["audits_failed"] = len(state.audits) - counts["audits_passed"]
     counts["compressions"] = len(state.compressions)
+    counts["scope_first_sent_back"] = sum(1 for t in state.turns if t.rejected_by == ScopeFirst.__name__)
     counts["skills_injected"] = int(state.skill is not None)
     return counts
 

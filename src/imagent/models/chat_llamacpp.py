@@ -110,7 +110,7 @@ class LlamaCppChatModel:
         model_path: str | Path,
         *,
         model_id: str | None = None,
-        n_ctx: int = 4096,
+        n_ctx: int = 8192,
         n_threads: int | None = None,
         seed: int = 0,
         temperature: float = 0.0,
