@@ -71,7 +71,8 @@ def test_device_and_scope(ctx_for):
 
 AGENT_RULES = [
     (r"\[REFLECTION", json.dumps({"anchor": {"note": "the flamingo", "ok": True},
-                                  "constraint": {"note": "its day", "ok": True}, "target": {"note": "birds", "ok": True},
+                                  "constraint": {"note": "its day", "ok": True},
+                                  "target": {"note": "birds", "ok": True},
                                   "completeness": {"note": "all", "ok": True}, "remove": []})),
     (r"\[ImageSearch\]", 'The zoo birds. The final answer is: ["u1001/13942060001", "u1001/13942060112", '
                          '"u1002/27815530001"]'),

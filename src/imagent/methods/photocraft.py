@@ -63,8 +63,8 @@ from pydantic import Field
 from imagent.agents.album_tools import AlbumToolsConfig, album_tools, unavailable_tools_note
 from imagent.agents.memory import SUMMARY_KINDS, EpisodicMemory, MemoryCondense, SkillInjection, WorkingMemory
 from imagent.agents.runtime import AgentHooks, AgentRun, AgentRuntime, ToolMode
-from imagent.agents.state import AgentState
 from imagent.agents.skills import Skill, SkillLibrary, distill_skill, trajectory_text
+from imagent.agents.state import AgentState
 from imagent.core.trace import Trace
 from imagent.core.types import Query, Ranking, Result, Source
 from imagent.methods.base import Method, MethodConfig, load_prompt, register_method
