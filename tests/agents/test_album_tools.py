@@ -188,26 +188,34 @@ def test_fidelity_validator_reads_places_from_real_get_metadata_output(tools, st
 
 
 def test_described_results_give_each_photo_its_date_place_and_caption(known_album, state):
-    from imagent.agents.album_tools import photo_line, short_place
+    from imagent.agents.album_tools import described_groups, short_place
 
     tools = {t.name: t for t in album_tools(known_album, AlbumToolsConfig(describe=True, list_limit=3))}
-    assert "id | score | date | place | caption" in tools["ImageSearch"].description
-    assert "id | date | place | caption" in tools["FilterMetadata"].description
+    assert "id | score | time | caption" in tools["ImageSearch"].description
+    assert "id | time | caption" in tools["FilterMetadata"].description
     obs = tools["ImageSearch"]({"query": "a little penguin", "top_k": 2}, state)
-    header, first = obs.text.splitlines()[:2]
-    assert header == "Top 2 photos for 'a little penguin', best first (id | score | date | place | caption):"
+    header, group, first = obs.text.splitlines()[:3]
+    assert header == ("Top 2 photos for 'a little penguin', grouped by day and place, best group first "
+                      "(id | score | time | caption):")
     r = known_album.gallery.record("penguin")
     score = obs.scores["penguin"]
-    assert first == f"penguin | {score:.2f} | 2013-06-09 10:15 | Boulders Beach, Cape Town | {r.caption}"
+    assert group == "2013-06-09, Boulders Beach, Cape Town:"  # the day and place, once for the group
+    assert first == f"penguin | {score:.2f} | 10:15 | {r.caption}"
     assert short_place(r) == "Boulders Beach, Cape Town"  # the venue and town: enough to filter on
     day = tools["FilterMetadata"]({"expression": "time >= '2013-06-09' and time < '2013-06-10'", "save_as": "d"},
                                   state)
     lines = day.text.splitlines()
-    at = lines.index("Photos (oldest first; id | date | place | caption):")
-    assert lines[at + 1] == photo_line(known_album, "penguin") and lines[at + 1].startswith(
-        "penguin | 2013-06-09 10:15 | Boulders Beach")
-    assert lines[at + 3].startswith("duck | 2013-06-09 16:05 | Cape Town, South Africa | ")
-    assert lines[at + 4] == "... and 1 more" and state.subsets["d"] == ["penguin", "heron", "duck", "frog"]
+    at = lines.index("Photos (oldest first, grouped by day and place; id | time | caption):")
+    assert lines[at + 1:at + 3] == described_groups(known_album, ["penguin"])
+    assert lines[at + 1] == "2013-06-09, Boulders Beach, Cape Town:" and lines[at + 2].startswith("penguin | 10:15 | ")
+    assert "2013-06-09, Cape Town, South Africa:" in lines and any(x.startswith("duck | 16:05 | ") for x in lines)
+    assert lines[-1] == "... and 1 more" and state.subsets["d"] == ["penguin", "heron", "duck", "frog"]
+    # Groups keep the order of their first photo; photos keep theirs inside a group; no id or score is lost.
+    ids = ["penguin", "duck", "heron"]
+    grouped = described_groups(known_album, ids, [0.9, 0.5, 0.4])
+    assert sum(1 for x in grouped if " | " in x) == 3 and all(any(x.startswith(i + " | ") for x in grouped)
+                                                             for i in ids)
+    assert grouped[0].startswith("2013-06-09") and grouped[1].startswith("penguin | 0.90 | ")
     # the paper's plain form stays the default
     plain = album_tools(known_album)[0]
     assert "id | score" not in plain.description and not AlbumToolsConfig().describe

@@ -198,8 +198,8 @@ def test_preflight_warns_a_blind_agent_without_captions(tmp_path, caption_dual, 
 
 @pytest.mark.parametrize("describe", [None, False])
 def test_a_blind_agent_reads_each_photos_date_place_and_caption(ctx_for, describe):
-    """describe_results (None: on for a blind agent): search results come as id | score | date | place | caption;
-    false: the paper's ids and scores."""
+    """describe_results (None: on for a blind agent): search results come grouped by day and place, a line
+    id | score | time | caption each; false: the paper's ids and scores."""
     import re
 
     model = agent()
@@ -208,7 +208,7 @@ def test_a_blind_agent_reads_each_photos_date_place_and_caption(ctx_for, describ
     assert method.describe() is (describe is None)  # the scripted model cannot see pixels
     method.search(query(ctx), top_k=5)
     seen = "\n".join(m.text for m in model.calls[1][0])  # the second call reads the first search's result
-    described = re.search(r"u1001/13942060112 \| 0\.\d\d \| 2014-04-20 \d\d:\d\d \| Melbourne Zoo, Elliott Avenue \| "
-                          r"\S", seen)
+    described = re.search(r"2014-04-20, Melbourne Zoo, Elliott Avenue:\n(.+\n)*u1001/13942060112 \| 0\.\d\d \| "
+                          r"\d\d:\d\d \| \S", seen)
     assert bool(described) is (describe is None)
     assert ("(score 0." in seen) is (describe is False)

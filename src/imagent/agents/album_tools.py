@@ -63,16 +63,28 @@ def short_place(record: Any) -> str:
     return "no place"
 
 
-def photo_line(album: Album, photo_id: str, score: float | None = None) -> str:
-    """``id | score | YYYY-MM-DD HH:MM | place | caption``: one photo as a blind model can use it (ids, dates and
-    places exactly as the tools take them; the score only for search results)."""
-    r = album.gallery.record(photo_id)
-    when = r.taken_time.strftime("%Y-%m-%d %H:%M") if r.taken_time is not None else "no date"
-    text = " ".join((" ".join(r.captions) or r.derived_text or "(no caption)").split())
-    if len(text) > CAPTION_CHARS:
-        text = text[: CAPTION_CHARS - 3].rstrip() + "..."
-    bits = [photo_id, *([f"{score:.2f}"] if score is not None else []), when, short_place(r), text]
-    return " | ".join(bits)
+def _caption(record: Any) -> str:
+    text = " ".join((" ".join(record.captions) or record.derived_text or "(no caption)").split())
+    return text[: CAPTION_CHARS - 3].rstrip() + "..." if len(text) > CAPTION_CHARS else text
+
+
+def described_groups(album: Album, ids: Sequence[str], scores: Sequence[float] | None = None) -> list[str]:
+    """Photos as a blind model reads them, grouped by day and place: a header ``YYYY-MM-DD, place:`` then one line
+    a photo, ``id | score | HH:MM | caption`` (the score only for search results). The groups come in the order of
+    their first photo in ``ids`` (best first for a search, oldest first for a filter) and keep that order inside.
+    Every id, date, place and score is there, each day and place written once (about a third fewer tokens a photo
+    than one ``id | score | date | place | caption`` line each), and an anchor's day-mates stand together under it."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for n, photo_id in enumerate(ids):
+        r = album.gallery.record(photo_id)
+        day = r.taken_time.strftime("%Y-%m-%d") if r.taken_time is not None else "no date"
+        clock = r.taken_time.strftime("%H:%M") if r.taken_time is not None else "--:--"
+        score = [f"{scores[n]:.2f}"] if scores is not None else []
+        groups.setdefault((day, short_place(r)), []).append(" | ".join([photo_id, *score, clock, _caption(r)]))
+    out: list[str] = []
+    for (day, place), lines in groups.items():
+        out += [f"{day}, {place}:", *lines]
+    return out
 
 
 def _ids_arg(value: Any) -> list[str]:
@@ -116,7 +128,8 @@ class ImageSearchTool(_AlbumTool):
     description = ("Search the photo album with SHORT keywords (2-5 words) describing what the photos show; "
                    "returns photo ids with similarity scores, best first. Optionally search only within a "
                    "saved subset (search_within) and/or use a photo as a visual cue (visual_cue).")
-    described = "Each result line is: id | score | date | place | caption."
+    described = ("Results are grouped by day and place (a line 'YYYY-MM-DD, place:'), groups in the order of their "
+                 "best photo; each photo line is: id | score | time | caption.")
 
     def schema(self, config: AlbumToolsConfig) -> dict[str, Any]:
         return {
@@ -143,9 +156,9 @@ class ImageSearchTool(_AlbumTool):
             return Observation(f"No photos found for {what}{scope}.", data={"count": 0})
         pairs = list(zip(ranking.ids, ranking.scores, strict=True))
         if self.config.describe:
-            lines = [photo_line(self.album, i, s) for i, s in pairs]
-            text = (f"Top {len(ranking)} photos for {what}{scope}, best first (id | score | date | place | caption):\n"
-                    + "\n".join(lines))
+            lines = described_groups(self.album, [i for i, _ in pairs], [s for _, s in pairs])
+            text = (f"Top {len(ranking)} photos for {what}{scope}, grouped by day and place, best group first "
+                    "(id | score | time | caption):\n" + "\n".join(lines))
         else:
             lines = [f"{n}. {i} (score {s:.3f})" for n, (i, s) in enumerate(pairs, 1)]
             text = f"Top {len(ranking)} photos for {what}{scope}, best first:\n" + "\n".join(lines)
@@ -220,7 +233,8 @@ class FilterMetadataTool(_AlbumTool):
                    "time = '2013-06' is the whole month), address ~ 'paris' (case-insensitive contains), "
                    "device ~ 'iphone', near(48.85, 2.35, 5) (within 5 km), lat/lon comparisons, and/or/not, "
                    "parentheses. save_as names the result so ImageSearch can search_within it.")
-    described = "Lists the matching photos, oldest first: id | date | place | caption."
+    described = ("Lists the matching photos, oldest first, grouped by day and place (a line 'YYYY-MM-DD, place:'); "
+                 "each photo line is: id | time | caption.")
 
     def schema(self, config: AlbumToolsConfig) -> dict[str, Any]:
         return {
@@ -260,8 +274,8 @@ class FilterMetadataTool(_AlbumTool):
             shown = ids[:limit]
             more = f" ... and {len(ids) - limit} more" if len(ids) > limit else ""
             if self.config.describe:
-                lines.append("Photos (oldest first; id | date | place | caption):")
-                lines += [photo_line(self.album, i) for i in shown]
+                lines.append("Photos (oldest first, grouped by day and place; id | time | caption):")
+                lines += described_groups(self.album, shown)
                 if more:
                     lines.append(more.strip())
             else:

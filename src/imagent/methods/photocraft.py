@@ -42,9 +42,9 @@ refused, as is a call with one of the example's dates that nothing the agent rea
 a tool called ``loop_guard`` (3) turns in a row is left out of the next turn's grammar, and an answer given before
 anything narrowed the album (no FilterMetadata, no ``search_within``) is sent back once (``scope_first``,
 :class:`ScopeFirst`: a small model tends to answer from the anchor's own search). A blind agent (caption mode)
-reads ImageSearch and FilterMetadata results as one line per photo, ``id | score | date | place | caption``
-(``describe_results``; the worked example then shows the two-call chain :data:`WORKED_EXAMPLE_DESCRIBED`), so
-the anchor's date and place come with the search that finds it. An answer
+reads ImageSearch and FilterMetadata results grouped by day and place, one line per photo, ``id | score | time |
+caption`` under ``YYYY-MM-DD, place:`` (``describe_results``; the worked example then shows the two-call chain
+:data:`WORKED_EXAMPLE_DESCRIBED`), so the anchor's date and place come with the search that finds it. An answer
 before any search is sent back once on every path (``search_first``: the paper's agent always searches
 first). When the memory role is the agent's own model, compression reads the history in context (same
 content; llama.cpp's prefix cache then evaluates only the request), and the audit's prompt is fitted to the
@@ -103,19 +103,23 @@ WORKED_EXAMPLE_DESCRIBED: dict[str, Any] = {
     "steps": [
         {"thought": "Anchor: the lighthouse. Constraint: the day of that photo. Target: dogs. First find the anchor.",
          "tool": "ImageSearch", "arguments": {"query": "lighthouse"},
-         "result": "Top 3 photos for 'lighthouse', best first (id | score | date | place | caption):\n"
-                   "a17 | 0.61 | 2019-05-04 15:20 | Cape Point, Cape Peninsula | A lighthouse on a cliff.\n"
-                   "b03 | 0.31 | 2018-11-30 09:02 | Harbour Road, Kalk Bay | Fishing boats in a harbour.\n"
-                   "c40 | 0.28 | 2019-05-04 16:01 | Cape Point, Cape Peninsula | A dog on the beach."},
+         "result": "Top 3 photos for 'lighthouse', grouped by day and place, best group first "
+                   "(id | score | time | caption):\n"
+                   "2019-05-04, Cape Point, Cape Peninsula:\n"
+                   "a17 | 0.61 | 15:20 | A lighthouse on a cliff.\n"
+                   "c40 | 0.28 | 16:01 | A dog on the beach.\n"
+                   "2018-11-30, Harbour Road, Kalk Bay:\n"
+                   "b03 | 0.31 | 09:02 | Fishing boats in a harbour."},
         {"thought": "a17 is the lighthouse, taken 2019-05-04. Constraint: that day. List the photos of that day.",
          "tool": "FilterMetadata",
          "arguments": {"expression": "time >= '2019-05-04' and time < '2019-05-05'", "save_as": "that_day"},
          "result": "4 photo(s) match \"time >= '2019-05-04' and time < '2019-05-05'\", taken 2019-05-04 15:20:11 to "
-                   "2019-05-04 16:01:40.\nSaved as subset 'that_day'.\nPhotos (oldest first; id | date | place | "
-                   "caption):\na17 | 2019-05-04 15:20 | Cape Point, Cape Peninsula | A lighthouse on a cliff.\n"
-                   "a19 | 2019-05-04 15:31 | Cape Point, Cape Peninsula | A seagull on a rock.\n"
-                   "a21 | 2019-05-04 15:44 | Cape Point, Cape Peninsula | A black dog running.\n"
-                   "c40 | 2019-05-04 16:01 | Cape Point, Cape Peninsula | A dog on the beach."},
+                   "2019-05-04 16:01:40.\nSaved as subset 'that_day'.\nPhotos (oldest first, grouped by day and "
+                   "place; id | time | caption):\n2019-05-04, Cape Point, Cape Peninsula:\n"
+                   "a17 | 15:20 | A lighthouse on a cliff.\n"
+                   "a19 | 15:31 | A seagull on a rock.\n"
+                   "a21 | 15:44 | A black dog running.\n"
+                   "c40 | 16:01 | A dog on the beach."},
     ],
     "answer": {"thought": "Target: dogs. Of that day's photos a21 and c40 show dogs; a17 and a19 do not.",
                "ids": ["a21", "c40"]},
