@@ -270,3 +270,27 @@ def test_a_date_copied_from_the_worked_example_is_refused_until_the_album_shows_
             runtime.run(message)
         assert "agent.example_date_refused" not in trace.counters
         assert any(c.role == "FilterMetadata" and not c.error for s in trace.steps for c in s.calls)
+
+
+def test_an_answer_a_hook_sent_back_makes_the_next_turn_a_call():
+    """A failed audit (any hook's rejection) starts a new retrieval round: the next JSON turn's grammar offers
+    tools only, and the answer comes back once a tool ran (a 0.5B otherwise re-answered 12 times in a row)."""
+    from imagent.agents.runtime import AgentHooks
+
+    class RejectFirst(AgentHooks):
+        def __init__(self) -> None:
+            self.n = 0
+
+        def before_answer(self, state, answer):
+            self.n += 1
+            return "search more" if self.n == 1 else None
+
+    model = scripted([json_turn("ImageSearch", query="birds"), json.dumps({"thought": "x", "final_answer": ["p2"]}),
+                      json_turn("ImageSearch", query="sea birds"),
+                      json.dumps({"thought": "y", "final_answer": ["p2", "p3"]})])
+    run, trace = run_agent(model, tool_mode="json", hooks=[RejectFirst()])
+    assert run.answer == ["p2", "p3"] and run.turns == 4
+    grammars = [offered(p.json_schema) for _, p in model.calls]
+    assert "answer" in grammars[1] and "answer" not in grammars[2] and "answer" in grammars[3]
+    assert turn_steps(trace)[1].outputs["rejected_by"] == "RejectFirst"
+    assert run.state.retrieval_round is False

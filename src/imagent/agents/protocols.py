@@ -225,8 +225,10 @@ class JsonProtocol(TurnProtocol):
         blocked = self.guards.blocked_tools(state)
         tools = [t for t in self.tools if t.name not in blocked] or ([] if ids else self.tools)
         try:
+            # After an answer was sent back for more retrieval, the next reply must be a call (a new round).
+            answer_allowed = final or not (state.retrieval_round and tools)
             p.json_schema = json_turn_schema(tools, ids, list(state.subsets), tools_allowed=not final,
-                                             answer_allowed=True, used=state.guards.ids_used)
+                                             answer_allowed=answer_allowed, used=state.guards.ids_used)
         except ValueError:  # the budget is spent and nothing was seen: a plain reply (the fall-back answers)
             return p
         p.repeat_penalty = 1.1  # with bounded strings: what keeps a small model out of loops (models README)

@@ -233,6 +233,8 @@ class AgentRuntime:
                     t_turn = time.perf_counter()
                     resp, proto = self._call(state, proto)
                     turn = self._turn(state, resp, proto)
+                    if turn.calls:
+                        state.retrieval_round = False
                     paths[turn.path] = paths.get(turn.path, 0) + 1
                     if turn.answer is not None and not turn.calls and not state.seen and not search_nudged:
                         search_nudged = True
@@ -300,6 +302,7 @@ class AgentRuntime:
                     turn.rejected_by = type(h).__name__
                     break
         if feedback is not None:
+            state.retrieval_round = turn.rejected_by is not None  # a hook asked for more retrieval
             self._feedback(state, turn, feedback)
             return None, "", retries
         if valid:

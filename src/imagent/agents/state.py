@@ -231,6 +231,9 @@ class AgentState:
     compressions: list[Compression] = field(default_factory=list)
     audits: list[Audit] = field(default_factory=list)
     skill: SkillUse | None = None
+    # A hook sent a proposed answer back for more retrieval (an audit that failed, an unnarrowed answer): the next
+    # turn must call a tool (the JSON protocol's grammar offers no answer) until one runs.
+    retrieval_round: bool = False
     _messages: list[Message] = field(default_factory=list, repr=False)
 
     # ------------------------------------------------------------------ the history
