@@ -86,6 +86,10 @@ def test_eval_disbench_real_server(server_config, tmp_path, method):
     if method == "photocraft":
         names = {s["name"] for r in records for s in r["trace"]["steps"]}
         assert "memory.skill" in names
+        # one audit a query on the JSON protocol (max_audits None: SMALL_MODEL_AUDITS), its decision derived
+        for r in records:
+            audits = [s for s in r["trace"]["steps"] if s["name"] == "memory.audit"]
+            assert len(audits) <= 1 and all(a["outputs"]["decided_by"] == "checks" for a in audits)
     per_query = metrics["per_query"]
     assert [r["qid"] for r in per_query] == ["q01", "q02"]
     assert all(r["turns"] >= 1 and r["tokens"] > 0 and r["seconds"] > 0 for r in per_query)

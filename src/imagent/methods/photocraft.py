@@ -125,6 +125,9 @@ WORKED_EXAMPLE_DESCRIBED: dict[str, Any] = {
                "ids": ["a21", "c40"]},
 }
 
+# Audits per query on the JSON protocol when ``max_audits`` is None: the offline 0.5B's audits failed nearly every
+# answer, and unbounded rounds spent the whole turn budget on audit loops (q12: 4 audits, 30 turns, F1 0).
+SMALL_MODEL_AUDITS = 1
 # What an answer given before the album was narrowed is told (``scope_first``).
 SCOPE_FIRST = ("Not yet: no FilterMetadata or search_within has narrowed the album to the day, place or trip that "
                "the query's anchor gives. Find the anchor photo in the results, read its date and place, keep the "
@@ -207,7 +210,8 @@ class PhotoCraftConfig(DeepSearchConfig):
     keep_verbatim: int = Field(3, ge=0, description="most recent unpreserved metadata messages kept verbatim")
     episodic_memory: bool = Field(True, description="five-part audit before the final answer")
     max_audits: int | None = Field(None, ge=1, description="audits per query (None: until one passes or the "
-                                   "budget ends)")
+                                   "budget ends, as in the paper; on the JSON protocol of small local models "
+                                   f"{SMALL_MODEL_AUDITS})")
     semantic_memory: bool = Field(True, description="inject and distil skills")
     skills_path: str | None = Field(None, description="skill library file (None: <user data dir>/skills.jsonl; "
                                     "an eval run: <run dir>/skills.jsonl)")
@@ -317,8 +321,12 @@ class _DeepSearch(Method):
             worked_example=WORKED_EXAMPLE_DESCRIBED if self.describe() else WORKED_EXAMPLE,
             one_tool_per_step=cfg.one_tool_per_step,
         )
-        if cfg.scope_first or (cfg.scope_first is None and runtime.resolve_mode() == "json"):
+        small = runtime.resolve_mode() == "json"  # the small-model protocol
+        if cfg.scope_first or (cfg.scope_first is None and small):
             runtime.hooks.insert(0, ScopeFirst())  # before the audit: an unnarrowed answer is not worth auditing
+        for hook in runtime.hooks:
+            if small and isinstance(hook, EpisodicMemory) and hook.max_audits is None:
+                hook.max_audits = SMALL_MODEL_AUDITS
         run = runtime.run(self.task_message(query, album))
         ranking = self.ranking(run, top_k)
         with trace.step("answer", source=run.source) as step:
