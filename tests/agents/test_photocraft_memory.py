@@ -438,7 +438,7 @@ def test_scope_first_sends_an_unnarrowed_answer_back_once():
 def test_scope_first_is_an_imagent_knob_off_the_paper():
     from imagent.methods.photocraft import ImageSeekerConfig, PhotoCraftConfig
 
-    assert PhotoCraftConfig().scope_first is None and ImageSeekerConfig().scope_first is None  # None: JSON only
+    assert PhotoCraftConfig().scope_first is False and ImageSeekerConfig().scope_first is False  # opt-in
     from imagent.methods.origins import IMAGENT_FIELDS
 
     assert "scope_first" in IMAGENT_FIELDS  # imagent's knob, not the paper's

@@ -34,21 +34,21 @@ until one passes or the budget ends). Images reach the model as a user message w
 messages carry text only); a blind model reads each photo's caption, date and place instead (caption mode).
 
 Deviations for small local models (the paper's agents are GPT-4o / Qwen3-VL-32B class): with the in-process
-llama.cpp backend the turns use the runtime's JSON protocol (``tool_mode="json"``: grammar-constrained
-``{"thought", "tool", "arguments"}`` / ``{"thought", "final_answer"}``; photo ids limited to those the tools
-returned; no answer before a search), the tools are listed compactly with one worked example
-(:data:`WORKED_EXAMPLE`, invented ids) instead of full JSON Schemas, an exact repeat of an earlier call is
-refused, as is a call with one of the example's dates that nothing the agent read holds (the runtime's guard), and
-a tool called ``loop_guard`` (3) turns in a row is left out of the next turn's grammar, and an answer given before
-anything narrowed the album (no FilterMetadata, no ``search_within``) is sent back once (``scope_first``,
-:class:`ScopeFirst`: a small model tends to answer from the anchor's own search). A blind agent (caption mode)
-reads ImageSearch and FilterMetadata results grouped by day and place, one line per photo, ``id | score | time |
-caption`` under ``YYYY-MM-DD, place:`` (``describe_results``; the worked example then shows the two-call chain
-:data:`WORKED_EXAMPLE_DESCRIBED`), so the anchor's date and place come with the search that finds it. An answer
-before any search is sent back once on every path (``search_first``: the paper's agent always searches
-first). When the memory role is the agent's own model, compression reads the history in context (same
-content; llama.cpp's prefix cache then evaluates only the request), and the audit's prompt is fitted to the
-model's window (fewer reloaded photos, then the history as text; noted in the trace).
+llama.cpp backend the turns use the runtime's JSON protocol (``tool_mode="json"``: grammar-constrained ``{"thought",
+"tool", "arguments"}`` / ``{"thought", "final_answer"}``; photo ids limited to those the tools returned; no answer
+before a search), the tools are listed compactly with one worked example (:data:`WORKED_EXAMPLE`, invented ids)
+instead of full JSON Schemas, an exact repeat of an earlier call is refused, as is a call with one of the example's
+dates that nothing the agent read holds (the runtime's guard), and a tool called ``loop_guard`` (3) turns in a row
+is left out of the next turn's grammar, and an answer given before anything narrowed the album (no FilterMetadata,
+no ``search_within``) can be sent back once (``scope_first``, :class:`ScopeFirst`, off by default: measured with the
+0.5B it added rounds, not better answers). A blind agent (caption mode) reads ImageSearch and FilterMetadata results
+grouped by day and place, one line per photo, ``id | score | time | caption`` under ``YYYY-MM-DD, place:``
+(``describe_results``; the worked example then shows the two-call chain :data:`WORKED_EXAMPLE_DESCRIBED`), so the
+anchor's date and place come with the search that finds it. An answer before any search is sent back once on every
+path (``search_first``: the paper's agent always searches first). When the memory role is the agent's own model,
+compression reads the history in context (same content; llama.cpp's prefix cache then evaluates only the request),
+and the audit's prompt is fitted to the model's window (fewer reloaded photos, then the history as text; noted in
+the trace).
 """
 
 from __future__ import annotations
@@ -175,9 +175,10 @@ class DeepSearchConfig(MethodConfig):
                                     "refused with an observation saying so")
     search_first: bool = Field(True, description="send an answer given before any tool returned a photo back once "
                                "(the papers' agent always searches first)")
-    scope_first: bool | None = Field(None, description="send an answer back once when no FilterMetadata call or "
+    scope_first: bool | None = Field(False, description="send an answer back once when no FilterMetadata call or "
                                      "search_within has narrowed the album to the anchor's day, place or trip yet "
-                                     "(imagent's small-model guard; None: on for the JSON protocol)")
+                                     "(imagent's small-model guard; None: on for the JSON protocol). Off by "
+                                     "default: with the offline 0.5B it added rounds without better answers")
     loop_guard: int = Field(3, ge=0, description="JSON protocol: a tool called in each of the last N turns is left "
                             "out of the next turn's grammar (a small model's loop breaker; 0: never)")
     compact_prompt: bool | None = Field(None, description="short tool list with one worked example instead of full "
