@@ -35,6 +35,14 @@ generated, F1 36.4, EM 0 (ratio 1.72 for that run, the machine's speed moving fr
 it); after (commit 6a17839): 3 calls, 8,066 sent, 4,037 evaluated (-7%; -19% without the system prompt that
 every query of a run shares: 2,522 -> 2,043), 245 generated (-56%), F1 33.3, EM 0; ImageSeeker after: 2 calls,
 4,070 sent, 2,570 evaluated, 121 generated, F1 40.0. OSCAR, more queries and a quiet-machine ratio: not measured.
+
+Measured 2026-11-26 evening (load ~1, 2 threads, ``--methods photocraft,imageseeker --oscar 0``), default queries:
+before (commit 520be07, n_ctx 4096) PhotoCraft evaluated 4,037 / 2,248 / 8,117 / 2,183 prompt tokens (mean 4,146),
+F1 33.3 / 35.3 / 0.0 / 28.6, q12 failing on the window; ImageSeeker 2,565 / 88 / 1,250 / 1,250, F1 40.0 / 44.4 /
+0.0 / 0.0 (q06 failing on the window); last line ``agent_tokens ratio=1.478 evaluated_share=0.291`` (prompt speed
+59 -> 44 tok/s during the run, tests running beside it for part). After (commit 65fae09: n_ctx 8192, grouped
+results, derived audit, ``scope_first`` on) PhotoCraft 3,890 / 3,109 / 4,031 / 2,146 (mean 3,294, -21%) over
+8 / 5 / 26 / 9 calls, F1 0.0 / 0.0 / 0.0 / 40.0; the ImageSeeker half and the ratio were not finished.
 """
 
 from __future__ import annotations  # noqa: I001 (imagent before numpy, below)
