@@ -32,6 +32,7 @@ per query (``max_audits``, default None: until one passes or the budget ends, as
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from collections.abc import Callable, Container, Sequence
@@ -327,9 +328,9 @@ AUDIT_CHECK_CHARS = 160
 AUDIT_CHECKS = ("anchor", "constraint", "target", "completeness")
 
 
-def _check(chars: int = AUDIT_CHECK_CHARS) -> dict[str, Any]:
+def _check() -> dict[str, Any]:
     # The note first, then the check's verdict: a grammar-constrained model reasons, then judges.
-    return {"type": "object", "properties": {"note": {"type": "string", "maxLength": chars},
+    return {"type": "object", "properties": {"note": {"type": "string", "maxLength": AUDIT_CHECK_CHARS},
                                              "ok": {"type": "boolean"}},
             "required": ["note", "ok"]}
 
@@ -359,7 +360,7 @@ def audit_decision(value: dict[str, Any], answer: Sequence[str]) -> tuple[str, d
 
 def audit_schema(answer: Sequence[str]) -> dict[str, Any]:
     """:data:`AUDIT_SCHEMA` with ``remove`` limited to the proposed photos' ids (a grammar cannot name others)."""
-    schema = json.loads(json.dumps(AUDIT_SCHEMA))
+    schema = copy.deepcopy(AUDIT_SCHEMA)
     if answer:
         schema["properties"]["remove"]["items"] = {"type": "string", "enum": list(dict.fromkeys(answer))}
     return schema
