@@ -199,23 +199,28 @@ def test_described_results_give_each_photo_its_date_place_and_caption(known_albu
                       "(id | score | time | caption):")
     r = known_album.gallery.record("penguin")
     score = obs.scores["penguin"]
-    assert group == "2013-06-09, Boulders Beach, Cape Town:"  # the day and place, once for the group
+    # the day and place, once for the group, written as the FilterMetadata expression that selects them
+    assert group == "time = '2013-06-09' and place ~ 'Boulders Beach, Cape Town':"
     assert first == f"penguin | {score:.2f} | 10:15 | {r.caption}"
     assert short_place(r) == "Boulders Beach, Cape Town"  # the venue and town: enough to filter on
+    copied = tools["FilterMetadata"]({"expression": group.rstrip(":")}, state)
+    assert "penguin" in copied.photos and copied.data["count"] >= 1
     day = tools["FilterMetadata"]({"expression": "time >= '2013-06-09' and time < '2013-06-10'", "save_as": "d"},
                                   state)
     lines = day.text.splitlines()
     at = lines.index("Photos (oldest first, grouped by day and place; id | time | caption):")
     assert lines[at + 1:at + 3] == described_groups(known_album, ["penguin"])
-    assert lines[at + 1] == "2013-06-09, Boulders Beach, Cape Town:" and lines[at + 2].startswith("penguin | 10:15 | ")
-    assert "2013-06-09, Cape Town, South Africa:" in lines and any(x.startswith("duck | 16:05 | ") for x in lines)
+    assert lines[at + 1] == "time = '2013-06-09' and place ~ 'Boulders Beach, Cape Town':"
+    assert lines[at + 2].startswith("penguin | 10:15 | ")
+    assert "time = '2013-06-09' and place ~ 'Cape Town, South Africa':" in lines
+    assert any(x.startswith("duck | 16:05 | ") for x in lines)
     assert lines[-1] == "... and 1 more" and state.subsets["d"] == ["penguin", "heron", "duck", "frog"]
     # Groups keep the order of their first photo; photos keep theirs inside a group; no id or score is lost.
     ids = ["penguin", "duck", "heron"]
     grouped = described_groups(known_album, ids, [0.9, 0.5, 0.4])
     assert sum(1 for x in grouped if " | " in x) == 3 and all(any(x.startswith(i + " | ") for x in grouped)
                                                              for i in ids)
-    assert grouped[0].startswith("2013-06-09") and grouped[1].startswith("penguin | 0.90 | ")
+    assert grouped[0].startswith("time = '2013-06-09'") and grouped[1].startswith("penguin | 0.90 | ")
     # the paper's plain form stays the default
     plain = album_tools(known_album)[0]
     assert "id | score" not in plain.description and not AlbumToolsConfig().describe

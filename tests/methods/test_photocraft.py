@@ -208,7 +208,8 @@ def test_a_blind_agent_reads_each_photos_date_place_and_caption(ctx_for, describ
     assert method.describe() is (describe is None)  # the scripted model cannot see pixels
     method.search(query(ctx), top_k=5)
     seen = "\n".join(m.text for m in model.calls[1][0])  # the second call reads the first search's result
-    described = re.search(r"2014-04-20, Melbourne Zoo, Elliott Avenue:\n(.+\n)*u1001/13942060112 \| 0\.\d\d \| "
+    described = re.search(r"time = '2014-04-20' and place ~ 'Melbourne Zoo, Elliott Avenue':\n(.+\n)*"
+                          r"u1001/13942060112 \| 0\.\d\d \| "
                           r"\d\d:\d\d \| \S", seen)
     assert bool(described) is (describe is None)
     assert ("(score 0." in seen) is (describe is False)

@@ -178,3 +178,39 @@ def test_evaluated_prompt_tokens_follows_llama_cpps_prefix_reuse() -> None:
     # a prompt that differs at the start: all of it
     assert evaluated_prompt_tokens([5, 2, 3], [1, 2, 3, 4], 3) == 3
     assert evaluated_prompt_tokens([1], [1], 0) == 0
+
+
+# A schema with free text, fixed keys and an enum: the grammar both lets the model's best token through and forces
+# tokens the model ranks low (keys, enum values), so every path of the lazy check runs.
+LAZY_SCHEMA = {"type": "object", "properties": {
+    "thought": {"type": "string", "maxLength": 120},
+    "tool": {"type": "string", "enum": ["ImageSearch", "FilterMetadata"]},
+    "photo_ids": {"type": "array", "items": {"type": "string", "enum": ["u1/123", "u1/456", "u2/789"]},
+                  "maxItems": 3}}, "required": ["thought", "tool", "photo_ids"], "additionalProperties": False}
+
+
+@pytest.mark.real_model
+def test_real_lazy_grammar_check_gives_the_stock_samplers_tokens(qwen_local: LlamaCppChatModel,
+                                                                   qwen_path: Path) -> None:
+    """Greedy JSON calls check the grammar on the chosen token first (imagent.models.llama_sampling): the reply is
+    token for token what llama-cpp-python's own chain (grammar over the whole vocabulary) gives."""
+    import json
+
+    from llama_cpp import Llama
+
+    msgs = [Message.user("Find photos of a penguin at the zoo. Reply as JSON: a thought, a tool and photo ids.")]
+    stock = Llama(model_path=str(qwen_path), n_ctx=1024, n_threads=2, seed=0, logits_all=False, verbose=False)
+    try:
+        for penalty in (1.0, 1.1):
+            params = ChatParams(max_tokens=80, json_schema=LAZY_SCHEMA, repeat_penalty=penalty)
+            mine = qwen_local.chat(msgs, params)
+            sampler = next(s.llama.last_sampler for s in qwen_local._slots
+                           if s.llama is not None and s.llama.last_sampler is not None)
+            assert sampler.tokens == mine.completion_tokens + (mine.finish_reason == "stop")
+            assert sampler.short_passes + sampler.full_passes < sampler.tokens  # most tokens: one check only
+            kw = qwen_local.request_kwargs(msgs, params)
+            theirs = stock.create_chat_completion(**kw)["choices"][0]["message"]["content"]
+            assert mine.text == theirs
+            assert set(json.loads(mine.text, strict=False)) == {"thought", "tool", "photo_ids"}
+    finally:
+        stock.close()

@@ -240,3 +240,40 @@ def test_never_evaluates_python():
 def test_wall_seconds_ignores_time_zones():
     aware = datetime(2013, 6, 9, 10, 0, tzinfo=UTC)
     assert wall_seconds(aware) == wall_seconds(datetime(2013, 6, 9, 10, 0))
+
+
+# --------------------------------------------------------------------------- group headers as expressions
+
+
+@pytest.mark.parametrize("text", ["Cape Point", "Marche d'Aligre", 'the "Blue" bar', "O'Hara's \"Pub\"", "C:\\x\\",
+                                  ""])
+def test_quote_string_reads_back_as_the_same_text(text):
+    from imagent.tools.filter_lang import quote_string, tokenize
+
+    token = tokenize(quote_string(text))[0]
+    assert token.kind == "string" and token.value == text
+
+
+def test_a_described_group_header_is_the_expression_that_selects_its_day_and_place():
+    """Every header :func:`group_filter` writes parses, and selects exactly the photos of that day and place."""
+    from imagent.agents.album_tools import group_filter
+
+    records = [*RECORDS,
+               ImageRecord("aligre", "", taken_time=datetime(2013, 6, 9, 9), address="Marche d'Aligre, Paris, France"),
+               ImageRecord("gps_only", "", taken_time=datetime(2013, 6, 9, 9), latitude=-34.3571, longitude=18.497),
+               ImageRecord("undated", "", address="Louvre, PARIS, France")]
+    album_meta = AlbumMeta.from_records(records)
+    names = [r.id for r in records]
+    headers = {r.id: group_filter(r) for r in records}
+    assert headers["paris_0609_night"] == "time = '2013-06-09' and place ~ 'Louvre, PARIS'"
+    assert headers["aligre"] == "time = '2013-06-09' and place ~ \"Marche d'Aligre, Paris\""
+    assert headers["gps_only"] == "time = '2013-06-09' and near(-34.357, 18.497, 1)"
+    assert headers["undated"] == "place ~ 'Louvre, PARIS'"
+    for r in records:
+        if r.id == "no_meta":
+            assert headers[r.id] == "no date and no place"
+            continue
+        chosen = {names[int(i)] for i in album_meta.filter_rows(headers[r.id])}
+        same = {o.id for o in records if group_filter(o) == headers[r.id]}
+        assert r.id in chosen and same <= chosen, (r.id, headers[r.id], chosen)
+    assert {names[int(i)] for i in album_meta.filter_rows(headers["paris_0609_morning"])} == {"paris_0609_morning"}

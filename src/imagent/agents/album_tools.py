@@ -28,6 +28,7 @@ from imagent.agents.state import Observation, ToolScope
 from imagent.agents.tools import Tool, ToolError
 from imagent.core.cache import DiskCache, stable_key
 from imagent.tools.album import METADATA_FIELDS, Album, format_time
+from imagent.tools.filter_lang import quote_string
 from imagent.tools.web_text import WebResult, WebTextSearch
 
 
@@ -55,12 +56,35 @@ CAPTION_CHARS = 80
 
 
 def short_place(record: Any) -> str:
-    """The first :data:`PLACE_PARTS` parts of the photo's address, else its coordinates, else ``no place``."""
-    if record.address:
-        return ", ".join(p.strip() for p in str(record.address).split(",")[:PLACE_PARTS] if p.strip())
+    """The first :data:`PLACE_PARTS` parts of the photo's place (the given address, else the place found offline
+    for its GPS), exactly as written there (so ``place ~ '<it>'`` finds the photo), else its coordinates, else
+    ``no place``."""
+    name = record.place_name
+    if name:
+        cut = -1
+        for _ in range(PLACE_PARTS):
+            cut = name.find(",", cut + 1)
+            if cut < 0:
+                break
+        return (name if cut < 0 else name[:cut]).strip()
     if record.latitude is not None and record.longitude is not None:
         return f"{record.latitude:.3f}, {record.longitude:.3f}"
     return "no place"
+
+
+def group_filter(record: Any) -> str:
+    """The FilterMetadata expression of the photo's day and place, the header of its group in described results:
+    ``time = '2019-05-04' and place ~ 'Cape Point, Cape Peninsula'`` (``near(lat, lon, 1)`` without a place name;
+    a photo without a time gets only its place part). A blind agent that has found its anchor copies the part it
+    needs (the day, the place or both) into FilterMetadata instead of composing one."""
+    parts: list[str] = []
+    if record.taken_time is not None:
+        parts.append(f"time = '{record.taken_time.strftime('%Y-%m-%d')}'")
+    if record.place_name:
+        parts.append(f"place ~ {quote_string(short_place(record))}")
+    elif record.latitude is not None and record.longitude is not None:
+        parts.append(f"near({record.latitude:.3f}, {record.longitude:.3f}, 1)")
+    return " and ".join(parts) or "no date and no place"
 
 
 def _caption(record: Any) -> str:
@@ -69,21 +93,21 @@ def _caption(record: Any) -> str:
 
 
 def described_groups(album: Album, ids: Sequence[str], scores: Sequence[float] | None = None) -> list[str]:
-    """Photos as a blind model reads them, grouped by day and place: a header ``YYYY-MM-DD, place:`` then one line
-    a photo, ``id | score | HH:MM | caption`` (the score only for search results). The groups come in the order of
-    their first photo in ``ids`` (best first for a search, oldest first for a filter) and keep that order inside.
-    Every id, date, place and score is there, each day and place written once (about a third fewer tokens a photo
-    than one ``id | score | date | place | caption`` line each), and an anchor's day-mates stand together under it."""
-    groups: dict[tuple[str, str], list[str]] = {}
+    """Photos as a blind model reads them, grouped by day and place: a header that is the group's FilterMetadata
+    expression (:func:`group_filter`, ``time = 'YYYY-MM-DD' and place ~ '...':``), then one line a photo,
+    ``id | score | HH:MM | caption`` (the score only for search results). The groups come in the order of their
+    first photo in ``ids`` (best first for a search, oldest first for a filter) and keep that order inside. Every
+    id, date, place and score is there, each day and place written once (about a third fewer tokens a photo than
+    one ``id | score | date | place | caption`` line each), and an anchor's day-mates stand together under it."""
+    groups: dict[str, list[str]] = {}
     for n, photo_id in enumerate(ids):
         r = album.gallery.record(photo_id)
-        day = r.taken_time.strftime("%Y-%m-%d") if r.taken_time is not None else "no date"
         clock = r.taken_time.strftime("%H:%M") if r.taken_time is not None else "--:--"
         score = [f"{scores[n]:.2f}"] if scores is not None else []
-        groups.setdefault((day, short_place(r)), []).append(" | ".join([photo_id, *score, clock, _caption(r)]))
+        groups.setdefault(group_filter(r), []).append(" | ".join([photo_id, *score, clock, _caption(r)]))
     out: list[str] = []
-    for (day, place), lines in groups.items():
-        out += [f"{day}, {place}:", *lines]
+    for header, lines in groups.items():
+        out += [f"{header}:", *lines]
     return out
 
 
@@ -128,8 +152,9 @@ class ImageSearchTool(_AlbumTool):
     description = ("Search the photo album with SHORT keywords (2-5 words) describing what the photos show; "
                    "returns photo ids with similarity scores, best first. Optionally search only within a "
                    "saved subset (search_within) and/or use a photo as a visual cue (visual_cue).")
-    described = ("Results are grouped by day and place (a line 'YYYY-MM-DD, place:'), groups in the order of their "
-                 "best photo; each photo line is: id | score | time | caption.")
+    described = ("Results are grouped by day and place, groups in the order of their best photo; each group starts "
+                 "with the FilterMetadata expression of its day and place (time = 'YYYY-MM-DD' and place ~ '...':), "
+                 "each photo line is: id | score | time | caption.")
 
     def schema(self, config: AlbumToolsConfig) -> dict[str, Any]:
         return {
@@ -233,8 +258,8 @@ class FilterMetadataTool(_AlbumTool):
                    "time = '2013-06' is the whole month), address ~ 'paris' (case-insensitive contains), "
                    "device ~ 'iphone', near(48.85, 2.35, 5) (within 5 km), lat/lon comparisons, and/or/not, "
                    "parentheses. save_as names the result so ImageSearch can search_within it.")
-    described = ("Lists the matching photos, oldest first, grouped by day and place (a line 'YYYY-MM-DD, place:'); "
-                 "each photo line is: id | time | caption.")
+    described = ("Lists the matching photos, oldest first, grouped by day and place (each group starts with the "
+                 "expression of its day and place); each photo line is: id | time | caption.")
 
     def schema(self, config: AlbumToolsConfig) -> dict[str, Any]:
         return {

@@ -42,9 +42,10 @@ dates that nothing the agent read holds (the runtime's guard), and a tool called
 is left out of the next turn's grammar, and an answer given before anything narrowed the album (no FilterMetadata,
 no ``search_within``) can be sent back once (``scope_first``, :class:`ScopeFirst`, off by default: measured with the
 0.5B it added rounds, not better answers). A blind agent (caption mode) reads ImageSearch and FilterMetadata results
-grouped by day and place, one line per photo, ``id | score | time | caption`` under ``YYYY-MM-DD, place:``
-(``describe_results``; the worked example then shows the two-call chain :data:`WORKED_EXAMPLE_DESCRIBED`), so the
-anchor's date and place come with the search that finds it. An answer before any search is sent back once on every
+grouped by day and place, one line per photo, ``id | score | time | caption`` under a header that is the group's
+filter expression, ``time = 'YYYY-MM-DD' and place ~ '...'`` (``describe_results``; the worked example then shows
+the two-call chain :data:`WORKED_EXAMPLE_DESCRIBED`), so the anchor's day and place come with the search that finds
+it, in a form the agent can copy into FilterMetadata. An answer before any search is sent back once on every
 path (``search_first``: the paper's agent always searches first). When the memory role is the agent's own model,
 compression reads the history in context (same content; llama.cpp's prefix cache then evaluates only the request),
 and the audit's prompt is fitted to the model's window (fewer reloaded photos, then the history as text; noted in
@@ -105,17 +106,17 @@ WORKED_EXAMPLE_DESCRIBED: dict[str, Any] = {
          "tool": "ImageSearch", "arguments": {"query": "lighthouse"},
          "result": "Top 3 photos for 'lighthouse', grouped by day and place, best group first "
                    "(id | score | time | caption):\n"
-                   "2019-05-04, Cape Point, Cape Peninsula:\n"
+                   "time = '2019-05-04' and place ~ 'Cape Point, Cape Peninsula':\n"
                    "a17 | 0.61 | 15:20 | A lighthouse on a cliff.\n"
                    "c40 | 0.28 | 16:01 | A dog on the beach.\n"
-                   "2018-11-30, Harbour Road, Kalk Bay:\n"
+                   "time = '2018-11-30' and place ~ 'Harbour Road, Kalk Bay':\n"
                    "b03 | 0.31 | 09:02 | Fishing boats in a harbour."},
-        {"thought": "a17 is the lighthouse, taken 2019-05-04. Constraint: that day. List the photos of that day.",
+        {"thought": "a17 is the lighthouse. Its group gives its day: time = '2019-05-04'. List the photos of that day.",
          "tool": "FilterMetadata",
-         "arguments": {"expression": "time >= '2019-05-04' and time < '2019-05-05'", "save_as": "that_day"},
-         "result": "4 photo(s) match \"time >= '2019-05-04' and time < '2019-05-05'\", taken 2019-05-04 15:20:11 to "
+         "arguments": {"expression": "time = '2019-05-04'", "save_as": "that_day"},
+         "result": "4 photo(s) match \"time = '2019-05-04'\", taken 2019-05-04 15:20:11 to "
                    "2019-05-04 16:01:40.\nSaved as subset 'that_day'.\nPhotos (oldest first, grouped by day and "
-                   "place; id | time | caption):\n2019-05-04, Cape Point, Cape Peninsula:\n"
+                   "place; id | time | caption):\ntime = '2019-05-04' and place ~ 'Cape Point, Cape Peninsula':\n"
                    "a17 | 15:20 | A lighthouse on a cliff.\n"
                    "a19 | 15:31 | A seagull on a rock.\n"
                    "a21 | 15:44 | A black dog running.\n"
@@ -129,11 +130,9 @@ WORKED_EXAMPLE_DESCRIBED: dict[str, Any] = {
 # answer, and unbounded rounds spent the whole turn budget on audit loops (q12: 4 audits, 30 turns, F1 0).
 SMALL_MODEL_AUDITS = 1
 # What an answer given before the album was narrowed is told (``scope_first``).
-SCOPE_FIRST = ("Not yet: no FilterMetadata or search_within has narrowed the album to the day, place or trip that "
-               "the query's anchor gives. Find the anchor photo in the results, read its date and place, keep the "
-               "photos of that day, place or trip with FilterMetadata (save_as a name), then choose the TARGET "
-               "photos from that list and answer. If the query names no anchor, time or place, give your answer "
-               "again.")
+SCOPE_FIRST = ("Not narrowed yet. Call FilterMetadata with the anchor photo's day or place (a described result's "
+               "group header is that expression), then choose the TARGET photos from its list. A query without an "
+               "anchor, time or place: give your answer again.")
 
 
 class ScopeFirst(AgentHooks):

@@ -18,7 +18,9 @@ PyPI parts (see :mod:`imagent.models.offline`): ``offline:qwen2.5-0.5b-instruct`
   least recently used): a method alternating one long planner prompt with many short verifier prompts (OSCAR)
   keeps both prefixes warm, instead of re-reading the planner's ~1,100 shared tokens on every query.
 - JSON output is constrained by a grammar built from the schema
-  (``response_format={"type": "json_object", "schema": S}``). Small models loop inside strings unless every
+  (``response_format={"type": "json_object", "schema": S}``); greedy calls check it lazily, on the chosen token
+  first (:mod:`imagent.models.llama_sampling`: the same tokens, without a grammar pass over the whole vocabulary
+  for most of them). Small models loop inside strings unless every
   string has ``maxLength``, every array ``maxItems``, and ``repeat_penalty`` is ~1.1; :meth:`Role.json` sets
   the penalty by default.
 - The model sees no pixels (``sees_images = False``): roles send captions instead.
@@ -159,7 +161,11 @@ class LlamaCppChatModel:
 
     def _new_llama(self) -> Any:
         try:
-            from llama_cpp import Llama
+            import llama_cpp  # noqa: F401 (the error below when it is missing)
+
+            from imagent.models.llama_sampling import llama_class
+
+            Llama = llama_class()  # llama_cpp.Llama, with lazy grammar checks for greedy JSON turns
         except ImportError as exc:
             raise ModelLoadError(
                 f"the llama.cpp backend needs llama-cpp-python ({exc}); install it with: {INSTALL_HINT}"

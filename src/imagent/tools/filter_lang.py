@@ -107,6 +107,16 @@ def _error(expr: str, pos: int, what: str) -> FilterError:
     return FilterError(f"bad filter expression {where}: {what}. {ALLOWED}")
 
 
+def quote_string(text: str) -> str:
+    """``text`` as a string literal of this language (single quotes; double quotes when it holds a single
+    quote; backslash escapes when it holds both or a backslash), so it reads back as exactly ``text``."""
+    if "\\" not in text and "'" not in text:
+        return f"'{text}'"
+    if "\\" not in text and '"' not in text:
+        return f'"{text}"'
+    return "'" + re.sub(r"(['\\\\])", r"\\\1", text) + "'"
+
+
 def tokenize(expr: str) -> list[Token]:
     out: list[Token] = []
     pos = 0
@@ -497,5 +507,5 @@ class AlbumMeta:
         return self.chrono[mask[self.chrono]]
 
 
-__all__ = ["ALLOWED", "FIELDS", "AlbumMeta", "FilterError", "parse_filter", "parse_time_prefix", "tokenize",
-           "wall_seconds"]
+__all__ = ["ALLOWED", "FIELDS", "AlbumMeta", "FilterError", "parse_filter", "parse_time_prefix", "quote_string",
+           "tokenize", "wall_seconds"]
