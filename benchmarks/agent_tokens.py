@@ -103,28 +103,39 @@ class CallLog:
         return out
 
 
-def measure_speed(model_path: Path, n_threads: int) -> tuple[float, float]:
-    """(prompt tokens/s, generated tokens/s) of the model on this machine now, in a context of its own."""
+SPEED_CHUNK = 560  # prompt tokens timed per speed measurement
+SPEED_GEN = 128  # generated tokens timed per speed measurement
+
+
+def measure_speed(model_path: Path, n_threads: int, context: int = 0) -> tuple[float, float]:
+    """(prompt tokens/s, generated tokens/s) of the model on this machine now, in a context of its own: a
+    :data:`SPEED_CHUNK`-token prompt evaluated after ``context`` tokens already in the context, then
+    :data:`SPEED_GEN` greedy tokens after it. Attention reads every earlier position, so a token costs more deep in
+    a long prompt than at its start: ``context`` is set to the run's mean prompt length to price its tokens where
+    the agent's calls are."""
     from llama_cpp import Llama
 
-    llama = Llama(model_path=str(model_path), n_ctx=2048, n_threads=n_threads, seed=0, verbose=False)
+    llama = Llama(model_path=str(model_path), n_ctx=max(2048, context + SPEED_CHUNK + SPEED_GEN + 64),
+                  n_threads=n_threads, seed=0, verbose=False)
     try:
         words = ["photo", "album", "search", "agent", "date", "place", "score", "penguin", "lighthouse", "museum",
                  "harbour", "market", "birthday", "festival", "garden", "bridge"]
-        text = " ".join(words[(i * 7) % len(words)] for i in range(560))
-        tokens = llama.tokenize(text.encode())
+        tokens: list[int] = []
+        n = 0
+        while len(tokens) < context + SPEED_CHUNK:
+            tokens += llama.tokenize((" " + " ".join(words[(i * 7) % len(words)] for i in range(n, n + 400))).encode(),
+                                     add_bos=not tokens)
+            n += 400
         llama.reset()
+        if context:
+            llama.eval(tokens[:context])
         t0 = time.perf_counter()
-        llama.create_completion(text, max_tokens=1, temperature=0.0)
-        prompt_speed = len(tokens) / (time.perf_counter() - t0)
-        llama.reset()
-        short = "Write a long story about a photo album."
+        llama.eval(tokens[context:context + SPEED_CHUNK])
+        prompt_speed = SPEED_CHUNK / (time.perf_counter() - t0)
         t0 = time.perf_counter()
-        out = llama.create_completion(short, max_tokens=128, temperature=0.0)
-        elapsed = time.perf_counter() - t0
-        n_prompt = out["usage"]["prompt_tokens"]
-        n_gen = max(1, out["usage"]["completion_tokens"])
-        gen_speed = n_gen / max(1e-6, elapsed - n_prompt / prompt_speed)
+        for _ in range(SPEED_GEN):
+            llama.eval([llama.sample(temp=0.0)])
+        gen_speed = SPEED_GEN / (time.perf_counter() - t0)
         return prompt_speed, gen_speed
     finally:
         llama.close()
@@ -163,7 +174,8 @@ def run_method(ws: Workspace, log: CallLog, method: str, benchmark: str, root: P
             calls = log.take()
             rows.append({"method": method, "qid": label, "calls": len(calls),
                          **{k: int(sum(c[k] for c in calls)) for k in ("sent", "evaluated", "generated")},
-                         "model_seconds": sum(c["seconds"] for c in calls)})
+                         "model_seconds": sum(c["seconds"] for c in calls),
+                         "call_sent": [int(c["sent"]) for c in calls]})
         elif phase == "index":
             log.take()
         if time.monotonic() > deadline:
@@ -276,14 +288,21 @@ def main(argv: list[str] | None = None) -> None:
                       f"evaluated {r['evaluated']:>6}  generated {r['generated']:>5}  {r['seconds']:7.1f} s"
                       + (f"  F1 {r['f1']:5.1f} EM {r['em']:3.0f}" if "f1" in r else "")
                       + (f"  error: {r['error']}" if r.get("error") else ""), flush=True)
+    sizes = [n for r in rows for n in r.get("call_sent", [])]
+    context = int(sum(sizes) / len(sizes)) if sizes else 0
     if time.monotonic() > deadline:
         prompt_speed, gen_speed = p1, g1
+        at_context = None
         print("speed after: not measured (the --budget is spent); used the speed before", flush=True)
     else:
         p2, g2 = measure_speed(model_path, threads)
         prompt_speed, gen_speed = (p1 + p2) / 2, (g1 + g2) / 2
-        print(f"speed after: prompt {p2:.1f} tok/s, generation {g2:.1f} tok/s; used: {prompt_speed:.1f} and "
+        print(f"speed after: prompt {p2:.1f} tok/s, generation {g2:.1f} tok/s; mean: {prompt_speed:.1f} and "
               f"{gen_speed:.1f}", flush=True)
+        at_context = measure_speed(model_path, threads, context) if context else None
+        if at_context is not None:
+            print(f"speed after {context} tokens of context (the run's mean prompt): prompt {at_context[0]:.1f} "
+                  f"tok/s, generation {at_context[1]:.1f} tok/s", flush=True)
 
     if args.save:
         args.save.write_text(json.dumps({"model": model_id, "prompt_speed": prompt_speed,
@@ -314,6 +333,10 @@ def main(argv: list[str] | None = None) -> None:
     sent = sum(r["sent"] for r in rows)
     floor = evaluated / prompt_speed + generated / gen_speed
     shutil.rmtree(work, ignore_errors=True)
+    if at_context is not None:
+        print(f"ratio at an empty context's speed: {seconds / max(floor, 1e-9):.3f} (tokens priced as at a prompt's "
+              "start)")
+        floor = evaluated / at_context[0] + generated / at_context[1]
     print(f"agent_tokens ratio={seconds / max(floor, 1e-9):.3f} evaluated_share={evaluated / max(sent, 1):.3f}")
 
 

@@ -224,3 +224,41 @@ def test_described_results_give_each_photo_its_date_place_and_caption(known_albu
     # the paper's plain form stays the default
     plain = album_tools(known_album)[0]
     assert "id | score" not in plain.description and not AlbumToolsConfig().describe
+
+
+def test_filter_metadata_keeps_the_same_day_place_city_or_device_as_a_photo(known_album, state):
+    """FilterMetadata's photo form (same_as_photo + same) runs the expression of that photo's day, place (1 km),
+    city (``city_km``) or device, says which, and refuses what the photo lacks; with ``anchor_filters`` the JSON
+    protocol's grammar offers only that form, its photo limited to the ids seen."""
+    from imagent.agents.protocol import json_turn_schema
+
+    plain = {t.name: t for t in album_tools(known_album, AlbumToolsConfig(describe=True))}["FilterMetadata"]
+    photo = {t.name: t for t in album_tools(known_album, AlbumToolsConfig(describe=True, anchor_filters=True))}[
+        "FilterMetadata"]
+    day = plain({"same_as_photo": "penguin", "same": ["day"], "save_as": "d"}, state)
+    assert set(state.subsets["d"]) == {"penguin", "heron", "duck", "frog"}  # 2013-06-09, every place
+    assert day.text.startswith("4 photo(s) match \"time = '2013-06-09'\" (the same day as penguin)")
+    place = plain({"same_as_photo": "duck", "same": ["place"]}, state)
+    assert set(place.photos) == {"duck", "frog", "blackbird"}  # the same GPS point, any day
+    both = plain({"same_as_photo": "duck", "same": ["day", "place"]}, state)
+    assert set(both.photos) == {"duck", "frog"}
+    city = plain({"same_as_photo": "penguin", "same": ["city"]}, state)  # Boulders Beach is ~30 km from town
+    assert "penguin" in city.photos and "heron" in city.photos and "crow" not in city.photos
+    device = plain({"same_as_photo": "duck", "same": ["device"]}, state)
+    assert set(device.photos) == {"duck", "frog", "crow"} and "device = 'iPhone 5'" in device.text
+    with pytest.raises(ToolError, match="expression, or same_as_photo"):
+        plain({}, state)
+    with pytest.raises(ToolError, match="not both"):
+        plain({"expression": "time = '2013'", "same_as_photo": "duck"}, state)
+    with pytest.raises(ToolError):
+        plain({"same_as_photo": "nobody", "same": ["day"]}, state)
+    # The grammar: without anchor_filters the written expression; with it only the photo form.
+    free = json_turn_schema([plain], ["penguin", "duck"], [])["oneOf"][0]["properties"]["arguments"]
+    assert "expression" in free["properties"] and free["required"] == []
+    offered = json_turn_schema([photo], ["penguin", "duck"], [])["oneOf"][0]["properties"]["arguments"]
+    assert "expression" not in offered["properties"] and offered["required"] == ["same_as_photo", "same"]
+    assert offered["properties"]["same_as_photo"] == {"enum": ["penguin", "duck"]}
+    assert offered["properties"]["same"]["items"] == {"enum": ["day", "place", "city", "device"]}
+    with pytest.raises(ValueError):  # no photo seen yet: FilterMetadata is not offered (nothing else is either)
+        json_turn_schema([photo], [], [])
+    assert photo.example == {"same_as_photo": "<photo id>", "same": ["day"], "save_as": "that_day"}

@@ -435,10 +435,11 @@ def test_scope_first_sends_an_unnarrowed_answer_back_once():
     assert run.turns == 2
 
 
-def test_scope_first_is_an_imagent_knob_off_the_paper():
+def test_scope_first_and_anchor_filters_are_imagent_knobs_off_the_paper():
     from imagent.methods.photocraft import ImageSeekerConfig, PhotoCraftConfig
 
-    assert PhotoCraftConfig().scope_first is False and ImageSeekerConfig().scope_first is False  # opt-in
+    for cfg in (PhotoCraftConfig(), ImageSeekerConfig()):  # the same guards for both methods
+        assert cfg.scope_first is None and cfg.anchor_filters is True  # small-model (JSON protocol) guards
     from imagent.methods.origins import IMAGENT_FIELDS
 
-    assert "scope_first" in IMAGENT_FIELDS  # imagent's knob, not the paper's
+    assert {"scope_first", "anchor_filters"} <= IMAGENT_FIELDS  # imagent's knobs, not the paper's

@@ -293,8 +293,28 @@ def test_budget_exhaustion_without_an_answer_falls_back():
     model = scripted([call("ImageSearch", query="sea")])  # never answers
     run, _ = run_agent(model, max_turns=2)
     assert run.source == "fallback" and run.answer == ["p2", "p4"]
-    assert "2-turn budget was spent without a usable answer" in run.reason
+    assert "the 2-turn budget ended the search without a usable answer" in run.reason
     assert len(model.calls) == 3
+
+
+def test_a_model_that_only_repeats_its_calls_is_asked_for_the_answer_early():
+    """Alternating two calls that each repeat an earlier one (refused; the loop guard never sees one tool three
+    times in a row): after ``stuck_after`` such turns the runtime stops offering tools and asks for the answer."""
+    replies = [call("ImageSearch", query="sea"), call("ImageSearch", query="birds"),
+               call("ImageSearch", query="sea"), call("ImageSearch", query="birds"),
+               call("ImageSearch", query="sea"), 'The final answer is: ["p2"]']
+    model = scripted(replies, supports_tools=True)
+    run, trace = run_agent(model, max_turns=30)
+    assert run.answer == ["p2"] and run.source == "model" and run.turns == 6  # 2 calls, 3 repeats, the answer
+    assert "3 repeated calls in a row" in run.reason and trace.counters.get("agent.stuck") == 1
+    final_msgs, final_params = model.calls[-1]
+    assert "Your last 3 tool calls repeated earlier ones" in final_msgs[-1].text
+    assert final_params.tool_choice == "none"
+    # A new call in between starts the count again.
+    replies = [call("ImageSearch", query="sea"), call("ImageSearch", query="sea"), call("ImageSearch", query="sea"),
+               call("ImageSearch", query="cat"), call("ImageSearch", query="sea"), 'The final answer is: ["p2"]']
+    run, trace = run_agent(scripted(replies, supports_tools=True), max_turns=30)
+    assert run.turns == 6 and "agent.stuck" not in trace.counters and run.reason == "the model's final answer"
 
 
 def test_a_model_error_mid_run_answers_with_the_best_seen():

@@ -44,6 +44,11 @@ class AlbumToolsConfig(BaseModel):
     list_limit: int = Field(20, ge=1, description="FilterMetadata lists at most this many ids in its reply (the "
                             "rest stay in the saved subset; ImageSearch's 20 by default)")
     web_results: int = Field(5, ge=1, le=20, description="WebSearch snippets per call")
+    anchor_filters: bool = Field(False, description="JSON protocol only: FilterMetadata is offered in its "
+                                 "photo form alone (the photos of the same day, place, city or device as a photo the "
+                                 "tools returned), not as a written expression: a small model names the anchor photo "
+                                 "right far more often than it writes that photo's date or place right")
+    city_km: float = Field(25.0, gt=0, description="FilterMetadata same=['city']: photos within this many km")
     describe: bool = Field(False, description="ImageSearch and FilterMetadata list each photo as one line with its "
                            "date, place and caption (what a blind model would read with ViewPhotos and "
                            "GetMetadata); False: ids and scores only, as the paper's ImageSearch returns them")
@@ -72,19 +77,56 @@ def short_place(record: Any) -> str:
     return "no place"
 
 
+def day_filter(record: Any) -> str:
+    """``time = 'YYYY-MM-DD'``: the photo's day as a filter ("" without a time)."""
+    return f"time = '{record.taken_time.strftime('%Y-%m-%d')}'" if record.taken_time is not None else ""
+
+
+def place_filter(record: Any) -> str:
+    """``place ~ '<short place>'`` (:func:`short_place`), else ``near(lat, lon, 1)``, else ""."""
+    if record.place_name:
+        return f"place ~ {quote_string(short_place(record))}"
+    if record.latitude is not None and record.longitude is not None:
+        return f"near({record.latitude:.3f}, {record.longitude:.3f}, 1)"
+    return ""
+
+
 def group_filter(record: Any) -> str:
     """The FilterMetadata expression of the photo's day and place, the header of its group in described results:
     ``time = '2019-05-04' and place ~ 'Cape Point, Cape Peninsula'`` (``near(lat, lon, 1)`` without a place name;
     a photo without a time gets only its place part). A blind agent that has found its anchor copies the part it
     needs (the day, the place or both) into FilterMetadata instead of composing one."""
+    return " and ".join(p for p in (day_filter(record), place_filter(record)) if p) or "no date and no place"
+
+
+SAME_AS = ("day", "place", "city", "device")
+
+
+def same_as_filter(record: Any, same: Sequence[str], city_km: float = 25.0) -> str:
+    """The filter expression for "the photos of the same ``same`` as this photo" (any of :data:`SAME_AS`): the
+    day (``time = 'YYYY-MM-DD'``), the place (within 1 km of its GPS, else its short place), the city (within
+    ``city_km`` km, else its short place) or the device (``device = '...'``). Raises :class:`ToolError` naming
+    what the photo lacks."""
     parts: list[str] = []
-    if record.taken_time is not None:
-        parts.append(f"time = '{record.taken_time.strftime('%Y-%m-%d')}'")
-    if record.place_name:
-        parts.append(f"place ~ {quote_string(short_place(record))}")
-    elif record.latitude is not None and record.longitude is not None:
-        parts.append(f"near({record.latitude:.3f}, {record.longitude:.3f}, 1)")
-    return " and ".join(parts) or "no date and no place"
+    for what in dict.fromkeys(same):
+        if what == "day":
+            part = day_filter(record)
+        elif what in ("place", "city"):
+            km = 1.0 if what == "place" else city_km
+            has_gps = record.latitude is not None and record.longitude is not None
+            part = (f"near({record.latitude:.4f}, {record.longitude:.4f}, {km:g})" if has_gps
+                    else place_filter(record))
+        elif what == "device":
+            part = f"device = {quote_string(record.device)}" if record.device else ""
+        else:
+            raise ToolError(f"same: {what!r} is not one of {', '.join(SAME_AS)}")
+        if not part:
+            raise ToolError(f"photo {record.id} has no {'date' if what == 'day' else what}: it cannot give the "
+                            f"same {what}")
+        parts.append(part)
+    if not parts:
+        raise ToolError(f"same: name at least one of {', '.join(SAME_AS)}")
+    return " and ".join(parts)
 
 
 def _caption(record: Any) -> str:
@@ -250,6 +292,7 @@ def _metadata_line(row: dict[str, Any]) -> str:
 
 class FilterMetadataTool(_AlbumTool):
     name = "FilterMetadata"
+    id_params = ("same_as_photo",)
     subset_params = ("search_within",)
     example: ClassVar[dict[str, Any]] = {"expression": "time >= '2013-06-09' and time < '2013-06-10'",
                                          "save_as": "that_day"}
@@ -257,25 +300,62 @@ class FilterMetadataTool(_AlbumTool):
                    "time >= '2013-06-09' and time < '2013-06-10' (always a date RANGE or prefix: "
                    "time = '2013-06' is the whole month), address ~ 'paris' (case-insensitive contains), "
                    "device ~ 'iphone', near(48.85, 2.35, 5) (within 5 km), lat/lon comparisons, and/or/not, "
-                   "parentheses. save_as names the result so ImageSearch can search_within it.")
+                   "parentheses; or, instead of an expression, the photos of the same day, place, city or device "
+                   "as a photo (same_as_photo and same). save_as names the result so ImageSearch can search_within "
+                   "it.")
     described = ("Lists the matching photos, oldest first, grouped by day and place (each group starts with the "
                  "expression of its day and place); each photo line is: id | time | caption.")
+
+    def __init__(self, album: Album, config: AlbumToolsConfig) -> None:
+        super().__init__(album, config)
+        if config.anchor_filters:
+            self.example = {"same_as_photo": "<photo id>", "same": ["day"], "save_as": "that_day"}
+
+    def grammar_parameters(self, ids: Sequence[str], subsets: Sequence[str]) -> dict[str, Any] | None:
+        """With ``anchor_filters``, only the photo form: a photo the tools returned and what to keep the same."""
+        params = super().grammar_parameters(ids, subsets)
+        if params is None or not self.config.anchor_filters:
+            return params
+        props = {k: v for k, v in params["properties"].items() if k != "expression"}
+        if "same_as_photo" not in props:
+            return None  # no photo seen yet
+        return {**params, "properties": props, "required": ["same_as_photo", "same"]}
 
     def schema(self, config: AlbumToolsConfig) -> dict[str, Any]:
         return {
             "type": "object",
             "properties": {
                 "expression": {"type": "string", "description": "the filter expression", "minLength": 1},
+                "same_as_photo": {"type": "string", "description": "instead of an expression: a photo id; keeps "
+                                  "the photos of its same day, place, city or device (same)"},
+                "same": {"type": "array", "items": {"type": "string", "enum": list(SAME_AS)}, "minItems": 1,
+                         "maxItems": len(SAME_AS), "description": "with same_as_photo: what to keep the same "
+                         "(day: that day; place: within 1 km; city: within the city; device: that camera)"},
                 "save_as": {"type": "string", "description": "name to save the matching photos under",
                             "pattern": "^[A-Za-z0-9_.-]{1,64}$"},
                 "search_within": {"type": "string", "description": "filter only this saved subset"},
             },
-            "required": ["expression"],
             "additionalProperties": False,
         }
 
+    def expression(self, args: dict[str, Any]) -> tuple[str, str]:
+        """The expression to run and how the reply names it (the photo form says which photo it came from)."""
+        photo = str(args.get("same_as_photo") or "").strip()
+        if args.get("expression") and photo:
+            raise ToolError("FilterMetadata takes an expression or same_as_photo, not both")
+        if args.get("expression"):
+            expr = str(args["expression"])
+            return expr, repr(expr)
+        if not photo:
+            raise ToolError("FilterMetadata needs an expression, or same_as_photo (a photo id) with same "
+                            f"({', '.join(SAME_AS)})")
+        self.album.require_known([photo])
+        same = args.get("same") or ["day"]
+        expr = same_as_filter(self.album.gallery.record(photo), same, self.config.city_km)
+        return expr, f"{expr!r} (the same {' and '.join(same)} as {photo})"
+
     def run(self, args: dict[str, Any], scope: ToolScope) -> Observation:
-        expr = str(args["expression"])
+        expr, named = self.expression(args)
         within_name = args.get("search_within")
         within = scope.subset(within_name) if within_name else None
         save_as = _subset_name(args["save_as"]) if args.get("save_as") else None
@@ -285,7 +365,7 @@ class FilterMetadataTool(_AlbumTool):
             save_as = f"filter_{sum(1 for k in scope.subsets if k.startswith('filter_')) + 1}"
         if save_as is not None:
             scope.save_subset(save_as, ids)
-        head = f"{len(ids)} photo(s) match {expr!r}" + (f" within {within_name!r}" if within_name else "")
+        head = f"{len(ids)} photo(s) match {named}" + (f" within {within_name!r}" if within_name else "")
         if ids:
             first = format_time(self.album.gallery.record(ids[0]))
             last = format_time(self.album.gallery.record(ids[-1]))
@@ -411,5 +491,10 @@ __all__ = [
     "ViewPhotosTool",
     "WebSearchTool",
     "album_tools",
+    "day_filter",
+    "described_groups",
+    "group_filter",
+    "place_filter",
+    "same_as_filter",
     "unavailable_tools_note",
 ]

@@ -20,6 +20,9 @@ runtime consults them around each tool call; what they remember is
   ``agent.example_date_refused``;
 - **loop guard**: in the JSON protocol a tool called in each of the last ``loop_guard`` turns is left out of
   the next turn's grammar (0: never);
+- **stuck**: when the last ``stuck_after`` turns each only repeated an earlier call (a small model alternating
+  between two refused calls, which the loop guard does not catch), the runtime stops offering tools and asks
+  for the answer at once (counted ``agent.stuck``), instead of spending the rest of the turn budget;
 - **ids used**: the photos each tool was called on, so the grammar does not offer a photo again to a tool that
   tells nothing new the second time (``Tool.repeat_ids``).
 """
@@ -55,8 +58,9 @@ def dates_in(text: str) -> set[date]:
 class Guards:
     """The guards of one runtime (see the module doc); ``loop_guard`` is the JSON protocol's loop rule."""
 
-    def __init__(self, loop_guard: int = 3) -> None:
+    def __init__(self, loop_guard: int = 3, stuck_after: int = 3) -> None:
         self.loop_guard = loop_guard
+        self.stuck_after = stuck_after
 
     def start(self, state: AgentState, request: str, worked_example: dict[str, Any] | None) -> None:
         """A run begins: remember the request's dates and, where the example is shown, the example's."""
@@ -73,8 +77,14 @@ class Guards:
                     "date copied from the worked example")
         if (earlier := self.repeat_of(call, tool, state)) is not None:
             state.guards.blocked_tools.add(tool.name)
+            state.guards.repeats_in_a_row += 1
             return Observation(REPEATED.format(tool=tool.name, turn=earlier), error=True), "repeated call"
+        state.guards.repeats_in_a_row = 0
         return None
+
+    def stuck(self, state: AgentState) -> bool:
+        """Whether the last ``stuck_after`` turns each only repeated an earlier call (0: never stuck)."""
+        return bool(self.stuck_after) and state.guards.repeats_in_a_row >= self.stuck_after
 
     @staticmethod
     def copied_dates(call: ToolCall, state: AgentState) -> list[str]:

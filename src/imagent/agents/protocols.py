@@ -46,10 +46,12 @@ from imagent.agents.tools import Tool
 from imagent.models.base import ChatParams, ChatResponse, ImagePart, Message
 
 ANSWER_FORMAT = 'The final answer is: ["<photo id>", "<photo id>", ...]'
-BUDGET_SPENT = ("You have used all {n} turns. Do not call any more tools. Based on what you found, give your "
+BUDGET_SPENT = ("{why} Do not call any more tools. Based on what you found, give your "
                 f"final answer now, exactly as: {ANSWER_FORMAT}")
-BUDGET_SPENT_JSON = ("You have used all {n} turns. Do not call any more tools. Based on what you found, give your "
+BUDGET_SPENT_JSON = ("{why} Do not call any more tools. Based on what you found, give your "
                      'final answer now: {{"thought": "...", "final_answer": ["<photo id>", ...]}}')
+SPENT = "You have used all {n} turns."
+STUCK = "Your last {k} tool calls repeated earlier ones, so the search is over."
 # The JSON protocol offers at most this many photo ids (the best seen) to its grammar.
 MAX_GRAMMAR_IDS = 200
 CALL_FORM_TEXT = '<tool_call>{"name": "<tool name>", "arguments": {...}}</tool_call>'
@@ -147,10 +149,11 @@ class TurnProtocol(ABC):
         return [Message("user", parts)]
 
     # ------------------------------------------------------------------ the last call
-    def budget_spent(self, params: ChatParams, n: int) -> Message:
-        """The request for an answer now, without tools, after ``n`` turns."""
+    def budget_spent(self, params: ChatParams, n: int, stuck: int = 0) -> Message:
+        """The request for an answer now, without tools, after ``n`` turns (``stuck``: after that many turns in
+        a row that only repeated earlier calls)."""
         spent = BUDGET_SPENT_JSON if params.json_schema is not None else BUDGET_SPENT
-        return Message.user(spent.format(n=n))
+        return Message.user(spent.format(why=STUCK.format(k=stuck) if stuck else SPENT.format(n=n)))
 
     @staticmethod
     def read_final(params: ChatParams, text: str) -> tuple[str, list[str] | None]:
@@ -264,6 +267,8 @@ __all__ = [
     "BUDGET_SPENT_JSON",
     "MAX_GRAMMAR_IDS",
     "PROTOCOLS",
+    "SPENT",
+    "STUCK",
     "JsonProtocol",
     "NativeProtocol",
     "ProtocolSettings",

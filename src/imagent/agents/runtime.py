@@ -225,7 +225,7 @@ class AgentRuntime:
         retries = self.answer_retries
         search_nudged = not self.search_first
         try:
-            while state.turn < self.max_turns and answer is None:
+            while state.turn < self.max_turns and answer is None and not self.guards.stuck(state):
                 for h in self.hooks:
                     h.before_turn(state)
                 state.turn += 1
@@ -249,6 +249,8 @@ class AgentRuntime:
                 for h in self.hooks:
                     h.after_turn(state, turn)
             if answer is None:
+                if self.guards.stuck(state):
+                    trace.count("agent.stuck")
                 answer, reason = self._final_call(state, proto, paths, dropped)
                 forced = answer is not None
         except ChatError as exc:
@@ -399,9 +401,10 @@ class AgentRuntime:
     def _final_call(self, state: AgentState, proto: TurnProtocol, paths: dict[str, int],
                     dropped: list[str]) -> tuple[list[str] | None, str]:
         """The budget is spent: one last call, without tools, for the answer."""
+        stuck = self.guards.stuck(state)
         n = state.turn = state.turn + 1
         params = proto.params(state, final=True)
-        state.add_message(proto.budget_spent(params, self.max_turns))
+        state.add_message(proto.budget_spent(params, self.max_turns, stuck=self.guards.stuck_after if stuck else 0))
         with state.trace.step(f"turn.{n}", turn=n, final=True, protocol=proto.mode) as step:
             resp = self.role.chat(list(state.messages), params)
             state.prompt_tokens += resp.prompt_tokens
@@ -416,9 +419,11 @@ class AgentRuntime:
             dropped += bad
             turn.dropped = bad
             step.outputs = self._turn_outputs(turn, None)
+        why = (f"{self.guards.stuck_after} repeated calls in a row" if stuck
+               else f"the {self.max_turns}-turn budget")
         if valid:
-            return valid, f"the model's final answer after the {self.max_turns}-turn budget"
-        return None, f"the {self.max_turns}-turn budget was spent without a usable answer"
+            return valid, f"the model's final answer after {why}"
+        return None, f"{why} ended the search without a usable answer"
 
     def _fallback_answer(self, state: AgentState) -> list[str]:
         best = [i for i in state.best_candidates(len(state.seen)) if self._known(i)][: self.fallback_k]

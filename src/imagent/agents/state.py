@@ -162,13 +162,15 @@ class GuardState:
     ``seen_dates``: dates the request and tool results held; ``example_dates``: the worked example's dates
     (empty when no example is shown); ``calls_made``: each distinct call (tool and arguments) -> its turn;
     ``ids_used``: tool name -> photo ids it was called on; ``blocked_tools``: tools left out of the next
-    turn's grammar (a repeated call was refused)."""
+    turn's grammar (a repeated call was refused); ``repeats_in_a_row``: turns in a row whose call repeated an
+    earlier one (the runtime asks for the answer when it reaches ``Guards.stuck_after``)."""
 
     seen_dates: set[date] = field(default_factory=set)
     example_dates: set[date] = field(default_factory=set)
     calls_made: dict[str, int] = field(default_factory=dict)
     ids_used: dict[str, set[str]] = field(default_factory=dict)
     blocked_tools: set[str] = field(default_factory=set)
+    repeats_in_a_row: int = 0
 
     def forget_calls(self) -> None:
         """The history's tool results were folded away: a repeated call may be needed again."""

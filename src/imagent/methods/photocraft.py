@@ -111,10 +111,10 @@ WORKED_EXAMPLE_DESCRIBED: dict[str, Any] = {
                    "c40 | 0.28 | 16:01 | A dog on the beach.\n"
                    "time = '2018-11-30' and place ~ 'Harbour Road, Kalk Bay':\n"
                    "b03 | 0.31 | 09:02 | Fishing boats in a harbour."},
-        {"thought": "a17 is the lighthouse. Its group gives its day: time = '2019-05-04'. List the photos of that day.",
+        {"thought": "a17 is the lighthouse. Constraint: its day. List the photos of the same day as a17.",
          "tool": "FilterMetadata",
-         "arguments": {"expression": "time = '2019-05-04'", "save_as": "that_day"},
-         "result": "4 photo(s) match \"time = '2019-05-04'\", taken 2019-05-04 15:20:11 to "
+         "arguments": {"same_as_photo": "a17", "same": ["day"], "save_as": "that_day"},
+         "result": "4 photo(s) match \"time = '2019-05-04'\" (the same day as a17), taken 2019-05-04 15:20:11 to "
                    "2019-05-04 16:01:40.\nSaved as subset 'that_day'.\nPhotos (oldest first, grouped by day and "
                    "place; id | time | caption):\ntime = '2019-05-04' and place ~ 'Cape Point, Cape Peninsula':\n"
                    "a17 | 15:20 | A lighthouse on a cliff.\n"
@@ -130,9 +130,9 @@ WORKED_EXAMPLE_DESCRIBED: dict[str, Any] = {
 # answer, and unbounded rounds spent the whole turn budget on audit loops (q12: 4 audits, 30 turns, F1 0).
 SMALL_MODEL_AUDITS = 1
 # What an answer given before the album was narrowed is told (``scope_first``).
-SCOPE_FIRST = ("Not narrowed yet. Call FilterMetadata with the anchor photo's day or place (a described result's "
-               "group header is that expression), then choose the TARGET photos from its list. A query without an "
-               "anchor, time or place: give your answer again.")
+SCOPE_FIRST = ("Not narrowed yet. Call FilterMetadata with the anchor photo as same_as_photo (same day, place or "
+               "city, as the query says), then choose the TARGET photos from its list. A query without an anchor, "
+               "time or place: give your answer again.")
 
 
 class ScopeFirst(AgentHooks):
@@ -174,10 +174,14 @@ class DeepSearchConfig(MethodConfig):
                                     "refused with an observation saying so")
     search_first: bool = Field(True, description="send an answer given before any tool returned a photo back once "
                                "(the papers' agent always searches first)")
-    scope_first: bool | None = Field(False, description="send an answer back once when no FilterMetadata call or "
+    scope_first: bool | None = Field(None, description="send an answer back once when no FilterMetadata call or "
                                      "search_within has narrowed the album to the anchor's day, place or trip yet "
-                                     "(imagent's small-model guard; None: on for the JSON protocol). Off by "
-                                     "default: with the offline 0.5B it added rounds without better answers")
+                                     "(imagent's small-model guard; None: on for the JSON protocol, where the next "
+                                     "turn must then call a tool)")
+    anchor_filters: bool = Field(True, description="JSON protocol only: FilterMetadata is offered in its photo form "
+                                 "(the photos of the same day, place, city or device as a photo the tools returned) "
+                                 "instead of a written expression (imagent's small-model guard: the offline 0.5B "
+                                 "named the anchor photo right but wrote other days' dates)")
     loop_guard: int = Field(3, ge=0, description="JSON protocol: a tool called in each of the last N turns is left "
                             "out of the next turn's grammar (a small model's loop breaker; 0: never)")
     compact_prompt: bool | None = Field(None, description="short tool list with one worked example instead of full "
@@ -283,7 +287,8 @@ class _DeepSearch(Method):
             from imagent.tools.web_text import web_text_search_from_env
 
             web = web_text_search_from_env()
-        cfg = AlbumToolsConfig(top_k=self.config.top_k, max_view=self.config.max_view, describe=self.describe())
+        cfg = AlbumToolsConfig(top_k=self.config.top_k, max_view=self.config.max_view, describe=self.describe(),
+                               anchor_filters=self.config.anchor_filters)
         return album_tools(album, cfg, web=web)
 
     def describe(self) -> bool:
