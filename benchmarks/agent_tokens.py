@@ -142,14 +142,15 @@ def measure_speed(model_path: Path, n_threads: int, context: int = 0) -> tuple[f
 
 
 def album_subset(album: Path, qids: list[str], work: Path) -> Path:
-    """A DISBench folder with only ``qids`` of ``album``'s queries (the rest linked, not copied)."""
+    """A DISBench folder with only ``qids`` of ``album``'s queries, in that order (the rest linked, not copied)."""
     out = work / "album"
     out.mkdir(parents=True)
     rows = [json.loads(x) for x in (album / "queries.jsonl").read_text().splitlines() if x.strip()]
-    keep = [r for r in rows if r["query_id"] in qids] if qids else rows
-    missing = set(qids) - {r["query_id"] for r in keep}
+    by_id = {r["query_id"]: r for r in rows}
+    missing = [q for q in qids if q not in by_id]
     if missing:
-        raise SystemExit(f"no such queries in {album}: {', '.join(sorted(missing))}")
+        raise SystemExit(f"no such queries in {album}: {', '.join(missing)}")
+    keep = [by_id[q] for q in dict.fromkeys(qids)] if qids else rows  # in the order given (a --budget cuts the end)
     (out / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in keep))
     for name in ("metadata", "images", "captions"):
         if (album / name).exists():

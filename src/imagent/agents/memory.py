@@ -346,7 +346,6 @@ AUDIT_SCHEMA: dict[str, Any] = {
     "required": list(AUDIT_CHECKS),
 }
 # There is no decision field to disagree with the checks: the decision (A.3.1's fifth part) is derived from them.
-AUDIT_PARTS = (*AUDIT_CHECKS, "decision")
 
 
 def audit_decision(value: dict[str, Any], answer: Sequence[str]) -> tuple[str, dict[str, bool], list[str]]:
@@ -534,7 +533,6 @@ class SkillInjection(AgentHooks):
 
 __all__ = [
     "AUDIT_CHECKS",
-    "AUDIT_PARTS",
     "AUDIT_SCHEMA",
     "SUMMARY_KINDS",
     "EpisodicMemory",

@@ -94,6 +94,18 @@ def _norm_name(name: str) -> str:
     return n.removesuffix("tool") or n
 
 
+def resolve_tool_mode(tool_mode: ToolMode, role: Role, has_tools: bool = True) -> Mode:
+    """``auto``: native tool calls when the role's backend has them; the JSON protocol for the in-process
+    llama.cpp backend (small local models; its grammars make every reply a well-formed call or answer); else text.
+    A method that builds small-model hooks asks this before it builds the runtime."""
+    if tool_mode != "auto":
+        return tool_mode
+    model = role.model
+    if getattr(model, "supports_tools", False):
+        return "native"
+    return "json" if getattr(model, "backend", "") == "llama.cpp" and has_tools else "text"
+
+
 class AgentRuntime:
     """Run a tool-using agent over a role.
 
@@ -173,14 +185,8 @@ class AgentRuntime:
 
     # ------------------------------------------------------------------ set-up
     def resolve_mode(self) -> Mode:
-        """``auto``: native tool calls when the backend has them; the JSON protocol for the in-process llama.cpp
-        backend (small local models; its grammars make every reply a well-formed call or answer); else text."""
-        if self.tool_mode != "auto":
-            return self.tool_mode
-        model = self.role.model
-        if getattr(model, "supports_tools", False):
-            return "native"
-        return "json" if getattr(model, "backend", "") == "llama.cpp" and self.tools else "text"
+        """The protocol this runtime speaks (:func:`resolve_tool_mode`)."""
+        return resolve_tool_mode(self.tool_mode, self.role, bool(self.tools))
 
     def _compact(self, mode: str) -> bool:
         if self.compact_prompt is not None:
@@ -478,4 +484,5 @@ __all__ = [
     "AgentState",
     "ToolMode",
     "TurnRecord",
+    "resolve_tool_mode",
 ]

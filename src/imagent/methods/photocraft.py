@@ -38,14 +38,17 @@ llama.cpp backend the turns use the runtime's JSON protocol (``tool_mode="json"`
 "tool", "arguments"}`` / ``{"thought", "final_answer"}``; photo ids limited to those the tools returned; no answer
 before a search), the tools are listed compactly with one worked example (:data:`WORKED_EXAMPLE`, invented ids)
 instead of full JSON Schemas, an exact repeat of an earlier call is refused, as is a call with one of the example's
-dates that nothing the agent read holds (the runtime's guard), and a tool called ``loop_guard`` (3) turns in a row
-is left out of the next turn's grammar, and an answer given before anything narrowed the album (no FilterMetadata,
-no ``search_within``) can be sent back once (``scope_first``, :class:`ScopeFirst`, off by default: measured with the
-0.5B it added rounds, not better answers). A blind agent (caption mode) reads ImageSearch and FilterMetadata results
+dates that nothing the agent read holds (the runtime's guard), a tool called ``loop_guard`` (3) turns in a row
+is left out of the next turn's grammar, and three refused repeats in a row end the search with a request for the
+answer (the runtime's stuck guard). On the JSON protocol two more guards are on by default (both methods): an answer
+given before anything narrowed the album (no FilterMetadata, no ``search_within``) is sent back once
+(``scope_first``, :class:`ScopeFirst`), and FilterMetadata is offered in its photo form only (``anchor_filters``:
+``same_as_photo`` and ``same`` day / place / city / device), because the offline 0.5B names its anchor photo right
+and writes that photo's date wrong. A blind agent (caption mode) reads ImageSearch and FilterMetadata results
 grouped by day and place, one line per photo, ``id | score | time | caption`` under a header that is the group's
 filter expression, ``time = 'YYYY-MM-DD' and place ~ '...'`` (``describe_results``; the worked example then shows
-the two-call chain :data:`WORKED_EXAMPLE_DESCRIBED`), so the anchor's day and place come with the search that finds
-it, in a form the agent can copy into FilterMetadata. An answer before any search is sent back once on every
+the two-call chain :data:`WORKED_EXAMPLE_DESCRIBED`: find the anchor, keep the photos of its day), so the anchor's
+day and place come with the search that finds it. An answer before any search is sent back once on every
 path (``search_first``: the paper's agent always searches first). When the memory role is the agent's own model,
 compression reads the history in context (same content; llama.cpp's prefix cache then evaluates only the request),
 and the audit's prompt is fitted to the model's window (fewer reloaded photos, then the history as text; noted in
@@ -63,7 +66,7 @@ from pydantic import Field
 
 from imagent.agents.album_tools import AlbumToolsConfig, album_tools, unavailable_tools_note
 from imagent.agents.memory import SUMMARY_KINDS, EpisodicMemory, MemoryCondense, SkillInjection, WorkingMemory
-from imagent.agents.runtime import AgentHooks, AgentRun, AgentRuntime, ToolMode
+from imagent.agents.runtime import AgentHooks, AgentRun, AgentRuntime, ToolMode, resolve_tool_mode
 from imagent.agents.skills import Skill, SkillLibrary, distill_skill, trajectory_text
 from imagent.agents.state import AgentState
 from imagent.core.trace import Trace
@@ -309,29 +312,32 @@ class _DeepSearch(Method):
         return Template(load_prompt("photocraft/task.txt")).safe_substitute(query=query.text, size=len(album),
                                                                              span=span)
 
-    def agent_parts(self, query: Query, album: Album) -> tuple[list[Any], list[AgentHooks]]:
-        """The tools and memory hooks of one search (built per query: searches may run in parallel)."""
+    def agent_parts(self, query: Query, album: Album, small: bool) -> tuple[list[Any], list[AgentHooks]]:
+        """The tools and memory hooks of one search (built per query: searches may run in parallel); ``small``:
+        the runtime will speak the JSON protocol of small local models."""
         return self.tools(album), []
+
+    def guard_hooks(self, small: bool) -> list[AgentHooks]:
+        """The small-model hooks that go before the method's own (an unnarrowed answer is not worth an audit)."""
+        cfg = self.config
+        return [ScopeFirst()] if cfg.scope_first or (cfg.scope_first is None and small) else []
 
     # ------------------------------------------------------------------ run
     def run(self, query: Query, top_k: int, trace: Trace) -> Result:
         album = self.album(query)
-        tools, hooks = self.agent_parts(query, album)
         cfg = self.config
+        role = self.ctx.roles[cfg.agent_role]
+        small = resolve_tool_mode(cfg.tool_mode, role) == "json"  # the small-model protocol
+        tools, hooks = self.agent_parts(query, album, small)
         runtime = AgentRuntime(
-            self.ctx.roles[cfg.agent_role], tools, self.system_prompt(tools), max_turns=cfg.max_turns, hooks=hooks,
-            tool_mode=cfg.tool_mode, known_ids=album, fallback_k=cfg.fallback_k, max_tokens=cfg.max_tokens,
+            role, tools, self.system_prompt(tools), max_turns=cfg.max_turns,
+            hooks=[*self.guard_hooks(small), *hooks], tool_mode=cfg.tool_mode, known_ids=album,
+            fallback_k=cfg.fallback_k, max_tokens=cfg.max_tokens,
             fallback=lambda _state: list(album.search(query.text, cfg.fallback_k).ids),
             search_first=cfg.search_first, loop_guard=cfg.loop_guard, compact_prompt=cfg.compact_prompt,
             worked_example=WORKED_EXAMPLE_DESCRIBED if self.describe() else WORKED_EXAMPLE,
             one_tool_per_step=cfg.one_tool_per_step,
         )
-        small = runtime.resolve_mode() == "json"  # the small-model protocol
-        if cfg.scope_first or (cfg.scope_first is None and small):
-            runtime.hooks.insert(0, ScopeFirst())  # before the audit: an unnarrowed answer is not worth auditing
-        for hook in runtime.hooks:
-            if small and isinstance(hook, EpisodicMemory) and hook.max_audits is None:
-                hook.max_audits = SMALL_MODEL_AUDITS
         run = runtime.run(self.task_message(query, album))
         ranking = self.ranking(run, top_k)
         with trace.step("answer", source=run.source) as step:
@@ -390,7 +396,7 @@ class ImageSeeker(_DeepSearch):
     description = ("ImageSeeker (DeepImageSearch): a tool-using agent over a personal album (search, metadata, "
                    "filters, viewing) with free-form context compression; answers a set of photos")
 
-    def agent_parts(self, query: Query, album: Album) -> tuple[list[Any], list[AgentHooks]]:
+    def agent_parts(self, query: Query, album: Album, small: bool) -> tuple[list[Any], list[AgentHooks]]:
         tools = self.tools(album)
         if not self.config.compression:
             return tools, []
@@ -476,7 +482,7 @@ class PhotoCraft(_DeepSearch):
         return stored
 
     # ------------------------------------------------------------------ hooks
-    def agent_parts(self, query: Query, album: Album) -> tuple[list[Any], list[AgentHooks]]:
+    def agent_parts(self, query: Query, album: Album, small: bool) -> tuple[list[Any], list[AgentHooks]]:
         c = self.config
         tools = self.tools(album)
         hooks: list[AgentHooks] = []
@@ -495,7 +501,9 @@ class PhotoCraft(_DeepSearch):
 
             hooks.append(EpisodicMemory(self.ctx.roles[c.memory_role], load_prompt("photocraft/audit.txt"),
                                         load_prompt("photocraft/audit_feedback.txt"), reload,
-                                        max_reload=c.max_view, max_audits=c.max_audits,
+                                        max_reload=c.max_view,
+                                        max_audits=SMALL_MODEL_AUDITS if small and c.max_audits is None
+                                        else c.max_audits,
                                         context_limit=self.context_limit()))
         return tools, hooks
 
