@@ -293,7 +293,7 @@ def test_budget_exhaustion_without_an_answer_falls_back():
     model = scripted([call("ImageSearch", query="sea")])  # never answers
     run, _ = run_agent(model, max_turns=2)
     assert run.source == "fallback" and run.answer == ["p2", "p4"]
-    assert "the 2-turn budget ended the search without a usable answer" in run.reason
+    assert "2-turn budget was spent without a usable answer" in run.reason
     assert len(model.calls) == 3
 
 

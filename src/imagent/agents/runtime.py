@@ -425,11 +425,13 @@ class AgentRuntime:
             dropped += bad
             turn.dropped = bad
             step.outputs = self._turn_outputs(turn, None)
-        why = (f"{self.guards.stuck_after} repeated calls in a row" if stuck
-               else f"the {self.max_turns}-turn budget")
+        if stuck:
+            why = f"{self.guards.stuck_after} repeated calls in a row"
+            return (valid, f"the model's final answer after {why}") if valid else \
+                (None, f"{why} ended the search without a usable answer")
         if valid:
-            return valid, f"the model's final answer after {why}"
-        return None, f"{why} ended the search without a usable answer"
+            return valid, f"the model's final answer after the {self.max_turns}-turn budget"
+        return None, f"the {self.max_turns}-turn budget was spent without a usable answer"
 
     def _fallback_answer(self, state: AgentState) -> list[str]:
         best = [i for i in state.best_candidates(len(state.seen)) if self._known(i)][: self.fallback_k]
