@@ -43,6 +43,19 @@ F1 33.3 / 35.3 / 0.0 / 28.6, q12 failing on the window; ImageSeeker 2,565 / 88 /
 59 -> 44 tok/s during the run, tests running beside it for part). After (commit 65fae09: n_ctx 8192, grouped
 results, derived audit, ``scope_first`` on) PhotoCraft 3,890 / 3,109 / 4,031 / 2,146 (mean 3,294, -21%) over
 8 / 5 / 26 / 9 calls, F1 0.0 / 0.0 / 0.0 / 40.0; the ImageSeeker half and the ratio were not finished.
+
+Measured 2026-11-26 late evening (load ~1): commit 709613a (``scope_first`` off) PhotoCraft 3,369 / 1,928 / 1,484 /
+2,680 evaluated (mean 2,365, -43% against 520be07), F1 0.0 / 33.3 / 0.0 / 66.7; ImageSeeker 1,361 per episode, F1
+40.0 / 40.0 / 0.0 / 0.0; last line ``agent_tokens ratio=1.750 evaluated_share=0.223``. A cProfile of two ImageSeeker
+queries then showed 119 s of 465 s in llama-cpp-python's sampling (48 ms a token: its grammar checks all 151,936
+tokens of the vocabulary) and the rest in decoding at 3-8k tokens of context, slower than the empty context the
+speeds were measured in; since then grammars are checked lazily (:mod:`imagent.models.llama_sampling`, the same
+tokens) and the last line prices tokens at the run's mean prompt length (the empty-context ratio is printed above
+it). With the JSON-protocol guards (commit d9a83b2; ``scope_first``, ``anchor_filters``, the stuck guard) on the
+default queries PhotoCraft F1 40.0 / 85.7 / 0.0 / 0.0, 3,563 evaluated per episode; over 14 of the 22 queries
+(``--queries`` alternating intra- and inter-event, ``--budget 3300``, ``--threads 1``, ImageSeeker running beside
+it) F1 15.4, ImageSeeker 9.5 on the 10 it reached (PhotoCraft 13.0 on those). The ratio of that run (1.833) is not
+a measurement of overhead: three jobs shared two cores and its speeds were measured before the queries only.
 """
 
 from __future__ import annotations  # noqa: I001 (imagent before numpy, below)
