@@ -203,6 +203,9 @@ def test_real_lazy_grammar_check_gives_the_stock_samplers_tokens(qwen_local: Lla
     try:
         for penalty in (1.0, 1.1):
             params = ChatParams(max_tokens=80, json_schema=LAZY_SCHEMA, repeat_penalty=penalty)
+            for slot in qwen_local._slots:  # the shared model's slots keep earlier tests' samplers
+                if slot.llama is not None:
+                    slot.llama.last_sampler = None
             mine = qwen_local.chat(msgs, params)
             sampler = next(s.llama.last_sampler for s in qwen_local._slots
                            if s.llama is not None and s.llama.last_sampler is not None)
