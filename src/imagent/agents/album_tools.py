@@ -64,14 +64,8 @@ def short_place(record: Any) -> str:
     """The first :data:`PLACE_PARTS` parts of the photo's place (the given address, else the place found offline
     for its GPS), exactly as written there (so ``place ~ '<it>'`` finds the photo), else its coordinates, else
     ``no place``."""
-    name = record.place_name
-    if name:
-        cut = -1
-        for _ in range(PLACE_PARTS):
-            cut = name.find(",", cut + 1)
-            if cut < 0:
-                break
-        return (name if cut < 0 else name[:cut]).strip()
+    if record.place_name:
+        return ",".join(record.place_name.split(",")[:PLACE_PARTS]).strip()
     if record.latitude is not None and record.longitude is not None:
         return f"{record.latitude:.3f}, {record.longitude:.3f}"
     return "no place"

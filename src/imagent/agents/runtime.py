@@ -255,9 +255,10 @@ class AgentRuntime:
                 for h in self.hooks:
                     h.after_turn(state, turn)
             if answer is None:
-                if self.guards.stuck(state):
+                stuck = self.guards.stuck(state)
+                if stuck:
                     trace.count("agent.stuck")
-                answer, reason = self._final_call(state, proto, paths, dropped)
+                answer, reason = self._final_call(state, proto, paths, dropped, stuck)
                 forced = answer is not None
         except ChatError as exc:
             reason = f"the model call failed ({exc})"
@@ -405,9 +406,9 @@ class AgentRuntime:
         return [i for i in ids if self._known(i)], [i for i in ids if not self._known(i)]
 
     def _final_call(self, state: AgentState, proto: TurnProtocol, paths: dict[str, int],
-                    dropped: list[str]) -> tuple[list[str] | None, str]:
-        """The budget is spent: one last call, without tools, for the answer."""
-        stuck = self.guards.stuck(state)
+                    dropped: list[str], stuck: bool = False) -> tuple[list[str] | None, str]:
+        """The budget is spent (``stuck``: the model only repeated calls): one last call, without tools, for the
+        answer."""
         n = state.turn = state.turn + 1
         params = proto.params(state, final=True)
         state.add_message(proto.budget_spent(params, self.max_turns, stuck=self.guards.stuck_after if stuck else 0))

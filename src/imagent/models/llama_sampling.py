@@ -64,8 +64,7 @@ class LazyGrammarGreedy:
     def sample(self, ctx: Any, idx: int = -1) -> int:
         lib = self._lib
         logits = lib.llama_get_logits_ith(ctx.ctx, idx)
-        self.cur["logit"] = np.ctypeslib.as_array(logits, shape=(self.n_vocab,))
-        self.cur["p"] = 0.0
+        self.cur["logit"] = np.ctypeslib.as_array(logits, shape=(self.n_vocab,))  # "p" stays 0: nothing here sets it
         # The penalties sampler changes logits in place and keeps the order: ids stay equal to positions.
         lib.llama_sampler_apply(self.penalties, ctypes.byref(self._array(self.cur)))
         token = int(np.argmax(self.cur["logit"]))
