@@ -238,6 +238,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--set", dest="sets", action="append", default=[], help="config key=value (repeatable)")
     ap.add_argument("--save", type=Path, default=None, help="write the per-query numbers as JSON")
     ap.add_argument("--before", type=Path, default=None, help="an earlier --save to compare with")
+    ap.add_argument("--keep", action="store_true", help="keep the work folder (run folders with each query's "
+                    "trace, the album subset) and print where it is")
     ap.add_argument("--budget", type=float, default=None, help="seconds after which no further query starts "
                     "(the summary then covers the queries that ran)")
     args = ap.parse_args(argv)
@@ -346,7 +348,10 @@ def main(argv: list[str] | None = None) -> None:
     generated = sum(r["generated"] for r in rows)
     sent = sum(r["sent"] for r in rows)
     floor = evaluated / prompt_speed + generated / gen_speed
-    shutil.rmtree(work, ignore_errors=True)
+    if args.keep:
+        print(f"work folder kept: {work} (run-<method>/results.jsonl holds each query's trace)")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
     if at_context is not None:
         print(f"ratio at an empty context's speed: {seconds / max(floor, 1e-9):.3f} (tokens priced as at a prompt's "
               "start)")

@@ -65,13 +65,15 @@ def test_filter_saves_a_named_subset_that_search_uses(tools, state):
     assert narrowed.photos == ["duck", "frog"] and "within 'penguin_day'" in narrowed.text
 
 
-def test_large_unsaved_results_are_saved_under_a_generated_name(tools, state):
+def test_unsaved_results_are_saved_under_a_generated_name(tools, state):
     obs = tools["FilterMetadata"]({"expression": "address ~ 'cape town'"}, state)
     assert state.subsets["filter_1"] == ["penguin", "heron", "duck", "frog", "blackbird"]
     assert "Saved as subset 'filter_1'" in obs.text and obs.data == {"count": 5, "subset": "filter_1",
                                                                      "expression": "address ~ 'cape town'"}
-    small = tools["FilterMetadata"]({"expression": "address ~ 'paris'"}, state)
-    assert small.photos == ["crow"] and "Saved" not in small.text and "filter_2" not in state.subsets
+    small = tools["FilterMetadata"]({"expression": "address ~ 'paris'"}, state)  # short lists too: searchable
+    assert small.photos == ["crow"] and state.subsets["filter_2"] == ["crow"] and "'filter_2'" in small.text
+    none = tools["FilterMetadata"]({"expression": "address ~ 'nowhere'"}, state)
+    assert none.photos == [] and "filter_3" not in state.subsets and "Saved" not in none.text
 
 
 def test_subset_errors_go_back_to_the_model(tools, state):
@@ -262,3 +264,22 @@ def test_filter_metadata_keeps_the_same_day_place_city_or_device_as_a_photo(know
     with pytest.raises(ValueError):  # no photo seen yet: FilterMetadata is not offered (nothing else is either)
         json_turn_schema([photo], [], [])
     assert photo.example == {"same_as_photo": "<photo id>", "same": ["day"], "save_as": "that_day"}
+
+
+def test_clear_matches_are_the_results_above_the_largest_score_drop(known_album, state):
+    from imagent.agents.album_tools import clear_matches
+
+    assert clear_matches([0.92, 0.42, 0.38, 0.38]) == 1  # the anchor stands alone
+    assert clear_matches([0.50, 0.45, 0.43, 0.40, 0.36, 0.26, 0.25]) == 5  # the drop after the fifth
+    assert clear_matches([0.7, 0.6, 0.5]) == 1 and clear_matches([0.4]) == 1 and clear_matches([]) == 0
+    cfg = AlbumToolsConfig(describe=True, clear_matches=True)
+    search = {t.name: t for t in album_tools(known_album, cfg)}["ImageSearch"]
+    obs = search({"query": "a little penguin", "top_k": 4}, state)
+    scores = [obs.scores[i] for i in obs.photos]
+    n = clear_matches(scores)
+    assert obs.text.splitlines()[-1] == (f"Clear matches (above the largest score drop, {scores[n - 1]:.2f} -> "
+                                         f"{scores[n]:.2f}): " + ", ".join(obs.photos[:n]))
+    # off by default, and never on the paper's plain (id and score) results
+    for off in (AlbumToolsConfig(describe=True), AlbumToolsConfig(clear_matches=True)):
+        tool = {t.name: t for t in album_tools(known_album, off)}["ImageSearch"]
+        assert "Clear matches" not in tool({"query": "a little penguin", "top_k": 4}, state).text

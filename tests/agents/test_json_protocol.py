@@ -11,6 +11,7 @@ import pytest
 from imagent.agents import AgentRuntime
 from imagent.agents.album_tools import album_tools
 from imagent.agents.protocol import (
+    fix_arguments,
     json_turn_schema,
     parse_json_turn,
     parse_tool_calls,
@@ -294,3 +295,44 @@ def test_an_answer_a_hook_sent_back_makes_the_next_turn_a_call():
     assert "answer" in grammars[1] and "answer" not in grammars[2] and "answer" in grammars[3]
     assert turn_steps(trace)[1].outputs["rejected_by"] == "RejectFirst"
     assert run.state.retrieval_round is False
+
+
+def test_a_hook_that_sends_an_answer_back_can_name_the_next_call_and_its_fixed_arguments(known_album):
+    from imagent.agents.runtime import AgentHooks
+    from imagent.agents.state import NextCall
+
+    class WantsNarrowing(AgentHooks):
+        sent = False
+
+        def before_answer(self, state, answer):
+            if self.sent:
+                return None
+            self.sent = True
+            state.next_call = NextCall("ImageSearch", {"query": "heron", "search_within": "that_day"})
+            return "search the heron within that_day first"
+
+    tools = album_tools(known_album)
+    model = scripted([json_turn("FilterMetadata", expression="time >= '2013-06-09' and time < '2013-06-10'",
+                                save_as="that_day"),
+                      json.dumps({"thought": "done", "final_answer": ["penguin"]}),
+                      json_turn("ImageSearch", query="heron", search_within="that_day"),
+                      json.dumps({"thought": "done", "final_answer": ["heron"]})])
+    runtime = AgentRuntime(Role("agent", model), tools, "You find photos.", known_ids=known_album,
+                           tool_mode="json", hooks=[WantsNarrowing()])
+    trace = Trace()
+    with trace.activate():
+        run = runtime.run("the heron on the penguin day")
+    assert run.answer == ["heron"] and run.state.next_call is None  # cleared once the call ran
+    third = model.calls[2][1].json_schema
+    assert set(offered(third)) == {"ImageSearch"}  # only the named tool, no answer
+    args = offered(third)["ImageSearch"]["properties"]["arguments"]
+    assert args["properties"]["query"] == {"const": "heron"} and args["properties"]["search_within"] == {
+        "const": "that_day"}
+    assert {"query", "search_within"} <= set(args["required"])
+    fourth = model.calls[3][1].json_schema
+    later_args = offered(fourth)["ImageSearch"]["properties"]["arguments"]
+    assert "answer" in offered(fourth) and "const" not in json.dumps(later_args)
+    grammar = pytest.importorskip("llama_cpp.llama_grammar")
+    assert '"\\"heron\\""' in grammar.json_schema_to_gbnf(json.dumps(third))
+    fixed = fix_arguments({"type": "object", "properties": {"same": {"type": "array"}}}, {"same": ["day"]})
+    assert fixed["properties"]["same"]["prefixItems"] == [{"const": "day"}] and fixed["required"] == ["same"]

@@ -435,11 +435,96 @@ def test_scope_first_sends_an_unnarrowed_answer_back_once():
     assert run.turns == 2
 
 
+class SavingFilter(FakeFilter):
+    def run(self, args, state):
+        obs = super().run(args, state)
+        state.save_subset("that_day", list(obs.photos))
+        return Observation(obs.text + " Saved as subset 'that_day'.", photos=obs.photos, data={"subset": "that_day"})
+
+
+def test_target_first_sends_an_answer_back_until_the_target_was_searched_within_the_subset():
+    from imagent.methods.photocraft import TARGET_FIRST, ScopeFirst, TargetFirst
+
+    def run_with(replies: list[str]) -> tuple[Any, Trace]:
+        runtime = AgentRuntime(Role("agent", ScriptedChatModel(default=sequence(*replies))),
+                               [FakeSearch(), FakeMetadata(), SavingFilter()], "You search photos.", max_turns=8,
+                               hooks=[ScopeFirst(), TargetFirst()], known_ids=ALBUM)
+        trace = Trace()
+        with trace.activate():
+            return runtime.run("the birds on the day I saw the flamingo"), trace
+
+    narrow = call("FilterMetadata", expression="time >= '2014-04-20' and time < '2014-04-21'")
+    # Narrowed, then answered from the day's list: sent back once, naming the subset to search within.
+    run, trace = run_with([call("ImageSearch", query="flamingo"), narrow, 'The final answer is: ["u1/2001"]',
+                           call("ImageSearch", query="bird", search_within="that_day"),
+                           'The final answer is: ["u1/1001", "u1/1002"]'])
+    assert run.answer == ["u1/1001", "u1/1002"] and run.turns == 5
+    turn3 = next(s for s in trace.steps if s.name == "turn.3")
+    assert turn3.outputs["rejected_by"] == "TargetFirst"
+    assert turn3.outputs["feedback"] == TARGET_FIRST.format(subset="that_day") and "'that_day'" in TARGET_FIRST.format(
+        subset="that_day")
+    # Once only: a second answer without the target search stands.
+    run, _ = run_with([call("ImageSearch", query="flamingo"), narrow, 'The final answer is: ["u1/2001"]',
+                       'The final answer is: ["u1/1001"]'])
+    assert run.answer == ["u1/1001"] and sum(1 for t in run.state.turns if t.rejected_by == "TargetFirst") == 1
+    # Nothing narrowed: not its business (ScopeFirst's); searched within after the narrowing: the answer stands.
+    assert TargetFirst.unsearched_subset(run.state) == "that_day"
+    run, _ = run_with([call("ImageSearch", query="flamingo"), narrow,
+                       call("ImageSearch", query="bird", search_within="that_day"), 'The final answer is: ["u1/1001"]'])
+    assert run.turns == 4 and not any(t.rejected_by for t in run.state.turns)
+
+
+def test_chain_plan_splits_the_query_and_names_the_next_call_in_the_guards_messages():
+    from imagent.methods.photocraft import PLAN_SCHEMA, ChainPlan, ScopeFirst, TargetFirst
+
+    def run_with(replies: list[str]) -> tuple[Any, Trace, ScriptedChatModel]:
+        model = ScriptedChatModel(default=sequence(*replies))
+        role = Role("agent", model)
+        plan = ChainPlan(role, "the birds on the day I saw the flamingo")
+        runtime = AgentRuntime(role, [FakeSearch(), FakeMetadata(), SavingFilter()], "You search photos.",
+                               max_turns=8, hooks=[plan, ScopeFirst(plan), TargetFirst(plan)], known_ids=ALBUM)
+        trace = Trace()
+        with trace.activate():
+            return runtime.run("the birds on the day I saw the flamingo"), trace, model
+
+    split = json.dumps({"anchor": "flamingo", "same": "day", "target": "bird"})
+    narrow = call("FilterMetadata", expression="time >= '2014-04-20' and time < '2014-04-21'")
+    run, trace, model = run_with([split, call("ImageSearch", query="flamingo"), 'The final answer is: ["u1/2001"]',
+                                  narrow, 'The final answer is: ["u1/2001"]',
+                                  call("ImageSearch", query="bird", search_within="that_day"),
+                                  'The final answer is: ["u1/1001", "u1/1002"]'])
+    assert run.answer == ["u1/1001", "u1/1002"]
+    step = next(s for s in trace.steps if s.name == "plan")
+    assert step.outputs == {"parsed": True, "anchor": "flamingo", "same": "day", "target": "bird"}
+    first, params = model.calls[0]
+    assert params.json_schema == PLAN_SCHEMA and "flamingo" in first[0].text  # one grammar-constrained call
+    task = run.state.messages[1].text
+    assert task.endswith("Your plan: find the anchor 'flamingo'; keep the photos of its same day (FilterMetadata "
+                         "same_as_photo); search for the target 'bird' within them.")
+    feedback = [s.outputs["feedback"] for s in trace.steps if s.outputs and s.outputs.get("rejected_by")]
+    assert feedback == ["Not narrowed yet. Call FilterMetadata with same_as_photo = the photo of the flamingo and "
+                        "same = [\"day\"], then search for 'bird' within it.",
+                        'Now call ImageSearch with {"query": "bird", "search_within": "that_day"}, then answer with '
+                        "the photos of that list that show bird."]
+    # A split without an anchor: nothing to narrow, the answer stands; a split that does not parse changes nothing.
+    run, _, _ = run_with([json.dumps({"anchor": "-", "same": "none", "target": "bird"}),
+                          call("ImageSearch", query="bird"), 'The final answer is: ["u1/1001"]'])
+    assert run.answer == ["u1/1001"] and run.turns == 2
+    run, trace, _ = run_with(["no json here", "still none", call("ImageSearch", query="flamingo"),
+                              'The final answer is: ["u1/2001"]', narrow, 'The final answer is: ["u1/1001"]',
+                              'The final answer is: ["u1/1001"]'])
+    step = next(s for s in trace.steps if s.name == "plan")
+    assert step.outputs == {"parsed": False} and "Your plan" not in run.state.messages[1].text
+    assert [s.outputs["feedback"][:20] for s in trace.steps if s.outputs and s.outputs.get("rejected_by")] == [
+        "Not narrowed yet. Ca", "Now find the TARGET "]
+
+
 def test_scope_first_and_anchor_filters_are_imagent_knobs_off_the_paper():
     from imagent.methods.photocraft import ImageSeekerConfig, PhotoCraftConfig
 
     for cfg in (PhotoCraftConfig(), ImageSeekerConfig()):  # the same guards for both methods
         assert cfg.scope_first is None and cfg.anchor_filters is True  # small-model (JSON protocol) guards
+        assert cfg.target_first is None and cfg.clear_matches is None
     from imagent.methods.origins import IMAGENT_FIELDS
 
-    assert {"scope_first", "anchor_filters"} <= IMAGENT_FIELDS  # imagent's knobs, not the paper's
+    assert {"scope_first", "anchor_filters", "target_first", "clear_matches"} <= IMAGENT_FIELDS  # imagent's knobs

@@ -52,6 +52,9 @@ class AlbumToolsConfig(BaseModel):
     describe: bool = Field(False, description="ImageSearch and FilterMetadata list each photo as one line with its "
                            "date, place and caption (what a blind model would read with ViewPhotos and "
                            "GetMetadata); False: ids and scores only, as the paper's ImageSearch returns them")
+    clear_matches: bool = Field(False, description="a described ImageSearch result ends with the photos above its "
+                                "largest score drop (clear_matches): a small model reads the score gap from one "
+                                "line instead of comparing twenty numbers")
 
 
 _ID_SPLIT = re.compile(r"[\s,;]+")
@@ -121,6 +124,16 @@ def same_as_filter(record: Any, same: Sequence[str], city_km: float = 25.0) -> s
     if not parts:
         raise ToolError(f"same: name at least one of {', '.join(SAME_AS)}")
     return " and ".join(parts)
+
+
+def clear_matches(scores: Sequence[float]) -> int:
+    """How many results, best first, stand above the largest drop between two neighbouring scores (all of them
+    when fewer than two): where a search's scores fall from "this is it" to "something else". Ties keep the
+    first (highest) drop."""
+    if len(scores) < 2:
+        return len(scores)
+    drops = [scores[n] - scores[n + 1] for n in range(len(scores) - 1)]
+    return drops.index(max(drops)) + 1
 
 
 def _caption(record: Any) -> str:
@@ -220,6 +233,11 @@ class ImageSearchTool(_AlbumTool):
             lines = described_groups(self.album, [i for i, _ in pairs], [s for _, s in pairs])
             text = (f"Top {len(ranking)} photos for {what}{scope}, grouped by day and place, best group first "
                     "(id | score | time | caption):\n" + "\n".join(lines))
+            if self.config.clear_matches and len(pairs) > 1:
+                n = clear_matches([s for _, s in pairs])
+                cut = f"{pairs[n - 1][1]:.2f} -> {pairs[n][1]:.2f}" if n < len(pairs) else "none"
+                text += (f"\nClear matches (above the largest score drop, {cut}): "
+                         + ", ".join(i for i, _ in pairs[:n]))
         else:
             lines = [f"{n}. {i} (score {s:.3f})" for n, (i, s) in enumerate(pairs, 1)]
             text = f"Top {len(ranking)} photos for {what}{scope}, best first:\n" + "\n".join(lines)
@@ -355,7 +373,7 @@ class FilterMetadataTool(_AlbumTool):
         save_as = _subset_name(args["save_as"]) if args.get("save_as") else None
         ids = self.album.filter(expr, within)
         limit = self.config.list_limit
-        if save_as is None and len(ids) > limit:
+        if save_as is None and ids:  # every result is searchable: ImageSearch's search_within names it
             save_as = f"filter_{sum(1 for k in scope.subsets if k.startswith('filter_')) + 1}"
         if save_as is not None:
             scope.save_subset(save_as, ids)

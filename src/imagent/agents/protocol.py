@@ -318,15 +318,31 @@ JSON_THOUGHT_CHARS = 300  # the reasoning a turn writes before its action (bound
 JSON_ANSWER_KEY = "final_answer"
 
 
+def fix_arguments(params: dict[str, Any], fixed: dict[str, Any]) -> dict[str, Any]:
+    """A tool's grammar parameters with ``fixed`` arguments set: each becomes a required constant (a list one of
+    exactly its items, in order)."""
+    props = dict(params.get("properties") or {})
+    for key, value in fixed.items():
+        if isinstance(value, list):
+            props[key] = {"type": "array", "prefixItems": [{"const": v} for v in value], "items": False,
+                          "minItems": len(value), "maxItems": len(value)}
+        else:
+            props[key] = {"const": value}
+    required = list(dict.fromkeys([*(params.get("required") or []), *fixed]))
+    return {**params, "properties": props, "required": required}
+
+
 def json_turn_schema(tools: Sequence[Tool], ids: Sequence[str], subsets: Sequence[str], *, tools_allowed: bool = True,
                      answer_allowed: bool = True, max_answer: int = 20,
-                     used: dict[str, Collection[str]] | None = None) -> dict[str, Any]:
+                     used: dict[str, Collection[str]] | None = None,
+                     fixed: dict[str, Any] | None = None) -> dict[str, Any]:
     """The schema of one JSON-protocol reply: one of the offered tools' calls, or the final answer.
 
     ``ids`` (the photos the tools returned so far) bound every photo-id argument and the answer;
     ``subsets`` the subset names; ``used`` (tool name -> ids it was called on) removes those ids from
     the tools that do not take a photo twice (``Tool.repeat_ids``). ``answer_allowed=False`` (no photo seen
-    yet) leaves only tool calls; ``tools_allowed=False`` (the budget is spent) only the answer. Raises
+    yet) leaves only tool calls; ``tools_allowed=False`` (the budget is spent) only the answer. ``fixed``: arguments
+    every offered call must have (:func:`fix_arguments`; a hook's :class:`~imagent.agents.state.NextCall`). Raises
     ValueError when nothing is left."""
     thought = {"type": "string", "maxLength": JSON_THOUGHT_CHARS}
     alternatives: list[dict[str, Any]] = []
@@ -337,6 +353,8 @@ def json_turn_schema(tools: Sequence[Tool], ids: Sequence[str], subsets: Sequenc
             params = t.grammar_parameters([i for i in ids if i not in done] if done else ids, subsets)
             if params is None:
                 continue
+            if fixed:
+                params = fix_arguments(params, fixed)
             alternatives.append({"type": "object",
                                  "properties": {"thought": thought, "tool": {"const": t.name}, "arguments": params},
                                  "required": ["thought", "tool", "arguments"], "additionalProperties": False})
@@ -455,6 +473,7 @@ __all__ = [
     "TOOL_CALL_OPEN",
     "ToolCall",
     "compact_tool_list",
+    "fix_arguments",
     "format_tool_call",
     "format_tool_response",
     "json_protocol_prompt",

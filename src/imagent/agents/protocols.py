@@ -227,13 +227,23 @@ class JsonProtocol(TurnProtocol):
         ids = [i for i in state.best_candidates(MAX_GRAMMAR_IDS) if self.known(i)]
         blocked = self.guards.blocked_tools(state)
         tools = [t for t in self.tools if t.name not in blocked] or ([] if ids else self.tools)
+        nxt = state.next_call if state.retrieval_round and not final else None
+        named = [t for t in self.tools if nxt is not None and t.name == nxt.tool]
+        if named:  # a hook that sent the answer back named the call to make: offer only it
+            tools = named
+        # After an answer was sent back for more retrieval, the next reply must be a call (a new round).
+        answer_allowed = final or not (state.retrieval_round and tools)
         try:
-            # After an answer was sent back for more retrieval, the next reply must be a call (a new round).
-            answer_allowed = final or not (state.retrieval_round and tools)
             p.json_schema = json_turn_schema(tools, ids, list(state.subsets), tools_allowed=not final,
-                                             answer_allowed=answer_allowed, used=state.guards.ids_used)
-        except ValueError:  # the budget is spent and nothing was seen: a plain reply (the fall-back answers)
-            return p
+                                             answer_allowed=answer_allowed, used=state.guards.ids_used,
+                                             fixed=nxt.arguments if named and nxt is not None else None)
+        except ValueError:
+            try:  # the named call cannot be made (e.g. no photo to name yet): any call, as without it
+                tools = [t for t in self.tools if t.name not in blocked] or ([] if ids else self.tools)
+                p.json_schema = json_turn_schema(tools, ids, list(state.subsets), tools_allowed=not final,
+                                                 answer_allowed=answer_allowed, used=state.guards.ids_used)
+            except ValueError:  # the budget is spent and nothing was seen: a plain reply (the fall-back answers)
+                return p
         p.repeat_penalty = 1.1  # with bounded strings: what keeps a small model out of loops (models README)
         return p
 

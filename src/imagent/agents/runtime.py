@@ -241,6 +241,7 @@ class AgentRuntime:
                     turn = self._turn(state, resp, proto)
                     if turn.calls:
                         state.retrieval_round = False
+                        state.next_call = None
                     paths[turn.path] = paths.get(turn.path, 0) + 1
                     if turn.answer is not None and not turn.calls and not state.seen and not search_nudged:
                         search_nudged = True
@@ -312,6 +313,8 @@ class AgentRuntime:
                     break
         if feedback is not None:
             state.retrieval_round = turn.rejected_by is not None  # a hook asked for more retrieval
+            if not state.retrieval_round:
+                state.next_call = None
             self._feedback(state, turn, feedback)
             return None, "", retries
         if valid:

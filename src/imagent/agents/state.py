@@ -198,6 +198,15 @@ class Audit:
 
 
 @dataclass
+class NextCall:
+    """The call a hook that sent an answer back wants next: its tool and the arguments it fixes (the JSON protocol's
+    grammar then offers only that tool, those arguments set; other protocols read the hook's feedback only)."""
+
+    tool: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class SkillUse:
     """The semantic-memory skill injected at the start (its id and similarity to the request)."""
 
@@ -236,6 +245,8 @@ class AgentState:
     # A hook sent a proposed answer back for more retrieval (an audit that failed, an unnarrowed answer): the next
     # turn must call a tool (the JSON protocol's grammar offers no answer) until one runs.
     retrieval_round: bool = False
+    # ... and which call it must be, when the hook named one (cleared once a call ran).
+    next_call: NextCall | None = None
     _messages: list[Message] = field(default_factory=list, repr=False)
 
     # ------------------------------------------------------------------ the history
@@ -357,6 +368,7 @@ __all__ = [
     "Compression",
     "GuardState",
     "Mode",
+    "NextCall",
     "Observation",
     "SkillUse",
     "ToolCall",

@@ -17,7 +17,8 @@ IMAGENT_FIELDS: frozenset[str] = frozenset({
     "compress_at", "agent_role", "memory_role", "skills_path", "batch_questions", "grammar_max_calls",
     "plan_retries", "planner_max_tokens", "max_calls_per_plan", "library", "mip_time_limit_s", "retrievers",
     "exclude_gallery_exemplars", "genecis_templates", "chat_mode", "stages", "max_tokens", "max_view",
-    "search_first", "scope_first", "anchor_filters", "web_search", "keep_verbatim", "max_audits",
+    "search_first", "scope_first", "target_first", "chain_plan", "clear_matches", "anchor_filters", "web_search",
+    "keep_verbatim", "max_audits",
     "include_reference_caption", "max_verified",
     "text_similarity", "visual_similarity", "text_questions", "visual_questions",
 })

@@ -40,15 +40,18 @@ before a search), the tools are listed compactly with one worked example (:data:
 instead of full JSON Schemas, an exact repeat of an earlier call is refused, as is a call with one of the example's
 dates that nothing the agent read holds (the runtime's guard), a tool called ``loop_guard`` (3) turns in a row
 is left out of the next turn's grammar, and three refused repeats in a row end the search with a request for the
-answer (the runtime's stuck guard). On the JSON protocol two more guards are on by default (both methods): an answer
+answer (the runtime's stuck guard). On the JSON protocol more guards are on by default (both methods): an answer
 given before anything narrowed the album (no FilterMetadata, no ``search_within``) is sent back once
-(``scope_first``, :class:`ScopeFirst`), and FilterMetadata is offered in its photo form only (``anchor_filters``:
-``same_as_photo`` and ``same`` day / place / city / device), because the offline 0.5B names its anchor photo right
-and writes that photo's date wrong. A blind agent (caption mode) reads ImageSearch and FilterMetadata results
-grouped by day and place, one line per photo, ``id | score | time | caption`` under a header that is the group's
-filter expression, ``time = 'YYYY-MM-DD' and place ~ '...'`` (``describe_results``; the worked example then shows
-the two-call chain :data:`WORKED_EXAMPLE_DESCRIBED`: find the anchor, keep the photos of its day), so the anchor's
-day and place come with the search that finds it. An answer before any search is sent back once on every
+(``scope_first``, :class:`ScopeFirst`), as is one given after the narrowing but before any ImageSearch within the
+saved subset (``target_first``, :class:`TargetFirst`); FilterMetadata is offered in its photo form only
+(``anchor_filters``: ``same_as_photo`` and ``same`` day / place / city / device), because the offline 0.5B names its
+anchor photo right and writes that photo's date wrong; and a described ImageSearch result ends with its clear
+matches, the photos above the largest score drop (``clear_matches``). A blind agent (caption mode) reads
+ImageSearch and FilterMetadata results grouped by day and place, one line per photo, ``id | score | time |
+caption`` under a header that is the group's filter expression, ``time = 'YYYY-MM-DD' and place ~ '...'``
+(``describe_results``; the worked example then shows the three-call chain :data:`WORKED_EXAMPLE_DESCRIBED`: find
+the anchor, keep the photos of its day, search the target within them), so the anchor's day and place come with
+the search that finds it. An answer before any search is sent back once on every
 path (``search_first``: the paper's agent always searches first). When the memory role is the agent's own model,
 compression reads the history in context (same content; llama.cpp's prefix cache then evaluates only the request),
 and the audit's prompt is fitted to the model's window (fewer reloaded photos, then the history as text; noted in
@@ -68,11 +71,12 @@ from imagent.agents.album_tools import AlbumToolsConfig, album_tools, unavailabl
 from imagent.agents.memory import SUMMARY_KINDS, EpisodicMemory, MemoryCondense, SkillInjection, WorkingMemory
 from imagent.agents.runtime import AgentHooks, AgentRun, AgentRuntime, ToolMode, resolve_tool_mode
 from imagent.agents.skills import Skill, SkillLibrary, distill_skill, trajectory_text
-from imagent.agents.state import AgentState
+from imagent.agents.state import AgentState, NextCall
 from imagent.core.trace import Trace
 from imagent.core.types import Query, Ranking, Result, Source
 from imagent.methods.base import Method, MethodConfig, load_prompt, register_method
-from imagent.models.base import ImagePart
+from imagent.models.base import ImagePart, Message
+from imagent.models.roles import Role
 from imagent.tools.album import Album
 
 # Above any cosine: the answer set ranks before every other candidate.
@@ -101,7 +105,8 @@ WORKED_EXAMPLE: dict[str, Any] = {
     "answer": {"thought": "a21 and a24 show dogs on the lighthouse day; a19 scores too low.", "ids": ["a21", "a24"]},
 }
 # The same worked example when the tools describe each photo (``describe_results``): the anchor's date is read
-# from the search result and the day's photos are listed with their captions, so the chain takes two calls.
+# from the search result, the day's photos are listed with their captions and saved, and the target is searched
+# within them (the clear matches line of a small model's results, ``clear_matches``).
 WORKED_EXAMPLE_DESCRIBED: dict[str, Any] = {
     "query": "The dogs I photographed on the day I saw the lighthouse.",
     "steps": [
@@ -113,8 +118,9 @@ WORKED_EXAMPLE_DESCRIBED: dict[str, Any] = {
                    "a17 | 0.61 | 15:20 | A lighthouse on a cliff.\n"
                    "c40 | 0.28 | 16:01 | A dog on the beach.\n"
                    "time = '2018-11-30' and place ~ 'Harbour Road, Kalk Bay':\n"
-                   "b03 | 0.31 | 09:02 | Fishing boats in a harbour."},
-        {"thought": "a17 is the lighthouse. Constraint: its day. List the photos of the same day as a17.",
+                   "b03 | 0.31 | 09:02 | Fishing boats in a harbour.\n"
+                   "Clear matches (above the largest score drop, 0.61 -> 0.31): a17"},
+        {"thought": "a17 is the lighthouse. Constraint: its day. Keep the photos of the same day as a17.",
          "tool": "FilterMetadata",
          "arguments": {"same_as_photo": "a17", "same": ["day"], "save_as": "that_day"},
          "result": "4 photo(s) match \"time = '2019-05-04'\" (the same day as a17), taken 2019-05-04 15:20:11 to "
@@ -124,9 +130,18 @@ WORKED_EXAMPLE_DESCRIBED: dict[str, Any] = {
                    "a19 | 15:31 | A seagull on a rock.\n"
                    "a21 | 15:44 | A black dog running.\n"
                    "c40 | 16:01 | A dog on the beach."},
+        {"thought": "Target: dogs. Search for dogs within that_day.", "tool": "ImageSearch",
+         "arguments": {"query": "dog", "search_within": "that_day"},
+         "result": "Top 4 photos for 'dog' within subset 'that_day' (4 photos), grouped by day and place, best "
+                   "group first (id | score | time | caption):\n"
+                   "time = '2019-05-04' and place ~ 'Cape Point, Cape Peninsula':\n"
+                   "a21 | 0.58 | 15:44 | A black dog running.\n"
+                   "c40 | 0.55 | 16:01 | A dog on the beach.\n"
+                   "a19 | 0.21 | 15:31 | A seagull on a rock.\n"
+                   "a17 | 0.12 | 15:20 | A lighthouse on a cliff.\n"
+                   "Clear matches (above the largest score drop, 0.55 -> 0.21): a21, c40"},
     ],
-    "answer": {"thought": "Target: dogs. Of that day's photos a21 and c40 show dogs; a17 and a19 do not.",
-               "ids": ["a21", "c40"]},
+    "answer": {"thought": "a21 and c40 show dogs on the lighthouse day; a19 and a17 do not.", "ids": ["a21", "c40"]},
 }
 
 # Audits per query on the JSON protocol when ``max_audits`` is None: the offline 0.5B's audits failed nearly every
@@ -134,8 +149,70 @@ WORKED_EXAMPLE_DESCRIBED: dict[str, Any] = {
 SMALL_MODEL_AUDITS = 1
 # What an answer given before the album was narrowed is told (``scope_first``).
 SCOPE_FIRST = ("Not narrowed yet. Call FilterMetadata with the anchor photo as same_as_photo (same day, place or "
-               "city, as the query says), then choose the TARGET photos from its list. A query without an anchor, "
+               "city, as the query says), then search for the TARGET within it. A query without an anchor, "
                "time or place: give your answer again.")
+SCOPE_FIRST_PLAN = ("Not narrowed yet. Call FilterMetadata with same_as_photo = the photo of the {anchor} and "
+                    "same = [\"{same}\"], then search for '{target}' within it.")
+# What an answer given after the narrowing but before any search inside it is told (``target_first``).
+TARGET_FIRST = ("Now find the TARGET inside {subset!r}: call ImageSearch with the target's keywords and "
+                "search_within={subset!r}, then answer with the photos of that list that show the target.")
+TARGET_FIRST_PLAN = ("Now call ImageSearch with {{\"query\": \"{target}\", \"search_within\": \"{subset}\"}}, then "
+                     "answer with the photos of that list that show {target}.")
+
+
+# The query split a small model makes before its first turn (``chain_plan``): the decomposition the papers' prompts ask
+# for in the agent's reasoning, as one grammar-constrained call. The example is the worked example's query.
+PLAN_PROMPT = Template("""Split a photo-album search into three parts:
+- anchor: the thing or moment that identifies the event, found first (short keywords);
+- same: what the wanted photos share with the anchor's photo: "day", "place", "city", or "none" (no anchor);
+- target: what the wanted photos show (short keywords).
+Example: "The dogs I photographed on the day I saw the lighthouse." -> {"anchor": "lighthouse", "same": "day", \
+"target": "dog"}
+Search: "$query"
+Answer with the JSON object only.""")
+PLAN_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"anchor": {"type": "string", "minLength": 1, "maxLength": 60},
+                   "same": {"enum": ["day", "place", "city", "none"]},
+                   "target": {"type": "string", "minLength": 1, "maxLength": 60}},
+    "required": ["anchor", "same", "target"], "additionalProperties": False,
+}
+
+
+class ChainPlan(AgentHooks):
+    """Before the first turn the agent's model splits the query into its anchor, what the answer shares with it and
+    its target (one call under :data:`PLAN_SCHEMA`); the split is added to the task message and names the concrete
+    next call in :class:`ScopeFirst` and :class:`TargetFirst`'s messages. A split that does not parse leaves the
+    search as it was (noted in the trace)."""
+
+    def __init__(self, role: Role, query: str) -> None:
+        self.role = role
+        self.query = query
+        self.anchor = self.same = self.target = ""
+
+    @property
+    def ready(self) -> bool:
+        return bool(self.target)
+
+    def on_start(self, state: AgentState) -> None:
+        with state.trace.step("plan", query=self.query) as step:
+            value, ok = self.role.json([Message.user(PLAN_PROMPT.substitute(query=self.query))], PLAN_SCHEMA,
+                                       fallback=lambda: None, retries=1, max_tokens=80)
+            if not ok or not isinstance(value, dict):
+                step.note("the query split did not parse: the search goes on without it")
+                step.outputs = {"parsed": False}
+                return
+            self.anchor, self.same, self.target = (" ".join(str(value[k]).split()) for k in ("anchor", "same",
+                                                                                              "target"))
+            step.outputs = {"parsed": True, "anchor": self.anchor, "same": self.same, "target": self.target}
+            task = state.messages[1]
+            state.set_task(Message("user", [*task.parts, "\n\n" + self.describe()]))
+
+    def describe(self) -> str:
+        if self.same == "none":
+            return f"Your plan: no anchor; search for the target '{self.target}'."
+        return (f"Your plan: find the anchor '{self.anchor}'; keep the photos of its same {self.same} "
+                f"(FilterMetadata same_as_photo); search for the target '{self.target}' within them.")
 
 
 class ScopeFirst(AgentHooks):
@@ -143,8 +220,9 @@ class ScopeFirst(AgentHooks):
     call, no ImageSearch ``search_within``): the anchor -> constraint -> target chain a small model skips, answering
     from the anchor's own search. The second answer stands (a query without an anchor loses one turn)."""
 
-    def __init__(self) -> None:
+    def __init__(self, plan: ChainPlan | None = None) -> None:
         self.sent = False
+        self.plan = plan
 
     @staticmethod
     def narrowed(state: AgentState) -> bool:
@@ -157,10 +235,53 @@ class ScopeFirst(AgentHooks):
         return False
 
     def before_answer(self, state: AgentState, answer: list[str]) -> str | None:
-        if self.sent or self.narrowed(state):
+        plan = self.plan if self.plan is not None and self.plan.ready else None
+        if self.sent or self.narrowed(state) or (plan is not None and plan.same == "none"):
             return None
         self.sent = True
-        return SCOPE_FIRST
+        if plan is None:
+            state.next_call = NextCall("FilterMetadata")
+            return SCOPE_FIRST
+        state.next_call = NextCall("FilterMetadata", {"same": [plan.same]})
+        return SCOPE_FIRST_PLAN.format(anchor=plan.anchor, same=plan.same, target=plan.target)
+
+
+class TargetFirst(AgentHooks):
+    """Sends a proposed answer back once when the album was narrowed (a FilterMetadata result, saved as a subset)
+    but no ImageSearch has looked for the target inside a saved subset since: the last link of the anchor ->
+    constraint -> target chain, which a small model skips by answering with the anchor or one listed photo. The
+    second answer stands."""
+
+    def __init__(self, plan: ChainPlan | None = None) -> None:
+        self.sent = False
+        self.plan = plan
+
+    @staticmethod
+    def unsearched_subset(state: AgentState) -> str | None:
+        """The subset of the last narrowing when no ImageSearch ran within a subset after it, else None."""
+        subset: str | None = None
+        for turn in state.turns:
+            for call, obs in turn.calls:
+                if obs.error or call.error:
+                    continue
+                if call.name == "FilterMetadata" and obs.data.get("subset"):
+                    subset = str(obs.data["subset"])
+                elif call.name == "ImageSearch" and call.arguments.get("search_within"):
+                    subset = None
+        return subset
+
+    def before_answer(self, state: AgentState, answer: list[str]) -> str | None:
+        if self.sent:
+            return None
+        subset = self.unsearched_subset(state)
+        if subset is None:
+            return None
+        self.sent = True
+        if self.plan is not None and self.plan.ready:
+            state.next_call = NextCall("ImageSearch", {"query": self.plan.target, "search_within": subset})
+            return TARGET_FIRST_PLAN.format(subset=subset, target=self.plan.target)
+        state.next_call = NextCall("ImageSearch", {"search_within": subset})
+        return TARGET_FIRST.format(subset=subset)
 
 
 class DeepSearchConfig(MethodConfig):
@@ -181,6 +302,16 @@ class DeepSearchConfig(MethodConfig):
                                      "search_within has narrowed the album to the anchor's day, place or trip yet "
                                      "(imagent's small-model guard; None: on for the JSON protocol, where the next "
                                      "turn must then call a tool)")
+    chain_plan: bool | None = Field(None, description="before the first turn the agent's model splits the query into "
+                                    "anchor, what to keep the same and target (one grammar-constrained call; the "
+                                    "split joins the task and names the next call in scope_first / target_first "
+                                    "messages; imagent's small-model guard; None: on for the JSON protocol)")
+    target_first: bool | None = Field(None, description="send an answer back once when the album was narrowed to a "
+                                      "saved subset but no ImageSearch searched for the target within it yet "
+                                      "(imagent's small-model guard; None: on for the JSON protocol)")
+    clear_matches: bool | None = Field(None, description="a described ImageSearch result ends with the photos above "
+                                       "its largest score drop (imagent's small-model aid; None: on for the JSON "
+                                       "protocol)")
     anchor_filters: bool = Field(True, description="JSON protocol only: FilterMetadata is offered in its photo form "
                                  "(the photos of the same day, place, city or device as a photo the tools returned) "
                                  "instead of a written expression (imagent's small-model guard: the offline 0.5B "
@@ -238,8 +369,8 @@ class _DeepSearch(Method):
     @classmethod
     def estimate_calls(cls, config: MethodConfig, query: Query | None = None) -> int:
         assert isinstance(config, DeepSearchConfig)
-        # every turn, the budget's last call, and a compression every few turns of a long search
-        return config.max_turns + 1 + max(1, config.max_turns // 4)
+        # every turn, the budget's last call, a compression every few turns of a long search, the query split
+        return config.max_turns + 1 + max(1, config.max_turns // 4) + int(config.chain_plan is not False)
 
     def preflight(self, query: Query | None = None) -> list[str]:
         """A blind agent on an album without captions still runs (file names, dates and places are real
@@ -284,14 +415,16 @@ class _DeepSearch(Method):
         roles = self.ctx.roles
         return roles[self.config.memory_role].model is roles[self.config.agent_role].model
 
-    def tools(self, album: Album) -> list[Any]:
+    def tools(self, album: Album, small: bool = False) -> list[Any]:
         web = None
         if self.config.web_search:
             from imagent.tools.web_text import web_text_search_from_env
 
             web = web_text_search_from_env()
+        marks = self.config.clear_matches
         cfg = AlbumToolsConfig(top_k=self.config.top_k, max_view=self.config.max_view, describe=self.describe(),
-                               anchor_filters=self.config.anchor_filters)
+                               anchor_filters=self.config.anchor_filters,
+                               clear_matches=small if marks is None else marks)
         return album_tools(album, cfg, web=web)
 
     def describe(self) -> bool:
@@ -315,12 +448,23 @@ class _DeepSearch(Method):
     def agent_parts(self, query: Query, album: Album, small: bool) -> tuple[list[Any], list[AgentHooks]]:
         """The tools and memory hooks of one search (built per query: searches may run in parallel); ``small``:
         the runtime will speak the JSON protocol of small local models."""
-        return self.tools(album), []
+        return self.tools(album, small), []
 
-    def guard_hooks(self, small: bool) -> list[AgentHooks]:
-        """The small-model hooks that go before the method's own (an unnarrowed answer is not worth an audit)."""
+    def guard_hooks(self, query: Query, small: bool) -> list[AgentHooks]:
+        """The small-model hooks that go before the method's own (an unnarrowed or unsearched answer is not worth
+        an audit)."""
         cfg = self.config
-        return [ScopeFirst()] if cfg.scope_first or (cfg.scope_first is None and small) else []
+
+        def on(flag: bool | None) -> bool:
+            return bool(flag) or (flag is None and small)
+
+        plan = ChainPlan(self.ctx.roles[cfg.agent_role], query.text) if on(cfg.chain_plan) else None
+        hooks: list[AgentHooks] = [plan] if plan is not None else []
+        if on(cfg.scope_first):
+            hooks.append(ScopeFirst(plan))
+        if on(cfg.target_first):
+            hooks.append(TargetFirst(plan))
+        return hooks
 
     # ------------------------------------------------------------------ run
     def run(self, query: Query, top_k: int, trace: Trace) -> Result:
@@ -331,7 +475,7 @@ class _DeepSearch(Method):
         tools, hooks = self.agent_parts(query, album, small)
         runtime = AgentRuntime(
             role, tools, self.system_prompt(tools), max_turns=cfg.max_turns,
-            hooks=[*self.guard_hooks(small), *hooks], tool_mode=cfg.tool_mode, known_ids=album,
+            hooks=[*self.guard_hooks(query, small), *hooks], tool_mode=cfg.tool_mode, known_ids=album,
             fallback_k=cfg.fallback_k, max_tokens=cfg.max_tokens,
             fallback=lambda _state: list(album.search(query.text, cfg.fallback_k).ids),
             search_first=cfg.search_first, loop_guard=cfg.loop_guard, compact_prompt=cfg.compact_prompt,
@@ -381,6 +525,7 @@ def agent_counts(run: AgentRun, trace: Trace) -> dict[str, int]:
     counts["audits_failed"] = len(state.audits) - counts["audits_passed"]
     counts["compressions"] = len(state.compressions)
     counts["scope_first_sent_back"] = sum(1 for t in state.turns if t.rejected_by == ScopeFirst.__name__)
+    counts["target_first_sent_back"] = sum(1 for t in state.turns if t.rejected_by == TargetFirst.__name__)
     counts["skills_injected"] = int(state.skill is not None)
     return counts
 
@@ -397,7 +542,7 @@ class ImageSeeker(_DeepSearch):
                    "filters, viewing) with free-form context compression; answers a set of photos")
 
     def agent_parts(self, query: Query, album: Album, small: bool) -> tuple[list[Any], list[AgentHooks]]:
-        tools = self.tools(album)
+        tools = self.tools(album, small)
         if not self.config.compression:
             return tools, []
         return tools, [WorkingMemory(self.ctx.roles[self.config.memory_role], load_prompt("imageseeker/condense.txt"),
@@ -484,7 +629,7 @@ class PhotoCraft(_DeepSearch):
     # ------------------------------------------------------------------ hooks
     def agent_parts(self, query: Query, album: Album, small: bool) -> tuple[list[Any], list[AgentHooks]]:
         c = self.config
-        tools = self.tools(album)
+        tools = self.tools(album, small)
         hooks: list[AgentHooks] = []
         if c.semantic_memory:
             hooks.append(SkillInjection(self.library(), c.theta_retr, query=query.text))
