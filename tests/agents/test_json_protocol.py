@@ -9,7 +9,7 @@ import json
 import pytest
 
 from imagent.agents import AgentRuntime
-from imagent.agents.album_tools import album_tools
+from imagent.agents.album_tools import AlbumToolsConfig, album_tools
 from imagent.agents.protocol import (
     fix_arguments,
     json_turn_schema,
@@ -56,6 +56,10 @@ def test_the_turn_schema_offers_only_what_can_be_used(known_album):
     assert later["ImageSearch"]["properties"]["arguments"]["properties"]["search_within"] == {"enum": ["that_day"]}
     assert later["ImageSearch"]["properties"]["arguments"]["properties"]["visual_cue"] == {
         "enum": ["penguin", "heron"]}
+
+    fixed_k = album_tools(known_album, AlbumToolsConfig(grammar_top_k=False))[0]  # a small model's: top 20 always
+    assert set(fixed_k.grammar_parameters([], [])["properties"]) == {"query"} and "top_k" in fixed_k.parameters[
+        "properties"]
 
     final = json_turn_schema(tools, ["penguin"], [], tools_allowed=False)
     assert "oneOf" not in final and set(final["required"]) == {"thought", "final_answer"}

@@ -52,6 +52,9 @@ class AlbumToolsConfig(BaseModel):
     describe: bool = Field(False, description="ImageSearch and FilterMetadata list each photo as one line with its "
                            "date, place and caption (what a blind model would read with ViewPhotos and "
                            "GetMetadata); False: ids and scores only, as the paper's ImageSearch returns them")
+    grammar_top_k: bool = Field(True, description="JSON protocol: the grammar lets ImageSearch calls set top_k "
+                                "(False: every search returns top_k, the paper's 20; the offline 0.5B asked for the "
+                                "whole album and the 1.5B for 10^15)")
     clear_matches: bool = Field(False, description="a described ImageSearch result ends with the photos above its "
                                 "largest score drop (clear_matches): a small model reads the score gap from one "
                                 "line instead of comparing twenty numbers")
@@ -217,6 +220,12 @@ class ImageSearchTool(_AlbumTool):
             },
             "additionalProperties": False,
         }
+
+    def grammar_parameters(self, ids: Sequence[str], subsets: Sequence[str]) -> dict[str, Any] | None:
+        params = super().grammar_parameters(ids, subsets)
+        if params is None or self.config.grammar_top_k:
+            return params
+        return {**params, "properties": {k: v for k, v in params["properties"].items() if k != "top_k"}}
 
     def run(self, args: dict[str, Any], scope: ToolScope) -> Observation:
         query = str(args.get("query") or "").strip()

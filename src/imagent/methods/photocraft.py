@@ -424,7 +424,7 @@ class _DeepSearch(Method):
         marks = self.config.clear_matches
         cfg = AlbumToolsConfig(top_k=self.config.top_k, max_view=self.config.max_view, describe=self.describe(),
                                anchor_filters=self.config.anchor_filters,
-                               clear_matches=small if marks is None else marks)
+                               clear_matches=small if marks is None else marks, grammar_top_k=not small)
         return album_tools(album, cfg, web=web)
 
     def describe(self) -> bool:
