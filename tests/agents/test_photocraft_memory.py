@@ -475,6 +475,7 @@ def test_target_first_sends_an_answer_back_until_the_target_was_searched_within_
 
 
 def test_chain_plan_splits_the_query_and_names_the_next_call_in_the_guards_messages():
+    from imagent.agents.state import QueryPlan
     from imagent.methods.photocraft import PLAN_SCHEMA, ChainPlan, ScopeFirst, TargetFirst
 
     def run_with(replies: list[str]) -> tuple[Any, Trace, ScriptedChatModel]:
@@ -482,7 +483,7 @@ def test_chain_plan_splits_the_query_and_names_the_next_call_in_the_guards_messa
         role = Role("agent", model)
         plan = ChainPlan(role, "the birds on the day I saw the flamingo")
         runtime = AgentRuntime(role, [FakeSearch(), FakeMetadata(), SavingFilter()], "You search photos.",
-                               max_turns=8, hooks=[plan, ScopeFirst(plan), TargetFirst(plan)], known_ids=ALBUM)
+                               max_turns=8, hooks=[plan, ScopeFirst(), TargetFirst()], known_ids=ALBUM)
         trace = Trace()
         with trace.activate():
             return runtime.run("the birds on the day I saw the flamingo"), trace, model
@@ -496,6 +497,7 @@ def test_chain_plan_splits_the_query_and_names_the_next_call_in_the_guards_messa
     assert run.answer == ["u1/1001", "u1/1002"]
     step = next(s for s in trace.steps if s.name == "plan")
     assert step.outputs == {"parsed": True, "anchor": "flamingo", "same": "day", "target": "bird"}
+    assert run.state.plan == QueryPlan("flamingo", "day", "bird")
     first, params = model.calls[0]
     assert params.json_schema == PLAN_SCHEMA and "flamingo" in first[0].text  # one grammar-constrained call
     task = run.state.messages[1].text
@@ -515,6 +517,7 @@ def test_chain_plan_splits_the_query_and_names_the_next_call_in_the_guards_messa
                               'The final answer is: ["u1/1001"]'])
     step = next(s for s in trace.steps if s.name == "plan")
     assert step.outputs == {"parsed": False} and "Your plan" not in run.state.messages[1].text
+    assert run.state.plan is None
     assert [s.outputs["feedback"][:20] for s in trace.steps if s.outputs and s.outputs.get("rejected_by")] == [
         "Not narrowed yet. Ca", "Now find the TARGET "]
 

@@ -207,6 +207,16 @@ class NextCall:
 
 
 @dataclass
+class QueryPlan:
+    """A query split into its anchor, what the answer shares with the anchor (``day``, ``place``, ``city`` or
+    ``none``) and its target, as the agent's model wrote it before its first turn."""
+
+    anchor: str
+    same: str
+    target: str
+
+
+@dataclass
 class SkillUse:
     """The semantic-memory skill injected at the start (its id and similarity to the request)."""
 
@@ -242,6 +252,7 @@ class AgentState:
     compressions: list[Compression] = field(default_factory=list)
     audits: list[Audit] = field(default_factory=list)
     skill: SkillUse | None = None
+    plan: QueryPlan | None = None
     # A hook sent a proposed answer back for more retrieval (an audit that failed, an unnarrowed answer): the next
     # turn must call a tool (the JSON protocol's grammar offers no answer) until one runs.
     retrieval_round: bool = False
@@ -370,6 +381,7 @@ __all__ = [
     "Mode",
     "NextCall",
     "Observation",
+    "QueryPlan",
     "SkillUse",
     "ToolCall",
     "ToolScope",

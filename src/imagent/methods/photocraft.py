@@ -40,19 +40,22 @@ before a search), the tools are listed compactly with one worked example (:data:
 instead of full JSON Schemas, an exact repeat of an earlier call is refused, as is a call with one of the example's
 dates that nothing the agent read holds (the runtime's guard), a tool called ``loop_guard`` (3) turns in a row
 is left out of the next turn's grammar, and three refused repeats in a row end the search with a request for the
-answer (the runtime's stuck guard). On the JSON protocol more guards are on by default (both methods): an answer
-given before anything narrowed the album (no FilterMetadata, no ``search_within``) is sent back once
-(``scope_first``, :class:`ScopeFirst`), as is one given after the narrowing but before any ImageSearch within the
-saved subset (``target_first``, :class:`TargetFirst`); FilterMetadata is offered in its photo form only
-(``anchor_filters``: ``same_as_photo`` and ``same`` day / place / city / device), because the offline 0.5B names its
-anchor photo right and writes that photo's date wrong; and a described ImageSearch result ends with its clear
-matches, the photos above the largest score drop (``clear_matches``). A blind agent (caption mode) reads
-ImageSearch and FilterMetadata results grouped by day and place, one line per photo, ``id | score | time |
-caption`` under a header that is the group's filter expression, ``time = 'YYYY-MM-DD' and place ~ '...'``
-(``describe_results``; the worked example then shows the three-call chain :data:`WORKED_EXAMPLE_DESCRIBED`: find
-the anchor, keep the photos of its day, search the target within them), so the anchor's day and place come with
-the search that finds it. An answer before any search is sent back once on every
-path (``search_first``: the paper's agent always searches first). When the memory role is the agent's own model,
+answer (the runtime's stuck guard). On the JSON protocol more guards are on by default (both methods): the agent's
+model first splits the query into anchor, what to keep the same and target (``chain_plan``, :class:`ChainPlan`:
+one grammar-constrained call, the split added to the task); an answer given before anything narrowed the album (no
+FilterMetadata, no ``search_within``) is sent back once (``scope_first``, :class:`ScopeFirst`), as is one given
+after the narrowing but before any ImageSearch within the saved subset (``target_first``, :class:`TargetFirst`),
+each naming the next call, which that turn's grammar then fixes (FilterMetadata with the split's ``same``;
+ImageSearch for the split's target within the subset); ImageSearch's grammar has no ``top_k`` (the paper's 20);
+FilterMetadata is offered in its photo form only (``anchor_filters``: ``same_as_photo`` and ``same`` day / place /
+city / device), because the offline 0.5B names its anchor photo right and writes that photo's date wrong; and a
+described ImageSearch result ends with its clear matches, the photos above the largest score drop
+(``clear_matches``). A blind agent (caption mode) reads ImageSearch and FilterMetadata results grouped by day and
+place, one line per photo, ``id | score | time | caption`` under a header that is the group's filter expression,
+``time = 'YYYY-MM-DD' and place ~ '...'`` (``describe_results``; the worked example then shows the three-call chain
+:data:`WORKED_EXAMPLE_DESCRIBED`: find the anchor, keep the photos of its day, search the target within them), so
+the anchor's day and place come with the search that finds it. An answer before any search is sent back once on
+every path (``search_first``: the paper's agent always searches first). When the memory role is the agent's own model,
 compression reads the history in context (same content; llama.cpp's prefix cache then evaluates only the request),
 and the audit's prompt is fitted to the model's window (fewer reloaded photos, then the history as text; noted in
 the trace).
@@ -71,7 +74,7 @@ from imagent.agents.album_tools import AlbumToolsConfig, album_tools, unavailabl
 from imagent.agents.memory import SUMMARY_KINDS, EpisodicMemory, MemoryCondense, SkillInjection, WorkingMemory
 from imagent.agents.runtime import AgentHooks, AgentRun, AgentRuntime, ToolMode, resolve_tool_mode
 from imagent.agents.skills import Skill, SkillLibrary, distill_skill, trajectory_text
-from imagent.agents.state import AgentState, NextCall
+from imagent.agents.state import AgentState, NextCall, QueryPlan
 from imagent.core.trace import Trace
 from imagent.core.types import Query, Ranking, Result, Source
 from imagent.methods.base import Method, MethodConfig, load_prompt, register_method
@@ -181,18 +184,13 @@ PLAN_SCHEMA: dict[str, Any] = {
 
 class ChainPlan(AgentHooks):
     """Before the first turn the agent's model splits the query into its anchor, what the answer shares with it and
-    its target (one call under :data:`PLAN_SCHEMA`); the split is added to the task message and names the concrete
-    next call in :class:`ScopeFirst` and :class:`TargetFirst`'s messages. A split that does not parse leaves the
-    search as it was (noted in the trace)."""
+    its target (one call under :data:`PLAN_SCHEMA`, kept as ``AgentState.plan``); the split is added to the task
+    message, and :class:`ScopeFirst` and :class:`TargetFirst` name the concrete next call from it. A split that does
+    not parse leaves the search as it was (noted in the trace)."""
 
     def __init__(self, role: Role, query: str) -> None:
         self.role = role
         self.query = query
-        self.anchor = self.same = self.target = ""
-
-    @property
-    def ready(self) -> bool:
-        return bool(self.target)
 
     def on_start(self, state: AgentState) -> None:
         with state.trace.step("plan", query=self.query) as step:
@@ -202,17 +200,19 @@ class ChainPlan(AgentHooks):
                 step.note("the query split did not parse: the search goes on without it")
                 step.outputs = {"parsed": False}
                 return
-            self.anchor, self.same, self.target = (" ".join(str(value[k]).split()) for k in ("anchor", "same",
-                                                                                              "target"))
-            step.outputs = {"parsed": True, "anchor": self.anchor, "same": self.same, "target": self.target}
+            plan = QueryPlan(*(" ".join(str(value[k]).split()) for k in ("anchor", "same", "target")))
+            state.plan = plan
+            step.outputs = {"parsed": True, "anchor": plan.anchor, "same": plan.same, "target": plan.target}
             task = state.messages[1]
-            state.set_task(Message("user", [*task.parts, "\n\n" + self.describe()]))
+            state.set_task(Message("user", [*task.parts, "\n\n" + describe_plan(plan)]))
 
-    def describe(self) -> str:
-        if self.same == "none":
-            return f"Your plan: no anchor; search for the target '{self.target}'."
-        return (f"Your plan: find the anchor '{self.anchor}'; keep the photos of its same {self.same} "
-                f"(FilterMetadata same_as_photo); search for the target '{self.target}' within them.")
+
+def describe_plan(plan: QueryPlan) -> str:
+    """The split as the task message states it."""
+    if plan.same == "none":
+        return f"Your plan: no anchor; search for the target '{plan.target}'."
+    return (f"Your plan: find the anchor '{plan.anchor}'; keep the photos of its same {plan.same} "
+            f"(FilterMetadata same_as_photo); search for the target '{plan.target}' within them.")
 
 
 class ScopeFirst(AgentHooks):
@@ -220,9 +220,8 @@ class ScopeFirst(AgentHooks):
     call, no ImageSearch ``search_within``): the anchor -> constraint -> target chain a small model skips, answering
     from the anchor's own search. The second answer stands (a query without an anchor loses one turn)."""
 
-    def __init__(self, plan: ChainPlan | None = None) -> None:
+    def __init__(self) -> None:
         self.sent = False
-        self.plan = plan
 
     @staticmethod
     def narrowed(state: AgentState) -> bool:
@@ -235,7 +234,7 @@ class ScopeFirst(AgentHooks):
         return False
 
     def before_answer(self, state: AgentState, answer: list[str]) -> str | None:
-        plan = self.plan if self.plan is not None and self.plan.ready else None
+        plan = state.plan
         if self.sent or self.narrowed(state) or (plan is not None and plan.same == "none"):
             return None
         self.sent = True
@@ -252,9 +251,8 @@ class TargetFirst(AgentHooks):
     constraint -> target chain, which a small model skips by answering with the anchor or one listed photo. The
     second answer stands."""
 
-    def __init__(self, plan: ChainPlan | None = None) -> None:
+    def __init__(self) -> None:
         self.sent = False
-        self.plan = plan
 
     @staticmethod
     def unsearched_subset(state: AgentState) -> str | None:
@@ -277,9 +275,9 @@ class TargetFirst(AgentHooks):
         if subset is None:
             return None
         self.sent = True
-        if self.plan is not None and self.plan.ready:
-            state.next_call = NextCall("ImageSearch", {"query": self.plan.target, "search_within": subset})
-            return TARGET_FIRST_PLAN.format(subset=subset, target=self.plan.target)
+        if state.plan is not None:
+            state.next_call = NextCall("ImageSearch", {"query": state.plan.target, "search_within": subset})
+            return TARGET_FIRST_PLAN.format(subset=subset, target=state.plan.target)
         state.next_call = NextCall("ImageSearch", {"search_within": subset})
         return TARGET_FIRST.format(subset=subset)
 
@@ -458,12 +456,13 @@ class _DeepSearch(Method):
         def on(flag: bool | None) -> bool:
             return bool(flag) or (flag is None and small)
 
-        plan = ChainPlan(self.ctx.roles[cfg.agent_role], query.text) if on(cfg.chain_plan) else None
-        hooks: list[AgentHooks] = [plan] if plan is not None else []
+        hooks: list[AgentHooks] = []
+        if on(cfg.chain_plan):
+            hooks.append(ChainPlan(self.ctx.roles[cfg.agent_role], query.text))
         if on(cfg.scope_first):
-            hooks.append(ScopeFirst(plan))
+            hooks.append(ScopeFirst())
         if on(cfg.target_first):
-            hooks.append(TargetFirst(plan))
+            hooks.append(TargetFirst())
         return hooks
 
     # ------------------------------------------------------------------ run
@@ -525,6 +524,7 @@ def agent_counts(run: AgentRun, trace: Trace) -> dict[str, int]:
     counts["audits_failed"] = len(state.audits) - counts["audits_passed"]
     counts["compressions"] = len(state.compressions)
     counts["scope_first_sent_back"] = sum(1 for t in state.turns if t.rejected_by == ScopeFirst.__name__)
+    counts["query_split"] = int(state.plan is not None)
     counts["target_first_sent_back"] = sum(1 for t in state.turns if t.rejected_by == TargetFirst.__name__)
     counts["skills_injected"] = int(state.skill is not None)
     return counts
