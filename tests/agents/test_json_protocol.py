@@ -340,3 +340,34 @@ def test_a_hook_that_sends_an_answer_back_can_name_the_next_call_and_its_fixed_a
     assert '"\\"heron\\""' in grammar.json_schema_to_gbnf(json.dumps(third))
     fixed = fix_arguments({"type": "object", "properties": {"same": {"type": "array"}}}, {"same": ["day"]})
     assert fixed["properties"]["same"]["prefixItems"] == [{"const": "day"}] and fixed["required"] == ["same"]
+
+
+def test_a_circling_small_model_is_steered_along_the_chain_of_its_own_query_split(known_album):
+    from imagent.agents.album_tools import AlbumToolsConfig
+    from imagent.methods.photocraft import ChainPlan, ChainSteer
+
+    tools = album_tools(known_album, AlbumToolsConfig(anchor_filters=True))
+    search = json_turn("ImageSearch", query="penguin")
+    model = scripted([json.dumps({"anchor": "penguin", "same": "day", "target": "heron"}),
+                      search, search,  # the repeat is refused: steered to FilterMetadata, same day
+                      json_turn("FilterMetadata", same_as_photo="penguin", same=["day"], save_as="d"),
+                      json_turn("GetMetadata", photo_ids=["penguin"]), json_turn("GetMetadata", photo_ids=["penguin"]),
+                      json_turn("ImageSearch", query="heron", search_within="d"),
+                      json.dumps({"thought": "t", "final_answer": ["heron"]})])
+    role = Role("agent", model)
+    runtime = AgentRuntime(role, tools, "You find photos.", known_ids=known_album, tool_mode="json",
+                           hooks=[ChainPlan(role, "the heron on the penguin day"), ChainSteer()])
+    trace = Trace()
+    with trace.activate():
+        run = runtime.run("the heron on the penguin day")
+    assert run.answer == ["heron"] and trace.counters["agent.chain_steered"] == 2
+    schemas = [params.json_schema for _, params in model.calls]
+    after_repeat = offered(schemas[3])  # call 0 is the split, 1 and 2 the searches
+    assert set(after_repeat) == {"FilterMetadata"}
+    assert after_repeat["FilterMetadata"]["properties"]["arguments"]["properties"]["same"]["prefixItems"] == [
+        {"const": "day"}]
+    after_second_repeat = offered(schemas[6])
+    assert set(after_second_repeat) == {"ImageSearch"}
+    fixed = after_second_repeat["ImageSearch"]["properties"]["arguments"]["properties"]
+    assert fixed["query"] == {"const": "heron"} and fixed["search_within"] == {"const": "d"}
+    assert "answer" in offered(schemas[7])  # the chain is done: free again

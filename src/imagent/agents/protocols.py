@@ -227,12 +227,12 @@ class JsonProtocol(TurnProtocol):
         ids = [i for i in state.best_candidates(MAX_GRAMMAR_IDS) if self.known(i)]
         blocked = self.guards.blocked_tools(state)
         tools = [t for t in self.tools if t.name not in blocked] or ([] if ids else self.tools)
-        nxt = state.next_call if state.retrieval_round and not final else None
+        nxt = state.next_call if not final else None
         named = [t for t in self.tools if nxt is not None and t.name == nxt.tool]
-        if named:  # a hook that sent the answer back named the call to make: offer only it
+        if named:  # a hook named the call to make (an answer sent back, a model circling): offer only it
             tools = named
         # After an answer was sent back for more retrieval, the next reply must be a call (a new round).
-        answer_allowed = final or not (state.retrieval_round and tools)
+        answer_allowed = final or not ((state.retrieval_round or named) and tools)
         try:
             p.json_schema = json_turn_schema(tools, ids, list(state.subsets), tools_allowed=not final,
                                              answer_allowed=answer_allowed, used=state.guards.ids_used,

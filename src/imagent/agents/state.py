@@ -256,7 +256,8 @@ class AgentState:
     # A hook sent a proposed answer back for more retrieval (an audit that failed, an unnarrowed answer): the next
     # turn must call a tool (the JSON protocol's grammar offers no answer) until one runs.
     retrieval_round: bool = False
-    # ... and which call it must be, when the hook named one (cleared once a call ran).
+    # The call the next turn must make, when a hook named one (after sending an answer back, or when the model
+    # circled); the JSON protocol's grammar offers only it. Cleared once a call ran.
     next_call: NextCall | None = None
     _messages: list[Message] = field(default_factory=list, repr=False)
 

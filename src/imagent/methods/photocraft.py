@@ -282,6 +282,27 @@ class TargetFirst(AgentHooks):
         return TARGET_FIRST.format(subset=subset)
 
 
+class ChainSteer(AgentHooks):
+    """After a turn whose call only repeated an earlier one (refused by the runtime's guard: a small model circling,
+    e.g. a refused ImageSearch, then a new GetMetadata, then the refused ImageSearch again), the next turn must make
+    the chain's next call from the query split (``AgentState.plan``): FilterMetadata with the split's ``same`` while
+    nothing narrowed the album (the model names the anchor photo), then ImageSearch for the split's target within
+    the saved subset. Nothing once the chain is done (the stuck guard then asks for the answer)."""
+
+    def after_turn(self, state: AgentState, turn: Any) -> None:
+        plan = state.plan
+        if plan is None or plan.same == "none" or not turn.calls or state.guards.repeats_in_a_row < 1:
+            return
+        if not ScopeFirst.narrowed(state):
+            state.next_call = NextCall("FilterMetadata", {"same": [plan.same]})
+            state.trace.count("agent.chain_steered")
+            return
+        subset = TargetFirst.unsearched_subset(state)
+        if subset is not None:
+            state.next_call = NextCall("ImageSearch", {"query": plan.target, "search_within": subset})
+            state.trace.count("agent.chain_steered")
+
+
 class DeepSearchConfig(MethodConfig):
     """What ImageSeeker and PhotoCraft share (A.2.2 defaults)."""
 
@@ -303,7 +324,8 @@ class DeepSearchConfig(MethodConfig):
     chain_plan: bool | None = Field(None, description="before the first turn the agent's model splits the query into "
                                     "anchor, what to keep the same and target (one grammar-constrained call; the "
                                     "split joins the task and names the next call in scope_first / target_first "
-                                    "messages; imagent's small-model guard; None: on for the JSON protocol)")
+                                    "messages, and a turn that only repeated an earlier call is followed by the "
+                                    "chain's next call; imagent's small-model guard; None: on for the JSON protocol)")
     target_first: bool | None = Field(None, description="send an answer back once when the album was narrowed to a "
                                       "saved subset but no ImageSearch searched for the target within it yet "
                                       "(imagent's small-model guard; None: on for the JSON protocol)")
@@ -458,7 +480,7 @@ class _DeepSearch(Method):
 
         hooks: list[AgentHooks] = []
         if on(cfg.chain_plan):
-            hooks.append(ChainPlan(self.ctx.roles[cfg.agent_role], query.text))
+            hooks += [ChainPlan(self.ctx.roles[cfg.agent_role], query.text), ChainSteer()]
         if on(cfg.scope_first):
             hooks.append(ScopeFirst())
         if on(cfg.target_first):
@@ -525,6 +547,7 @@ def agent_counts(run: AgentRun, trace: Trace) -> dict[str, int]:
     counts["compressions"] = len(state.compressions)
     counts["scope_first_sent_back"] = sum(1 for t in state.turns if t.rejected_by == ScopeFirst.__name__)
     counts["query_split"] = int(state.plan is not None)
+    counts["chain_steered"] = int(trace.counters.get("agent.chain_steered", 0))
     counts["target_first_sent_back"] = sum(1 for t in state.turns if t.rejected_by == TargetFirst.__name__)
     counts["skills_injected"] = int(state.skill is not None)
     return counts
