@@ -46,7 +46,8 @@ one grammar-constrained call, the split added to the task); an answer given befo
 FilterMetadata, no ``search_within``) is sent back once (``scope_first``, :class:`ScopeFirst`), as is one given
 after the narrowing but before any ImageSearch within the saved subset (``target_first``, :class:`TargetFirst`),
 each naming the next call, which that turn's grammar then fixes (FilterMetadata with the split's ``same``;
-ImageSearch for the split's target within the subset); ImageSearch's grammar has no ``top_k`` (the paper's 20);
+ImageSearch for the split's target within the subset), and a turn that only repeated an earlier call is followed
+by that next call too (:class:`ChainSteer`); ImageSearch's grammar has no ``top_k`` (the paper's 20);
 FilterMetadata is offered in its photo form only (``anchor_filters``: ``same_as_photo`` and ``same`` day / place /
 city / device), because the offline 0.5B names its anchor photo right and writes that photo's date wrong; and a
 described ImageSearch result ends with its clear matches, the photos above the largest score drop
