@@ -353,6 +353,7 @@ def test_a_circling_small_model_is_steered_along_the_chain_of_its_own_query_spli
                       json_turn("FilterMetadata", same_as_photo="penguin", same=["day"], save_as="d"),
                       json_turn("GetMetadata", photo_ids=["penguin"]), json_turn("GetMetadata", photo_ids=["penguin"]),
                       json_turn("ImageSearch", query="heron", search_within="d"),
+                      json_turn("ImageSearch", query="heron", search_within="d"),  # the chain is done: answer now
                       json.dumps({"thought": "t", "final_answer": ["heron"]})])
     role = Role("agent", model)
     runtime = AgentRuntime(role, tools, "You find photos.", known_ids=known_album, tool_mode="json",
@@ -371,3 +372,7 @@ def test_a_circling_small_model_is_steered_along_the_chain_of_its_own_query_spli
     fixed = after_second_repeat["ImageSearch"]["properties"]["arguments"]["properties"]
     assert fixed["query"] == {"const": "heron"} and fixed["search_within"] == {"const": "d"}
     assert "answer" in offered(schemas[7])  # the chain is done: free again
+    # ... and repeating a call then ends the search with the request for the answer (one call, no tools)
+    assert len(model.calls) == 9 and run.state.guards.answer_due and trace.counters["agent.stuck"] == 1
+    assert set(offered(schemas[8])) == {"answer"} and run.turns == 8 and run.forced
+    assert run.reason == "the model's final answer after a repeated call once the search was done"

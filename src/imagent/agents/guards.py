@@ -83,8 +83,9 @@ class Guards:
         return None
 
     def stuck(self, state: AgentState) -> bool:
-        """Whether the last ``stuck_after`` turns each only repeated an earlier call (0: never stuck)."""
-        return bool(self.stuck_after) and state.guards.repeats_in_a_row >= self.stuck_after
+        """Whether the last ``stuck_after`` turns each only repeated an earlier call (0: never stuck), or a hook
+        set ``answer_due`` (the search is done and the model repeats itself)."""
+        return state.guards.answer_due or (bool(self.stuck_after) and state.guards.repeats_in_a_row >= self.stuck_after)
 
     @staticmethod
     def copied_dates(call: ToolCall, state: AgentState) -> list[str]:

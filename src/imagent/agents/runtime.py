@@ -430,7 +430,8 @@ class AgentRuntime:
             turn.dropped = bad
             step.outputs = self._turn_outputs(turn, None)
         if stuck:
-            why = f"{self.guards.stuck_after} repeated calls in a row"
+            why = ("a repeated call once the search was done" if state.guards.answer_due
+                   else f"{self.guards.stuck_after} repeated calls in a row")
             return (valid, f"the model's final answer after {why}") if valid else \
                 (None, f"{why} ended the search without a usable answer")
         if valid:

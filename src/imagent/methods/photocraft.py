@@ -288,7 +288,9 @@ class ChainSteer(AgentHooks):
     e.g. a refused ImageSearch, then a new GetMetadata, then the refused ImageSearch again), the next turn must make
     the chain's next call from the query split (``AgentState.plan``): FilterMetadata with the split's ``same`` while
     nothing narrowed the album (the model names the anchor photo), then ImageSearch for the split's target within
-    the saved subset. Nothing once the chain is done (the stuck guard then asks for the answer)."""
+    the saved subset. Once the chain is done, such a turn ends the search with the request for the answer (the
+    stuck guard's, ``GuardState.answer_due``): the 0.5B otherwise kept repeating calls until the stuck guard's
+    three repeats in a row, or re-narrowed to another anchor (q07 of the mini album)."""
 
     def after_turn(self, state: AgentState, turn: Any) -> None:
         plan = state.plan
@@ -302,6 +304,10 @@ class ChainSteer(AgentHooks):
         if subset is not None:
             state.next_call = NextCall("ImageSearch", {"query": plan.target, "search_within": subset})
             state.trace.count("agent.chain_steered")
+            return
+        if any(call.name == "ImageSearch" and call.arguments.get("search_within") and not (obs.error or call.error)
+               for t in state.turns for call, obs in t.calls):
+            state.guards.answer_due = True
 
 
 class DeepSearchConfig(MethodConfig):
