@@ -75,7 +75,7 @@ from imagent.agents.album_tools import AlbumToolsConfig, album_tools, unavailabl
 from imagent.agents.memory import SUMMARY_KINDS, EpisodicMemory, MemoryCondense, SkillInjection, WorkingMemory
 from imagent.agents.runtime import AgentHooks, AgentRun, AgentRuntime, ToolMode, resolve_tool_mode
 from imagent.agents.skills import Skill, SkillLibrary, distill_skill, trajectory_text
-from imagent.agents.state import AgentState, NextCall, QueryPlan
+from imagent.agents.state import AgentState, NextCall, QueryPlan, TurnRecord
 from imagent.core.trace import Trace
 from imagent.core.types import Query, Ranking, Result, Source
 from imagent.methods.base import Method, MethodConfig, load_prompt, register_method
@@ -292,7 +292,7 @@ class ChainSteer(AgentHooks):
     stuck guard's, ``GuardState.answer_due``): the 0.5B otherwise kept repeating calls until the stuck guard's
     three repeats in a row, or re-narrowed to another anchor (q07 of the mini album)."""
 
-    def after_turn(self, state: AgentState, turn: Any) -> None:
+    def after_turn(self, state: AgentState, turn: TurnRecord) -> None:
         plan = state.plan
         if plan is None or plan.same == "none" or not turn.calls or state.guards.repeats_in_a_row < 1:
             return
