@@ -268,6 +268,17 @@ def test_the_decision_is_derived_from_the_checks():
     assert audit_decision({**fine, "remove": ["a", "zz"]}, ["a"])[0::2] == ("revise", ["a"])  # zz: not proposed
     assert audit_decision({**fine, "completeness": {"note": "fine", "ok": False}}, ["a"])[0] == "revise"
     assert audit_decision({**fine, "anchor": "ok"}, ["a"])[0] == "revise"  # a check that is not an object fails
+    # With the audit's prompt: a failure whose note only copies the prompt's words is not counted; one that says
+    # something of its own (a photo, what it shows) is.
+    from imagent.agents.memory import own_words
+
+    prompt = "3. TARGET: Does each proposed photo satisfy the TARGET itself? Photos that only match the anchor must go."
+    parroted = {**fine, "target": {"note": "Each proposed photo that only match the anchor must go", "ok": False}}
+    grounded = {**fine, "target": {"note": "photo a shows a cow, not a bird", "ok": False}}
+    assert own_words(parroted["target"]["note"], prompt) == [] and own_words("the cow", prompt) == ["cow"]
+    assert audit_decision(parroted, ["a"])[0] == "revise" and audit_decision(parroted, ["a"], prompt)[0] == "pass"
+    assert audit_decision(grounded, ["a"], prompt)[0] == "revise"
+    assert audit_decision({**parroted, "remove": ["a"]}, ["a"], prompt)[0] == "revise"  # a removal always counts
     assert audit_schema(["a", "b", "a"])["properties"]["remove"]["items"]["enum"] == ["a", "b"]
     # Through the loop: "remove" alone fails an audit whose four checks say ok, and the feedback names it.
     replies = ['The final answer is: ["u1/1001", "u1/2001"]', call("ImageSearch", query="heron"),

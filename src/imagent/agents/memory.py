@@ -348,11 +348,29 @@ AUDIT_SCHEMA: dict[str, Any] = {
 # There is no decision field to disagree with the checks: the decision (A.3.1's fifth part) is derived from them.
 
 
-def audit_decision(value: dict[str, Any], answer: Sequence[str]) -> tuple[str, dict[str, bool], list[str]]:
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def own_words(note: str, prompt: str) -> list[str]:
+    """The words of an audit note that its prompt does not hold (lower-cased letters and digits): a note made only
+    of the prompt's own words (a small model parroting the question) says nothing about the answer."""
+    given = set(_WORD.findall(prompt.lower()))
+    return [w for w in _WORD.findall(note.lower()) if w not in given]
+
+
+def audit_decision(value: dict[str, Any], answer: Sequence[str],
+                   prompt: str | None = None) -> tuple[str, dict[str, bool], list[str]]:
     """The audit's decision, derived by construction: ``"pass"`` exactly when every check holds (``ok``) and no
     proposed photo is to be removed, else ``"revise"``. Returns ``(decision, ok per check, photos to remove)``;
-    a check missing or not an object counts as failed (a backend without grammars may write anything)."""
+    a check missing or not an object counts as failed (a backend without grammars may write anything). With
+    ``prompt`` (the audit's prompt), a failed check whose note has no word of its own (:func:`own_words`) is not
+    counted: a failure must say something the prompt did not."""
     oks = {k: isinstance(value.get(k), dict) and value[k].get("ok") is True for k in AUDIT_CHECKS}
+    if prompt is not None:
+        for k, ok in oks.items():
+            note = value[k].get("note") if isinstance(value.get(k), dict) else None
+            if not ok and isinstance(note, str) and not own_words(note, prompt):
+                oks[k] = True
     remove = [str(r) for r in value.get("remove") or [] if str(r) in answer]
     return ("pass" if all(oks.values()) and not remove else "revise"), oks, remove
 
@@ -399,8 +417,9 @@ class EpisodicMemory(AgentHooks):
     def __init__(self, role: Any, prompt: str, feedback: str,
                  reload: Callable[[list[str]], list[tuple[str, ImagePart]]], *, max_reload: int = 10,
                  max_audits: int | None = None, search_tools: Sequence[str] = ("ImageSearch",),
-                 context_limit: int | None = None) -> None:
+                 context_limit: int | None = None, own_words: bool = False) -> None:
         self.role = role
+        self.own_words = own_words  # a failed check counts only when its note has words of its own
         self.prompt = prompt
         self.feedback = feedback
         self.reload = reload
@@ -474,7 +493,7 @@ class EpisodicMemory(AgentHooks):
                 step.note("the audit gave no usable verdict; the answer was accepted as proposed")
                 step.outputs = {"decision": "pass", "decided_by": "checks", "parsed": False}
                 return None
-            decision, oks, remove = audit_decision(value, answer)
+            decision, oks, remove = audit_decision(value, answer, self.prompt if self.own_words else None)
             verdict = {k: " ".join(str(value[k].get("note", "") if isinstance(value.get(k), dict) else "").split())
                        for k in AUDIT_CHECKS}
             passed = decision == "pass"

@@ -51,12 +51,14 @@ by that next call too (:class:`ChainSteer`); ImageSearch's grammar has no ``top_
 FilterMetadata is offered in its photo form only (``anchor_filters``: ``same_as_photo`` and ``same`` day / place /
 city / device), because the offline 0.5B names its anchor photo right and writes that photo's date wrong; and a
 described ImageSearch result ends with its clear matches, the photos above the largest score drop
-(``clear_matches``). A blind agent (caption mode) reads ImageSearch and FilterMetadata results grouped by day and
-place, one line per photo, ``id | score | time | caption`` under a header that is the group's filter expression,
-``time = 'YYYY-MM-DD' and place ~ '...'`` (``describe_results``; the worked example then shows the three-call chain
-:data:`WORKED_EXAMPLE_DESCRIBED`: find the anchor, keep the photos of its day, search the target within them), so
-the anchor's day and place come with the search that finds it. An answer before any search is sent back once on
-every path (``search_first``: the paper's agent always searches first). When the memory role is the agent's own model,
+(``clear_matches``); PhotoCraft's audit counts a failed check only when its note has words of its own, not only the
+audit prompt's (``audit_own_words``). A blind agent (caption mode) reads ImageSearch and FilterMetadata results
+grouped by day and place, one line per photo, ``id | score | time | caption`` under a header that is the group's
+filter expression, ``time = 'YYYY-MM-DD' and place ~ '...'`` (``describe_results``; the worked example then shows
+the three-call chain :data:`WORKED_EXAMPLE_DESCRIBED`: find the anchor, keep the photos of its day, search the
+target within them), so the anchor's day and place come with the search that finds it. An answer before any search
+is sent back once on every path (``search_first``: the paper's agent always searches first). When the memory role is
+the agent's own model,
 compression reads the history in context (same content; llama.cpp's prefix cache then evaluates only the request),
 and the audit's prompt is fitted to the model's window (fewer reloaded photos, then the history as text; noted in
 the trace).
@@ -377,6 +379,10 @@ class PhotoCraftConfig(DeepSearchConfig):
     max_audits: int | None = Field(None, ge=1, description="audits per query (None: until one passes or the "
                                    "budget ends, as in the paper; on the JSON protocol of small local models "
                                    f"{SMALL_MODEL_AUDITS})")
+    audit_own_words: bool | None = Field(None, description="a failed audit check counts only when its note has words "
+                                         "of its own, not only the audit prompt's (imagent's small-model guard: the "
+                                         "offline 0.5B failed answers with notes copied from the prompt; None: on "
+                                         "for the JSON protocol)")
     semantic_memory: bool = Field(True, description="inject and distil skills")
     skills_path: str | None = Field(None, description="skill library file (None: <user data dir>/skills.jsonl; "
                                     "an eval run: <run dir>/skills.jsonl)")
@@ -679,7 +685,8 @@ class PhotoCraft(_DeepSearch):
                                         max_reload=c.max_view,
                                         max_audits=SMALL_MODEL_AUDITS if small and c.max_audits is None
                                         else c.max_audits,
-                                        context_limit=self.context_limit()))
+                                        context_limit=self.context_limit(),
+                                        own_words=small if c.audit_own_words is None else c.audit_own_words))
         return tools, hooks
 
 
