@@ -58,10 +58,9 @@ filter expression, ``time = 'YYYY-MM-DD' and place ~ '...'`` (``describe_results
 the three-call chain :data:`WORKED_EXAMPLE_DESCRIBED`: find the anchor, keep the photos of its day, search the
 target within them), so the anchor's day and place come with the search that finds it. An answer before any search
 is sent back once on every path (``search_first``: the paper's agent always searches first). When the memory role is
-the agent's own model,
-compression reads the history in context (same content; llama.cpp's prefix cache then evaluates only the request),
-and the audit's prompt is fitted to the model's window (fewer reloaded photos, then the history as text; noted in
-the trace).
+the agent's own model, compression reads the history in context (same content; llama.cpp's prefix cache then
+evaluates only the request), and the audit's prompt is fitted to the model's window (fewer reloaded photos, then
+the history as text; noted in the trace).
 """
 
 from __future__ import annotations
