@@ -226,7 +226,8 @@ class JsonProtocol(TurnProtocol):
             return p
         ids = [i for i in state.best_candidates(MAX_GRAMMAR_IDS) if self.known(i)]
         blocked = self.guards.blocked_tools(state)
-        tools = [t for t in self.tools if t.name not in blocked] or ([] if ids else self.tools)
+        free = [t for t in self.tools if t.name not in blocked] or ([] if ids else self.tools)
+        tools = free
         nxt = state.next_call if not final else None
         named = [t for t in self.tools if nxt is not None and t.name == nxt.tool]
         if named:  # a hook named the call to make (an answer sent back, a model circling): offer only it
@@ -239,8 +240,7 @@ class JsonProtocol(TurnProtocol):
                                              fixed=nxt.arguments if named and nxt is not None else None)
         except ValueError:
             try:  # the named call cannot be made (e.g. no photo to name yet): any call, as without it
-                tools = [t for t in self.tools if t.name not in blocked] or ([] if ids else self.tools)
-                p.json_schema = json_turn_schema(tools, ids, list(state.subsets), tools_allowed=not final,
+                p.json_schema = json_turn_schema(free, ids, list(state.subsets), tools_allowed=not final,
                                                  answer_allowed=answer_allowed, used=state.guards.ids_used)
             except ValueError:  # the budget is spent and nothing was seen: a plain reply (the fall-back answers)
                 return p

@@ -217,6 +217,16 @@ def describe_plan(plan: QueryPlan) -> str:
             f"(FilterMetadata same_as_photo); search for the target '{plan.target}' within them.")
 
 
+def calls_that_ran(state: AgentState) -> Any:
+    """The (call, observation) pairs of the run that neither the guards nor the tool refused, oldest first."""
+    return ((call, obs) for turn in state.turns for call, obs in turn.calls if not (obs.error or call.error))
+
+
+def searched_within(state: AgentState) -> bool:
+    """Whether an ImageSearch ran within a saved subset (the chain's target step, or a narrowing of its own)."""
+    return any(call.name == "ImageSearch" and call.arguments.get("search_within") for call, _ in calls_that_ran(state))
+
+
 class ScopeFirst(AgentHooks):
     """Sends a proposed answer back once when nothing has narrowed the album yet (no successful FilterMetadata
     call, no ImageSearch ``search_within``): the anchor -> constraint -> target chain a small model skips, answering
@@ -227,13 +237,8 @@ class ScopeFirst(AgentHooks):
 
     @staticmethod
     def narrowed(state: AgentState) -> bool:
-        for turn in state.turns:
-            for call, obs in turn.calls:
-                if obs.error or call.error:
-                    continue
-                if call.name == "FilterMetadata" or call.arguments.get("search_within"):
-                    return True
-        return False
+        return any(call.name == "FilterMetadata" or call.arguments.get("search_within")
+                   for call, _ in calls_that_ran(state))
 
     def before_answer(self, state: AgentState, answer: list[str]) -> str | None:
         plan = state.plan
@@ -260,14 +265,11 @@ class TargetFirst(AgentHooks):
     def unsearched_subset(state: AgentState) -> str | None:
         """The subset of the last narrowing when no ImageSearch ran within a subset after it, else None."""
         subset: str | None = None
-        for turn in state.turns:
-            for call, obs in turn.calls:
-                if obs.error or call.error:
-                    continue
-                if call.name == "FilterMetadata" and obs.data.get("subset"):
-                    subset = str(obs.data["subset"])
-                elif call.name == "ImageSearch" and call.arguments.get("search_within"):
-                    subset = None
+        for call, obs in calls_that_ran(state):
+            if call.name == "FilterMetadata" and obs.data.get("subset"):
+                subset = str(obs.data["subset"])
+            elif call.name == "ImageSearch" and call.arguments.get("search_within"):
+                subset = None
         return subset
 
     def before_answer(self, state: AgentState, answer: list[str]) -> str | None:
@@ -306,8 +308,7 @@ class ChainSteer(AgentHooks):
             state.next_call = NextCall("ImageSearch", {"query": plan.target, "search_within": subset})
             state.trace.count("agent.chain_steered")
             return
-        if any(call.name == "ImageSearch" and call.arguments.get("search_within") and not (obs.error or call.error)
-               for t in state.turns for call, obs in t.calls):
+        if searched_within(state):
             state.guards.answer_due = True
 
 
