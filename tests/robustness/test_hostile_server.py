@@ -350,7 +350,11 @@ def test_every_hostile_mode_ends_in_a_clear_error_in_time_and_memory(
         where = f"{mode} x {method}"
         if spec.expect is not None:
             assert errors, f"{where}: no error raised or recorded"
-            assert all(re.search(spec.expect, e) for e in errors), (where, errors)
+            # A reply that comes at once can still miss the 1 s attempt timeout on a loaded 2-core machine; that
+            # call's error is a clear timeout. The mode's own error must show in at least one call all the same.
+            assert any(re.search(spec.expect, e) for e in errors), (where, errors)
+            assert all(re.search(spec.expect, e) or re.search(r": request failed after \d+ attempt\(s\) in [\d.]+ s: "
+                                                              r"timed out", e) for e in errors), (where, errors)
             assert all("Traceback" not in e and "object has no attribute" not in e for e in errors), (where, errors)
         for c in calls:  # every model call ended by its deadline
             assert c.seconds <= DEADLINE_S + 1.0, (where, c.seconds, c.error)
