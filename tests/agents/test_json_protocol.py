@@ -376,3 +376,25 @@ def test_a_circling_small_model_is_steered_along_the_chain_of_its_own_query_spli
     assert len(model.calls) == 9 and run.state.guards.answer_due and trace.counters["agent.stuck"] == 1
     assert set(offered(schemas[8])) == {"answer"} and run.turns == 8 and run.forced
     assert run.reason == "the model's final answer after a repeated call once the search was done"
+
+
+def test_a_chain_that_ran_stays_done_when_the_model_narrows_to_another_anchor(known_album):
+    from imagent.agents.album_tools import AlbumToolsConfig
+    from imagent.methods.photocraft import ChainPlan, ChainSteer
+
+    tools = album_tools(known_album, AlbumToolsConfig(anchor_filters=True))
+    other = json_turn("FilterMetadata", same_as_photo="heron", same=["day"], save_as="e")
+    model = scripted([json.dumps({"anchor": "penguin", "same": "day", "target": "heron"}),
+                      json_turn("FilterMetadata", same_as_photo="penguin", same=["day"], save_as="d"),
+                      json_turn("ImageSearch", query="heron", search_within="d"),
+                      other, other,  # a new anchor, then its repeat: the chain is not reopened on "e"
+                      json.dumps({"thought": "t", "final_answer": ["heron"]})])
+    role = Role("agent", model)
+    runtime = AgentRuntime(role, tools, "You find photos.", known_ids=known_album, tool_mode="json",
+                           hooks=[ChainPlan(role, "the heron on the penguin day"), ChainSteer()])
+    trace = Trace()
+    with trace.activate():
+        run = runtime.run("the heron on the penguin day")
+    assert run.answer == ["heron"] and "agent.chain_steered" not in trace.counters
+    assert run.state.guards.answer_due and run.forced and len(model.calls) == 6
+    assert set(offered(model.calls[5][1].json_schema)) == {"answer"}

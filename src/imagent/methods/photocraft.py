@@ -293,11 +293,15 @@ class ChainSteer(AgentHooks):
     nothing narrowed the album (the model names the anchor photo), then ImageSearch for the split's target within
     the saved subset. Once the chain is done, such a turn ends the search with the request for the answer (the
     stuck guard's, ``GuardState.answer_due``): the 0.5B otherwise kept repeating calls until the stuck guard's
-    three repeats in a row, or re-narrowed to another anchor (q07 of the mini album)."""
+    three repeats in a row, or re-narrowed to another anchor (q07 of the mini album), which does not reopen the
+    chain: once a search within a subset ran, the chain is done."""
 
     def after_turn(self, state: AgentState, turn: TurnRecord) -> None:
         plan = state.plan
         if plan is None or plan.same == "none" or not turn.calls or state.guards.repeats_in_a_row < 1:
+            return
+        if searched_within(state):  # the chain ran once: done, even if the model narrowed to another anchor since
+            state.guards.answer_due = True
             return
         if not ScopeFirst.narrowed(state):
             state.next_call = NextCall("FilterMetadata", {"same": [plan.same]})
@@ -307,9 +311,6 @@ class ChainSteer(AgentHooks):
         if subset is not None:
             state.next_call = NextCall("ImageSearch", {"query": plan.target, "search_within": subset})
             state.trace.count("agent.chain_steered")
-            return
-        if searched_within(state):
-            state.guards.answer_due = True
 
 
 class DeepSearchConfig(MethodConfig):
