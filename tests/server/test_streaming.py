@@ -178,3 +178,24 @@ def test_unknown_or_expired_uploads(scripted_workspace):
     assert res.status_code == 400 and "expired" in res.json()["detail"]
     res = c.post("/api/search", json={"text": "x", "reference": "a", "reference_upload": "b"})
     assert res.status_code == 400
+
+
+def test_the_upload_folder_exists_only_while_uploads_can_be_kept(scripted_workspace):
+    import gc
+
+    from imagent.server.uploads import UploadStore
+
+    idle = UploadStore(60.0, 10_000)
+    assert idle._root is None  # an app that never takes an upload makes no folder
+    store = UploadStore(60.0, 10_000)
+    store.add(png_bytes())
+    root = store.root
+    assert len(list(root.iterdir())) == 1
+    store.close()
+    assert not root.exists()
+    forgotten = UploadStore(60.0, 10_000)  # a server stopped without its shutdown hook
+    forgotten.add(png_bytes())
+    root = forgotten.root
+    del forgotten
+    gc.collect()
+    assert not root.exists()

@@ -21,6 +21,7 @@ import shutil
 import tempfile
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,9 +46,19 @@ class UploadStore:
         self.ttl_s = ttl_s
         self.max_pixels = max_pixels
         self.max_decode_bytes = max_decode_bytes
-        self.root = Path(tempfile.mkdtemp(prefix="imagent-uploads-"))  # mode 0700
+        self._root: Path | None = None  # made at the first upload: a server (or test app) without uploads leaves none
         self._items: dict[str, Upload] = {}
         self._lock = threading.Lock()
+
+    @property
+    def root(self) -> Path:
+        """The private folder (mode 0700) the uploads live in; removed by :meth:`close`, else when the store is
+        collected or the process exits (a server stopped without its shutdown hook)."""
+        with self._lock:
+            if self._root is None:
+                self._root = Path(tempfile.mkdtemp(prefix="imagent-uploads-"))
+                self._cleanup = weakref.finalize(self, shutil.rmtree, self._root, True)
+            return self._root
 
     def add(self, data: bytes) -> Upload:
         """Verify ``data`` as an image and keep it. Raises :class:`ImageLoadError` with the reason."""
@@ -96,4 +107,5 @@ class UploadStore:
     def close(self) -> None:
         with self._lock:
             self._items.clear()
-        shutil.rmtree(self.root, ignore_errors=True)
+            if self._root is not None:
+                self._cleanup()
