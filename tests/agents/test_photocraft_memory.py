@@ -541,4 +541,4 @@ def test_scope_first_and_anchor_filters_are_imagent_knobs_off_the_paper():
         assert cfg.target_first is None and cfg.clear_matches is None
     from imagent.methods.origins import IMAGENT_FIELDS
 
-    assert {"scope_first", "anchor_filters", "target_first", "clear_matches"} <= IMAGENT_FIELDS  # imagent's knobs
+    assert {"scope_first", "anchor_filters", "target_first", "clear_matches", "stuck_after"} <= IMAGENT_FIELDS

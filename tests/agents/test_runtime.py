@@ -315,6 +315,14 @@ def test_a_model_that_only_repeats_its_calls_is_asked_for_the_answer_early():
                call("ImageSearch", query="cat"), call("ImageSearch", query="sea"), 'The final answer is: ["p2"]']
     run, trace = run_agent(scripted(replies, supports_tools=True), max_turns=30)
     assert run.turns == 6 and "agent.stuck" not in trace.counters and run.reason == "the model's final answer"
+    # stuck_after is the agent's config field: 2 asks one turn earlier, 0 never asks
+    replies = [call("ImageSearch", query="sea"), call("ImageSearch", query="sea"), call("ImageSearch", query="sea"),
+               'The final answer is: ["p2"]']
+    run, trace = run_agent(scripted(replies, supports_tools=True), max_turns=30, stuck_after=2)
+    assert run.turns == 4 and "2 repeated calls in a row" in run.reason and trace.counters.get("agent.stuck") == 1
+    replies = [call("ImageSearch", query="sea")] * 5 + ['The final answer is: ["p2"]']
+    run, trace = run_agent(scripted(replies, supports_tools=True), max_turns=30, stuck_after=0)
+    assert run.turns == 6 and "agent.stuck" not in trace.counters
 
 
 def test_a_model_error_mid_run_answers_with_the_best_seen():

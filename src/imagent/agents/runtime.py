@@ -121,6 +121,8 @@ class AgentRuntime:
     - ``loop_guard``: in the JSON protocol, a tool called in each of the last ``loop_guard`` turns is left out
       of the next turn's grammar (0: never), as is a tool whose last call repeated an earlier one exactly
       (:mod:`imagent.agents.guards`);
+    - ``stuck_after``: after that many turns in a row that each only repeated an earlier call, the agent is
+      asked for its answer in one turn with no tools (0: never);
     - ``compact_prompt``: the short tool list (signatures, one example call each) instead of full JSON
       Schemas; None: compact for the JSON protocol and for in-process llama.cpp models;
     - ``one_tool_per_step``: the paper's ReAct step, one tool call per turn: native calls ask the backend for
@@ -148,6 +150,7 @@ class AgentRuntime:
         temperature: float | None = None,
         search_first: bool = False,
         loop_guard: int = 3,
+        stuck_after: int = 3,
         compact_prompt: bool | None = None,
         worked_example: dict[str, Any] | None = None,
         one_tool_per_step: bool = True,
@@ -174,7 +177,7 @@ class AgentRuntime:
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.search_first = search_first
-        self.guards = Guards(loop_guard)
+        self.guards = Guards(loop_guard, stuck_after)
         self.compact_prompt = compact_prompt
         self.worked_example = worked_example
         self.one_tool_per_step = one_tool_per_step

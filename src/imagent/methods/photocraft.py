@@ -348,6 +348,9 @@ class DeepSearchConfig(MethodConfig):
                                  "named the anchor photo right but wrote other days' dates)")
     loop_guard: int = Field(3, ge=0, description="JSON protocol: a tool called in each of the last N turns is left "
                             "out of the next turn's grammar (a small model's loop breaker; 0: never)")
+    stuck_after: int = Field(3, ge=0, description="after this many turns in a row that each only repeated an earlier "
+                             "call, the agent is asked for its answer in one turn with no tools (imagent's guard; "
+                             "0: never)")
     compact_prompt: bool | None = Field(None, description="short tool list with one worked example instead of full "
                                         "JSON Schemas (None: for the JSON protocol and in-process llama.cpp models)")
     fallback_k: int = Field(5, ge=1, description="best candidates that stand in when the model gives no answer")
@@ -513,7 +516,8 @@ class _DeepSearch(Method):
             hooks=[*self.guard_hooks(query, small), *hooks], tool_mode=cfg.tool_mode, known_ids=album,
             fallback_k=cfg.fallback_k, max_tokens=cfg.max_tokens,
             fallback=lambda _state: list(album.search(query.text, cfg.fallback_k).ids),
-            search_first=cfg.search_first, loop_guard=cfg.loop_guard, compact_prompt=cfg.compact_prompt,
+            search_first=cfg.search_first, loop_guard=cfg.loop_guard, stuck_after=cfg.stuck_after,
+            compact_prompt=cfg.compact_prompt,
             worked_example=WORKED_EXAMPLE_DESCRIBED if self.describe() else WORKED_EXAMPLE,
             one_tool_per_step=cfg.one_tool_per_step,
         )
