@@ -398,3 +398,8 @@ def test_a_chain_that_ran_stays_done_when_the_model_narrows_to_another_anchor(kn
     assert run.answer == ["heron"] and "agent.chain_steered" not in trace.counters
     assert run.state.guards.answer_due and run.forced and len(model.calls) == 6
     assert set(offered(model.calls[5][1].json_schema)) == {"answer"}
+    asked = model.calls[5][0][-1].text  # the request restates the chain's result: its search's clear matches
+    assert asked.startswith("Your last tool call repeated an earlier one after your search was done")
+    assert "Your search for 'heron' within 'd' found these clear matches, best first: " in asked
+    within = run.state.turns[1].calls[0][1]
+    assert within.photos and within.photos[0] in asked.split("best first: ")[1]

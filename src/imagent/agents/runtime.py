@@ -417,7 +417,9 @@ class AgentRuntime:
         answer."""
         n = state.turn = state.turn + 1
         params = proto.params(state, final=True)
-        state.add_message(proto.budget_spent(params, self.max_turns, stuck=self.guards.stuck_after if stuck else 0))
+        due = stuck and state.guards.answer_due
+        state.add_message(proto.budget_spent(params, self.max_turns, stuck=self.guards.stuck_after if stuck else 0,
+                                             done=due, reminder=state.guards.answer_reminder if due else ""))
         with state.trace.step(f"turn.{n}", turn=n, final=True, protocol=proto.mode) as step:
             resp = self.role.chat(list(state.messages), params)
             state.prompt_tokens += resp.prompt_tokens

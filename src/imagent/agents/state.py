@@ -164,7 +164,8 @@ class GuardState:
     ``ids_used``: tool name -> photo ids it was called on; ``blocked_tools``: tools left out of the next
     turn's grammar (a repeated call was refused); ``repeats_in_a_row``: turns in a row whose call repeated an
     earlier one (the runtime asks for the answer when it reaches ``Guards.stuck_after``); ``answer_due``: a hook
-    judged the search done while the model kept repeating calls (the runtime asks for the answer now)."""
+    judged the search done while the model kept repeating calls (the runtime asks for the answer now);
+    ``answer_reminder``: what that hook restates in the request for the answer (the result the search came to)."""
 
     seen_dates: set[date] = field(default_factory=set)
     example_dates: set[date] = field(default_factory=set)
@@ -173,6 +174,7 @@ class GuardState:
     blocked_tools: set[str] = field(default_factory=set)
     repeats_in_a_row: int = 0
     answer_due: bool = False
+    answer_reminder: str = ""
 
     def forget_calls(self) -> None:
         """The history's tool results were folded away: a repeated call may be needed again."""

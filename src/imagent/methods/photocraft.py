@@ -72,7 +72,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from imagent.agents.album_tools import AlbumToolsConfig, album_tools, unavailable_tools_note
+from imagent.agents.album_tools import AlbumToolsConfig, album_tools, clear_matches, unavailable_tools_note
 from imagent.agents.memory import SUMMARY_KINDS, EpisodicMemory, MemoryCondense, SkillInjection, WorkingMemory
 from imagent.agents.runtime import AgentHooks, AgentRun, AgentRuntime, ToolMode, resolve_tool_mode
 from imagent.agents.skills import Skill, SkillLibrary, distill_skill, trajectory_text
@@ -296,12 +296,29 @@ class ChainSteer(AgentHooks):
     three repeats in a row, or re-narrowed to another anchor (q07 of the mini album), which does not reopen the
     chain: once a search within a subset ran, the chain is done."""
 
+    @staticmethod
+    def reminder(state: AgentState) -> str:
+        """The chain's result restated for the request for the answer: the last search within a subset and its
+        clear matches (the photos above its largest score drop), the line its described result ended with. The
+        0.5B otherwise answered from a thought about another photo, turns after the search that held the answer
+        (q07 of the mini album)."""
+        call, obs = [(c, o) for c, o in calls_that_ran(state)
+                     if c.name == "ImageSearch" and c.arguments.get("search_within")][-1]
+        ranked = [i for i in obs.photos if i in obs.scores]
+        if not ranked:
+            return ""
+        n = clear_matches([obs.scores[i] for i in ranked])
+        return (f"Your search for {str(call.arguments.get('query', ''))!r} within "
+                f"{str(call.arguments['search_within'])!r} found these clear matches, best first: "
+                + ", ".join(ranked[:n]) + ".")
+
     def after_turn(self, state: AgentState, turn: TurnRecord) -> None:
         plan = state.plan
         if plan is None or plan.same == "none" or not turn.calls or state.guards.repeats_in_a_row < 1:
             return
         if searched_within(state):  # the chain ran once: done, even if the model narrowed to another anchor since
             state.guards.answer_due = True
+            state.guards.answer_reminder = self.reminder(state)
             return
         if not ScopeFirst.narrowed(state):
             state.next_call = NextCall("FilterMetadata", {"same": [plan.same]})
