@@ -279,6 +279,15 @@ def test_the_decision_is_derived_from_the_checks():
     assert audit_decision(parroted, ["a"])[0] == "revise" and audit_decision(parroted, ["a"], prompt)[0] == "pass"
     assert audit_decision(grounded, ["a"], prompt)[0] == "revise"
     assert audit_decision({**parroted, "remove": ["a"]}, ["a"], prompt)[0] == "revise"  # a removal always counts
+    # ... at least ``min_own`` words of its own: a "no" before the prompt's words says nothing either
+    prompt4 = "4. COMPLETENESS: Were all photos of the constrained day, place or trip that show the TARGET included?"
+    no = {**fine, "completeness": {"note": "No photos of the constrained day that show the TARGET included",
+                                   "ok": False}}
+    assert own_words(no["completeness"]["note"], prompt4) == ["no"]
+    assert audit_decision(no, ["a"], prompt4, min_own=1)[0] == "revise"
+    assert audit_decision(no, ["a"], prompt4, min_own=2)[0] == "pass"
+    assert audit_decision(no, ["a"], prompt4, min_own=0)[0] == "revise"  # 0: every failed check counts
+    assert audit_decision(grounded, ["a"], prompt, min_own=2)[0] == "revise"
     assert audit_schema(["a", "b", "a"])["properties"]["remove"]["items"]["enum"] == ["a", "b"]
     # Through the loop: "remove" alone fails an audit whose four checks say ok, and the feedback names it.
     replies = ['The final answer is: ["u1/1001", "u1/2001"]', call("ImageSearch", query="heron"),

@@ -358,18 +358,19 @@ def own_words(note: str, prompt: str) -> list[str]:
     return [w for w in _WORD.findall(note.lower()) if w not in given]
 
 
-def audit_decision(value: dict[str, Any], answer: Sequence[str],
-                   prompt: str | None = None) -> tuple[str, dict[str, bool], list[str]]:
+def audit_decision(value: dict[str, Any], answer: Sequence[str], prompt: str | None = None,
+                   min_own: int = 1) -> tuple[str, dict[str, bool], list[str]]:
     """The audit's decision, derived by construction: ``"pass"`` exactly when every check holds (``ok``) and no
     proposed photo is to be removed, else ``"revise"``. Returns ``(decision, ok per check, photos to remove)``;
     a check missing or not an object counts as failed (a backend without grammars may write anything). With
-    ``prompt`` (the audit's prompt), a failed check whose note has no word of its own (:func:`own_words`) is not
-    counted: a failure must say something the prompt did not."""
+    ``prompt`` (the audit's prompt), a failed check whose note has fewer than ``min_own`` words of its own
+    (:func:`own_words`) is not counted: a failure must say something the prompt did not (the 0.5B's parroted
+    notes added one word at most: a "no", a stray token)."""
     oks = {k: isinstance(value.get(k), dict) and value[k].get("ok") is True for k in AUDIT_CHECKS}
-    if prompt is not None:
+    if prompt is not None and min_own > 0:
         for k, ok in oks.items():
             note = value[k].get("note") if isinstance(value.get(k), dict) else None
-            if not ok and isinstance(note, str) and not own_words(note, prompt):
+            if not ok and isinstance(note, str) and len(own_words(note, prompt)) < min_own:
                 oks[k] = True
     remove = [str(r) for r in value.get("remove") or [] if str(r) in answer]
     return ("pass" if all(oks.values()) and not remove else "revise"), oks, remove
@@ -417,9 +418,9 @@ class EpisodicMemory(AgentHooks):
     def __init__(self, role: Any, prompt: str, feedback: str,
                  reload: Callable[[list[str]], list[tuple[str, ImagePart]]], *, max_reload: int = 10,
                  max_audits: int | None = None, search_tools: Sequence[str] = ("ImageSearch",),
-                 context_limit: int | None = None, own_words: bool = False) -> None:
+                 context_limit: int | None = None, own_words: int = 0) -> None:
         self.role = role
-        self.own_words = own_words  # a failed check counts only when its note has words of its own
+        self.own_words = own_words  # a failed check counts only when its note has this many words of its own
         self.prompt = prompt
         self.feedback = feedback
         self.reload = reload
@@ -493,7 +494,7 @@ class EpisodicMemory(AgentHooks):
                 step.note("the audit gave no usable verdict; the answer was accepted as proposed")
                 step.outputs = {"decision": "pass", "decided_by": "checks", "parsed": False}
                 return None
-            decision, oks, remove = audit_decision(value, answer, self.prompt if self.own_words else None)
+            decision, oks, remove = audit_decision(value, answer, self.prompt, self.own_words)
             verdict = {k: " ".join(str(value[k].get("note", "") if isinstance(value.get(k), dict) else "").split())
                        for k in AUDIT_CHECKS}
             passed = decision == "pass"

@@ -51,8 +51,8 @@ by that next call too (:class:`ChainSteer`); ImageSearch's grammar has no ``top_
 FilterMetadata is offered in its photo form only (``anchor_filters``: ``same_as_photo`` and ``same`` day / place /
 city / device), because the offline 0.5B names its anchor photo right and writes that photo's date wrong; and a
 described ImageSearch result ends with its clear matches, the photos above the largest score drop
-(``clear_matches``); PhotoCraft's audit counts a failed check only when its note has words of its own, not only the
-audit prompt's (``audit_own_words``). A blind agent (caption mode) reads ImageSearch and FilterMetadata results
+(``clear_matches``); PhotoCraft's audit counts a failed check only when its note has two words of its own, not only
+the audit prompt's (``audit_own_words``). A blind agent (caption mode) reads ImageSearch and FilterMetadata results
 grouped by day and place, one line per photo, ``id | score | time | caption`` under a header that is the group's
 filter expression, ``time = 'YYYY-MM-DD' and place ~ '...'`` (``describe_results``; the worked example then shows
 the three-call chain :data:`WORKED_EXAMPLE_DESCRIBED`: find the anchor, keep the photos of its day, search the
@@ -152,6 +152,9 @@ WORKED_EXAMPLE_DESCRIBED: dict[str, Any] = {
 # Audits per query on the JSON protocol when ``max_audits`` is None: the offline 0.5B's audits failed nearly every
 # answer, and unbounded rounds spent the whole turn budget on audit loops (q12: 4 audits, 30 turns, F1 0).
 SMALL_MODEL_AUDITS = 1
+# Words of its own a failed audit check's note needs on the JSON protocol when ``audit_own_words`` is None: the
+# 0.5B's parroted notes added one at most ("No photos of the constrained day ... included", q02).
+SMALL_MODEL_OWN_WORDS = 2
 # What an answer given before the album was narrowed is told (``scope_first``).
 SCOPE_FIRST = ("Not narrowed yet. Call FilterMetadata with the anchor photo as same_as_photo (same day, place or "
                "city, as the query says), then search for the TARGET within it. A query without an anchor, "
@@ -400,10 +403,11 @@ class PhotoCraftConfig(DeepSearchConfig):
     max_audits: int | None = Field(None, ge=1, description="audits per query (None: until one passes or the "
                                    "budget ends, as in the paper; on the JSON protocol of small local models "
                                    f"{SMALL_MODEL_AUDITS})")
-    audit_own_words: bool | None = Field(None, description="a failed audit check counts only when its note has words "
-                                         "of its own, not only the audit prompt's (imagent's small-model guard: the "
-                                         "offline 0.5B failed answers with notes copied from the prompt; None: on "
-                                         "for the JSON protocol)")
+    audit_own_words: int | None = Field(None, ge=0, description="a failed audit check counts only when its note has "
+                                        "at least this many words the audit prompt does not hold (imagent's "
+                                        "small-model guard: the offline 0.5B failed answers with notes copied from "
+                                        "the prompt, adding a 'no' or a stray token; 0: every failed check counts; "
+                                        f"None: {SMALL_MODEL_OWN_WORDS} for the JSON protocol, else 0)")
     semantic_memory: bool = Field(True, description="inject and distil skills")
     skills_path: str | None = Field(None, description="skill library file (None: <user data dir>/skills.jsonl; "
                                     "an eval run: <run dir>/skills.jsonl)")
@@ -708,7 +712,8 @@ class PhotoCraft(_DeepSearch):
                                         max_audits=SMALL_MODEL_AUDITS if small and c.max_audits is None
                                         else c.max_audits,
                                         context_limit=self.context_limit(),
-                                        own_words=small if c.audit_own_words is None else c.audit_own_words))
+                                        own_words=(SMALL_MODEL_OWN_WORDS if small else 0) if c.audit_own_words is None
+                                        else c.audit_own_words))
         return tools, hooks
 
 
