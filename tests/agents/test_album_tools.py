@@ -63,6 +63,13 @@ def test_filter_saves_a_named_subset_that_search_uses(tools, state):
     assert "within subset 'penguin_day' (4 photos)" in hits.text
     narrowed = tools["FilterMetadata"]({"expression": "device ~ 'iphone'", "search_within": "penguin_day"}, state)
     assert narrowed.photos == ["duck", "frog"] and "within 'penguin_day'" in narrowed.text
+    # the same name again: the same photos say nothing more; other photos say what they replaced
+    again = tools["FilterMetadata"]({"expression": "time >= '2013-06-09' and time < '2013-06-10'",
+                                     "save_as": "penguin_day"}, state)
+    assert "replaces" not in again.text
+    other = tools["FilterMetadata"]({"expression": "device ~ 'iphone'", "save_as": "penguin_day"}, state)
+    assert "Saved as subset 'penguin_day' (it replaces the earlier subset of that name, 4 photos)" in other.text
+    assert len(state.subsets["penguin_day"]) == other.data["count"]
 
 
 def test_unsaved_results_are_saved_under_a_generated_name(tools, state):

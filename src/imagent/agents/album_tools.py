@@ -384,6 +384,7 @@ class FilterMetadataTool(_AlbumTool):
         limit = self.config.list_limit
         if save_as is None and ids:  # every result is searchable: ImageSearch's search_within names it
             save_as = f"filter_{sum(1 for k in scope.subsets if k.startswith('filter_')) + 1}"
+        earlier = scope.subsets.get(save_as) if save_as is not None else None
         if save_as is not None:
             scope.save_subset(save_as, ids)
         head = f"{len(ids)} photo(s) match {named}" + (f" within {within_name!r}" if within_name else "")
@@ -394,7 +395,9 @@ class FilterMetadataTool(_AlbumTool):
                 head += f", taken {first} to {last or 'unknown'}"
         lines = [head + "."]
         if save_as is not None:
-            lines.append(f"Saved as subset {save_as!r}: pass search_within={save_as!r} to ImageSearch or "
+            replaced = (f" (it replaces the earlier subset of that name, {len(earlier)} photos)"
+                        if earlier is not None and earlier != list(ids) else "")
+            lines.append(f"Saved as subset {save_as!r}{replaced}: pass search_within={save_as!r} to ImageSearch or "
                          "FilterMetadata to work inside it.")
         if ids:
             shown = ids[:limit]
