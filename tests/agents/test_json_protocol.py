@@ -344,7 +344,7 @@ def test_a_hook_that_sends_an_answer_back_can_name_the_next_call_and_its_fixed_a
 
 def test_a_circling_small_model_is_steered_along_the_chain_of_its_own_query_split(known_album):
     from imagent.agents.album_tools import AlbumToolsConfig
-    from imagent.methods.photocraft import ChainPlan, ChainSteer
+    from imagent.methods.chain_guards import ChainPlan, ChainSteer
 
     tools = album_tools(known_album, AlbumToolsConfig(anchor_filters=True))
     search = json_turn("ImageSearch", query="penguin")
@@ -380,7 +380,7 @@ def test_a_circling_small_model_is_steered_along_the_chain_of_its_own_query_spli
 
 def test_a_chain_that_ran_stays_done_when_the_model_narrows_to_another_anchor(known_album):
     from imagent.agents.album_tools import AlbumToolsConfig
-    from imagent.methods.photocraft import ChainPlan, ChainSteer
+    from imagent.methods.chain_guards import ChainPlan, ChainSteer
 
     tools = album_tools(known_album, AlbumToolsConfig(anchor_filters=True))
     other = json_turn("FilterMetadata", same_as_photo="heron", same=["day"], save_as="e")

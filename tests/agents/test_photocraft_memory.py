@@ -432,7 +432,7 @@ def scoped_run(replies: list[str], hooks: list[Any]) -> tuple[Any, Trace]:
 
 
 def test_scope_first_sends_an_unnarrowed_answer_back_once():
-    from imagent.methods.photocraft import SCOPE_FIRST, ScopeFirst
+    from imagent.methods.chain_guards import SCOPE_FIRST, ScopeFirst
 
     # Answer from the anchor's own search: sent back; after FilterMetadata the answer stands (and is audited).
     replies = [call("ImageSearch", query="flamingo"), 'The final answer is: ["u1/2001"]',
@@ -463,7 +463,7 @@ class SavingFilter(FakeFilter):
 
 
 def test_target_first_sends_an_answer_back_until_the_target_was_searched_within_the_subset():
-    from imagent.methods.photocraft import TARGET_FIRST, ScopeFirst, TargetFirst
+    from imagent.methods.chain_guards import TARGET_FIRST, ScopeFirst, TargetFirst
 
     def run_with(replies: list[str]) -> tuple[Any, Trace]:
         runtime = AgentRuntime(Role("agent", ScriptedChatModel(default=sequence(*replies))),
@@ -496,7 +496,7 @@ def test_target_first_sends_an_answer_back_until_the_target_was_searched_within_
 
 def test_chain_plan_splits_the_query_and_names_the_next_call_in_the_guards_messages():
     from imagent.agents.state import QueryPlan
-    from imagent.methods.photocraft import PLAN_SCHEMA, ChainPlan, ScopeFirst, TargetFirst
+    from imagent.methods.chain_guards import PLAN_SCHEMA, ChainPlan, ScopeFirst, TargetFirst
 
     def run_with(replies: list[str]) -> tuple[Any, Trace, ScriptedChatModel]:
         model = ScriptedChatModel(default=sequence(*replies))

@@ -1,0 +1,194 @@
+"""The small-model chain guards of the album agents (PhotoCraft and ImageSeeker, JSON protocol): the query split
+before the first turn (:class:`ChainPlan`), the answers sent back once when the album was not narrowed
+(:class:`ScopeFirst`) or nothing was searched within the narrowed subset (:class:`TargetFirst`), and the steering of
+a model that circles (:class:`ChainSteer`). Each is an agent runtime hook; they name the chain's next call
+(``AgentState.next_call``) so the JSON grammar of that turn offers only it. imagent's, not the papers': see
+``docs/faithfulness.md`` (small-model protocol, item 10)."""
+
+from __future__ import annotations
+
+from string import Template
+from typing import Any
+
+from imagent.agents.album_tools import clear_matches
+from imagent.agents.runtime import AgentHooks
+from imagent.agents.state import AgentState, NextCall, QueryPlan, TurnRecord
+from imagent.models.base import Message
+from imagent.models.roles import Role
+
+# What an answer given before the album was narrowed is told (``scope_first``).
+SCOPE_FIRST = ("Not narrowed yet. Call FilterMetadata with the anchor photo as same_as_photo (same day, place or "
+               "city, as the query says), then search for the TARGET within it. A query without an anchor, "
+               "time or place: give your answer again.")
+SCOPE_FIRST_PLAN = ("Not narrowed yet. Call FilterMetadata with same_as_photo = the photo of the {anchor} and "
+                    "same = [\"{same}\"], then search for '{target}' within it.")
+# What an answer given after the narrowing but before any search inside it is told (``target_first``).
+TARGET_FIRST = ("Now find the TARGET inside {subset!r}: call ImageSearch with the target's keywords and "
+                "search_within={subset!r}, then answer with the photos of that list that show the target.")
+TARGET_FIRST_PLAN = ("Now call ImageSearch with {{\"query\": \"{target}\", \"search_within\": \"{subset}\"}}, then "
+                     "answer with the photos of that list that show {target}.")
+
+
+# The query split a small model makes before its first turn (``chain_plan``): the decomposition the papers' prompts ask
+# for in the agent's reasoning, as one grammar-constrained call. The example is the worked example's query.
+PLAN_PROMPT = Template("""Split a photo-album search into three parts:
+- anchor: the thing or moment that identifies the event, found first (short keywords);
+- same: what the wanted photos share with the anchor's photo: "day", "place", "city", or "none" (no anchor);
+- target: what the wanted photos show (short keywords).
+Example: "The dogs I photographed on the day I saw the lighthouse." -> {"anchor": "lighthouse", "same": "day", \
+"target": "dog"}
+Search: "$query"
+Answer with the JSON object only.""")
+PLAN_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"anchor": {"type": "string", "minLength": 1, "maxLength": 60},
+                   "same": {"enum": ["day", "place", "city", "none"]},
+                   "target": {"type": "string", "minLength": 1, "maxLength": 60}},
+    "required": ["anchor", "same", "target"], "additionalProperties": False,
+}
+
+
+class ChainPlan(AgentHooks):
+    """Before the first turn the agent's model splits the query into its anchor, what the answer shares with it and
+    its target (one call under :data:`PLAN_SCHEMA`, kept as ``AgentState.plan``); the split is added to the task
+    message, and :class:`ScopeFirst` and :class:`TargetFirst` name the concrete next call from it. A split that does
+    not parse leaves the search as it was (noted in the trace)."""
+
+    def __init__(self, role: Role, query: str) -> None:
+        self.role = role
+        self.query = query
+
+    def on_start(self, state: AgentState) -> None:
+        with state.trace.step("plan", query=self.query) as step:
+            value, ok = self.role.json([Message.user(PLAN_PROMPT.substitute(query=self.query))], PLAN_SCHEMA,
+                                       fallback=lambda: None, retries=1, max_tokens=80)
+            if not ok or not isinstance(value, dict):
+                step.note("the query split did not parse: the search goes on without it")
+                step.outputs = {"parsed": False}
+                return
+            plan = QueryPlan(*(" ".join(str(value[k]).split()) for k in ("anchor", "same", "target")))
+            state.plan = plan
+            step.outputs = {"parsed": True, "anchor": plan.anchor, "same": plan.same, "target": plan.target}
+            task = state.messages[1]
+            state.set_task(Message("user", [*task.parts, "\n\n" + describe_plan(plan)]))
+
+
+def describe_plan(plan: QueryPlan) -> str:
+    """The split as the task message states it."""
+    if plan.same == "none":
+        return f"Your plan: no anchor; search for the target '{plan.target}'."
+    return (f"Your plan: find the anchor '{plan.anchor}'; keep the photos of its same {plan.same} "
+            f"(FilterMetadata same_as_photo); search for the target '{plan.target}' within them.")
+
+
+def calls_that_ran(state: AgentState) -> Any:
+    """The (call, observation) pairs of the run that neither the guards nor the tool refused, oldest first."""
+    return ((call, obs) for turn in state.turns for call, obs in turn.calls if not (obs.error or call.error))
+
+
+def searched_within(state: AgentState) -> bool:
+    """Whether an ImageSearch ran within a saved subset (the chain's target step, or a narrowing of its own)."""
+    return any(call.name == "ImageSearch" and call.arguments.get("search_within") for call, _ in calls_that_ran(state))
+
+
+class ScopeFirst(AgentHooks):
+    """Sends a proposed answer back once when nothing has narrowed the album yet (no successful FilterMetadata
+    call, no ImageSearch ``search_within``): the anchor -> constraint -> target chain a small model skips, answering
+    from the anchor's own search. The second answer stands (a query without an anchor loses one turn)."""
+
+    def __init__(self) -> None:
+        self.sent = False
+
+    @staticmethod
+    def narrowed(state: AgentState) -> bool:
+        return any(call.name == "FilterMetadata" or call.arguments.get("search_within")
+                   for call, _ in calls_that_ran(state))
+
+    def before_answer(self, state: AgentState, answer: list[str]) -> str | None:
+        plan = state.plan
+        if self.sent or self.narrowed(state) or (plan is not None and plan.same == "none"):
+            return None
+        self.sent = True
+        if plan is None:
+            state.next_call = NextCall("FilterMetadata")
+            return SCOPE_FIRST
+        state.next_call = NextCall("FilterMetadata", {"same": [plan.same]})
+        return SCOPE_FIRST_PLAN.format(anchor=plan.anchor, same=plan.same, target=plan.target)
+
+
+class TargetFirst(AgentHooks):
+    """Sends a proposed answer back once when the album was narrowed (a FilterMetadata result, saved as a subset)
+    but no ImageSearch has looked for the target inside a saved subset since: the last link of the anchor ->
+    constraint -> target chain, which a small model skips by answering with the anchor or one listed photo. The
+    second answer stands."""
+
+    def __init__(self) -> None:
+        self.sent = False
+
+    @staticmethod
+    def unsearched_subset(state: AgentState) -> str | None:
+        """The subset of the last narrowing when no ImageSearch ran within a subset after it, else None."""
+        subset: str | None = None
+        for call, obs in calls_that_ran(state):
+            if call.name == "FilterMetadata" and obs.data.get("subset"):
+                subset = str(obs.data["subset"])
+            elif call.name == "ImageSearch" and call.arguments.get("search_within"):
+                subset = None
+        return subset
+
+    def before_answer(self, state: AgentState, answer: list[str]) -> str | None:
+        if self.sent:
+            return None
+        subset = self.unsearched_subset(state)
+        if subset is None:
+            return None
+        self.sent = True
+        if state.plan is not None:
+            state.next_call = NextCall("ImageSearch", {"query": state.plan.target, "search_within": subset})
+            return TARGET_FIRST_PLAN.format(subset=subset, target=state.plan.target)
+        state.next_call = NextCall("ImageSearch", {"search_within": subset})
+        return TARGET_FIRST.format(subset=subset)
+
+
+class ChainSteer(AgentHooks):
+    """After a turn whose call only repeated an earlier one (refused by the runtime's guard: a small model circling,
+    e.g. a refused ImageSearch, then a new GetMetadata, then the refused ImageSearch again), the next turn must make
+    the chain's next call from the query split (``AgentState.plan``): FilterMetadata with the split's ``same`` while
+    nothing narrowed the album (the model names the anchor photo), then ImageSearch for the split's target within
+    the saved subset. Once the chain is done, such a turn ends the search with the request for the answer (the
+    stuck guard's, ``GuardState.answer_due``): the 0.5B otherwise kept repeating calls until the stuck guard's
+    three repeats in a row, or re-narrowed to another anchor (q07 of the mini album), which does not reopen the
+    chain: once a search within a subset ran, the chain is done."""
+
+    @staticmethod
+    def reminder(state: AgentState) -> str:
+        """The chain's result restated for the request for the answer: the last search within a subset and its
+        clear matches (the photos above its largest score drop), the line its described result ended with. The
+        0.5B otherwise answered from a thought about another photo, turns after the search that held the answer
+        (q07 of the mini album)."""
+        call, obs = [(c, o) for c, o in calls_that_ran(state)
+                     if c.name == "ImageSearch" and c.arguments.get("search_within")][-1]
+        ranked = [i for i in obs.photos if i in obs.scores]
+        if not ranked:
+            return ""
+        n = clear_matches([obs.scores[i] for i in ranked])
+        return (f"Your search for {str(call.arguments.get('query', ''))!r} within "
+                f"{str(call.arguments['search_within'])!r} found these clear matches, best first: "
+                + ", ".join(ranked[:n]) + ".")
+
+    def after_turn(self, state: AgentState, turn: TurnRecord) -> None:
+        plan = state.plan
+        if plan is None or plan.same == "none" or not turn.calls or state.guards.repeats_in_a_row < 1:
+            return
+        if searched_within(state):  # the chain ran once: done, even if the model narrowed to another anchor since
+            state.guards.answer_due = True
+            state.guards.answer_reminder = self.reminder(state)
+            return
+        if not ScopeFirst.narrowed(state):
+            state.next_call = NextCall("FilterMetadata", {"same": [plan.same]})
+            state.trace.count("agent.chain_steered")
+            return
+        subset = TargetFirst.unsearched_subset(state)
+        if subset is not None:
+            state.next_call = NextCall("ImageSearch", {"query": plan.target, "search_within": subset})
+            state.trace.count("agent.chain_steered")
