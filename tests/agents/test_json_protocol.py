@@ -342,25 +342,32 @@ def test_a_hook_that_sends_an_answer_back_can_name_the_next_call_and_its_fixed_a
     assert fixed["properties"]["same"]["prefixItems"] == [{"const": "day"}] and fixed["required"] == ["same"]
 
 
-def test_a_circling_small_model_is_steered_along_the_chain_of_its_own_query_split(known_album):
+def run_steered(known_album, replies):
+    """A JSON-protocol agent with the query split and ChainSteer over ``replies`` (the split's reply first)."""
     from imagent.agents.album_tools import AlbumToolsConfig
     from imagent.methods.chain_guards import ChainPlan, ChainSteer
 
     tools = album_tools(known_album, AlbumToolsConfig(anchor_filters=True))
-    search = json_turn("ImageSearch", query="penguin")
-    model = scripted([json.dumps({"anchor": "penguin", "same": "day", "target": "heron"}),
-                      search, search,  # the repeat is refused: steered to FilterMetadata, same day
-                      json_turn("FilterMetadata", same_as_photo="penguin", same=["day"], save_as="d"),
-                      json_turn("GetMetadata", photo_ids=["penguin"]), json_turn("GetMetadata", photo_ids=["penguin"]),
-                      json_turn("ImageSearch", query="heron", search_within="d"),
-                      json_turn("ImageSearch", query="heron", search_within="d"),  # the chain is done: answer now
-                      json.dumps({"thought": "t", "final_answer": ["heron"]})])
+    model = scripted(replies)
     role = Role("agent", model)
     runtime = AgentRuntime(role, tools, "You find photos.", known_ids=known_album, tool_mode="json",
                            hooks=[ChainPlan(role, "the heron on the penguin day"), ChainSteer()])
     trace = Trace()
     with trace.activate():
         run = runtime.run("the heron on the penguin day")
+    return run, trace, model
+
+
+def test_a_circling_small_model_is_steered_along_the_chain_of_its_own_query_split(known_album):
+    search = json_turn("ImageSearch", query="penguin")
+    run, trace, model = run_steered(known_album, [
+        json.dumps({"anchor": "penguin", "same": "day", "target": "heron"}),
+        search, search,  # the repeat is refused: steered to FilterMetadata, same day
+        json_turn("FilterMetadata", same_as_photo="penguin", same=["day"], save_as="d"),
+        json_turn("GetMetadata", photo_ids=["penguin"]), json_turn("GetMetadata", photo_ids=["penguin"]),
+        json_turn("ImageSearch", query="heron", search_within="d"),
+        json_turn("ImageSearch", query="heron", search_within="d"),  # the chain is done: answer now
+        json.dumps({"thought": "t", "final_answer": ["heron"]})])
     assert run.answer == ["heron"] and trace.counters["agent.chain_steered"] == 2
     schemas = [params.json_schema for _, params in model.calls]
     after_repeat = offered(schemas[3])  # call 0 is the split, 1 and 2 the searches
@@ -379,22 +386,13 @@ def test_a_circling_small_model_is_steered_along_the_chain_of_its_own_query_spli
 
 
 def test_a_chain_that_ran_stays_done_when_the_model_narrows_to_another_anchor(known_album):
-    from imagent.agents.album_tools import AlbumToolsConfig
-    from imagent.methods.chain_guards import ChainPlan, ChainSteer
-
-    tools = album_tools(known_album, AlbumToolsConfig(anchor_filters=True))
     other = json_turn("FilterMetadata", same_as_photo="heron", same=["day"], save_as="e")
-    model = scripted([json.dumps({"anchor": "penguin", "same": "day", "target": "heron"}),
-                      json_turn("FilterMetadata", same_as_photo="penguin", same=["day"], save_as="d"),
-                      json_turn("ImageSearch", query="heron", search_within="d"),
-                      other, other,  # a new anchor, then its repeat: the chain is not reopened on "e"
-                      json.dumps({"thought": "t", "final_answer": ["heron"]})])
-    role = Role("agent", model)
-    runtime = AgentRuntime(role, tools, "You find photos.", known_ids=known_album, tool_mode="json",
-                           hooks=[ChainPlan(role, "the heron on the penguin day"), ChainSteer()])
-    trace = Trace()
-    with trace.activate():
-        run = runtime.run("the heron on the penguin day")
+    run, trace, model = run_steered(known_album, [
+        json.dumps({"anchor": "penguin", "same": "day", "target": "heron"}),
+        json_turn("FilterMetadata", same_as_photo="penguin", same=["day"], save_as="d"),
+        json_turn("ImageSearch", query="heron", search_within="d"),
+        other, other,  # a new anchor, then its repeat: the chain is not reopened on "e"
+        json.dumps({"thought": "t", "final_answer": ["heron"]})])
     assert run.answer == ["heron"] and "agent.chain_steered" not in trace.counters
     assert run.state.guards.answer_due and run.forced and len(model.calls) == 6
     assert set(offered(model.calls[5][1].json_schema)) == {"answer"}

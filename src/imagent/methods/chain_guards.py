@@ -86,9 +86,14 @@ def calls_that_ran(state: AgentState) -> Any:
     return ((call, obs) for turn in state.turns for call, obs in turn.calls if not (obs.error or call.error))
 
 
+def searches_within(state: AgentState) -> list[Any]:
+    """The (call, observation) pairs of the ImageSearch calls that ran within a saved subset, oldest first."""
+    return [(c, o) for c, o in calls_that_ran(state) if c.name == "ImageSearch" and c.arguments.get("search_within")]
+
+
 def searched_within(state: AgentState) -> bool:
     """Whether an ImageSearch ran within a saved subset (the chain's target step, or a narrowing of its own)."""
-    return any(call.name == "ImageSearch" and call.arguments.get("search_within") for call, _ in calls_that_ran(state))
+    return bool(searches_within(state))
 
 
 class ScopeFirst(AgentHooks):
@@ -166,8 +171,7 @@ class ChainSteer(AgentHooks):
         clear matches (the photos above its largest score drop), the line its described result ended with. The
         0.5B otherwise answered from a thought about another photo, turns after the search that held the answer
         (q07 of the mini album)."""
-        call, obs = [(c, o) for c, o in calls_that_ran(state)
-                     if c.name == "ImageSearch" and c.arguments.get("search_within")][-1]
+        call, obs = searches_within(state)[-1]
         ranked = [i for i in obs.photos if i in obs.scores]
         if not ranked:
             return ""
