@@ -10,12 +10,19 @@ model; ``--model offline:qwen2.5-coder-1.5b-instruct`` for the larger one), this
   llama-cpp-python's ``generate`` applies); ``generated``: reply tokens; ``seconds``: the query's wall time;
 - and for album queries the answer's F1 and EM.
 
-The model's own prompt speed (a fresh ~600-token prompt, ``max_tokens=1``) and generation speed (128 free tokens
-after a short prompt) are measured in the same run, before and after the queries (the mean is used: the machine
-is shared). The last line is
+The model's own prompt speed (a 560-token chunk) and generation speed (128 greedy tokens after it) are measured
+in the same run, with the model loaded as the agents load it (threads, flash attention): at an empty context
+before and after the queries (the mean is used: the machine is shared), and after the queries also at a depth
+of context (the run's mean prompt length). A token costs more deep in a long prompt (attention reads every
+earlier position; the cost grows about linearly with the position), so each call's tokens are priced where
+they sit: its evaluated prompt tokens at their mean position (the end of its prompt), its generated tokens after
+it, at a per-token time interpolated between the two depths. The last line is
 
     agent_tokens ratio=<seconds / (evaluated / prompt speed + generated / generation speed)>
                  evaluated_share=<evaluated / sent>
+
+with each token's speed the one at its position (the empty-context ratio, every token priced as at a prompt's
+start, is printed above it), and the share of the seconds spent inside model calls (the rest: tools, Python).
 
 (one line).
 
@@ -56,6 +63,15 @@ default queries PhotoCraft F1 40.0 / 85.7 / 0.0 / 0.0, 3,563 evaluated per episo
 (``--queries`` alternating intra- and inter-event, ``--budget 3300``, ``--threads 1``, ImageSeeker running beside
 it) F1 15.4, ImageSeeker 9.5 on the 10 it reached (PhotoCraft 13.0 on those). The ratio of that run (1.833) is not
 a measurement of overhead: three jobs shared two cores and its speeds were measured before the queries only.
+
+Measured 2026-11-27 (commit d70c0c7 and this pricing; 1 thread beside a PhotoCraft run on the other core):
+ImageSeeker q08, 8 calls, 25,621 prompt tokens sent, 4,855 evaluated, 444 generated, 178.0 s of which 177.9 s
+inside model calls (cProfile of the same query: 370 s of 398 s in llama.cpp's ``decode``, speed measurements
+included; sampling 1.5 s, tools under 1 s), F1 100. Speeds: prompt 57.6 tok/s and generation 11.7 at an empty
+context, 34.2 and 9.5 after 3,202 tokens. Priced as at a prompt's start the ratio is 1.456; each token priced at
+its position, ``agent_tokens ratio=1.062 evaluated_share=0.189``: the time is the tokens'. Flash attention
+(``models.offline.flash_attn=true``) on the same query: 152.6 s instead of 169.6 s, but 7 calls and F1 0.0
+instead of 8 calls and F1 100 (greedy replies change), so it stays off by default.
 """
 
 from __future__ import annotations  # noqa: I001 (imagent before numpy, below)
@@ -120,16 +136,15 @@ SPEED_CHUNK = 560  # prompt tokens timed per speed measurement
 SPEED_GEN = 128  # generated tokens timed per speed measurement
 
 
-def measure_speed(model_path: Path, n_threads: int, context: int = 0) -> tuple[float, float]:
+def measure_speed(model_path: Path, n_threads: int, context: int = 0,
+                  flash_attn: bool = True) -> tuple[float, float]:
     """(prompt tokens/s, generated tokens/s) of the model on this machine now, in a context of its own: a
     :data:`SPEED_CHUNK`-token prompt evaluated after ``context`` tokens already in the context, then
-    :data:`SPEED_GEN` greedy tokens after it. Attention reads every earlier position, so a token costs more deep in
-    a long prompt than at its start: ``context`` is set to the run's mean prompt length to price its tokens where
-    the agent's calls are."""
+    :data:`SPEED_GEN` greedy tokens after it."""
     from llama_cpp import Llama
 
     llama = Llama(model_path=str(model_path), n_ctx=max(2048, context + SPEED_CHUNK + SPEED_GEN + 64),
-                  n_threads=n_threads, seed=0, verbose=False)
+                  n_threads=n_threads, flash_attn=flash_attn, seed=0, verbose=False)
     try:
         words = ["photo", "album", "search", "agent", "date", "place", "score", "penguin", "lighthouse", "museum",
                  "harbour", "market", "birthday", "festival", "garden", "bridge"]
@@ -152,6 +167,28 @@ def measure_speed(model_path: Path, n_threads: int, context: int = 0) -> tuple[f
         return prompt_speed, gen_speed
     finally:
         llama.close()
+
+
+class TokenPrices:
+    """Seconds a token costs at a position of the context: linear in the position, through the empty-context
+    speeds (``at_zero``) and those after ``depth`` tokens (``at_depth``; None: every position costs the same)."""
+
+    def __init__(self, at_zero: tuple[float, float], at_depth: tuple[float, float] | None, depth: int) -> None:
+        self.p0, self.g0 = 1.0 / at_zero[0], 1.0 / at_zero[1]
+        # Mean positions of the timed tokens: the prompt chunk's middle, the generated tokens' middle after it.
+        self.x_p, self.x_g = SPEED_CHUNK / 2, SPEED_CHUNK + SPEED_GEN / 2
+        if at_depth is None or depth <= 0:
+            self.slope_p = self.slope_g = 0.0
+        else:  # a slope below 0 is noise (deeper is never cheaper): priced flat then
+            self.slope_p = max(0.0, (1.0 / at_depth[0] - self.p0) / depth)
+            self.slope_g = max(0.0, (1.0 / at_depth[1] - self.g0) / depth)
+
+    def call(self, sent: float, evaluated: float, generated: float) -> float:
+        """Seconds of one call's tokens: ``evaluated`` prompt tokens ending at ``sent``, ``generated`` after."""
+        prompt_at = max(0.0, sent - evaluated / 2)
+        gen_at = sent + generated / 2
+        return (evaluated * (self.p0 + self.slope_p * (prompt_at - self.x_p))
+                + generated * (self.g0 + self.slope_g * (gen_at - self.x_g)))
 
 
 def album_subset(album: Path, qids: list[str], work: Path) -> Path:
@@ -189,7 +226,9 @@ def run_method(ws: Workspace, log: CallLog, method: str, benchmark: str, root: P
             rows.append({"method": method, "qid": label, "calls": len(calls),
                          **{k: int(sum(c[k] for c in calls)) for k in ("sent", "evaluated", "generated")},
                          "model_seconds": sum(c["seconds"] for c in calls),
-                         "call_sent": [int(c["sent"]) for c in calls]})
+                         "call_sent": [int(c["sent"]) for c in calls],
+                         "call_evaluated": [int(c["evaluated"]) for c in calls],
+                         "call_generated": [int(c["generated"]) for c in calls]})
         elif phase == "index":
             log.take()
         if time.monotonic() > deadline:
@@ -269,9 +308,10 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"the default role's model {name!r} is not an in-process llama.cpp model")
     model_path, model_id = chat_llamacpp.resolve_model_path(cfg.model, cache)
     threads = cfg.n_threads or os.cpu_count() or 1
-    print(f"model {model_id} ({model_path.stat().st_size / 1e6:,.0f} MB), {threads} threads; "
-          f"load average {os.getloadavg()[0]:.2f}", flush=True)
-    p1, g1 = measure_speed(model_path, threads)
+    fa = cfg.flash_attn
+    print(f"model {model_id} ({model_path.stat().st_size / 1e6:,.0f} MB), {threads} threads, flash attention "
+          f"{'on' if fa else 'off'}; load average {os.getloadavg()[0]:.2f}", flush=True)
+    p1, g1 = measure_speed(model_path, threads, flash_attn=fa)
     print(f"speed before: prompt {p1:.1f} tok/s, generation {g1:.1f} tok/s", flush=True)
 
     log = CallLog()
@@ -308,11 +348,11 @@ def main(argv: list[str] | None = None) -> None:
     context = int(sum(sizes) / len(sizes)) if sizes else 0
     # Measured even when the --budget is spent (a minute at most): the queries ran on the machine as it was then,
     # and the speed before alone overstates what a loaded machine gave them.
-    p2, g2 = measure_speed(model_path, threads)
+    p2, g2 = measure_speed(model_path, threads, flash_attn=fa)
     prompt_speed, gen_speed = (p1 + p2) / 2, (g1 + g2) / 2
     print(f"speed after: prompt {p2:.1f} tok/s, generation {g2:.1f} tok/s; mean: {prompt_speed:.1f} and "
           f"{gen_speed:.1f}", flush=True)
-    at_context = measure_speed(model_path, threads, context) if context else None
+    at_context = measure_speed(model_path, threads, context, flash_attn=fa) if context else None
     if at_context is not None:
         print(f"speed after {context} tokens of context (the run's mean prompt): prompt {at_context[0]:.1f} "
               f"tok/s, generation {at_context[1]:.1f} tok/s", flush=True)
@@ -341,20 +381,26 @@ def main(argv: list[str] | None = None) -> None:
                   f"F1 {avg(old, 'f1'):5.1f} -> {avg(new, 'f1'):5.1f}  EM {avg(old, 'em'):5.1f} -> "
                   f"{avg(new, 'em'):5.1f}  s {avg(old, 'seconds'):6.1f} -> {avg(new, 'seconds'):6.1f}")
     seconds = sum(r["seconds"] for r in rows)
+    model_seconds = sum(r["model_seconds"] for r in rows)
     evaluated = sum(r["evaluated"] for r in rows)
     generated = sum(r["generated"] for r in rows)
     sent = sum(r["sent"] for r in rows)
-    floor = evaluated / prompt_speed + generated / gen_speed
+    flat = TokenPrices((prompt_speed, gen_speed), None, 0)
+    priced = TokenPrices((prompt_speed, gen_speed), at_context, context)
+    calls = [(s_, e, g) for r in rows
+             for s_, e, g in zip(r.get("call_sent", []), r.get("call_evaluated", []),
+                                     r.get("call_generated", []), strict=True)]
+    floor_flat = sum(flat.call(*c) for c in calls) or (evaluated / prompt_speed + generated / gen_speed)
+    floor = sum(priced.call(*c) for c in calls) or floor_flat
     if args.keep:
         print(f"work folder kept: {work} (run-<method>/results.jsonl holds each query's trace)")
     else:
         shutil.rmtree(work, ignore_errors=True)
-    if at_context is not None:
-        print(f"ratio at an empty context's speed: {seconds / max(floor, 1e-9):.3f} (tokens priced as at a prompt's "
-              "start)")
-        floor = evaluated / at_context[0] + generated / at_context[1]
+    print(f"seconds inside model calls: {model_seconds:.1f} of {seconds:.1f} "
+          f"({100.0 * model_seconds / max(seconds, 1e-9):.1f}%; the rest: tools, Python)")
+    print(f"ratio at an empty context's speed: {seconds / max(floor_flat, 1e-9):.3f} (tokens priced as at a prompt's "
+          "start)")
     print(f"agent_tokens ratio={seconds / max(floor, 1e-9):.3f} evaluated_share={evaluated / max(sent, 1):.3f}")
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -92,6 +92,30 @@ def test_request_kwargs_map_params(tmp_path: Path) -> None:
     assert not {"response_format", "logprobs", "top_logprobs", "repeat_penalty", "stop"} & set(plain)
 
 
+def test_flash_attention_is_a_config_field_passed_to_llama_cpp_and_keyed(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from imagent.core.config import ChatModelConfig
+    from imagent.models import llama_sampling
+
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    seen: list[dict] = []
+
+    class FakeLlama:
+        def __init__(self, **kw: object) -> None:
+            seen.append(kw)
+
+    monkeypatch.setattr(llama_sampling, "llama_class", lambda: FakeLlama)
+    off = LlamaCppChatModel.from_config(ChatModelConfig(backend="llama.cpp", model=str(gguf)))
+    on = LlamaCppChatModel.from_config(ChatModelConfig(backend="llama.cpp", model=str(gguf), flash_attn=True))
+    assert ChatModelConfig(backend="llama.cpp", model="x").flash_attn is False  # off: the measured numbers hold
+    # its other summation order can change a greedy reply: cached replies of one never answer the other
+    assert on.cache_tag != off.cache_tag and off.cache_tag == LlamaCppChatModel(gguf).cache_tag
+    off.load()
+    on.load()
+    assert [kw["flash_attn"] for kw in seen] == [False, True]
+
+
 def test_no_logprobs_requested_of_a_model_loaded_without_them(tmp_path: Path) -> None:
     # logprobs=false: the call must still answer, just unscored (no logits processor either; see chat()).
     model = LlamaCppChatModel(tmp_path / "m.gguf", logprobs=False)

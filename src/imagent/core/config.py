@@ -117,6 +117,11 @@ class ChatModelConfig(_Strict):
     # with it a whole re-evaluated prompt) after two calls; the KV cache costs ~12 KiB a token on the 0.5B.
     n_ctx: int = Field(8192, ge=256, description="llama.cpp: context window in tokens")
     n_threads: int | None = None
+    # llama.cpp: flash attention (llama.cpp's own default turns it on where the build supports it; llama-cpp-python
+    # turns it off unless asked). Off here: on the 0.5B on 2 cores it evaluated an empty context's prompt ~1.5x as
+    # fast but an album episode only ~10% faster, and its other summation order changes greedy replies (ImageSeeker
+    # q08: F1 100 -> 0), so every number measured with it off would move (benchmarks/agent_tokens.py).
+    flash_attn: bool = Field(False, description="llama.cpp: flash attention (faster prompts; other replies)")
     temperature: float = Field(0.0, ge=0.0, description="decoding temperature when a call does not set one")
     seed: int = 0
     # llama.cpp needs all logits kept to return token logprobs (yes/no scores).

@@ -119,6 +119,7 @@ class LlamaCppChatModel:
         logprobs: bool = True,
         verbose: bool = False,
         slots: int = 2,
+        flash_attn: bool = False,
     ) -> None:
         self.model_path = Path(model_path)
         self.model_id = model_id or self.model_path.name
@@ -127,7 +128,9 @@ class LlamaCppChatModel:
         self.seed = seed
         self.temperature = temperature
         # The call cache keys on this beside the model id: another default temperature or seed answers differently.
-        self.cache_tag = stable_key(seed, temperature)
+        # Flash attention sums in another order: a near-tie can turn out differently, so it keys too.
+        self.flash_attn = flash_attn
+        self.cache_tag = stable_key(seed, temperature, flash_attn) if flash_attn else stable_key(seed, temperature)
         self.logprobs = logprobs
         self.verbose = verbose
         self._slots: list[_Slot] = [_Slot() for _ in range(max(1, slots))]
@@ -138,7 +141,8 @@ class LlamaCppChatModel:
     def from_config(cls, config: Any, cache_dir: Path | None = None, **_: Any) -> LlamaCppChatModel:
         path, model_id = resolve_model_path(config.model, cache_dir)
         return cls(path, model_id=model_id, n_ctx=config.n_ctx, n_threads=config.n_threads,
-                   seed=config.seed, temperature=config.temperature, logprobs=config.logprobs)
+                   seed=config.seed, temperature=config.temperature, logprobs=config.logprobs,
+                   flash_attn=config.flash_attn)
 
     def __repr__(self) -> str:
         return f"LlamaCppChatModel({str(self.model_path)!r}, n_ctx={self.n_ctx}, n_threads={self.n_threads})"
@@ -177,6 +181,7 @@ class LlamaCppChatModel:
                 model_path=str(self.model_path),
                 n_ctx=self.n_ctx,
                 n_threads=self.n_threads,
+                flash_attn=self.flash_attn,
                 seed=self.seed,
                 logits_all=False,  # logprobs come from _TopLogprobs (see the module docstring)
                 verbose=self.verbose,
