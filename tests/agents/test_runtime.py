@@ -325,6 +325,22 @@ def test_a_model_that_only_repeats_its_calls_is_asked_for_the_answer_early():
     assert run.turns == 6 and "agent.stuck" not in trace.counters
 
 
+def test_repeat_limit_ends_a_search_that_alternates_new_calls_with_repeats() -> None:
+    # a small model's cycle: a new call, then a repeat of an earlier one; never stuck "in a row"
+    cycle = [call("ImageSearch", query="sea"), call("ImageSearch", query="sea"), call("ImageSearch", query="cat"),
+             call("ImageSearch", query="cat"), call("ImageSearch", query="dog"), call("ImageSearch", query="sea"),
+             call("ImageSearch", query="hat"), call("ImageSearch", query="cat")]
+    role = scripted([*cycle[:6], 'The final answer is: ["p2"]'], supports_tools=True)
+    run, trace = run_agent(role, max_turns=30, repeat_limit=3)
+    assert run.turns == 7 and "3 repeated calls" in run.reason and "in a row" not in run.reason
+    assert trace.counters.get("agent.stuck") == 1 and run.answer == ["p2"]
+    msgs, params = role.calls[-1]
+    assert "3 of your tool calls repeated earlier ones" in msgs[-1].text and params.tool_choice == "none"
+    # 0 (the runtime's default): no limit, the cycle runs to its end and the model answers itself
+    run, trace = run_agent(scripted([*cycle, 'The final answer is: ["p2"]'], supports_tools=True), max_turns=30)
+    assert run.turns == 9 and "agent.stuck" not in trace.counters and run.reason == "the model's final answer"
+
+
 def test_a_model_error_mid_run_answers_with_the_best_seen():
     replies = [call("ImageSearch", query="sea")]
 

@@ -22,7 +22,9 @@ runtime consults them around each tool call; what they remember is
   the next turn's grammar (0: never);
 - **stuck**: when the last ``stuck_after`` turns each only repeated an earlier call (a small model alternating
   between two refused calls, which the loop guard does not catch), the runtime stops offering tools and asks
-  for the answer at once (counted ``agent.stuck``), instead of spending the rest of the turn budget;
+  for the answer at once (counted ``agent.stuck``), instead of spending the rest of the turn budget; so it does
+  when ``repeat_limit`` calls of the run were refused as repeats, in a row or not (a small model that alternates
+  a new call with a repeat of an earlier one makes no progress either);
 - **ids used**: the photos each tool was called on, so the grammar does not offer a photo again to a tool that
   tells nothing new the second time (``Tool.repeat_ids``).
 """
@@ -58,9 +60,10 @@ def dates_in(text: str) -> set[date]:
 class Guards:
     """The guards of one runtime (see the module doc); ``loop_guard`` is the JSON protocol's loop rule."""
 
-    def __init__(self, loop_guard: int = 3, stuck_after: int = 3) -> None:
+    def __init__(self, loop_guard: int = 3, stuck_after: int = 3, repeat_limit: int = 0) -> None:
         self.loop_guard = loop_guard
         self.stuck_after = stuck_after
+        self.repeat_limit = repeat_limit
 
     def start(self, state: AgentState, request: str, worked_example: dict[str, Any] | None) -> None:
         """A run begins: remember the request's dates and, where the example is shown, the example's."""
@@ -78,14 +81,22 @@ class Guards:
         if (earlier := self.repeat_of(call, tool, state)) is not None:
             state.guards.blocked_tools.add(tool.name)
             state.guards.repeats_in_a_row += 1
+            state.guards.repeats_total += 1
             return Observation(REPEATED.format(tool=tool.name, turn=earlier), error=True), "repeated call"
         state.guards.repeats_in_a_row = 0
         return None
 
     def stuck(self, state: AgentState) -> bool:
-        """Whether the last ``stuck_after`` turns each only repeated an earlier call (0: never stuck), or a hook
-        set ``answer_due`` (the search is done and the model repeats itself)."""
-        return state.guards.answer_due or (bool(self.stuck_after) and state.guards.repeats_in_a_row >= self.stuck_after)
+        """Whether the last ``stuck_after`` turns each only repeated an earlier call (0: never stuck), or
+        ``repeat_limit`` calls of the run were refused as repeats (0: no limit), or a hook set ``answer_due`` (the
+        search is done and the model repeats itself)."""
+        return state.guards.answer_due or self.in_a_row(state) or self.too_often(state)
+
+    def in_a_row(self, state: AgentState) -> bool:
+        return bool(self.stuck_after) and state.guards.repeats_in_a_row >= self.stuck_after
+
+    def too_often(self, state: AgentState) -> bool:
+        return bool(self.repeat_limit) and state.guards.repeats_total >= self.repeat_limit
 
     @staticmethod
     def copied_dates(call: ToolCall, state: AgentState) -> list[str]:

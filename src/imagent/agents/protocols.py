@@ -52,6 +52,7 @@ BUDGET_SPENT_JSON = ("{why} Do not call any more tools. Based on what you found,
                      'final answer now: {{"thought": "...", "final_answer": ["<photo id>", ...]}}')
 SPENT = "You have used all {n} turns."
 STUCK = "Your last {k} tool calls repeated earlier ones, so the search is over."
+OFTEN = "{k} of your tool calls repeated earlier ones, so the search is over."
 DONE = "Your last tool call repeated an earlier one after your search was done, so the search is over."
 # The JSON protocol offers at most this many photo ids (the best seen) to its grammar.
 MAX_GRAMMAR_IDS = 200
@@ -151,12 +152,14 @@ class TurnProtocol(ABC):
 
     # ------------------------------------------------------------------ the last call
     def budget_spent(self, params: ChatParams, n: int, stuck: int = 0, done: bool = False,
-                     reminder: str = "") -> Message:
+                     reminder: str = "", often: int = 0) -> Message:
         """The request for an answer now, without tools, after ``n`` turns (``stuck``: after that many turns in
-        a row that only repeated earlier calls; ``done``: after a repeated call once a hook judged the search
-        done), with a hook's ``reminder`` of what the search came to."""
+        a row that only repeated earlier calls; ``often``: after that many repeated calls in the run; ``done``:
+        after a repeated call once a hook judged the search done), with a hook's ``reminder`` of what the search
+        came to."""
         spent = BUDGET_SPENT_JSON if params.json_schema is not None else BUDGET_SPENT
-        why = DONE if done else STUCK.format(k=stuck) if stuck else SPENT.format(n=n)
+        why = (DONE if done else STUCK.format(k=stuck) if stuck else OFTEN.format(k=often) if often
+               else SPENT.format(n=n))
         return Message.user(spent.format(why=f"{why} {reminder}" if reminder else why))
 
     @staticmethod
@@ -281,6 +284,7 @@ __all__ = [
     "BUDGET_SPENT_JSON",
     "DONE",
     "MAX_GRAMMAR_IDS",
+    "OFTEN",
     "PROTOCOLS",
     "SPENT",
     "STUCK",

@@ -123,6 +123,8 @@ class AgentRuntime:
       (:mod:`imagent.agents.guards`);
     - ``stuck_after``: after that many turns in a row that each only repeated an earlier call, the agent is
       asked for its answer in one turn with no tools (0: never);
+    - ``repeat_limit``: so is it once that many of its calls in the run were refused as repeats, in a row or not
+      (0: no limit);
     - ``compact_prompt``: the short tool list (signatures, one example call each) instead of full JSON
       Schemas; None: compact for the JSON protocol and for in-process llama.cpp models;
     - ``one_tool_per_step``: the paper's ReAct step, one tool call per turn: native calls ask the backend for
@@ -151,6 +153,7 @@ class AgentRuntime:
         search_first: bool = False,
         loop_guard: int = 3,
         stuck_after: int = 3,
+        repeat_limit: int = 0,
         compact_prompt: bool | None = None,
         worked_example: dict[str, Any] | None = None,
         one_tool_per_step: bool = True,
@@ -177,7 +180,7 @@ class AgentRuntime:
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.search_first = search_first
-        self.guards = Guards(loop_guard, stuck_after)
+        self.guards = Guards(loop_guard, stuck_after, repeat_limit)
         self.compact_prompt = compact_prompt
         self.worked_example = worked_example
         self.one_tool_per_step = one_tool_per_step
@@ -418,8 +421,12 @@ class AgentRuntime:
         n = state.turn = state.turn + 1
         params = proto.params(state, final=True)
         due = stuck and state.guards.answer_due
-        state.add_message(proto.budget_spent(params, self.max_turns, stuck=self.guards.stuck_after if stuck else 0,
-                                             done=due, reminder=state.guards.answer_reminder if due else ""))
+        in_a_row = stuck and not due and self.guards.in_a_row(state)
+        often = stuck and not due and not in_a_row
+        state.add_message(proto.budget_spent(
+            params, self.max_turns, stuck=self.guards.stuck_after if in_a_row else 0, done=due,
+            often=state.guards.repeats_total if often else 0,
+            reminder=state.guards.answer_reminder if due or often else ""))
         with state.trace.step(f"turn.{n}", turn=n, final=True, protocol=proto.mode) as step:
             resp = self.role.chat(list(state.messages), params)
             state.prompt_tokens += resp.prompt_tokens
@@ -435,8 +442,9 @@ class AgentRuntime:
             turn.dropped = bad
             step.outputs = self._turn_outputs(turn, None)
         if stuck:
-            why = ("a repeated call once the search was done" if state.guards.answer_due
-                   else f"{self.guards.stuck_after} repeated calls in a row")
+            why = ("a repeated call once the search was done" if due
+                   else f"{self.guards.stuck_after} repeated calls in a row" if in_a_row
+                   else f"{state.guards.repeats_total} repeated calls")
             return (valid, f"the model's final answer after {why}") if valid else \
                 (None, f"{why} ended the search without a usable answer")
         if valid:

@@ -163,7 +163,9 @@ class GuardState:
     (empty when no example is shown); ``calls_made``: each distinct call (tool and arguments) -> its turn;
     ``ids_used``: tool name -> photo ids it was called on; ``blocked_tools``: tools left out of the next
     turn's grammar (a repeated call was refused); ``repeats_in_a_row``: turns in a row whose call repeated an
-    earlier one (the runtime asks for the answer when it reaches ``Guards.stuck_after``); ``answer_due``: a hook
+    earlier one (the runtime asks for the answer when it reaches ``Guards.stuck_after``); ``repeats_total``: refused
+    repeated calls in the whole run (the runtime asks for the answer when it reaches ``Guards.repeat_limit``: a small
+    model that alternates between a new call and a repeat is never stuck "in a row"); ``answer_due``: a hook
     judged the search done while the model kept repeating calls (the runtime asks for the answer now);
     ``answer_reminder``: what that hook restates in the request for the answer (the result the search came to)."""
 
@@ -173,6 +175,7 @@ class GuardState:
     ids_used: dict[str, set[str]] = field(default_factory=dict)
     blocked_tools: set[str] = field(default_factory=set)
     repeats_in_a_row: int = 0
+    repeats_total: int = 0
     answer_due: bool = False
     answer_reminder: str = ""
 

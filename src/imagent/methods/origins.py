@@ -13,8 +13,9 @@ from typing import Any
 # Knobs every method has, or that no paper describes: imagent's own.
 IMAGENT_FIELDS: frozenset[str] = frozenset({
     "concurrency", "max_calls", "allow_missing_captions", "parse_retries", "json_retries", "max_field_chars",
-    "tool_mode", "tool_protocol", "loop_guard", "stuck_after", "fallback_k", "fallback_top_k", "compact_prompt",
-    "context_limit", "compress_at", "agent_role", "memory_role", "skills_path", "batch_questions", "grammar_max_calls",
+    "tool_mode", "tool_protocol", "loop_guard", "stuck_after", "repeat_limit", "fallback_k", "fallback_top_k",
+    "compact_prompt", "context_limit", "compress_at", "agent_role", "memory_role", "skills_path", "batch_questions",
+    "grammar_max_calls",
     "plan_retries", "planner_max_tokens", "max_calls_per_plan", "library", "mip_time_limit_s", "retrievers",
     "exclude_gallery_exemplars", "genecis_templates", "chat_mode", "stages", "max_tokens", "max_view",
     "search_first", "scope_first", "target_first", "chain_plan", "audit_own_words", "clear_matches",

@@ -192,6 +192,9 @@ class DeepSearchConfig(MethodConfig):
     stuck_after: int = Field(3, ge=0, description="after this many turns in a row that each only repeated an earlier "
                              "call, the agent is asked for its answer in one turn with no tools (imagent's guard; "
                              "0: never)")
+    repeat_limit: int = Field(6, ge=0, description="after this many of its calls in an episode were refused as "
+                              "repeats of earlier ones, in a row or not, the agent is asked for its answer in one turn "
+                              "with no tools (imagent's guard; 0: no limit)")
     compact_prompt: bool | None = Field(None, description="short tool list with one worked example instead of full "
                                         "JSON Schemas (None: for the JSON protocol and in-process llama.cpp models)")
     fallback_k: int = Field(5, ge=1, description="best candidates that stand in when the model gives no answer")
@@ -359,6 +362,7 @@ class _DeepSearch(Method):
             fallback_k=cfg.fallback_k, max_tokens=cfg.max_tokens,
             fallback=lambda _state: list(album.search(query.text, cfg.fallback_k).ids),
             search_first=cfg.search_first, loop_guard=cfg.loop_guard, stuck_after=cfg.stuck_after,
+            repeat_limit=cfg.repeat_limit,
             compact_prompt=cfg.compact_prompt,
             worked_example=WORKED_EXAMPLE_DESCRIBED if self.describe() else WORKED_EXAMPLE,
             one_tool_per_step=cfg.one_tool_per_step,
