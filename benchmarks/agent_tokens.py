@@ -16,15 +16,15 @@ before and after the queries (the mean is used: the machine is shared), and afte
 of context (the run's mean prompt length). A token costs more deep in a long prompt (attention reads every
 earlier position; the cost grows about linearly with the position), so each call's tokens are priced where
 they sit: its evaluated prompt tokens at their mean position (the end of its prompt), its generated tokens after
-it, at a per-token time interpolated between the two depths. The last line is
+it, each at the empty-context time made dearer in proportion to its position, by as much as the depth measurement
+is slower than the empty-context one taken just before it (a ratio of two measurements a minute apart holds when
+the machine's load moved during the run; the absolute speed at depth alone did not). The last line is
 
     agent_tokens ratio=<seconds / (evaluated / prompt speed + generated / generation speed)>
                  evaluated_share=<evaluated / sent>
 
 with each token's speed the one at its position (the empty-context ratio, every token priced as at a prompt's
 start, is printed above it), and the share of the seconds spent inside model calls (the rest: tools, Python).
-
-(one line).
 
 A ratio near 1 says the time goes into tokens, not into overhead (tools, grammar sampling, Python) or into
 re-evaluating prompts. Calls are never served from imagent's call cache here (a fresh cache directory; the model
@@ -170,18 +170,23 @@ def measure_speed(model_path: Path, n_threads: int, context: int = 0,
 
 
 class TokenPrices:
-    """Seconds a token costs at a position of the context: linear in the position, through the empty-context
-    speeds (``at_zero``) and those after ``depth`` tokens (``at_depth``; None: every position costs the same)."""
+    """Seconds a token costs at a position of the context: linear in the position. ``at_zero``: the empty-context
+    speeds the run is priced at; ``at_depth``: the speeds after ``depth`` tokens, measured right after ``base``
+    (empty-context speeds): their ratio says how much dearer a token is that deep, a ratio two measurements a
+    minute apart agree on even when the machine's load moved between the run and them (None: every position costs
+    the same)."""
 
-    def __init__(self, at_zero: tuple[float, float], at_depth: tuple[float, float] | None, depth: int) -> None:
+    def __init__(self, at_zero: tuple[float, float], at_depth: tuple[float, float] | None = None, depth: int = 0,
+                 base: tuple[float, float] | None = None) -> None:
         self.p0, self.g0 = 1.0 / at_zero[0], 1.0 / at_zero[1]
         # Mean positions of the timed tokens: the prompt chunk's middle, the generated tokens' middle after it.
         self.x_p, self.x_g = SPEED_CHUNK / 2, SPEED_CHUNK + SPEED_GEN / 2
         if at_depth is None or depth <= 0:
             self.slope_p = self.slope_g = 0.0
-        else:  # a slope below 0 is noise (deeper is never cheaper): priced flat then
-            self.slope_p = max(0.0, (1.0 / at_depth[0] - self.p0) / depth)
-            self.slope_g = max(0.0, (1.0 / at_depth[1] - self.g0) / depth)
+        else:  # per token of depth, relative to the empty context; below 0 is noise (deeper is never cheaper)
+            b = base or at_zero
+            self.slope_p = self.p0 * max(0.0, b[0] / at_depth[0] - 1.0) / depth
+            self.slope_g = self.g0 * max(0.0, b[1] / at_depth[1] - 1.0) / depth
 
     def call(self, sent: float, evaluated: float, generated: float) -> float:
         """Seconds of one call's tokens: ``evaluated`` prompt tokens ending at ``sent``, ``generated`` after."""
@@ -359,7 +364,8 @@ def main(argv: list[str] | None = None) -> None:
 
     if args.save:
         args.save.write_text(json.dumps({"model": model_id, "prompt_speed": prompt_speed,
-                                         "generation_speed": gen_speed, "rows": rows}, indent=1))
+                                         "generation_speed": gen_speed, "speed_after": [p2, g2],
+                                         "speed_at_context": [context, *(at_context or ())], "rows": rows}, indent=1))
     if args.before and not args.before.is_file():
         print(f"no before/after comparison: {args.before} does not exist (yet)")
     elif args.before:
@@ -385,8 +391,8 @@ def main(argv: list[str] | None = None) -> None:
     evaluated = sum(r["evaluated"] for r in rows)
     generated = sum(r["generated"] for r in rows)
     sent = sum(r["sent"] for r in rows)
-    flat = TokenPrices((prompt_speed, gen_speed), None, 0)
-    priced = TokenPrices((prompt_speed, gen_speed), at_context, context)
+    flat = TokenPrices((prompt_speed, gen_speed))
+    priced = TokenPrices((prompt_speed, gen_speed), at_context, context, base=(p2, g2))
     calls = [(s_, e, g) for r in rows
              for s_, e, g in zip(r.get("call_sent", []), r.get("call_evaluated", []),
                                      r.get("call_generated", []), strict=True)]
