@@ -408,15 +408,14 @@ def main(argv: list[str] | None = None) -> None:
     seconds = sum(r["seconds"] for r in rows)
     model_seconds = sum(r["model_seconds"] for r in rows)
     evaluated = sum(r["evaluated"] for r in rows)
-    generated = sum(r["generated"] for r in rows)
     sent = sum(r["sent"] for r in rows)
     flat = TokenPrices((prompt_speed, gen_speed))
     priced = TokenPrices((prompt_speed, gen_speed), at_context, context, base=base)
     calls = [(s_, e, g) for r in rows
              for s_, e, g in zip(r.get("call_sent", []), r.get("call_evaluated", []),
                                      r.get("call_generated", []), strict=True)]
-    floor_flat = sum(flat.call(*c) for c in calls) or (evaluated / prompt_speed + generated / gen_speed)
-    floor = sum(priced.call(*c) for c in calls) or floor_flat
+    floor_flat = sum(flat.call(*c) for c in calls)  # every row keeps its calls' numbers: no other way to price
+    floor = sum(priced.call(*c) for c in calls)
     if args.keep:
         print(f"work folder kept: {work} (run-<method>/results.jsonl holds each query's trace)")
     else:
