@@ -401,3 +401,34 @@ def test_a_chain_that_ran_stays_done_when_the_model_narrows_to_another_anchor(kn
     assert "Your search for 'heron' within 'd' found these clear matches, best first: " in asked
     within = run.state.turns[1].calls[0][1]
     assert within.photos and within.photos[0] in asked.split("best first: ")[1]
+
+
+def test_a_split_without_an_anchor_steers_a_circling_model_to_its_target_search_then_to_the_answer(known_album):
+    """same "none": the chain is the one ImageSearch for the split's target (the 0.5B searched the query's other noun
+    and circled instead); once it ran, a repeat ends the search with the request for the answer, restating it."""
+    other = json_turn("ImageSearch", query="penguin")
+    run, trace, model = run_steered(known_album, [
+        json.dumps({"anchor": "penguin", "same": "none", "target": "heron"}),
+        other, other,  # the repeat is refused: steered to the target's search
+        json_turn("ImageSearch", query="heron"),
+        json_turn("GetMetadata", photo_ids=["heron"]), json_turn("GetMetadata", photo_ids=["heron"]),
+        json.dumps({"thought": "t", "final_answer": ["heron"]})])
+    assert run.answer == ["heron"] and trace.counters["agent.chain_steered"] == 1
+    steered = offered(model.calls[3][1].json_schema)  # call 0 is the split, 1 and 2 the searches
+    assert set(steered) == {"ImageSearch"}
+    assert steered["ImageSearch"]["properties"]["arguments"]["properties"]["query"] == {"const": "heron"}
+    assert "answer" in offered(model.calls[4][1].json_schema)  # the chain is done: free again
+    assert run.state.guards.answer_due and run.forced and len(model.calls) == 7
+    asked = model.calls[6][0][-1].text
+    assert "Your search for 'heron' found these clear matches, best first: " in asked
+    found = run.state.turns[2].calls[0][1]
+    assert found.photos and found.photos[0] in asked.split("best first: ")[1]
+
+
+def test_a_split_without_an_anchor_leaves_a_model_that_does_not_circle_alone(known_album):
+    run, trace, model = run_steered(known_album, [
+        json.dumps({"anchor": "penguin", "same": "none", "target": "heron"}),
+        json_turn("ImageSearch", query="penguin"), json_turn("ImageSearch", query="heron"),
+        json.dumps({"thought": "t", "final_answer": ["heron"]})])
+    assert run.answer == ["heron"] and not run.forced and "agent.chain_steered" not in trace.counters
+    assert not run.state.guards.answer_due and len(model.calls) == 4

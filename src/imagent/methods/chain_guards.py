@@ -96,6 +96,17 @@ def searched_within(state: AgentState) -> bool:
     return bool(searches_within(state))
 
 
+def target_searches(state: AgentState, plan: QueryPlan) -> list[Any]:
+    """The (call, observation) pairs of the searches that ran the last link of the split's chain, oldest first:
+    for an anchored split an ImageSearch within a saved subset (:func:`searches_within`); for a split without an
+    anchor (``same`` "none") an ImageSearch whose query names the split's target."""
+    if plan.same != "none":
+        return searches_within(state)
+    target = plan.target.lower()
+    return [(c, o) for c, o in calls_that_ran(state)
+            if c.name == "ImageSearch" and target in str(c.arguments.get("query", "")).lower()]
+
+
 class ScopeFirst(AgentHooks):
     """Sends a proposed answer back once when nothing has narrowed the album yet (no successful FilterMetadata
     call, no ImageSearch ``search_within``): the anchor -> constraint -> target chain a small model skips, answering
@@ -160,33 +171,44 @@ class ChainSteer(AgentHooks):
     e.g. a refused ImageSearch, then a new GetMetadata, then the refused ImageSearch again), the next turn must make
     the chain's next call from the query split (``AgentState.plan``): FilterMetadata with the split's ``same`` while
     nothing narrowed the album (the model names the anchor photo), then ImageSearch for the split's target within
-    the saved subset. Once the chain is done, such a turn ends the search with the request for the answer (the
-    stuck guard's, ``GuardState.answer_due``): the 0.5B otherwise kept repeating calls until the stuck guard's
-    three repeats in a row, or re-narrowed to another anchor (q07 of the mini album), which does not reopen the
-    chain: once a search within a subset ran, the chain is done."""
+    the saved subset. A split without an anchor (``same`` "none") has a one-link chain, the ImageSearch for its
+    target, as the task message states it (the 0.5B searched the query's other noun instead and circled for 32
+    calls, q20 of the mini album). Once the chain is done, such a turn ends the search with the request for the
+    answer (the stuck guard's, ``GuardState.answer_due``): the 0.5B otherwise kept repeating calls until the stuck
+    guard's three repeats in a row, or re-narrowed to another anchor (q07 of the mini album), which does not reopen
+    the chain: once its last search ran, the chain is done."""
 
     @staticmethod
     def reminder(state: AgentState) -> str:
-        """The chain's result restated for the request for the answer: the last search within a subset and its
-        clear matches (the photos above its largest score drop), the line its described result ended with. The
-        0.5B otherwise answered from a thought about another photo, turns after the search that held the answer
-        (q07 of the mini album)."""
-        call, obs = searches_within(state)[-1]
+        """The chain's result restated for the request for the answer: the chain's last search (within a subset,
+        or for the target of a split without an anchor) and its clear matches (the photos above its largest score
+        drop), the line its described result ended with. The 0.5B otherwise answered from a thought about another
+        photo, turns after the search that held the answer (q07 of the mini album)."""
+        plan = state.plan
+        searches = target_searches(state, plan) if plan is not None else searches_within(state)
+        if not searches:
+            return ""
+        call, obs = searches[-1]
         ranked = [i for i in obs.photos if i in obs.scores]
         if not ranked:
             return ""
         n = clear_matches([obs.scores[i] for i in ranked])
-        return (f"Your search for {str(call.arguments.get('query', ''))!r} within "
-                f"{str(call.arguments['search_within'])!r} found these clear matches, best first: "
-                + ", ".join(ranked[:n]) + ".")
+        within = call.arguments.get("search_within")
+        return (f"Your search for {str(call.arguments.get('query', ''))!r}"
+                + (f" within {str(within)!r}" if within else "")
+                + " found these clear matches, best first: " + ", ".join(ranked[:n]) + ".")
 
     def after_turn(self, state: AgentState, turn: TurnRecord) -> None:
         plan = state.plan
-        if plan is None or plan.same == "none" or not turn.calls or state.guards.repeats_in_a_row < 1:
+        if plan is None or not turn.calls or state.guards.repeats_in_a_row < 1:
             return
-        if searched_within(state):  # the chain ran once: done, even if the model narrowed to another anchor since
+        if target_searches(state, plan):  # the chain ran once: done, even if the model narrowed to another anchor
             state.guards.answer_due = True
             state.guards.answer_reminder = self.reminder(state)
+            return
+        if plan.same == "none":
+            state.next_call = NextCall("ImageSearch", {"query": plan.target})
+            state.trace.count("agent.chain_steered")
             return
         if not ScopeFirst.narrowed(state):
             state.next_call = NextCall("FilterMetadata", {"same": [plan.same]})
