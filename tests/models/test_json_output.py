@@ -198,6 +198,37 @@ def test_pathological_input_is_bounded() -> None:
         extract_json("[" * 100_000 + "1" + "]" * 100_000)
 
 
+@pytest.mark.parametrize("reply", ["[" * 60_000, "{" * 2_000, "[" * 65 + "1" + "]" * 65,
+                                   '{"a": ' * 70 + "1" + "}" * 70, "Sure: " + "[{" * 40])
+def test_absurd_nesting_never_reaches_a_recursive_parser(reply: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """json.loads and ast.literal_eval recurse per level: driven to the recursion limit, whatever else ran at
+    that depth failed too (CI once failed on 49 garbage-collector finalizers that did, whose reports overflowed
+    as well). Such a value is refused before either parser sees it."""
+    import ast
+    import json
+
+    from imagent.models import json_output
+
+    seen: list[str] = []
+    real_loads, real_eval = json.loads, ast.literal_eval
+    monkeypatch.setattr(json_output.json, "loads", lambda s, **kw: (seen.append(s), real_loads(s, **kw))[1])
+    monkeypatch.setattr(json_output.ast, "literal_eval", lambda s: (seen.append(s), real_eval(s))[1])
+    with pytest.raises(JSONParseError):
+        extract_json(reply)
+    assert not [s for s in seen if s.count("[") + s.count("{") > json_output.MAX_NESTING]
+
+
+def test_nesting_is_counted_outside_strings_only() -> None:
+    from imagent.core.text import nested_deeper_than
+
+    assert nested_deeper_than("[" * 65, 64) and not nested_deeper_than("[" * 64 + "]" * 64, 64)
+    assert not nested_deeper_than('["' + "[{" * 100 + '"]', 1)  # brackets inside a string
+    assert not nested_deeper_than(r'["a \" [[[ still a string", 1]', 1)  # an escaped quote does not end it
+    assert not nested_deeper_than(r'["ends in a backslash \\", [1]]', 2)
+    assert not nested_deeper_than("[]" * 10_000, 1)
+    assert extract_json('{"a": ' * 60 + "1" + "}" * 60) is not None  # deep, but under the limit: parsed
+
+
 # --------------------------------------------------------------------------- Role.json
 
 

@@ -6,11 +6,17 @@ Python strings may hold lone surrogates (U+D800-U+DFFF) that no UTF-8 encoder ac
 ``imagent index`` or search at the first ``.encode("utf-8")`` (SQLite, cache keys, JSON output). The fix is
 applied once, where text enters, with :func:`clean_text`; file names keep their exact bytes (so the file still
 opens) and are only *shown* through :func:`display_path`.
+
+Bracket nesting is checked before text reaches a recursive parser (:func:`nested_deeper_than`): ``json.loads`` and
+``ast.literal_eval`` recurse once per level, and a model that writes ``[[[[...`` thousands of times drove them to
+the recursion limit, where anything else that runs at that depth (a garbage collector's finalizer, the report of
+its error) fails too.
 """
 
 from __future__ import annotations
 
 import os
+import re
 
 REPLACEMENT = "\ufffd"
 
@@ -53,3 +59,31 @@ def display_path(path: str | os.PathLike[str] | bytes) -> str:
         else:
             out.append(c)
     return "".join(out)
+
+
+_JSON_SYNTAX = re.compile(r'["\\\[\]{}]')
+
+
+def nested_deeper_than(text: str, limit: int) -> bool:
+    """Whether ``text`` opens more than ``limit`` brackets (``[`` or ``{``) inside one another, outside JSON
+    strings (a backslash escapes the next character inside one). One pass, no recursion; unbalanced text counts
+    what it opens."""
+    depth, in_string, skip = 0, False, -1
+    for m in _JSON_SYNTAX.finditer(text):
+        pos, c = m.start(), m.group()
+        if pos == skip:
+            continue
+        if in_string:
+            if c == "\\":
+                skip = pos + 1
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif c in "]}":
+            depth = max(0, depth - 1)
+    return False

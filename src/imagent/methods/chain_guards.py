@@ -207,8 +207,9 @@ class ChainSteer(AgentHooks):
             state.guards.answer_reminder = self.reminder(state)
             return
         if plan.same == "none":
-            state.next_call = NextCall("ImageSearch", {"query": plan.target})
-            state.trace.count("agent.chain_steered")
+            if plan.target:
+                state.next_call = NextCall("ImageSearch", {"query": plan.target})
+                state.trace.count("agent.chain_steered")
             return
         if not ScopeFirst.narrowed(state):
             state.next_call = NextCall("FilterMetadata", {"same": [plan.same]})

@@ -31,7 +31,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from imagent.core.text import clean_text
+from imagent.core.text import clean_text, nested_deeper_than
 from imagent.core.trace import current_trace, note
 
 
@@ -49,6 +49,8 @@ _FENCE = re.compile(r"```(?:json|JSON|javascript)?\s*(.*?)```", re.S)
 _THINK_TAG = re.compile(r"<(/?)think>", re.I)
 # How many top-level bracketed values of one candidate are tried before giving up (bounds the work).
 _MAX_VALUES = 16
+# Bracket nesting a reply's JSON value may have (every schema imagent asks for needs fewer than 8 levels).
+MAX_NESTING = 64
 _NOTHING = object()
 
 
@@ -229,8 +231,12 @@ def _loads(s: str) -> Any:
 
 
 def _parse_value(body: str, balanced: bool) -> Any:
-    """Parse one bracketed value, repairing in increasing order of boldness."""
+    """Parse one bracketed value, repairing in increasing order of boldness. A value nested deeper than
+    :data:`MAX_NESTING` is unusable and never reaches a parser (they recurse per level: see
+    :func:`imagent.core.text.nested_deeper_than`)."""
     body = body.strip()
+    if nested_deeper_than(body, MAX_NESTING):
+        raise JSONParseError(f"nested deeper than {MAX_NESTING} levels")
     try:
         return _loads(body)
     except (json.JSONDecodeError, RecursionError):  # absurd nesting is unusable too

@@ -33,6 +33,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from imagent.core.redact import mask_secrets, redact
+from imagent.core.text import nested_deeper_than
 from imagent.models.base import ChatError, ChatResponse, TokenLogprob
 
 MAX_DEPTH = 64  # JSON nesting a reply may have (a chat completion needs about 8)
@@ -208,6 +209,8 @@ def decode_json(data: bytes) -> Any:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ReplyError(f"the reply is not valid UTF-8 (byte {exc.start:,}: {exc.reason})") from None
+    if nested_deeper_than(text, MAX_DEPTH):  # before the parser, which recurses per level
+        raise ReplyError(f"the reply's JSON is nested deeper than {MAX_DEPTH} levels")
     try:
         value = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
     except RecursionError:
