@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import json
-import random
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -121,47 +120,27 @@ def register(app: typer.Typer, get_workspace: Callable[..., Any]) -> None:
         """Run atomic retrievals and both MIPs on training queries; append each optimal trajectory."""
         from imagent.cli.eval_cmd import route_sets
         from imagent.eval.datasets import load_benchmark
-        from imagent.eval.runner import ensure_index
-        from imagent.eval.worker import _with_gallery_records
-        from imagent.methods.oscar.library import GoldenLibrary, build_library
+        from imagent.eval.oscar_library import build_benchmark_library, training_items
 
         options, settings_sets = route_sets(set_, benchmark, "oscar")
         ws = get_workspace(config, settings_sets)
-        cfg = _oscar_config(ws)
-        path = library or cfg.library_path()
+        path = library or _oscar_config(ws).library_path()
         bench = load_benchmark(benchmark, annotations, images_root, **options)
         split = bench.check_split(split)
-        # Composed queries and (Sec. 4.5) text-to-image queries; chat dialogues are not OSCAR's.
-        items = [it for it in bench.queries(split) if it.positives and not it.query.dialogue]
-        if not items:
-            raise ValueError(f"{bench.name} {split} has no composed or text-to-image queries with ground truth to "
-                             "learn from")
-        if fraction < 1.0:
-            n = max(1, round(fraction * len(items)))
-            items = sorted(random.Random(seed).sample(items, n), key=lambda it: items.index(it))
-        if limit is not None:
-            items = items[:limit]
-        index = index_dir or path.with_name(f"{path.stem}-index-{bench.name}")
+        items = training_items(bench, split, fraction, seed, limit)
         with progress_bar() as bar:
             tasks: dict[str, Any] = {}
 
-            def on_index(phase: str, done: int, total: int, label: str) -> None:
+            def on_progress(phase: str, done: int, total: int, label: str) -> None:
                 if phase not in tasks:
-                    tasks[phase] = bar.add_task("indexing", total=total or None, item="")
-                bar.update(tasks[phase], completed=done, total=total or None, item=str(label)[:40])
+                    tasks[phase] = bar.add_task("indexing" if phase != "trajectories" else phase,
+                                                total=total or None, item="")
+                bar.update(tasks[phase], completed=done, total=total or None, item=str(label)[-40:])
 
-            ensure_index(ws, bench, split, images_root, index, index, allow_missing, on_index)
-            gallery = ws.gallery(index)
-            gallery.reload()
-            ctx = ws.context(index)
-            lib = GoldenLibrary(path)
-            task = bar.add_task("trajectories", total=len(items), item="")
-            triples = ((f"{bench.name}/{split}/{it.id}", _with_gallery_records(it.query, gallery), list(it.positives))
-                       for it in items)
-            report = build_library(ctx, cfg, triples, lib,
-                                   progress=lambda done, key: bar.update(task, completed=done, item=key[-40:]))
-        summary = {"library": str(path), "index": str(index), "queries": len(items), **report.to_dict(),
-                   "entries": len(GoldenLibrary(path).entries())}
+            built = build_benchmark_library(ws, bench, split, path, items, images_root=images_root,
+                                            index_dir=index_dir, allow_missing=allow_missing,
+                                            progress=on_progress)
+        report, summary = built.report, built.summary()
         if json_out:
             sys.stdout.write(json.dumps(summary, indent=2, default=str) + "\n")
             return

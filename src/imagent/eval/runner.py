@@ -25,14 +25,12 @@ Resuming: every finished query is appended to ``results.jsonl`` and fsync'ed bef
 so a killed run loses at most the query in flight. The same command again finds the same folder and skips
 the queries already there; a half-written last line (a kill mid-write) is cut off first. Queries that
 raised are recorded with their error, scored as empty rankings, and tried again on the next run. Each query
-is answered by :func:`imagent.eval.worker.query_runner`.
+is answered by :func:`imagent.eval.worker.query_runner`. OSCAR with no golden library gets one built first from a
+small training split of the benchmark (:func:`imagent.eval.oscar_library.ensure_library`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -46,11 +44,11 @@ from typing import Any
 from imagent import __version__ as version
 from imagent.eval.datasets import Benchmark, BenchmarkError, EvalItem, load_benchmark
 from imagent.eval.identity import check_same_run, folder_name, queries_digest, run_id, select_items
+from imagent.eval.indexing import ensure_index, shared_index_dir
 from imagent.eval.records import (
     CALL_KEYS,
     CONFIG,
     INDEX_INFO,
-    INDEX_MARKER,
     METRICS,
     RESULTS,
     CallRecorder,
@@ -58,7 +56,6 @@ from imagent.eval.records import (
     RunError,
     RunFolder,
     RunRecord,
-    json_default,
     predictions_from_results,
     stage_names,
     write_json_atomic,
@@ -123,91 +120,6 @@ ProgressFn = Callable[[str, int, int, str], None]
 def limit_items(items: Sequence[EvalItem], limit: int | None) -> list[EvalItem]:
     """The first ``limit`` groups (a dialogue's rounds stay together); see :func:`select_items`."""
     return select_items(items, limit, "first")
-
-
-# --------------------------------------------------------------------------- index
-
-
-def ensure_index(
-    ws: Any,
-    bench: Benchmark,
-    split: str,
-    images_root: Path | None,
-    index_dir: Path,
-    work_dir: Path,
-    allow_missing: bool = False,
-    progress: ProgressFn | None = None,
-) -> dict[str, Any]:
-    """Build the benchmark's gallery index with the index builder, once: a marker records the manifest
-    and encoders it was built from, and a matching marker skips the build (the builder itself is
-    incremental, so an interrupted build resumes too)."""
-    from imagent.index.builder import build_index
-
-    encoders = index_encoders(ws.settings)
-    marker_path = index_dir / INDEX_MARKER
-    old: dict[str, Any] = {}
-    if marker_path.is_file():
-        try:
-            old = json.loads(marker_path.read_text())
-        except (OSError, json.JSONDecodeError):
-            old = {}
-    # No images given: an index built earlier for this benchmark split with these encoders is reused as is.
-    same_build = (old.get("benchmark"), old.get("split"), old.get("encoders")) == (bench.name, split, encoders)
-    if images_root is None and bench.images_root is None and same_build:
-        return {"built": False, **old}
-    rows = bench.gallery_manifest(split, images_root, work_dir, allow_missing)
-    manifest_blob = "\n".join(json.dumps(r, sort_keys=True, default=json_default) for r in rows)
-    marker = {
-        "benchmark": bench.name,
-        "split": split,
-        "images": len(rows),
-        "manifest_sha256": hashlib.sha256(manifest_blob.encode()).hexdigest(),
-        "encoders": encoders,
-    }
-    if old and {k: old.get(k) for k in marker} == marker:
-        return {"built": False, **marker}
-    # The manifest lives in the index folder: the builder ties records to their source file, so one
-    # stable path per index keeps a shared --index consistent across run directories.
-    index_dir.mkdir(parents=True, exist_ok=True)
-    manifest = index_dir / "eval_manifest.jsonl"
-    tmp = manifest.with_name(f".{manifest.name}.tmp")
-    tmp.write_text(manifest_blob + "\n", encoding="utf-8")
-    os.replace(tmp, manifest)
-    options = ws.settings.indexing
-    captioner = ws.roles["captioner"] if options.caption_missing else None
-
-    def on_progress(done: int, total: int, path: str) -> None:
-        if progress is not None:
-            progress("index", done, total, Path(path).name)
-
-    report = build_index(manifest, index_dir, ws.dual_encoder, ws.text_embedder, options,
-                         captioner=captioner, progress=on_progress, extras=ws.extra_encoders)
-    info = {"built": True, **marker, "report": report.to_dict()}
-    write_json_atomic(marker_path, {**marker, "built_at": datetime.now(UTC).isoformat()})
-    return info
-
-
-def index_encoders(settings: Any) -> dict[str, Any]:
-    """The encoders a benchmark index is built with (its cache key and marker): the dual encoder, the text
-    embedder and, when any are configured, the extra encoders (``[encoders.*]``; left out when there are none,
-    so indexes built before extra encoders existed keep their folder)."""
-    out: dict[str, Any] = {
-        "dual_encoder": settings.dual_encoder.model_dump(mode="json"),
-        "text_embedder": settings.text_embedder.model_dump(mode="json"),
-    }
-    if settings.encoders:
-        out["encoders"] = {n: e.model_dump(mode="json") for n, e in sorted(settings.encoders.items())}
-    return out
-
-
-def shared_index_dir(ws: Any, bench: Benchmark, split: str, images_root: Path | None) -> Path:
-    """Where a benchmark's gallery index lives when ``--index`` is not given: one folder per benchmark,
-    split, image folder and encoders under the cache directory, so every run with the same models
-    (any method, any parameters) reuses it instead of indexing the benchmark again."""
-    root = images_root or bench.images_root
-    key = {"images_root": str(Path(root).expanduser().resolve()) if root else "", **index_encoders(ws.settings)}
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
-    return Path(ws.settings.cache_dir) / "eval-indexes" / f"{bench.name}-{split}-{digest}"
 
 
 # --------------------------------------------------------------------------- the run
@@ -305,6 +217,9 @@ def run_eval(ws: Any, spec: RunSpec, progress: ProgressFn | None = None,
         say(f"{bench.name} {split}: {runs}, {already} done, {len(pending)} to run -> {run_dir}")
         errors = 0
         if pending:
+            from imagent.eval.oscar_library import ensure_library
+
+            ensure_library(ws, spec.method, bench, split, spec.images_root, spec.allow_missing, say, progress)
             errors = _run_pending(ws, spec, bench, split, pending, run_dir, results, progress, say)
         elif progress is not None:
             progress("queries", len(items), len(items), "")

@@ -1,0 +1,104 @@
+"""A benchmark's gallery index for an eval or a library build: built once with the index builder, keyed by the
+encoders (:func:`index_encoders`), in one shared folder per benchmark, split, image folder and encoders
+(:func:`shared_index_dir`) unless the caller names another."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from imagent.eval.datasets import Benchmark
+from imagent.eval.records import INDEX_MARKER, json_default, write_json_atomic
+
+# Progress callbacks: (phase, done, total, label).
+ProgressFn = Callable[[str, int, int, str], None]
+
+
+def ensure_index(
+    ws: Any,
+    bench: Benchmark,
+    split: str,
+    images_root: Path | None,
+    index_dir: Path,
+    work_dir: Path,
+    allow_missing: bool = False,
+    progress: ProgressFn | None = None,
+) -> dict[str, Any]:
+    """Build the benchmark's gallery index with the index builder, once: a marker records the manifest
+    and encoders it was built from, and a matching marker skips the build (the builder itself is
+    incremental, so an interrupted build resumes too)."""
+    from imagent.index.builder import build_index
+
+    encoders = index_encoders(ws.settings)
+    marker_path = index_dir / INDEX_MARKER
+    old: dict[str, Any] = {}
+    if marker_path.is_file():
+        try:
+            old = json.loads(marker_path.read_text())
+        except (OSError, json.JSONDecodeError):
+            old = {}
+    # No images given: an index built earlier for this benchmark split with these encoders is reused as is.
+    same_build = (old.get("benchmark"), old.get("split"), old.get("encoders")) == (bench.name, split, encoders)
+    if images_root is None and bench.images_root is None and same_build:
+        return {"built": False, **old}
+    rows = bench.gallery_manifest(split, images_root, work_dir, allow_missing)
+    manifest_blob = "\n".join(json.dumps(r, sort_keys=True, default=json_default) for r in rows)
+    marker = {
+        "benchmark": bench.name,
+        "split": split,
+        "images": len(rows),
+        "manifest_sha256": hashlib.sha256(manifest_blob.encode()).hexdigest(),
+        "encoders": encoders,
+    }
+    if old and {k: old.get(k) for k in marker} == marker:
+        return {"built": False, **marker}
+    # The manifest lives in the index folder: the builder ties records to their source file, so one
+    # stable path per index keeps a shared --index consistent across run directories.
+    index_dir.mkdir(parents=True, exist_ok=True)
+    manifest = index_dir / "eval_manifest.jsonl"
+    tmp = manifest.with_name(f".{manifest.name}.tmp")
+    tmp.write_text(manifest_blob + "\n", encoding="utf-8")
+    os.replace(tmp, manifest)
+    options = ws.settings.indexing
+    captioner = ws.roles["captioner"] if options.caption_missing else None
+
+    def on_progress(done: int, total: int, path: str) -> None:
+        if progress is not None:
+            progress("index", done, total, Path(path).name)
+
+    report = build_index(manifest, index_dir, ws.dual_encoder, ws.text_embedder, options,
+                         captioner=captioner, progress=on_progress, extras=ws.extra_encoders)
+    info = {"built": True, **marker, "report": report.to_dict()}
+    write_json_atomic(marker_path, {**marker, "built_at": datetime.now(UTC).isoformat()})
+    return info
+
+
+def index_encoders(settings: Any) -> dict[str, Any]:
+    """The encoders a benchmark index is built with (its cache key and marker): the dual encoder, the text
+    embedder and, when any are configured, the extra encoders (``[encoders.*]``; left out when there are none,
+    so indexes built before extra encoders existed keep their folder)."""
+    out: dict[str, Any] = {
+        "dual_encoder": settings.dual_encoder.model_dump(mode="json"),
+        "text_embedder": settings.text_embedder.model_dump(mode="json"),
+    }
+    if settings.encoders:
+        out["encoders"] = {n: e.model_dump(mode="json") for n, e in sorted(settings.encoders.items())}
+    return out
+
+
+def shared_index_dir(ws: Any, bench: Benchmark, split: str, images_root: Path | None) -> Path:
+    """Where a benchmark's gallery index lives when ``--index`` is not given: one folder per benchmark,
+    split, image folder and encoders under the cache directory, so every run with the same models
+    (any method, any parameters) reuses it instead of indexing the benchmark again."""
+    root = images_root or bench.images_root
+    key = {"images_root": str(Path(root).expanduser().resolve()) if root else "", **index_encoders(ws.settings)}
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+    return Path(ws.settings.cache_dir) / "eval-indexes" / f"{bench.name}-{split}-{digest}"
+
+
+__all__ = ["ensure_index", "index_encoders", "shared_index_dir"]
