@@ -213,11 +213,12 @@ def register(app: typer.Typer, get_workspace: Callable[..., Any]) -> None:
 
             def on_progress(phase: str, done: int, total: int, label: str) -> None:
                 if phase not in tasks:
-                    tasks[phase] = bar.add_task("indexing" if phase == "index" else "queries", total=total or None,
+                    tasks[phase] = bar.add_task("indexing" if phase == "index" else phase, total=total or None,
                                                 item="")
                 bar.update(tasks[phase], completed=done, total=total or None, item=str(label)[:40])
-                if phase != "index" and not err_console.is_terminal:  # piped: one plain line per query
-                    err_console.print(f"queries {done}/{total or '?'}: {str(label)[:80]}", highlight=False,
+                if phase != "index" and not err_console.is_terminal:  # piped: one plain line per query (or
+                    # per training query of an OSCAR library built first: "trajectories")
+                    err_console.print(f"{phase} {done}/{total or '?'}: {str(label)[:80]}", highlight=False,
                                       markup=False, soft_wrap=True)
 
             summary = run_eval(ws, spec, progress=on_progress,

@@ -91,11 +91,6 @@ def searches_within(state: AgentState) -> list[Any]:
     return [(c, o) for c, o in calls_that_ran(state) if c.name == "ImageSearch" and c.arguments.get("search_within")]
 
 
-def searched_within(state: AgentState) -> bool:
-    """Whether an ImageSearch ran within a saved subset (the chain's target step, or a narrowing of its own)."""
-    return bool(searches_within(state))
-
-
 def target_searches(state: AgentState, plan: QueryPlan) -> list[Any]:
     """The (call, observation) pairs of the searches that ran the last link of the split's chain, oldest first:
     for an anchored split an ImageSearch within a saved subset (:func:`searches_within`); for a split without an
