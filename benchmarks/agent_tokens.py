@@ -85,7 +85,10 @@ check: 67 / 16.5 at 2,878 against 115 / 21.5): priced with it, the run's ratio i
 ImageSeeker 1.027, OSCAR 1.033). Since then the depth is measured twice, each beside an empty-context
 measurement, and the faster pair is kept; the default command then (commit 4aba446, idle, 2 threads): the same
 calls, tokens and F1, 1,764.5 of 1,765.1 s inside model calls, 69.6 / 15.8 tok/s after 2,878 tokens beside 112.9 /
-20.6, last line ``agent_tokens ratio=1.045 evaluated_share=0.115`` (empty-context ratio 1.608).
+20.6, last line ``agent_tokens ratio=1.045 evaluated_share=0.115`` (empty-context ratio 1.608). Since commit c07edf2
+(a query split without an anchor gets a one-link chain) q06's episodes are other ones: in the all-22 runs at that
+commit (README) PhotoCraft and ImageSeeker each answered it in 4 calls with F1 30.8; the default command was not
+run again.
 """
 
 from __future__ import annotations  # noqa: I001 (imagent before numpy, below)
