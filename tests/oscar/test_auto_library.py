@@ -58,7 +58,7 @@ def test_a_missing_library_is_built_from_the_small_training_split_and_said(tmp_p
 
 
 @pytest.mark.parametrize("case", ["other method", "demonstrations off", "has entries", "train evaluated",
-                                  "no train split", "too large"])
+                                  "no train split", "too large", "nothing to learn from"])
 def test_every_other_case_builds_nothing(tmp_path, builds, case: str) -> None:
     lib = tmp_path / "lib.jsonl"
     if case == "has entries":
@@ -68,7 +68,7 @@ def test_every_other_case_builds_nothing(tmp_path, builds, case: str) -> None:
             calls=[{"name": "caption_search_text", "arguments": {"query": "a toad", "top_k": 10}, "polarity": "+"}],
             steps=[{"name": "final", "op": "UNION", "operands": [0]}], stage1={}, stage2={}, stats={}))
     ws = workspace(lib, demonstrations=case != "demonstrations off")
-    bench = Bench(AUTO_BUILD_MAX + 1 if case == "too large" else 33,
+    bench = Bench(AUTO_BUILD_MAX + 1 if case == "too large" else 0 if case == "nothing to learn from" else 33,
                   ("cir",) if case == "no train split" else ("cir", "train"))
     method = "clip" if case == "other method" else "oscar"
     split = "train" if case == "train evaluated" else "cir"

@@ -103,7 +103,10 @@ def ensure_library(ws: Any, method: str, bench: Benchmark, split: str, images_ro
     lib = GoldenLibrary(path)
     if lib.exists() and lib.entries():
         return None
-    items = training_items(bench, "train")
+    try:
+        items = training_items(bench, "train")
+    except ValueError:  # nothing to learn from: the preflight's refusal names the fixes
+        return None
     if len(items) > AUTO_BUILD_MAX:
         return None
     say(f"OSCAR: no golden library at {path}: building one from {bench.name} train ({len(items)} queries; "
