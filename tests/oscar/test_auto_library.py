@@ -37,7 +37,8 @@ def workspace(library: Path, **oscar: Any) -> Any:
 def builds(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     calls: list[dict[str, Any]] = []
 
-    def fake_build(ws, bench, split, path, items, **kw):
+    def fake_build(ws, bench, split, path, items, cfg=None, **kw):
+        assert cfg is not None and cfg.library_path() == path  # the configuration read once, passed along
         calls.append({"split": split, "path": path, "items": len(items), **kw})
         report = SimpleNamespace(added=len(items), no_target=0, errors=[], seconds=0.1)
         return oscar_library.LibraryBuild(path, path.with_name("index"), len(items), report, len(items))

@@ -28,9 +28,9 @@ LibraryOpt = Annotated[Path | None, typer.Option("--library", "-l", help="golden
 
 
 def _oscar_config(ws: Any) -> Any:
-    from imagent.methods.oscar.config import OscarConfig
+    from imagent.eval.oscar_library import oscar_config
 
-    return OscarConfig.model_validate(dict(ws.settings.methods.get("oscar", {})))
+    return oscar_config(ws)
 
 
 def register(app: typer.Typer, get_workspace: Callable[..., Any]) -> None:

@@ -61,6 +61,8 @@ def display_path(path: str | os.PathLike[str] | bytes) -> str:
     return "".join(out)
 
 
+# The JSON nesting imagent accepts from a model or a server (what it asks for needs fewer than 8 levels).
+MAX_JSON_NESTING = 64
 _JSON_SYNTAX = re.compile(r'["\\\[\]{}]')
 
 

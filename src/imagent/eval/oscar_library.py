@@ -43,6 +43,13 @@ class LibraryBuild:
                 **self.report.to_dict(), "entries": self.entries}
 
 
+def oscar_config(ws: Any) -> Any:
+    """The workspace's OSCAR configuration (``methods.oscar``), validated."""
+    from imagent.methods.oscar.config import OscarConfig
+
+    return OscarConfig.model_validate(dict(ws.settings.methods.get("oscar", {})))
+
+
 def training_items(bench: Benchmark, split: str, fraction: float = 1.0, seed: int = 0,
                    limit: int | None = None) -> list[Any]:
     """The split's queries a library learns from (ground truth, no dialogue), sampled by ``fraction`` and cut to
@@ -59,15 +66,16 @@ def training_items(bench: Benchmark, split: str, fraction: float = 1.0, seed: in
 
 def build_benchmark_library(ws: Any, bench: Benchmark, split: str, path: Path, items: list[Any], *,
                             images_root: Path | None = None, index_dir: Path | None = None,
-                            allow_missing: bool = False, progress: ProgressFn | None = None) -> LibraryBuild:
+                            allow_missing: bool = False, progress: ProgressFn | None = None,
+                            cfg: Any = None) -> LibraryBuild:
     """Index ``split`` (default folder: beside the library) and add each item's trajectory to the library at
-    ``path``. ``progress(phase, done, total, label)``: phases of the index, then ``trajectories``."""
+    ``path``. ``progress(phase, done, total, label)``: phases of the index, then ``trajectories``; ``cfg``: the
+    OSCAR configuration (default: the workspace's, :func:`oscar_config`)."""
     from imagent.eval.indexing import ensure_index
     from imagent.eval.worker import _with_gallery_records
-    from imagent.methods.oscar.config import OscarConfig
     from imagent.methods.oscar.library import GoldenLibrary, build_library
 
-    cfg = OscarConfig.model_validate(dict(ws.settings.methods.get("oscar", {})))
+    cfg = cfg or oscar_config(ws)
     index = index_dir or path.with_name(f"{path.stem}-index-{bench.name}")
     ensure_index(ws, bench, split, images_root, index, index, allow_missing, progress)
     gallery = ws.gallery(index)
@@ -93,10 +101,9 @@ def ensure_library(ws: Any, method: str, bench: Benchmark, split: str, images_ro
     small training split: the method's preflight then refuses with the build command)."""
     if method != "oscar":
         return None
-    from imagent.methods.oscar.config import OscarConfig
     from imagent.methods.oscar.library import GoldenLibrary
 
-    cfg = OscarConfig.model_validate(dict(ws.settings.methods.get("oscar", {})))
+    cfg = oscar_config(ws)
     path = cfg.library_path()
     if not cfg.demonstrations or "train" not in bench.splits or split == "train":
         return None
@@ -112,11 +119,12 @@ def ensure_library(ws: Any, method: str, bench: Benchmark, split: str, images_ro
     say(f"OSCAR: no golden library at {path}: building one from {bench.name} train ({len(items)} queries; "
         "atomic retrievals, two MIPs and one rewriter call each)")
     built = build_benchmark_library(ws, bench, "train", path, items, images_root=images_root,
-                                    allow_missing=allow_missing, progress=progress)
+                                    allow_missing=allow_missing, progress=progress, cfg=cfg)
     rep = built.report
     say(f"OSCAR: library {path}: {rep.added} added, {rep.no_target} without a reachable target, "
         f"{len(rep.errors)} failed, {built.entries} entries ({rep.seconds:.1f} s)")
     return built
 
 
-__all__ = ["AUTO_BUILD_MAX", "LibraryBuild", "build_benchmark_library", "ensure_library", "training_items"]
+__all__ = ["AUTO_BUILD_MAX", "LibraryBuild", "build_benchmark_library", "ensure_library", "oscar_config",
+           "training_items"]

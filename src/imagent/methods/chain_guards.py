@@ -174,13 +174,12 @@ class ChainSteer(AgentHooks):
     the chain: once its last search ran, the chain is done."""
 
     @staticmethod
-    def reminder(state: AgentState) -> str:
+    def reminder(state: AgentState, plan: QueryPlan) -> str:
         """The chain's result restated for the request for the answer: the chain's last search (within a subset,
         or for the target of a split without an anchor) and its clear matches (the photos above its largest score
         drop), the line its described result ended with. The 0.5B otherwise answered from a thought about another
         photo, turns after the search that held the answer (q07 of the mini album)."""
-        plan = state.plan
-        searches = target_searches(state, plan) if plan is not None else searches_within(state)
+        searches = target_searches(state, plan)
         if not searches:
             return ""
         call, obs = searches[-1]
@@ -199,7 +198,7 @@ class ChainSteer(AgentHooks):
             return
         if target_searches(state, plan):  # the chain ran once: done, even if the model narrowed to another anchor
             state.guards.answer_due = True
-            state.guards.answer_reminder = self.reminder(state)
+            state.guards.answer_reminder = self.reminder(state, plan)
             return
         if plan.same == "none":
             if plan.target:

@@ -31,7 +31,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from imagent.core.text import clean_text, nested_deeper_than
+from imagent.core.text import MAX_JSON_NESTING, clean_text, nested_deeper_than
 from imagent.core.trace import current_trace, note
 
 
@@ -50,7 +50,7 @@ _THINK_TAG = re.compile(r"<(/?)think>", re.I)
 # How many top-level bracketed values of one candidate are tried before giving up (bounds the work).
 _MAX_VALUES = 16
 # Bracket nesting a reply's JSON value may have (every schema imagent asks for needs fewer than 8 levels).
-MAX_NESTING = 64
+MAX_NESTING = MAX_JSON_NESTING
 _NOTHING = object()
 
 

@@ -33,10 +33,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from imagent.core.redact import mask_secrets, redact
-from imagent.core.text import nested_deeper_than
+from imagent.core.text import MAX_JSON_NESTING, nested_deeper_than
 from imagent.models.base import ChatError, ChatResponse, TokenLogprob
 
-MAX_DEPTH = 64  # JSON nesting a reply may have (a chat completion needs about 8)
+MAX_DEPTH = MAX_JSON_NESTING  # JSON nesting a reply may have (a chat completion needs about 8)
 DEFAULT_MAX_REPLY_BYTES = 16 * 1024 * 1024
 ERROR_BODY_BYTES = 64 * 1024  # what is read of an error reply (its text is quoted, then cut)
 MAX_TOKENS_FIELD = 10**9
@@ -189,20 +189,6 @@ def _finite(text: str) -> float:
     return value
 
 
-def _depth_over(obj: Any, limit: int) -> bool:
-    """Whether ``obj`` nests deeper than ``limit`` (iterative: a deep value cannot exhaust the stack)."""
-    stack: list[tuple[Any, int]] = [(obj, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > limit:
-            return True
-        if isinstance(node, dict):
-            stack.extend((v, depth + 1) for v in node.values() if isinstance(v, dict | list))
-        elif isinstance(node, list):
-            stack.extend((v, depth + 1) for v in node if isinstance(v, dict | list))
-    return False
-
-
 def decode_json(data: bytes) -> Any:
     """Strict UTF-8 JSON: no NaN/Infinity, finite numbers, at most :data:`MAX_DEPTH` levels deep."""
     try:
@@ -220,8 +206,6 @@ def decode_json(data: bytes) -> Any:
         raise ReplyError(f"the body is not JSON ({exc.msg} at character {exc.pos:,}): {snippet!r}") from None
     except ValueError as exc:  # NaN/Infinity, 1e999, an integer of thousands of digits
         raise ReplyError(f"the reply's JSON has an unusable number: {str(exc)[:200]}") from None
-    if _depth_over(value, MAX_DEPTH):
-        raise ReplyError(f"the reply's JSON is nested deeper than {MAX_DEPTH} levels")
     return value
 
 
