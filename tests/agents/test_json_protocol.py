@@ -432,3 +432,46 @@ def test_a_split_without_an_anchor_leaves_a_model_that_does_not_circle_alone(kno
         json.dumps({"thought": "t", "final_answer": ["heron"]})])
     assert run.answer == ["heron"] and not run.forced and "agent.chain_steered" not in trace.counters
     assert not run.state.guards.answer_due and len(model.calls) == 4
+
+
+def run_covered(known_album, answers):
+    """A JSON-protocol agent that runs its split's chain (penguin -> same day -> sea bird), then answers ``answers``
+    in turn, with PhotoCraft's completeness fact (:class:`CoverMatches`) before the answer."""
+    from imagent.methods.chain_guards import ChainPlan, CoverMatches
+
+    tools = album_tools(known_album, AlbumToolsConfig(anchor_filters=True, clear_matches=True))
+    model = scripted([json.dumps({"anchor": "penguin", "same": "day", "target": "sea bird"}),
+                      json_turn("FilterMetadata", same_as_photo="penguin", same=["day"], save_as="d"),
+                      json_turn("ImageSearch", query="sea bird", search_within="d"),
+                      *(json.dumps({"thought": "t", "final_answer": a}) for a in answers)])
+    role = Role("agent", model)
+    runtime = AgentRuntime(role, tools, "You find photos.", known_ids=known_album, tool_mode="json",
+                           hooks=[ChainPlan(role, "the sea birds on the penguin day"), CoverMatches()])
+    trace = Trace()
+    with trace.activate():
+        run = runtime.run("the sea birds on the penguin day")
+    within = run.state.turns[1].calls[0][1]
+    return run, trace, model, within
+
+
+def test_an_answer_that_leaves_out_clear_matches_of_the_chain_is_sent_back_once_for_the_answer_again(known_album):
+    from imagent.agents.album_tools import clear_matches
+
+    probe = run_covered(known_album, [["penguin"]])[3]
+    ranked = [i for i in probe.photos if i in probe.scores]
+    matches = ranked[:clear_matches([probe.scores[i] for i in ranked])]
+    assert len(matches) >= 2, matches  # the fixture's search has more than one clear match
+    first, rest = matches[0], matches[1:]
+    run, trace, model, _ = run_covered(known_album, [[first], [first], [*matches]])
+    assert run.answer == [first] and len(model.calls) == 5  # sent back once; the second answer stands
+    assert run.state.turns[2].rejected_by == "CoverMatches" and not run.forced
+    told = model.calls[4][0][-1].text
+    assert told.startswith("AUDIT, COMPLETENESS: Your search for 'sea bird' within 'd' found these clear matches")
+    assert f"Your answer leaves out {', '.join(rest)}." in told
+    assert set(offered(model.calls[4][1].json_schema)) == {"answer"}  # the revised answer, no tools
+    assert trace.counters["agent.matches_missed"] == len(rest)
+    assert not run.state.answer_next and not run.state.retrieval_round
+
+    covered, trace, model, _ = run_covered(known_album, [[*matches, "frog"]])  # more than the matches: fine
+    assert covered.answer == [*matches, "frog"] and len(model.calls) == 4
+    assert "agent.matches_missed" not in trace.counters

@@ -213,3 +213,24 @@ def test_a_blind_agent_reads_each_photos_date_place_and_caption(ctx_for, describ
                           r"\d\d:\d\d \| \S", seen)
     assert bool(described) is (describe is None)
     assert ("(score 0." in seen) is (describe is False)
+
+
+def test_photocrafts_completeness_fact_goes_before_its_audit_on_the_small_model_protocol(ctx_for, tmp_path):
+    """``audit_matches`` (None: on for the JSON protocol) puts :class:`CoverMatches` before the model's audit, with
+    the episodic memory only: ImageSeeker, memoryless, has no audit and no such check."""
+    ctx = ctx_for(agent())
+    q = query(ctx)
+    album = Album(ctx.gallery, ctx.dual, ctx.text).scoped(q.candidates)
+
+    def hooks(name, small, **params):
+        method = get_method(name)(ctx, {"skills_path": str(tmp_path / "s.jsonl")} | params if name == "photocraft"
+                                  else params)
+        return [type(h).__name__ for h in method.agent_parts(q, album, small)[1]]
+
+    on = hooks("photocraft", True)
+    assert on.index("CoverMatches") == on.index("EpisodicMemory") - 1
+    assert "CoverMatches" not in hooks("photocraft", False)  # the paper's protocols: the model's audit alone
+    assert "CoverMatches" in hooks("photocraft", False, audit_matches=True)
+    assert "CoverMatches" not in hooks("photocraft", True, audit_matches=False)
+    assert "CoverMatches" not in hooks("photocraft", True, episodic_memory=False)
+    assert "CoverMatches" not in hooks("imageseeker", True)

@@ -239,10 +239,12 @@ class JsonProtocol(TurnProtocol):
         named = [t for t in self.tools if nxt is not None and t.name == nxt.tool]
         if named:  # a hook named the call to make (an answer sent back, a model circling): offer only it
             tools = named
-        # After an answer was sent back for more retrieval, the next reply must be a call (a new round).
-        answer_allowed = final or not ((state.retrieval_round or named) and tools)
+        # After an answer was sent back for more retrieval, the next reply must be a call (a new round); after one
+        # sent back to be revised from what was found (``answer_next``), an answer.
+        answer_allowed = final or state.answer_next or not ((state.retrieval_round or named) and tools)
         try:
-            p.json_schema = json_turn_schema(tools, ids, list(state.subsets), tools_allowed=not final,
+            p.json_schema = json_turn_schema(tools, ids, list(state.subsets),
+                                             tools_allowed=not (final or state.answer_next),
                                              answer_allowed=answer_allowed, used=state.guards.ids_used,
                                              fixed=nxt.arguments if named and nxt is not None else None)
         except ValueError:

@@ -244,6 +244,7 @@ class AgentRuntime:
                 with trace.step(f"turn.{state.turn}", turn=state.turn, protocol=proto.mode) as step:
                     t_turn = time.perf_counter()
                     resp, proto = self._call(state, proto)
+                    state.answer_next = False  # the one answer-only turn a hook asked for was just taken
                     turn = self._turn(state, resp, proto)
                     if turn.calls:
                         state.retrieval_round = False
@@ -318,7 +319,8 @@ class AgentRuntime:
                     turn.rejected_by = type(h).__name__
                     break
         if feedback is not None:
-            state.retrieval_round = turn.rejected_by is not None  # a hook asked for more retrieval
+            # a hook asked for more retrieval, unless it asked for the answer revised from what was found
+            state.retrieval_round = turn.rejected_by is not None and not state.answer_next
             if not state.retrieval_round:
                 state.next_call = None
             self._feedback(state, turn, feedback)

@@ -266,6 +266,9 @@ class AgentState:
     # The call the next turn must make, when a hook named one (after sending an answer back, or when the model
     # circled); the JSON protocol's grammar offers only it. Cleared once a call ran.
     next_call: NextCall | None = None
+    # A hook sent a proposed answer back to be revised from what the search already found (not for more
+    # retrieval): the next turn answers, without tools (the JSON protocol's grammar offers only the answer).
+    answer_next: bool = False
     _messages: list[Message] = field(default_factory=list, repr=False)
 
     # ------------------------------------------------------------------ the history

@@ -1,9 +1,9 @@
 """The small-model chain guards of the album agents (PhotoCraft and ImageSeeker, JSON protocol): the query split
 before the first turn (:class:`ChainPlan`), the answers sent back once when the album was not narrowed
-(:class:`ScopeFirst`) or nothing was searched within the narrowed subset (:class:`TargetFirst`), and the steering of
-a model that circles (:class:`ChainSteer`). Each is an agent runtime hook; they name the chain's next call
-(``AgentState.next_call``) so the JSON grammar of that turn offers only it. imagent's, not the papers': see
-``docs/faithfulness.md`` (small-model protocol, item 10)."""
+(:class:`ScopeFirst`) or nothing was searched within the narrowed subset (:class:`TargetFirst`), the steering of
+a model that circles (:class:`ChainSteer`), and PhotoCraft's completeness fact (:class:`CoverMatches`). Each is an
+agent runtime hook; they name the chain's next call (``AgentState.next_call``) so the JSON grammar of that turn
+offers only it. imagent's, not the papers': see ``docs/faithfulness.md`` (small-model protocol, item 10)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,10 @@ TARGET_FIRST = ("Now find the TARGET inside {subset!r}: call ImageSearch with th
                 "search_within={subset!r}, then answer with the photos of that list that show the target.")
 TARGET_FIRST_PLAN = ("Now call ImageSearch with {{\"query\": \"{target}\", \"search_within\": \"{subset}\"}}, then "
                      "answer with the photos of that list that show {target}.")
+
+# What an answer that leaves out clear matches of the chain's last search is told (``audit_matches``).
+COVER_MATCHES = ("AUDIT, COMPLETENESS: {found} Your answer leaves out {missed}. Give your final answer again now: "
+                 "every photo of those clear matches that shows {target}.")
 
 
 # The query split a small model makes before its first turn (``chain_plan``): the decomposition the papers' prompts ask
@@ -100,6 +104,20 @@ def target_searches(state: AgentState, plan: QueryPlan) -> list[Any]:
     target = plan.target.lower()
     return [(c, o) for c, o in calls_that_ran(state)
             if c.name == "ImageSearch" and target in str(c.arguments.get("query", "")).lower()]
+
+
+def chain_matches(state: AgentState, plan: QueryPlan) -> tuple[Any, list[str]] | None:
+    """The chain's last search (:func:`target_searches`) and its clear matches, best first: the photos above its
+    largest score drop, the line its described result ended with; None before that search ran or when it scored
+    nothing."""
+    searches = target_searches(state, plan)
+    if not searches:
+        return None
+    call, obs = searches[-1]
+    ranked = [i for i in obs.photos if i in obs.scores]
+    if not ranked:
+        return None
+    return call, ranked[:clear_matches([obs.scores[i] for i in ranked])]
 
 
 class ScopeFirst(AgentHooks):
@@ -176,21 +194,17 @@ class ChainSteer(AgentHooks):
     @staticmethod
     def reminder(state: AgentState, plan: QueryPlan) -> str:
         """The chain's result restated for the request for the answer: the chain's last search (within a subset,
-        or for the target of a split without an anchor) and its clear matches (the photos above its largest score
-        drop), the line its described result ended with. The 0.5B otherwise answered from a thought about another
-        photo, turns after the search that held the answer (q07 of the mini album)."""
-        searches = target_searches(state, plan)
-        if not searches:
+        or for the target of a split without an anchor) and its clear matches (:func:`chain_matches`). The 0.5B
+        otherwise answered from a thought about another photo, turns after the search that held the answer (q07
+        of the mini album)."""
+        found = chain_matches(state, plan)
+        if found is None:
             return ""
-        call, obs = searches[-1]
-        ranked = [i for i in obs.photos if i in obs.scores]
-        if not ranked:
-            return ""
-        n = clear_matches([obs.scores[i] for i in ranked])
+        call, matches = found
         within = call.arguments.get("search_within")
         return (f"Your search for {str(call.arguments.get('query', ''))!r}"
                 + (f" within {str(within)!r}" if within else "")
-                + " found these clear matches, best first: " + ", ".join(ranked[:n]) + ".")
+                + " found these clear matches, best first: " + ", ".join(matches) + ".")
 
     def after_turn(self, state: AgentState, turn: TurnRecord) -> None:
         plan = state.plan
@@ -213,3 +227,32 @@ class ChainSteer(AgentHooks):
         if subset is not None:
             state.next_call = NextCall("ImageSearch", {"query": plan.target, "search_within": subset})
             state.trace.count("agent.chain_steered")
+
+
+class CoverMatches(AgentHooks):
+    """PhotoCraft's completeness check (A.3.1: were all the photos that match found?) as a fact a small model can
+    use: an answer that leaves out clear matches of the chain's last search (:func:`target_searches`; the photos
+    above its largest score drop, the line its described result ended with) is sent back once, naming them, and the
+    next turn is the revised answer (``AgentState.answer_next``: no tools). The second answer stands, and the
+    model may still leave a photo out that does not show the target. The 0.5B answered one photo of a search whose
+    clear matches were two or nine (the answer the search had found, left unread)."""
+
+    def __init__(self) -> None:
+        self.sent = False
+
+    def before_answer(self, state: AgentState, answer: list[str]) -> str | None:
+        plan = state.plan
+        if self.sent or plan is None:
+            return None
+        found = chain_matches(state, plan)
+        if found is None:
+            return None
+        matches = found[1]
+        missed = [i for i in matches if i not in answer]
+        if not missed:
+            return None
+        self.sent = True
+        state.answer_next = True
+        state.trace.count("agent.matches_missed", len(missed))
+        return COVER_MATCHES.format(found=ChainSteer.reminder(state, plan), missed=", ".join(missed),
+                                    target=plan.target)

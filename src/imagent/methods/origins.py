@@ -19,6 +19,7 @@ IMAGENT_FIELDS: frozenset[str] = frozenset({
     "plan_retries", "planner_max_tokens", "max_calls_per_plan", "library", "mip_time_limit_s", "retrievers",
     "exclude_gallery_exemplars", "genecis_templates", "chat_mode", "stages", "max_tokens", "max_view",
     "search_first", "scope_first", "target_first", "chain_plan", "audit_own_words", "clear_matches",
+    "audit_matches",
     "anchor_filters", "web_search",
     "keep_verbatim", "max_audits",
     "include_reference_caption", "max_verified",

@@ -52,7 +52,9 @@ FilterMetadata is offered in its photo form only (``anchor_filters``: ``same_as_
 city / device), because the offline 0.5B names its anchor photo right and writes that photo's date wrong; and a
 described ImageSearch result ends with its clear matches, the photos above the largest score drop
 (``clear_matches``); PhotoCraft's audit counts a failed check only when its note has two words of its own, not only
-the audit prompt's (``audit_own_words``). A blind agent (caption mode) reads ImageSearch and FilterMetadata results
+the audit prompt's (``audit_own_words``), and its completeness check starts from a fact: an answer that leaves out
+clear matches of the split's last search is sent back once, naming them, for the answer again (``audit_matches``,
+:class:`CoverMatches`). A blind agent (caption mode) reads ImageSearch and FilterMetadata results
 grouped by day and place, one line per photo, ``id | score | time | caption`` under a header that is the group's
 filter expression, ``time = 'YYYY-MM-DD' and place ~ '...'`` (``describe_results``; the worked example then shows
 the three-call chain :data:`WORKED_EXAMPLE_DESCRIBED`: find the anchor, keep the photos of its day, search the
@@ -79,7 +81,7 @@ from imagent.agents.skills import Skill, SkillLibrary, distill_skill, trajectory
 from imagent.core.trace import Trace
 from imagent.core.types import Query, Ranking, Result, Source
 from imagent.methods.base import Method, MethodConfig, load_prompt, register_method
-from imagent.methods.chain_guards import ChainPlan, ChainSteer, ScopeFirst, TargetFirst
+from imagent.methods.chain_guards import ChainPlan, ChainSteer, CoverMatches, ScopeFirst, TargetFirst
 from imagent.models.base import ImagePart
 from imagent.tools.album import Album
 
@@ -232,6 +234,10 @@ class PhotoCraftConfig(DeepSearchConfig):
                                         "small-model guard: the offline 0.5B failed answers with notes copied from "
                                         "the prompt, adding a 'no' or a stray token; 0: every failed check counts; "
                                         f"None: {SMALL_MODEL_OWN_WORDS} for the JSON protocol, else 0)")
+    audit_matches: bool | None = Field(None, description="the audit's completeness check as a fact: an answer that "
+                                       "leaves out clear matches of the query split's last search is sent back once, "
+                                       "naming them, for the answer again (imagent's small-model aid, with "
+                                       "episodic_memory; None: on for the JSON protocol)")
     semantic_memory: bool = Field(True, description="inject and distil skills")
     skills_path: str | None = Field(None, description="skill library file (None: <user data dir>/skills.jsonl; "
                                     "an eval run: <run dir>/skills.jsonl)")
@@ -413,6 +419,7 @@ def agent_counts(run: AgentRun, trace: Trace) -> dict[str, int]:
     counts["query_split"] = int(state.plan is not None)
     counts["chain_steered"] = int(trace.counters.get("agent.chain_steered", 0))
     counts["target_first_sent_back"] = sum(1 for t in state.turns if t.rejected_by == TargetFirst.__name__)
+    counts["matches_sent_back"] = sum(1 for t in state.turns if t.rejected_by == CoverMatches.__name__)
     counts["skills_injected"] = int(state.skill is not None)
     return counts
 
@@ -527,6 +534,8 @@ class PhotoCraft(_DeepSearch):
                                     keep_verbatim=c.keep_verbatim, known_ids=album, in_context=self.shared_model())
             tools.append(MemoryCondense(working))
             hooks.append(working)
+        if c.episodic_memory and (c.audit_matches or (c.audit_matches is None and small)):
+            hooks.append(CoverMatches())  # a fact checked before the model's audit: no call spent on it
         if c.episodic_memory:
             def reload(ids: list[str]) -> list[tuple[str, ImagePart]]:
                 return album.view(ids)[0]
