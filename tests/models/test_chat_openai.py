@@ -4,6 +4,7 @@ behind a real llama.cpp server (``qwen_http``)."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
 import threading
@@ -299,7 +300,17 @@ def test_connection_refused_is_retried_then_a_chat_error() -> None:
 
 
 def test_concurrency_is_bounded(serve) -> None:
-    server = serve(lambda n: Reply(delay_s=0.3))
+    both = threading.Barrier(2)
+
+    def script(n: int) -> Reply:
+        # The first two requests wait for each other: two in flight at once however loaded the machine (a client
+        # that sends one at a time breaks the barrier after 10 s, and max_in_flight says so below).
+        if n < 2:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                both.wait(timeout=10)
+        return Reply(delay_s=0.3)
+
+    server = serve(script)
     model = client(server, concurrency=2)
     from concurrent.futures import ThreadPoolExecutor
 
