@@ -87,8 +87,12 @@ measurement, and the faster pair is kept; the default command then (commit 4aba4
 calls, tokens and F1, 1,764.5 of 1,765.1 s inside model calls, 69.6 / 15.8 tok/s after 2,878 tokens beside 112.9 /
 20.6, last line ``agent_tokens ratio=1.045 evaluated_share=0.115`` (empty-context ratio 1.608). Since commit c07edf2
 (a query split without an anchor gets a one-link chain) q06's episodes are other ones: in the all-22 runs at that
-commit (README) PhotoCraft and ImageSeeker each answered it in 4 calls with F1 30.8; the default command was not
-run again.
+commit (README) PhotoCraft and ImageSeeker each answered it in 4 calls with F1 30.8. The default command at commit
+23e5544 (2026-11-27, idle, 2 threads, 853 s): PhotoCraft F1 75.0 / 30.8 / 85.7 / 0.0 in 8 / 4 / 11 / 8 calls
+(4,922 / 1,606 / 4,541 / 5,072 evaluated, 39-116 s a query), ImageSeeker 0.0 / 30.8 / 0.0 / 0.0 in 13 / 3 / 9 / 9
+calls (7,786 / 1,584 / 3,598 / 3,406 evaluated), OSCAR 5 and 6 calls; 852.5 of 852.9 s inside model calls; 67.1 /
+15.9 tok/s after 3,225 tokens of context beside 119.1 / 21.4 at an empty one; last line ``agent_tokens ratio=0.914
+evaluated_share=0.140`` (empty-context ratio 1.387).
 """
 
 from __future__ import annotations  # noqa: I001 (imagent before numpy, below)
