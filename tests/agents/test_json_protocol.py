@@ -342,19 +342,20 @@ def test_a_hook_that_sends_an_answer_back_can_name_the_next_call_and_its_fixed_a
     assert fixed["properties"]["same"]["prefixItems"] == [{"const": "day"}] and fixed["required"] == ["same"]
 
 
-def run_steered(known_album, replies):
-    """A JSON-protocol agent with the query split and ChainSteer over ``replies`` (the split's reply first)."""
+def run_steered(known_album, replies, guard=None, query="the heron on the penguin day", **tool_options):
+    """A JSON-protocol agent with the query split and ``guard`` (default ChainSteer) over ``replies`` (the split's
+    reply first); ``tool_options``: more AlbumToolsConfig fields."""
     from imagent.agents.album_tools import AlbumToolsConfig
     from imagent.methods.chain_guards import ChainPlan, ChainSteer
 
-    tools = album_tools(known_album, AlbumToolsConfig(anchor_filters=True))
+    tools = album_tools(known_album, AlbumToolsConfig(anchor_filters=True, **tool_options))
     model = scripted(replies)
     role = Role("agent", model)
     runtime = AgentRuntime(role, tools, "You find photos.", known_ids=known_album, tool_mode="json",
-                           hooks=[ChainPlan(role, "the heron on the penguin day"), ChainSteer()])
+                           hooks=[ChainPlan(role, query), guard if guard is not None else ChainSteer()])
     trace = Trace()
     with trace.activate():
-        run = runtime.run("the heron on the penguin day")
+        run = runtime.run(query)
     return run, trace, model
 
 
@@ -437,19 +438,14 @@ def test_a_split_without_an_anchor_leaves_a_model_that_does_not_circle_alone(kno
 def run_covered(known_album, answers):
     """A JSON-protocol agent that runs its split's chain (penguin -> same day -> sea bird), then answers ``answers``
     in turn, with PhotoCraft's completeness fact (:class:`CoverMatches`) before the answer."""
-    from imagent.methods.chain_guards import ChainPlan, CoverMatches
+    from imagent.methods.chain_guards import CoverMatches
 
-    tools = album_tools(known_album, AlbumToolsConfig(anchor_filters=True, clear_matches=True))
-    model = scripted([json.dumps({"anchor": "penguin", "same": "day", "target": "sea bird"}),
+    run, trace, model = run_steered(
+        known_album, [json.dumps({"anchor": "penguin", "same": "day", "target": "sea bird"}),
                       json_turn("FilterMetadata", same_as_photo="penguin", same=["day"], save_as="d"),
                       json_turn("ImageSearch", query="sea bird", search_within="d"),
-                      *(json.dumps({"thought": "t", "final_answer": a}) for a in answers)])
-    role = Role("agent", model)
-    runtime = AgentRuntime(role, tools, "You find photos.", known_ids=known_album, tool_mode="json",
-                           hooks=[ChainPlan(role, "the sea birds on the penguin day"), CoverMatches()])
-    trace = Trace()
-    with trace.activate():
-        run = runtime.run("the sea birds on the penguin day")
+                      *(json.dumps({"thought": "t", "final_answer": a}) for a in answers)],
+        guard=CoverMatches(), query="the sea birds on the penguin day", clear_matches=True)
     within = run.state.turns[1].calls[0][1]
     return run, trace, model, within
 

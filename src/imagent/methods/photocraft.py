@@ -247,6 +247,11 @@ class PhotoCraftConfig(DeepSearchConfig):
                                    "exceeds it (Eq. 4)")
 
 
+def small_default(flag: bool | None, small: bool) -> bool:
+    """A small-model knob's value: as set, or, when None, on exactly for the JSON protocol of small local models."""
+    return small if flag is None else bool(flag)
+
+
 class _DeepSearch(Method):
     """The agent loop both methods share; subclasses add their hooks and prompts."""
 
@@ -309,10 +314,9 @@ class _DeepSearch(Method):
             from imagent.tools.web_text import web_text_search_from_env
 
             web = web_text_search_from_env()
-        marks = self.config.clear_matches
         cfg = AlbumToolsConfig(top_k=self.config.top_k, max_view=self.config.max_view, describe=self.describe(),
                                anchor_filters=self.config.anchor_filters,
-                               clear_matches=small if marks is None else marks, grammar_top_k=not small)
+                               clear_matches=small_default(self.config.clear_matches, small), grammar_top_k=not small)
         return album_tools(album, cfg, web=web)
 
     def describe(self) -> bool:
@@ -342,16 +346,12 @@ class _DeepSearch(Method):
         """The small-model hooks that go before the method's own (an unnarrowed or unsearched answer is not worth
         an audit)."""
         cfg = self.config
-
-        def on(flag: bool | None) -> bool:
-            return bool(flag) or (flag is None and small)
-
         hooks: list[AgentHooks] = []
-        if on(cfg.chain_plan):
+        if small_default(cfg.chain_plan, small):
             hooks += [ChainPlan(self.ctx.roles[cfg.agent_role], query.text), ChainSteer()]
-        if on(cfg.scope_first):
+        if small_default(cfg.scope_first, small):
             hooks.append(ScopeFirst())
-        if on(cfg.target_first):
+        if small_default(cfg.target_first, small):
             hooks.append(TargetFirst())
         return hooks
 
@@ -534,7 +534,7 @@ class PhotoCraft(_DeepSearch):
                                     keep_verbatim=c.keep_verbatim, known_ids=album, in_context=self.shared_model())
             tools.append(MemoryCondense(working))
             hooks.append(working)
-        if c.episodic_memory and (c.audit_matches or (c.audit_matches is None and small)):
+        if c.episodic_memory and small_default(c.audit_matches, small):
             hooks.append(CoverMatches())  # a fact checked before the model's audit: no call spent on it
         if c.episodic_memory:
             def reload(ids: list[str]) -> list[tuple[str, ImagePart]]:
