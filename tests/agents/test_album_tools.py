@@ -267,10 +267,32 @@ def test_filter_metadata_keeps_the_same_day_place_city_or_device_as_a_photo(know
     offered = json_turn_schema([photo], ["penguin", "duck"], [])["oneOf"][0]["properties"]["arguments"]
     assert "expression" not in offered["properties"] and offered["required"] == ["same_as_photo", "same"]
     assert offered["properties"]["same_as_photo"] == {"enum": ["penguin", "duck"]}
-    assert offered["properties"]["same"]["items"] == {"enum": ["day", "place", "city", "device"]}
+    assert offered["properties"]["same"]["items"] == {"enum": ["day", "place", "city", "device", "after", "before",
+                                                               "other_day"]}
     with pytest.raises(ValueError):  # no photo seen yet: FilterMetadata is not offered (nothing else is either)
         json_turn_schema([photo], [], [])
     assert photo.example == {"same_as_photo": "<photo id>", "same": ["day"], "save_as": "that_day"}
+
+
+def test_filter_metadata_keeps_the_days_after_or_before_a_photo_or_its_place_on_other_days(known_album, state):
+    """The photo form's time words: the days after the photo's day, before it, or (with the place) the other days
+    at that place ("my other visit to the place"); each says what it kept; two time words, or a photo without a
+    date, are refused with the reason."""
+    tool = {t.name: t for t in album_tools(known_album, AlbumToolsConfig(describe=True))}["FilterMetadata"]
+    after = tool({"same_as_photo": "penguin", "same": ["after"], "save_as": "later"}, state)
+    assert set(state.subsets["later"]) == {"blackbird", "crow"}  # not the 2013-06-09 photos, not the undated hen
+    assert after.text.startswith("2 photo(s) match \"time > '2013-06-09'\" (the days after the day of penguin)")
+    before = tool({"same_as_photo": "penguin", "same": ["before"]}, state)
+    assert before.photos == ["tux"]
+    other = tool({"same_as_photo": "duck", "same": ["place", "other_day"]}, state)
+    assert other.photos == ["blackbird"]  # duck and frog are that day at that place
+    assert "(the same place, on other days than the day of duck)" in other.text
+    earlier_here = tool({"same_as_photo": "blackbird", "same": ["place", "before"]}, state)
+    assert set(earlier_here.photos) == {"duck", "frog"}
+    with pytest.raises(ToolError, match="contradict"):
+        tool({"same_as_photo": "penguin", "same": ["day", "after"]}, state)
+    with pytest.raises(ToolError, match="hen has no date"):
+        tool({"same_as_photo": "hen", "same": ["after"]}, state)
 
 
 def test_clear_matches_are_the_results_above_the_largest_score_drop(known_album, state):

@@ -471,3 +471,66 @@ def test_an_answer_that_leaves_out_clear_matches_of_the_chain_is_sent_back_once_
     covered, trace, model, _ = run_covered(known_album, [[*matches, "frog"]])  # more than the matches: fine
     assert covered.answer == [*matches, "frog"] and len(model.calls) == 4
     assert "agent.matches_missed" not in trace.counters
+
+
+def test_the_trip_a_time_relation_names_is_the_nearest_run_of_matching_days():
+    from imagent.methods.chain_guards import nearest_trip
+
+    times = {"a": "2020-05-01 10:00:00", "b": "2020-05-02 09:00:00", "c": "2020-05-09 12:00:00",
+             "d": "2020-04-20 08:00:00", "e": "2020-05-01 18:00:00"}
+    matches = ["c", "b", "a", "d", "e", "undated"]  # best first, as the search ranked them
+    assert nearest_trip(matches, times, "after", 1.0) == ["d"]  # the earliest match's day stands alone
+    assert nearest_trip(["c", "b", "a", "e"], times, "after", 1.0) == ["b", "a", "e"]  # 05-01 and 05-02: one trip
+    assert nearest_trip(["c", "b", "a", "e"], times, "after", 0) == ["a", "e"]  # the same day only
+    assert nearest_trip(matches, times, "before", 1.0) == ["c"]  # backwards from the latest
+    assert nearest_trip(matches, times, "after", 30) == ["c", "b", "a", "d", "e"]  # a wide gap: one trip
+    assert nearest_trip(["undated"], times, "after", 1.0) == []
+
+
+def run_after(known_album, answers):
+    """The chain of a split with a time relation (tux -> the days after its day -> animal), then ``answers`` in
+    turn, with :class:`CoverMatches` before the answer."""
+    from imagent.methods.chain_guards import CoverMatches
+
+    run, trace, model = run_steered(
+        known_album, [json.dumps({"anchor": "tux", "same": "after", "target": "animal"}),
+                      json_turn("FilterMetadata", same_as_photo="tux", same=["after"], save_as="later"),
+                      json_turn("ImageSearch", query="animal", search_within="later"),
+                      *(json.dumps({"thought": "t", "final_answer": a}) for a in answers)],
+        guard=CoverMatches(), query="the animals from my first trip after the day I saw tux", clear_matches=True)
+    return run, trace, model
+
+
+def test_an_answer_holding_matches_of_a_later_trip_than_the_first_after_the_anchor_is_sent_back(known_album):
+    """A split with a time relation (``after``): the audit's constraint check names the clear matches of the first
+    trip after the anchor's day; an answer with clear matches of a later trip is sent back once, naming them, and
+    the answer of that trip alone passes."""
+    from imagent.methods.chain_guards import chain_matches
+
+    probe, _, _ = run_after(known_album, [["crow"], ["crow"]])
+    found = chain_matches(probe.state, probe.state.plan)
+    assert "crow" in found.matches and found.others == ["crow"]  # 2013-07-01: the fixture's one later trip
+    assert set(found.wanted) <= {"penguin", "heron", "duck", "frog", "blackbird"} and found.wanted  # 06-09/10
+    run, trace, model = run_after(known_album, [found.matches, found.matches])
+    assert run.answer == found.matches and len(model.calls) == 5  # sent back once; the second answer stands
+    told = model.calls[4][0][-1].text
+    assert told.startswith("AUDIT, CONSTRAINT: the query asks for the first trip after the anchor's day; your "
+                           "answer holds crow, from another trip.")
+    assert f"those of the first trip after the anchor's day: {', '.join(found.wanted)}." in told
+    assert trace.counters["agent.matches_outside"] == 1 and set(offered(model.calls[4][1].json_schema)) == {
+        "answer"}
+    kept, trace, model = run_after(known_album, [found.wanted])  # that trip's matches: nothing to send back
+    assert kept.answer == found.wanted and len(model.calls) == 4 and not trace.counters.get("agent.matches_outside")
+
+
+def test_a_circling_model_with_a_time_relation_is_steered_to_the_photo_form_of_that_relation(known_album):
+    search = json_turn("ImageSearch", query="tux")
+    run, trace, model = run_steered(known_album, [
+        json.dumps({"anchor": "tux", "same": "after", "target": "bird"}), search, search,
+        json_turn("FilterMetadata", same_as_photo="tux", same=["after"], save_as="later"),
+        json.dumps({"thought": "t", "final_answer": ["crow"]})])
+    steered = offered(model.calls[3][1].json_schema)
+    assert set(steered) == {"FilterMetadata"} and trace.counters["agent.chain_steered"] == 1
+    assert steered["FilterMetadata"]["properties"]["arguments"]["properties"]["same"]["prefixItems"] == [
+        {"const": "after"}]
+    assert set(run.state.subsets["later"]) == {"penguin", "heron", "duck", "frog", "blackbird", "crow"}

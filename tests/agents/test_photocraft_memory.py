@@ -540,6 +540,16 @@ def test_chain_plan_splits_the_query_and_names_the_next_call_in_the_guards_messa
     assert run.state.plan is None
     assert [s.outputs["feedback"][:20] for s in trace.steps if s.outputs and s.outputs.get("rejected_by")] == [
         "Not narrowed yet. Ca", "Now find the TARGET "]
+    # A time relation: the task and the message name the photo form's words for it (another visit: the place, on
+    # other days).
+    run, trace, model = run_with([json.dumps({"anchor": "flamingo", "same": "other visit", "target": "bird"}),
+                                  call("ImageSearch", query="flamingo"), 'The final answer is: ["u1/2001"]'])
+    assert run.state.messages[1].text.endswith(
+        "Your plan: find the anchor 'flamingo'; keep the photos of its place on other days (FilterMetadata "
+        "same_as_photo, same [\"place\", \"other_day\"]); search for the target 'bird' within them.")
+    assert [s.outputs["feedback"] for s in trace.steps if s.outputs and s.outputs.get("rejected_by")] == [
+        "Not narrowed yet. Call FilterMetadata with same_as_photo = the photo of the flamingo and same = "
+        "[\"place\", \"other_day\"], then search for 'bird' within it."]
 
 
 def test_scope_first_and_anchor_filters_are_imagent_knobs_off_the_paper():

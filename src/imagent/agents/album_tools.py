@@ -99,18 +99,27 @@ def group_filter(record: Any) -> str:
     return " and ".join(p for p in (day_filter(record), place_filter(record)) if p) or "no date and no place"
 
 
-SAME_AS = ("day", "place", "city", "device")
+SAME_AS = ("day", "place", "city", "device", "after", "before", "other_day")
+# What the photo form keeps for each time word: the photo's day, the days after it, before it, or any other day.
+_TIME_OPS = {"day": "=", "after": ">", "before": "<", "other_day": "!="}
 
 
 def same_as_filter(record: Any, same: Sequence[str], city_km: float = 25.0) -> str:
     """The filter expression for "the photos of the same ``same`` as this photo" (any of :data:`SAME_AS`): the
     day (``time = 'YYYY-MM-DD'``), the place (within 1 km of its GPS, else its short place), the city (within
-    ``city_km`` km, else its short place) or the device (``device = '...'``). Raises :class:`ToolError` naming
-    what the photo lacks."""
+    ``city_km`` km, else its short place) or the device (``device = '...'``); or, instead of its day, the days
+    after it (``time > 'YYYY-MM-DD'``), before it (``time < ...``) or any other day (``time != ...``): with the
+    place, "my earlier visits here" or "my other visit to this place". Raises :class:`ToolError` naming what the
+    photo lacks, or two time words that contradict each other."""
+    times = [w for w in dict.fromkeys(same) if w in _TIME_OPS]
+    if len(times) > 1:
+        raise ToolError(f"same: {' and '.join(times)} contradict each other; name at most one of "
+                        f"{', '.join(_TIME_OPS)}")
     parts: list[str] = []
     for what in dict.fromkeys(same):
-        if what == "day":
-            part = day_filter(record)
+        if what in _TIME_OPS:
+            part = (f"time {_TIME_OPS[what]} '{record.taken_time.strftime('%Y-%m-%d')}'"
+                    if record.taken_time is not None else "")
         elif what in ("place", "city"):
             km = 1.0 if what == "place" else city_km
             has_gps = record.latitude is not None and record.longitude is not None
@@ -121,12 +130,25 @@ def same_as_filter(record: Any, same: Sequence[str], city_km: float = 25.0) -> s
         else:
             raise ToolError(f"same: {what!r} is not one of {', '.join(SAME_AS)}")
         if not part:
-            raise ToolError(f"photo {record.id} has no {'date' if what == 'day' else what}: it cannot give the "
-                            f"same {what}")
+            raise ToolError(f"photo {record.id} has no {'date' if what in _TIME_OPS else what}: it cannot give "
+                            f"the same {what}")
         parts.append(part)
     if not parts:
         raise ToolError(f"same: name at least one of {', '.join(SAME_AS)}")
     return " and ".join(parts)
+
+
+def same_words(same: Sequence[str]) -> str:
+    """How a reply names the photo form's ``same`` before the photo's id: ``the same place as``, ``the days
+    after the day of``, ``the same place, on the days before the day of``."""
+    kept = [w for w in dict.fromkeys(same) if w not in _TIME_OPS or w == "day"]
+    when = {"after": "the days after the day of", "before": "the days before the day of",
+            "other_day": "the other days than the day of"}
+    times = [when[w] for w in dict.fromkeys(same) if w in when]
+    if not kept:
+        return times[0] if times else "the same day as"
+    head = f"the same {' and '.join(kept)}"
+    return f"{head}, on {times[0].removeprefix('the ')}" if times else f"{head} as"
 
 
 def clear_matches(scores: Sequence[float]) -> int:
@@ -251,7 +273,9 @@ class ImageSearchTool(_AlbumTool):
             lines = [f"{n}. {i} (score {s:.3f})" for n, (i, s) in enumerate(pairs, 1)]
             text = f"Top {len(ranking)} photos for {what}{scope}, best first:\n" + "\n".join(lines)
         results = ranking.head(len(pairs))
-        return Observation(text, photos=list(ranking.ids), scores=dict(pairs), data={"results": results},
+        times = {i: t for i in ranking.ids if (t := format_time(self.album.gallery.record(i)))}
+        return Observation(text, photos=list(ranking.ids), scores=dict(pairs),
+                           data={"results": results, "times": times},
                            summary=f"{len(pairs)} photos for {what}{scope}")
 
 
@@ -322,8 +346,8 @@ class FilterMetadataTool(_AlbumTool):
                    "time = '2013-06' is the whole month), address ~ 'paris' (case-insensitive contains), "
                    "device ~ 'iphone', near(48.85, 2.35, 5) (within 5 km), lat/lon comparisons, and/or/not, "
                    "parentheses; or, instead of an expression, the photos of the same day, place, city or device "
-                   "as a photo (same_as_photo and same). save_as names the result so ImageSearch can search_within "
-                   "it.")
+                   "as a photo, or of the days after or before its day (same_as_photo and same). save_as names the "
+                   "result so ImageSearch can search_within it.")
     described = ("Lists the matching photos, oldest first, grouped by day and place (each group starts with the "
                  "expression of its day and place); each photo line is: id | time | caption.")
 
@@ -350,8 +374,10 @@ class FilterMetadataTool(_AlbumTool):
                 "same_as_photo": {"type": "string", "description": "instead of an expression: a photo id; keeps "
                                   "the photos of its same day, place, city or device (same)"},
                 "same": {"type": "array", "items": {"type": "string", "enum": list(SAME_AS)}, "minItems": 1,
-                         "maxItems": len(SAME_AS), "description": "with same_as_photo: what to keep the same "
-                         "(day: that day; place: within 1 km; city: within the city; device: that camera)"},
+                         "maxItems": 3, "description": "with same_as_photo: what to keep the same "
+                         "(day: that day; place: within 1 km; city: within the city; device: that camera), or "
+                         "instead of the day the days after it, before it or any other day (after, before, "
+                         "other_day; with place: the other visits to that place)"},
                 "save_as": {"type": "string", "description": "name to save the matching photos under",
                             "pattern": "^[A-Za-z0-9_.-]{1,64}$"},
                 "search_within": {"type": "string", "description": "filter only this saved subset"},
@@ -373,7 +399,7 @@ class FilterMetadataTool(_AlbumTool):
         self.album.require_known([photo])
         same = args.get("same") or ["day"]
         expr = same_as_filter(self.album.gallery.record(photo), same, self.config.city_km)
-        return expr, f"{expr!r} (the same {' and '.join(same)} as {photo})"
+        return expr, f"{expr!r} ({same_words(same)} {photo})"
 
     def run(self, args: dict[str, Any], scope: ToolScope) -> Observation:
         expr, named = self.expression(args)

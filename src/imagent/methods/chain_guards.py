@@ -7,8 +7,10 @@ offers only it. imagent's, not the papers': see ``docs/faithfulness.md`` (small-
 
 from __future__ import annotations
 
+import json
+from datetime import datetime
 from string import Template
-from typing import Any
+from typing import Any, NamedTuple
 
 from imagent.agents.album_tools import clear_matches
 from imagent.agents.runtime import AgentHooks
@@ -21,7 +23,7 @@ SCOPE_FIRST = ("Not narrowed yet. Call FilterMetadata with the anchor photo as s
                "city, as the query says), then search for the TARGET within it. A query without an anchor, "
                "time or place: give your answer again.")
 SCOPE_FIRST_PLAN = ("Not narrowed yet. Call FilterMetadata with same_as_photo = the photo of the {anchor} and "
-                    "same = [\"{same}\"], then search for '{target}' within it.")
+                    "same = {same}, then search for '{target}' within it.")
 # What an answer given after the narrowing but before any search inside it is told (``target_first``).
 TARGET_FIRST = ("Now find the TARGET inside {subset!r}: call ImageSearch with the target's keywords and "
                 "search_within={subset!r}, then answer with the photos of that list that show the target.")
@@ -31,22 +33,30 @@ TARGET_FIRST_PLAN = ("Now call ImageSearch with {{\"query\": \"{target}\", \"sea
 # What an answer that leaves out clear matches of the chain's last search is told (``audit_matches``).
 COVER_MATCHES = ("AUDIT, COMPLETENESS: {found} Your answer leaves out {missed}. Give your final answer again now: "
                  "every photo of those clear matches that shows {target}.")
+# What an answer holding clear matches of another trip than the one a time relation names is told.
+COVER_TRIP = ("AUDIT, CONSTRAINT: the query asks for the {which} trip {relation} the anchor's day; your answer holds "
+              "{outside}, from another trip. {found} Give your final answer again now: the photos of that trip "
+              "that show {target}.")
 
 
 # The query split a small model makes before its first turn (``chain_plan``): the decomposition the papers' prompts ask
 # for in the agent's reasoning, as one grammar-constrained call. The example is the worked example's query.
 PLAN_PROMPT = Template("""Split a photo-album search into three parts:
 - anchor: the thing or moment that identifies the event, found first (short keywords);
-- same: what the wanted photos share with the anchor's photo: "day", "place", "city", or "none" (no anchor);
+- same: what the wanted photos share with the anchor's photo: "day" (taken on that same day), "place" or "city";
+  or when they were taken: "after" (a later trip or time: "the first trip after the day I saw ..."), "before" (an
+  earlier one), "other visit" (another visit to the anchor's place); or "none" (no anchor);
 - target: what the wanted photos show (short keywords).
-Example: "The dogs I photographed on the day I saw the lighthouse." -> {"anchor": "lighthouse", "same": "day", \
+Examples: "The dogs I photographed on the day I saw the lighthouse." -> {"anchor": "lighthouse", "same": "day", \
 "target": "dog"}
+"The boats from my next holiday after the day I photographed the volcano." -> {"anchor": "volcano", "same": \
+"after", "target": "boat"}
 Search: "$query"
 Answer with the JSON object only.""")
 PLAN_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {"anchor": {"type": "string", "minLength": 1, "maxLength": 60},
-                   "same": {"enum": ["day", "place", "city", "none"]},
+                   "same": {"enum": ["day", "place", "city", "after", "before", "other visit", "none"]},
                    "target": {"type": "string", "minLength": 1, "maxLength": 60}},
     "required": ["anchor", "same", "target"], "additionalProperties": False,
 }
@@ -77,12 +87,28 @@ class ChainPlan(AgentHooks):
             state.set_task(Message("user", [*task.parts, "\n\n" + describe_plan(plan)]))
 
 
+# The split's ``same`` as the FilterMetadata photo form's ``same`` list, and as the task message words it.
+PLAN_SAME = {"other visit": ["place", "other_day"]}
+PLAN_KEEP = {"after": "the photos taken after its day", "before": "the photos taken before its day",
+             "other visit": "the photos of its place on other days"}
+# The time relations whose answer is one trip: the first after the anchor's day, the last before it.
+RELATION = {"after": ("first", "after"), "before": ("last", "before")}
+
+
+def plan_same(plan: QueryPlan) -> list[str]:
+    """The FilterMetadata photo form's ``same`` for the split (``other visit``: the place, other days)."""
+    return PLAN_SAME.get(plan.same, [plan.same])
+
+
 def describe_plan(plan: QueryPlan) -> str:
     """The split as the task message states it."""
     if plan.same == "none":
         return f"Your plan: no anchor; search for the target '{plan.target}'."
-    return (f"Your plan: find the anchor '{plan.anchor}'; keep the photos of its same {plan.same} "
-            f"(FilterMetadata same_as_photo); search for the target '{plan.target}' within them.")
+    if plan.same in PLAN_KEEP:
+        keep = f"{PLAN_KEEP[plan.same]} (FilterMetadata same_as_photo, same {json.dumps(plan_same(plan))})"
+    else:
+        keep = f"the photos of its same {plan.same} (FilterMetadata same_as_photo)"
+    return f"Your plan: find the anchor '{plan.anchor}'; keep {keep}; search for the target '{plan.target}' within them."
 
 
 def calls_that_ran(state: AgentState) -> Any:
@@ -106,10 +132,24 @@ def target_searches(state: AgentState, plan: QueryPlan) -> list[Any]:
             if c.name == "ImageSearch" and target in str(c.arguments.get("query", "")).lower()]
 
 
-def chain_matches(state: AgentState, plan: QueryPlan) -> tuple[Any, list[str]] | None:
-    """The chain's last search (:func:`target_searches`) and its clear matches, best first: the photos above its
-    largest score drop, the line its described result ended with; None before that search ran or when it scored
-    nothing."""
+class ChainMatches(NamedTuple):
+    """The chain's last search (its call), its clear matches best first, and those of them the split asks for."""
+
+    call: Any
+    matches: list[str]
+    wanted: list[str]
+
+    @property
+    def others(self) -> list[str]:
+        """The clear matches of another trip than the one the split's time relation names."""
+        return [i for i in self.matches if i not in self.wanted]
+
+
+def chain_matches(state: AgentState, plan: QueryPlan, gap_days: float = 1.0) -> ChainMatches | None:
+    """The chain's last search (:func:`target_searches`), its clear matches (the photos above its largest score
+    drop, the line its described result ended with) and those the split asks for: with a time relation
+    (``after``, ``before``: :data:`RELATION`) the matches of the trip it names (:func:`nearest_trip`), else all.
+    None before that search ran or when it scored nothing."""
     searches = target_searches(state, plan)
     if not searches:
         return None
@@ -117,7 +157,27 @@ def chain_matches(state: AgentState, plan: QueryPlan) -> tuple[Any, list[str]] |
     ranked = [i for i in obs.photos if i in obs.scores]
     if not ranked:
         return None
-    return call, ranked[:clear_matches([obs.scores[i] for i in ranked])]
+    matches = ranked[:clear_matches([obs.scores[i] for i in ranked])]
+    if plan.same not in RELATION:
+        return ChainMatches(call, matches, matches)
+    return ChainMatches(call, matches, nearest_trip(matches, obs.data.get("times") or {}, plan.same, gap_days))
+
+
+def nearest_trip(matches: list[str], times: dict[str, str], relation: str, gap_days: float) -> list[str]:
+    """The matches of one trip, in their order: for ``after`` the earliest match and those that follow it with no
+    more than ``gap_days`` days between one match's day and the next; for ``before`` the same from the latest
+    match backwards. A match without a time is in no trip."""
+    timed = sorted((datetime.fromisoformat(times[i]), i) for i in matches if times.get(i))
+    if relation == "before":
+        timed.reverse()
+    trip: set[str] = set()
+    last = None
+    for when, photo in timed:
+        if last is not None and abs((when.date() - last.date()).days) > gap_days:
+            break
+        trip.add(photo)
+        last = when
+    return [i for i in matches if i in trip]
 
 
 class ScopeFirst(AgentHooks):
@@ -141,8 +201,8 @@ class ScopeFirst(AgentHooks):
         if plan is None:
             state.next_call = NextCall("FilterMetadata")
             return SCOPE_FIRST
-        state.next_call = NextCall("FilterMetadata", {"same": [plan.same]})
-        return SCOPE_FIRST_PLAN.format(anchor=plan.anchor, same=plan.same, target=plan.target)
+        state.next_call = NextCall("FilterMetadata", {"same": plan_same(plan)})
+        return SCOPE_FIRST_PLAN.format(anchor=plan.anchor, same=json.dumps(plan_same(plan)), target=plan.target)
 
 
 class TargetFirst(AgentHooks):
@@ -191,20 +251,27 @@ class ChainSteer(AgentHooks):
     guard's three repeats in a row, or re-narrowed to another anchor (q07 of the mini album), which does not reopen
     the chain: once its last search ran, the chain is done."""
 
+    def __init__(self, gap_days: float = 1.0) -> None:
+        self.gap_days = gap_days
+
     @staticmethod
-    def reminder(state: AgentState, plan: QueryPlan) -> str:
+    def reminder(state: AgentState, plan: QueryPlan, gap_days: float = 1.0) -> str:
         """The chain's result restated for the request for the answer: the chain's last search (within a subset,
-        or for the target of a split without an anchor) and its clear matches (:func:`chain_matches`). The 0.5B
-        otherwise answered from a thought about another photo, turns after the search that held the answer (q07
-        of the mini album)."""
-        found = chain_matches(state, plan)
+        or for the target of a split without an anchor) and its clear matches (:func:`chain_matches`), with a
+        time relation those of the trip it names. The 0.5B otherwise answered from a thought about another photo,
+        turns after the search that held the answer (q07 of the mini album)."""
+        found = chain_matches(state, plan, gap_days)
         if found is None:
             return ""
-        call, matches = found
-        within = call.arguments.get("search_within")
-        return (f"Your search for {str(call.arguments.get('query', ''))!r}"
+        within = found.call.arguments.get("search_within")
+        text = (f"Your search for {str(found.call.arguments.get('query', ''))!r}"
                 + (f" within {str(within)!r}" if within else "")
-                + " found these clear matches, best first: " + ", ".join(matches) + ".")
+                + " found these clear matches, best first: " + ", ".join(found.matches))
+        if found.others:
+            which, relation = RELATION[plan.same]
+            text += (f"; those of the {which} trip {relation} the anchor's day: "
+                     + (", ".join(found.wanted) or "none"))
+        return text + "."
 
     def after_turn(self, state: AgentState, turn: TurnRecord) -> None:
         plan = state.plan
@@ -212,7 +279,7 @@ class ChainSteer(AgentHooks):
             return
         if target_searches(state, plan):  # the chain ran once: done, even if the model narrowed to another anchor
             state.guards.answer_due = True
-            state.guards.answer_reminder = self.reminder(state, plan)
+            state.guards.answer_reminder = self.reminder(state, plan, self.gap_days)
             return
         if plan.same == "none":
             if plan.target:
@@ -220,7 +287,7 @@ class ChainSteer(AgentHooks):
                 state.trace.count("agent.chain_steered")
             return
         if not ScopeFirst.narrowed(state):
-            state.next_call = NextCall("FilterMetadata", {"same": [plan.same]})
+            state.next_call = NextCall("FilterMetadata", {"same": plan_same(plan)})
             state.trace.count("agent.chain_steered")
             return
         subset = TargetFirst.unsearched_subset(state)
@@ -235,24 +302,35 @@ class CoverMatches(AgentHooks):
     above its largest score drop, the line its described result ended with) is sent back once, naming them, and the
     next turn is the revised answer (``AgentState.answer_next``: no tools). The second answer stands, and the
     model may still leave a photo out that does not show the target. The 0.5B answered one photo of a search whose
-    clear matches were two or nine (the answer the search had found, left unread)."""
+    clear matches were two or nine (the answer the search had found, left unread).
 
-    def __init__(self) -> None:
+    With a time relation in the split (``after``: the first trip after the anchor's day; ``before``: the last
+    before it) the check is also the audit's constraint check: the clear matches of the trip the relation names are
+    the ones to cover (:func:`chain_matches`), and an answer holding clear matches of another trip is sent back,
+    naming them (counted ``agent.matches_outside``)."""
+
+    def __init__(self, gap_days: float = 1.0) -> None:
         self.sent = False
+        self.gap_days = gap_days
 
     def before_answer(self, state: AgentState, answer: list[str]) -> str | None:
         plan = state.plan
         if self.sent or plan is None:
             return None
-        found = chain_matches(state, plan)
+        found = chain_matches(state, plan, self.gap_days)
         if found is None:
             return None
-        matches = found[1]
-        missed = [i for i in matches if i not in answer]
-        if not missed:
+        missed = [i for i in found.wanted if i not in answer]
+        outside = [i for i in answer if i in found.others] if found.wanted else []
+        if not missed and not outside:
             return None
         self.sent = True
         state.answer_next = True
+        reminder = ChainSteer.reminder(state, plan, self.gap_days)
+        if outside:
+            state.trace.count("agent.matches_outside", len(outside))
+            which, relation = RELATION[plan.same]
+            return COVER_TRIP.format(which=which, relation=relation, outside=", ".join(outside), found=reminder,
+                                     target=plan.target)
         state.trace.count("agent.matches_missed", len(missed))
-        return COVER_MATCHES.format(found=ChainSteer.reminder(state, plan), missed=", ".join(missed),
-                                    target=plan.target)
+        return COVER_MATCHES.format(found=reminder, missed=", ".join(missed), target=plan.target)

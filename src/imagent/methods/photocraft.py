@@ -237,7 +237,12 @@ class PhotoCraftConfig(DeepSearchConfig):
     audit_matches: bool | None = Field(None, description="the audit's completeness check as a fact: an answer that "
                                        "leaves out clear matches of the query split's last search is sent back once, "
                                        "naming them, for the answer again (imagent's small-model aid, with "
-                                       "episodic_memory; None: on for the JSON protocol)")
+                                       "episodic_memory; None: on for the JSON protocol); with a time relation "
+                                       "in the split (the first trip after / the last before the anchor's day) "
+                                       "also an answer holding clear matches of another trip")
+    trip_gap_days: float = Field(1.0, ge=0, description="a time relation of the query split (after, before) names "
+                                 "one trip: matches whose days are at most this many days apart belong to one "
+                                 "(imagent's; the papers give no trip boundary)")
     semantic_memory: bool = Field(True, description="inject and distil skills")
     skills_path: str | None = Field(None, description="skill library file (None: <user data dir>/skills.jsonl; "
                                     "an eval run: <run dir>/skills.jsonl)")
@@ -348,7 +353,7 @@ class _DeepSearch(Method):
         cfg = self.config
         hooks: list[AgentHooks] = []
         if small_default(cfg.chain_plan, small):
-            hooks += [ChainPlan(self.ctx.roles[cfg.agent_role], query.text), ChainSteer()]
+            hooks += [ChainPlan(self.ctx.roles[cfg.agent_role], query.text), ChainSteer(cfg.trip_gap_days)]
         if small_default(cfg.scope_first, small):
             hooks.append(ScopeFirst())
         if small_default(cfg.target_first, small):
@@ -535,7 +540,7 @@ class PhotoCraft(_DeepSearch):
             tools.append(MemoryCondense(working))
             hooks.append(working)
         if c.episodic_memory and small_default(c.audit_matches, small):
-            hooks.append(CoverMatches())  # a fact checked before the model's audit: no call spent on it
+            hooks.append(CoverMatches(c.trip_gap_days))  # a fact checked before the model's audit: no call spent on it
         if c.episodic_memory:
             def reload(ids: list[str]) -> list[tuple[str, ImagePart]]:
                 return album.view(ids)[0]
