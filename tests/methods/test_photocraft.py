@@ -234,3 +234,19 @@ def test_photocrafts_completeness_fact_goes_before_its_audit_on_the_small_model_
     assert "CoverMatches" not in hooks("photocraft", True, audit_matches=False)
     assert "CoverMatches" not in hooks("photocraft", True, episodic_memory=False)
     assert "CoverMatches" not in hooks("imageseeker", True)
+
+
+@pytest.mark.parametrize("name", ["photocraft", "imageseeker"])
+def test_both_album_agents_build_their_chain_guards_with_the_trip_gap_of_their_config(ctx_for, tmp_path, name):
+    """The small-model guards (query split, steering, scope and target first) of either agent, and PhotoCraft's
+    completeness check, read ``trip_gap_days`` from the method's own config."""
+    ctx = ctx_for(agent())
+    q = query(ctx)
+    album = Album(ctx.gallery, ctx.dual, ctx.text).scoped(q.candidates)
+    params = {"trip_gap_days": 3.0} | ({"skills_path": str(tmp_path / "s.jsonl")} if name == "photocraft" else {})
+    method = get_method(name)(ctx, params)
+    guards = method.guard_hooks(q, True)
+    assert [type(h).__name__ for h in guards] == ["ChainPlan", "ChainSteer", "ScopeFirst", "TargetFirst"]
+    assert guards[1].gap_days == 3.0
+    cover = [h for h in method.agent_parts(q, album, True)[1] if type(h).__name__ == "CoverMatches"]
+    assert [h.gap_days for h in cover] == ([3.0] if name == "photocraft" else [])

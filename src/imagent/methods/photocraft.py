@@ -212,6 +212,9 @@ class DeepSearchConfig(MethodConfig):
                                           "mode), where these lines are what ViewPhotos and GetMetadata would show")
     agent_role: str = Field("agent", description="role of the controller model")
     memory_role: str = Field("memory", description="role that compresses, audits and distils skills")
+    trip_gap_days: float = Field(1.0, ge=0, description="a time relation of the query split (after, before) names "
+                                 "one trip: matches whose days are at most this many days apart belong to one "
+                                 "(imagent's; the papers give no trip boundary)")
 
 
 class ImageSeekerConfig(DeepSearchConfig):
@@ -240,9 +243,6 @@ class PhotoCraftConfig(DeepSearchConfig):
                                        "episodic_memory; None: on for the JSON protocol); with a time relation "
                                        "in the split (the first trip after / the last before the anchor's day) "
                                        "also an answer holding clear matches of another trip")
-    trip_gap_days: float = Field(1.0, ge=0, description="a time relation of the query split (after, before) names "
-                                 "one trip: matches whose days are at most this many days apart belong to one "
-                                 "(imagent's; the papers give no trip boundary)")
     semantic_memory: bool = Field(True, description="inject and distil skills")
     skills_path: str | None = Field(None, description="skill library file (None: <user data dir>/skills.jsonl; "
                                     "an eval run: <run dir>/skills.jsonl)")
