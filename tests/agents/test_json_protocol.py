@@ -534,3 +534,28 @@ def test_a_circling_model_with_a_time_relation_is_steered_to_the_photo_form_of_t
     assert steered["FilterMetadata"]["properties"]["arguments"]["properties"]["same"]["prefixItems"] == [
         {"const": "after"}]
     assert set(run.state.subsets["later"]) == {"penguin", "heron", "duck", "frog", "blackbird", "crow"}
+
+
+def test_the_narrowing_a_guard_names_takes_its_photo_from_the_anchors_own_search(known_album):
+    """Sent to FilterMetadata, the small model named the top photo of its latest search (a target's) as the anchor:
+    once the split's anchor was searched, the grammar offers only that search's clear matches as same_as_photo, and
+    the message names them."""
+    from imagent.agents.album_tools import clear_matches
+    from imagent.methods.chain_guards import ScopeFirst
+
+    run, _, model = run_steered(known_album, [
+        json.dumps({"anchor": "little penguin", "same": "day", "target": "bird"}),
+        json_turn("ImageSearch", query="little penguin"), json_turn("ImageSearch", query="bird"),
+        json.dumps({"thought": "t", "final_answer": ["crow"]}),
+        json_turn("FilterMetadata", same_as_photo="penguin", same=["day"], save_as="d"),
+        json.dumps({"thought": "t", "final_answer": ["heron"]})], guard=ScopeFirst(), query="the birds on the "
+        "day I saw the little penguin")
+    anchor = run.state.turns[0].calls[0][1]
+    ranked = [i for i in anchor.photos if i in anchor.scores]
+    photos = ranked[:clear_matches([anchor.scores[i] for i in ranked])]
+    assert photos and photos[0] == "penguin" and "crow" not in photos
+    fixed = offered(model.calls[4][1].json_schema)["FilterMetadata"]["properties"]["arguments"]["properties"]
+    assert fixed["same_as_photo"] == {"enum": photos} and fixed["same"]["prefixItems"] == [{"const": "day"}]
+    told = model.calls[4][0][-1].text
+    assert f"the photo of the little penguin ({' or '.join(photos[:5])}, found by your search)" in told
+    assert run.answer == ["heron"]

@@ -524,8 +524,8 @@ def test_chain_plan_splits_the_query_and_names_the_next_call_in_the_guards_messa
     assert task.endswith("Your plan: find the anchor 'flamingo'; keep the photos of its same day (FilterMetadata "
                          "same_as_photo); search for the target 'bird' within them.")
     feedback = [s.outputs["feedback"] for s in trace.steps if s.outputs and s.outputs.get("rejected_by")]
-    assert feedback == ["Not narrowed yet. Call FilterMetadata with same_as_photo = the photo of the flamingo and "
-                        "same = [\"day\"], then search for 'bird' within it.",
+    assert feedback == ["Not narrowed yet. Call FilterMetadata with same_as_photo = the photo of the flamingo "
+                        "(u1/2001, found by your search) and same = [\"day\"], then search for 'bird' within it.",
                         'Now call ImageSearch with {"query": "bird", "search_within": "that_day"}, then answer with '
                         "the photos of that list that show bird."]
     # A split without an anchor: nothing to narrow, the answer stands; a split that does not parse changes nothing.
@@ -548,8 +548,8 @@ def test_chain_plan_splits_the_query_and_names_the_next_call_in_the_guards_messa
         "Your plan: find the anchor 'flamingo'; keep the photos of its place on other days (FilterMetadata "
         "same_as_photo, same [\"place\", \"other_day\"]); search for the target 'bird' within them.")
     assert [s.outputs["feedback"] for s in trace.steps if s.outputs and s.outputs.get("rejected_by")] == [
-        "Not narrowed yet. Call FilterMetadata with same_as_photo = the photo of the flamingo and same = "
-        "[\"place\", \"other_day\"], then search for 'bird' within it."]
+        "Not narrowed yet. Call FilterMetadata with same_as_photo = the photo of the flamingo (u1/2001, found by "
+        "your search) and same = [\"place\", \"other_day\"], then search for 'bird' within it."]
 
 
 def test_scope_first_and_anchor_filters_are_imagent_knobs_off_the_paper():

@@ -42,7 +42,7 @@ from collections.abc import Collection, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from imagent.agents.state import ToolCall
+from imagent.agents.state import OneOf, ToolCall
 from imagent.models.json_output import JSONParseError, extract_json, parse_json
 
 if TYPE_CHECKING:
@@ -320,10 +320,12 @@ JSON_ANSWER_KEY = "final_answer"
 
 def fix_arguments(params: dict[str, Any], fixed: dict[str, Any]) -> dict[str, Any]:
     """A tool's grammar parameters with ``fixed`` arguments set: each becomes a required constant (a list one of
-    exactly its items, in order)."""
+    exactly its items, in order; a :class:`~imagent.agents.state.OneOf` one of its values)."""
     props = dict(params.get("properties") or {})
     for key, value in fixed.items():
-        if isinstance(value, list):
+        if isinstance(value, OneOf):
+            props[key] = {"enum": list(value.values)}
+        elif isinstance(value, list):
             props[key] = {"type": "array", "prefixItems": [{"const": v} for v in value], "items": False,
                           "minItems": len(value), "maxItems": len(value)}
         else:

@@ -204,10 +204,18 @@ class Audit:
     decision: str = ""
 
 
+@dataclass(frozen=True)
+class OneOf:
+    """A :class:`NextCall` argument that is one of these values (the grammar's ``enum``), not a fixed one."""
+
+    values: tuple[Any, ...]
+
+
 @dataclass
 class NextCall:
     """The call a hook that sent an answer back wants next: its tool and the arguments it fixes (the JSON protocol's
-    grammar then offers only that tool, those arguments set; other protocols read the hook's feedback only)."""
+    grammar then offers only that tool, those arguments set, an :class:`OneOf` argument to one of its values; other
+    protocols read the hook's feedback only)."""
 
     tool: str
     arguments: dict[str, Any] = field(default_factory=dict)
@@ -392,6 +400,7 @@ __all__ = [
     "Mode",
     "NextCall",
     "Observation",
+    "OneOf",
     "QueryPlan",
     "SkillUse",
     "ToolCall",

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 from imagent.agents.album_tools import clear_matches
 from imagent.agents.runtime import AgentHooks
-from imagent.agents.state import AgentState, NextCall, QueryPlan, TurnRecord
+from imagent.agents.state import AgentState, NextCall, OneOf, QueryPlan, TurnRecord
 from imagent.models.base import Message
 from imagent.models.roles import Role
 
@@ -22,7 +22,7 @@ from imagent.models.roles import Role
 SCOPE_FIRST = ("Not narrowed yet. Call FilterMetadata with the anchor photo as same_as_photo (same day, place or "
                "city, as the query says), then search for the TARGET within it. A query without an anchor, "
                "time or place: give your answer again.")
-SCOPE_FIRST_PLAN = ("Not narrowed yet. Call FilterMetadata with same_as_photo = the photo of the {anchor} and "
+SCOPE_FIRST_PLAN = ("Not narrowed yet. Call FilterMetadata with same_as_photo = the photo of the {anchor}{found} and "
                     "same = {same}, then search for '{target}' within it.")
 # What an answer given after the narrowing but before any search inside it is told (``target_first``).
 TARGET_FIRST = ("Now find the TARGET inside {subset!r}: call ImageSearch with the target's keywords and "
@@ -108,7 +108,8 @@ def describe_plan(plan: QueryPlan) -> str:
         keep = f"{PLAN_KEEP[plan.same]} (FilterMetadata same_as_photo, same {json.dumps(plan_same(plan))})"
     else:
         keep = f"the photos of its same {plan.same} (FilterMetadata same_as_photo)"
-    return f"Your plan: find the anchor '{plan.anchor}'; keep {keep}; search for the target '{plan.target}' within them."
+    return (f"Your plan: find the anchor '{plan.anchor}'; keep {keep}; search for the target '{plan.target}' "
+            "within them.")
 
 
 def calls_that_ran(state: AgentState) -> Any:
@@ -130,6 +131,26 @@ def target_searches(state: AgentState, plan: QueryPlan) -> list[Any]:
     target = plan.target.lower()
     return [(c, o) for c, o in calls_that_ran(state)
             if c.name == "ImageSearch" and target in str(c.arguments.get("query", "")).lower()]
+
+
+def anchor_photos(state: AgentState, plan: QueryPlan) -> list[str]:
+    """The clear matches, best first, of the last search for the split's anchor (an ImageSearch over the whole album
+    whose query shares a word with the anchor): the photos the anchor can be. Empty before such a search ran. The
+    0.5B, sent to FilterMetadata, named the top photo of its latest search instead, a target's (held-out h06, h07)."""
+    words = {w for w in plan.anchor.lower().split() if len(w) > 2} or set(plan.anchor.lower().split())
+    for call, obs in reversed(list(calls_that_ran(state))):
+        query = str(call.arguments.get("query", "")).lower().split()
+        if call.name == "ImageSearch" and not call.arguments.get("search_within") and words & set(query):
+            ranked = [i for i in obs.photos if i in obs.scores]
+            return ranked[:clear_matches([obs.scores[i] for i in ranked])]
+    return []
+
+
+def narrowing_call(state: AgentState, plan: QueryPlan) -> NextCall:
+    """FilterMetadata with the split's ``same``, its photo one of :func:`anchor_photos` once the anchor was searched."""
+    photos = anchor_photos(state, plan)
+    return NextCall("FilterMetadata", {"same": plan_same(plan)} | ({"same_as_photo": OneOf(tuple(photos))}
+                                                                   if photos else {}))
 
 
 class ChainMatches(NamedTuple):
@@ -201,8 +222,11 @@ class ScopeFirst(AgentHooks):
         if plan is None:
             state.next_call = NextCall("FilterMetadata")
             return SCOPE_FIRST
-        state.next_call = NextCall("FilterMetadata", {"same": plan_same(plan)})
-        return SCOPE_FIRST_PLAN.format(anchor=plan.anchor, same=json.dumps(plan_same(plan)), target=plan.target)
+        state.next_call = narrowing_call(state, plan)
+        photos = anchor_photos(state, plan)
+        found = f" ({' or '.join(photos[:5])}, found by your search)" if photos else ""
+        return SCOPE_FIRST_PLAN.format(anchor=plan.anchor, found=found, same=json.dumps(plan_same(plan)),
+                                       target=plan.target)
 
 
 class TargetFirst(AgentHooks):
@@ -287,7 +311,7 @@ class ChainSteer(AgentHooks):
                 state.trace.count("agent.chain_steered")
             return
         if not ScopeFirst.narrowed(state):
-            state.next_call = NextCall("FilterMetadata", {"same": plan_same(plan)})
+            state.next_call = narrowing_call(state, plan)
             state.trace.count("agent.chain_steered")
             return
         subset = TargetFirst.unsearched_subset(state)
