@@ -473,18 +473,25 @@ def test_an_answer_that_leaves_out_clear_matches_of_the_chain_is_sent_back_once_
     assert "agent.matches_missed" not in trace.counters
 
 
-def test_the_trip_a_time_relation_names_is_the_nearest_run_of_matching_days():
-    from imagent.methods.chain_guards import nearest_trip
+def test_the_trip_a_time_relation_names_is_the_first_after_the_anchor_with_a_photo_of_the_target():
+    """A search within the days after the anchor's covers several trips, one clear level a trip: the trip named is
+    the first with a photo in the upper half of the results' score range, and its photos above their own largest
+    drop are the ones wanted (``before``: the last such trip)."""
+    from imagent.methods.chain_guards import relation_trip, trips
 
     times = {"a": "2020-05-01 10:00:00", "b": "2020-05-02 09:00:00", "c": "2020-05-09 12:00:00",
-             "d": "2020-04-20 08:00:00", "e": "2020-05-01 18:00:00"}
-    matches = ["c", "b", "a", "d", "e", "undated"]  # best first, as the search ranked them
-    assert nearest_trip(matches, times, "after", 1.0) == ["d"]  # the earliest match's day stands alone
-    assert nearest_trip(["c", "b", "a", "e"], times, "after", 1.0) == ["b", "a", "e"]  # 05-01 and 05-02: one trip
-    assert nearest_trip(["c", "b", "a", "e"], times, "after", 0) == ["a", "e"]  # the same day only
-    assert nearest_trip(matches, times, "before", 1.0) == ["c"]  # backwards from the latest
-    assert nearest_trip(matches, times, "after", 30) == ["c", "b", "a", "d", "e"]  # a wide gap: one trip
-    assert nearest_trip(["undated"], times, "after", 1.0) == []
+             "d": "2020-04-20 08:00:00", "e": "2020-05-01 18:00:00", "f": "2020-05-09 12:30:00"}
+    assert trips(["c", "b", "a", "d", "e", "undated"], times, 1.0) == [["d"], ["a", "e", "b"], ["c"]]
+    assert trips(["c", "b", "a", "e"], times, 0) == [["a", "e"], ["b"], ["c"]]  # the same day only
+    assert trips(["c", "b", "a", "d"], times, 30) == [["d", "a", "b", "c"]]  # a wide gap: one trip
+    # c (a later trip) scores best; d (the first trip) scores low: no photo of the target; a and e do, b less so
+    scores = {"c": 0.9, "f": 0.8, "a": 0.7, "e": 0.66, "b": 0.3, "d": 0.2}
+    ranked = sorted(scores, key=lambda i: -scores[i])
+    likely, wanted, trip = relation_trip(ranked, scores, times, "after", 1.0)
+    assert likely == ["c", "f", "a", "e"] and wanted == ["a", "e"] and trip == ["a", "e", "b"]
+    likely, wanted, trip = relation_trip(ranked, scores, times, "before", 1.0)
+    assert wanted == ["c", "f"] and trip == ["c", "f"]
+    assert relation_trip([], {}, {}, "after", 1.0) == ([], [], [])
 
 
 def run_after(known_album, answers):
@@ -516,7 +523,7 @@ def test_an_answer_holding_matches_of_a_later_trip_than_the_first_after_the_anch
     told = model.calls[4][0][-1].text
     assert told.startswith("AUDIT, CONSTRAINT: the query asks for the first trip after the anchor's day; your "
                            "answer holds crow, from another trip.")
-    assert f"those of the first trip after the anchor's day: {', '.join(found.wanted)}." in told
+    assert f"its clear matches on the first trip after the anchor's day, best first: {', '.join(found.wanted)}." in told
     assert trace.counters["agent.matches_outside"] == 1 and set(offered(model.calls[4][1].json_schema)) == {
         "answer"}
     kept, trace, model = run_after(known_album, [found.wanted])  # that trip's matches: nothing to send back

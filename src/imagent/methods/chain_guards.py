@@ -154,23 +154,26 @@ def narrowing_call(state: AgentState, plan: QueryPlan) -> NextCall:
 
 
 class ChainMatches(NamedTuple):
-    """The chain's last search (its call), its clear matches best first, and those of them the split asks for."""
+    """The chain's last search (its call), the photos it found that show the target, best first (its clear
+    matches; with a time relation those scoring in the upper half of its range), and those the split asks for."""
 
     call: Any
     matches: list[str]
     wanted: list[str]
+    # With a time relation: every photo of the search's results on another trip than the wanted one.
+    elsewhere: frozenset[str] = frozenset()
 
     @property
     def others(self) -> list[str]:
-        """The clear matches of another trip than the one the split's time relation names."""
+        """The photos showing the target on another trip than the one the split's time relation names."""
         return [i for i in self.matches if i not in self.wanted]
 
 
 def chain_matches(state: AgentState, plan: QueryPlan, gap_days: float = 1.0) -> ChainMatches | None:
-    """The chain's last search (:func:`target_searches`), its clear matches (the photos above its largest score
-    drop, the line its described result ended with) and those the split asks for: with a time relation
-    (``after``, ``before``: :data:`RELATION`) the matches of the trip it names (:func:`nearest_trip`), else all.
-    None before that search ran or when it scored nothing."""
+    """The chain's last search (:func:`target_searches`), the photos it found that show the target and those the
+    split asks for: without a time relation its clear matches (the photos above its largest score drop, the line
+    its described result ended with), all of them; with one (``after``, ``before``: :data:`RELATION`) the trip it
+    names (:func:`relation_trip`). None before that search ran or when it scored nothing."""
     searches = target_searches(state, plan)
     if not searches:
         return None
@@ -178,27 +181,48 @@ def chain_matches(state: AgentState, plan: QueryPlan, gap_days: float = 1.0) -> 
     ranked = [i for i in obs.photos if i in obs.scores]
     if not ranked:
         return None
-    matches = ranked[:clear_matches([obs.scores[i] for i in ranked])]
     if plan.same not in RELATION:
+        matches = ranked[:clear_matches([obs.scores[i] for i in ranked])]
         return ChainMatches(call, matches, matches)
-    return ChainMatches(call, matches, nearest_trip(matches, obs.data.get("times") or {}, plan.same, gap_days))
+    likely, wanted, trip = relation_trip(ranked, obs.scores, obs.data.get("times") or {}, plan.same, gap_days)
+    return ChainMatches(call, likely, wanted, frozenset(i for i in ranked if i not in trip))
 
 
-def nearest_trip(matches: list[str], times: dict[str, str], relation: str, gap_days: float) -> list[str]:
-    """The matches of one trip, in their order: for ``after`` the earliest match and those that follow it with no
-    more than ``gap_days`` days between one match's day and the next; for ``before`` the same from the latest
-    match backwards. A match without a time is in no trip."""
-    timed = sorted((datetime.fromisoformat(times[i]), i) for i in matches if times.get(i))
-    if relation == "before":
-        timed.reverse()
-    trip: set[str] = set()
+def trips(photos: list[str], times: dict[str, str], gap_days: float) -> list[list[str]]:
+    """``photos`` with a time as trips, oldest first: runs of photos whose days are at most ``gap_days`` apart."""
+    timed = sorted((datetime.fromisoformat(times[i]), i) for i in photos if times.get(i))
+    out: list[list[str]] = []
     last = None
     for when, photo in timed:
-        if last is not None and abs((when.date() - last.date()).days) > gap_days:
-            break
-        trip.add(photo)
+        if last is None or (when.date() - last.date()).days > gap_days:
+            out.append([])
+        out[-1].append(photo)
         last = when
-    return [i for i in matches if i in trip]
+    return out
+
+
+def relation_trip(ranked: list[str], scores: dict[str, float], times: dict[str, str], relation: str,
+                  gap_days: float) -> tuple[list[str], list[str], list[str]]:
+    """The trip a time relation names among a target search's results (all within the days after, or before, the
+    anchor's day): the results are grouped into trips (:func:`trips`); the photos that show the target are those
+    scoring in the upper half of the results' range (a search over many trips has several clear levels, one a
+    trip, and its largest drop can leave one trip alone above it); the trip named is the first with such a photo
+    (``after``; ``before``: the last), and the photos wanted are that trip's results above their own largest score
+    drop, and at least those in that upper half. Returns (the photos that show the target, those wanted, the
+    trip's results), each best first."""
+    if not ranked:
+        return [], [], []
+    top, low = scores[ranked[0]], min(scores[i] for i in ranked)
+    likely = [i for i in ranked if scores[i] >= (top + low) / 2]
+    groups = trips(ranked, times, gap_days)
+    if relation == "before":
+        groups.reverse()
+    for trip in groups:
+        if any(i in likely for i in trip):
+            own = [i for i in ranked if i in trip]
+            cut = max(clear_matches([scores[i] for i in own]), sum(1 for i in own if i in likely))
+            return likely, own[:cut], own
+    return likely, [], []
 
 
 class ScopeFirst(AgentHooks):
@@ -289,13 +313,12 @@ class ChainSteer(AgentHooks):
             return ""
         within = found.call.arguments.get("search_within")
         text = (f"Your search for {str(found.call.arguments.get('query', ''))!r}"
-                + (f" within {str(within)!r}" if within else "")
-                + " found these clear matches, best first: " + ", ".join(found.matches))
-        if found.others:
+                + (f" within {str(within)!r}" if within else ""))
+        if plan.same in RELATION:
             which, relation = RELATION[plan.same]
-            text += (f"; those of the {which} trip {relation} the anchor's day: "
-                     + (", ".join(found.wanted) or "none"))
-        return text + "."
+            return (text + f" found its clear matches on the {which} trip {relation} the anchor's day, best first: "
+                    + (", ".join(found.wanted) or "none") + ".")
+        return text + " found these clear matches, best first: " + ", ".join(found.matches) + "."
 
     def after_turn(self, state: AgentState, turn: TurnRecord) -> None:
         plan = state.plan
@@ -345,7 +368,7 @@ class CoverMatches(AgentHooks):
         if found is None:
             return None
         missed = [i for i in found.wanted if i not in answer]
-        outside = [i for i in answer if i in found.others] if found.wanted else []
+        outside = [i for i in answer if i in found.elsewhere] if found.wanted else []
         if not missed and not outside:
             return None
         self.sent = True
