@@ -163,11 +163,6 @@ class ChainMatches(NamedTuple):
     # With a time relation: every photo of the search's results on another trip than the wanted one.
     elsewhere: frozenset[str] = frozenset()
 
-    @property
-    def others(self) -> list[str]:
-        """The photos showing the target on another trip than the one the split's time relation names."""
-        return [i for i in self.matches if i not in self.wanted]
-
 
 def chain_matches(state: AgentState, plan: QueryPlan, gap_days: float = 1.0) -> ChainMatches | None:
     """The chain's last search (:func:`target_searches`), the photos it found that show the target and those the
