@@ -567,3 +567,18 @@ def test_the_narrowing_a_guard_names_takes_its_photo_from_the_anchors_own_search
     told = model.calls[4][0][-1].text
     assert f"the photo of the little penguin ({' or '.join(photos[:5])}, found by your search)" in told
     assert run.answer == ["heron"]
+
+
+def test_a_split_relation_in_time_the_query_does_not_state_is_read_as_the_same_day(known_album):
+    """The 0.5B gave "after" to queries with no word of time order ("the concert where I saw the fireworks"): such a
+    split is read as "day", with a note; a query that says "after" keeps it."""
+    run, trace, _ = run_steered(known_album, [json.dumps({"anchor": "penguin", "same": "after", "target": "bird"}),
+                                              json.dumps({"thought": "t", "final_answer": ["heron"]})],
+                                query="the birds at the beach where I saw the penguin")
+    step = next(s for s in trace.steps if s.name == "plan")
+    assert run.state.plan.same == "day" and step.outputs["same"] == "day"
+    assert any("no word of time order" in n for n in step.notes)
+    run, _, _ = run_steered(known_album, [json.dumps({"anchor": "penguin", "same": "before", "target": "bird"}),
+                                          json.dumps({"thought": "t", "final_answer": ["heron"]})],
+                            query="the birds from my last trip before the day I saw the penguin")
+    assert run.state.plan.same == "before"

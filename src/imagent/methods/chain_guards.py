@@ -8,6 +8,7 @@ offers only it. imagent's, not the papers': see ``docs/faithfulness.md`` (small-
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from string import Template
 from typing import Any, NamedTuple
@@ -81,6 +82,9 @@ class ChainPlan(AgentHooks):
                 step.outputs = {"parsed": False}
                 return
             plan = QueryPlan(*(" ".join(str(value[k]).split()) for k in ("anchor", "same", "target")))
+            if plan.same in RELATION and not TIME_ORDER.search(self.query):
+                step.note(f"the split's {plan.same!r} has no word of time order in the query: read as 'day'")
+                plan = QueryPlan(plan.anchor, "day", plan.target)
             state.plan = plan
             step.outputs = {"parsed": True, "anchor": plan.anchor, "same": plan.same, "target": plan.target}
             task = state.messages[1]
@@ -93,6 +97,10 @@ PLAN_KEEP = {"after": "the photos taken after its day", "before": "the photos ta
              "other visit": "the photos of its place on other days"}
 # The time relations whose answer is one trip: the first after the anchor's day, the last before it.
 RELATION = {"after": ("first", "after"), "before": ("last", "before")}
+# A relation in time is one the query states: a split's "after" or "before" for a query without one of these words
+# is read as "day" (the 0.5B gave "after" to "the concert where I saw the fireworks in September").
+TIME_ORDER = re.compile(r"\b(after|before|next|previous|following|later|earlier|last|prior|since|until|then)\b",
+                        re.IGNORECASE)
 
 
 def plan_same(plan: QueryPlan) -> list[str]:
