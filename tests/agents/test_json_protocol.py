@@ -536,7 +536,7 @@ def test_a_circling_model_with_a_time_relation_is_steered_to_the_photo_form_of_t
     run, trace, model = run_steered(known_album, [
         json.dumps({"anchor": "tux", "same": "after", "target": "bird"}), search, search,
         json_turn("FilterMetadata", same_as_photo="tux", same=["after"], save_as="later"),
-        json.dumps({"thought": "t", "final_answer": ["crow"]})])
+        json.dumps({"thought": "t", "final_answer": ["crow"]})], query="the birds of my first trip after tux")
     steered = offered(model.calls[3][1].json_schema)
     assert set(steered) == {"FilterMetadata"} and trace.counters["agent.chain_steered"] == 1
     assert steered["FilterMetadata"]["properties"]["arguments"]["properties"]["same"]["prefixItems"] == [
