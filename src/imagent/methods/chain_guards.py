@@ -141,6 +141,16 @@ def target_searches(state: AgentState, plan: QueryPlan) -> list[Any]:
             if c.name == "ImageSearch" and target in str(c.arguments.get("query", "")).lower()]
 
 
+def scored_photos(obs: Any) -> list[str]:
+    """A search's scored photos, best first."""
+    return [i for i in obs.photos if i in obs.scores]
+
+
+def search_matches(ranked: list[str], obs: Any) -> list[str]:
+    """The photos of ``ranked`` (:func:`scored_photos`) above the search's largest score drop: its clear matches."""
+    return ranked[:clear_matches([obs.scores[i] for i in ranked])]
+
+
 def anchor_photos(state: AgentState, plan: QueryPlan) -> list[str]:
     """The clear matches, best first, of the last search for the split's anchor (an ImageSearch over the whole album
     whose query shares a word with the anchor): the photos the anchor can be. Empty before such a search ran. The
@@ -149,14 +159,13 @@ def anchor_photos(state: AgentState, plan: QueryPlan) -> list[str]:
     for call, obs in reversed(list(calls_that_ran(state))):
         query = str(call.arguments.get("query", "")).lower().split()
         if call.name == "ImageSearch" and not call.arguments.get("search_within") and words & set(query):
-            ranked = [i for i in obs.photos if i in obs.scores]
-            return ranked[:clear_matches([obs.scores[i] for i in ranked])]
+            return search_matches(scored_photos(obs), obs)
     return []
 
 
-def narrowing_call(state: AgentState, plan: QueryPlan) -> NextCall:
-    """FilterMetadata with the split's ``same``, its photo one of :func:`anchor_photos` once the anchor was searched."""
-    photos = anchor_photos(state, plan)
+def narrowing_call(plan: QueryPlan, photos: list[str]) -> NextCall:
+    """FilterMetadata with the split's ``same``, its photo one of ``photos`` (:func:`anchor_photos`) when the
+    anchor was searched."""
     return NextCall("FilterMetadata", {"same": plan_same(plan)} | ({"same_as_photo": OneOf(tuple(photos))}
                                                                    if photos else {}))
 
@@ -181,14 +190,27 @@ def chain_matches(state: AgentState, plan: QueryPlan, gap_days: float = 1.0) -> 
     if not searches:
         return None
     call, obs = searches[-1]
-    ranked = [i for i in obs.photos if i in obs.scores]
+    ranked = scored_photos(obs)
     if not ranked:
         return None
     if plan.same not in RELATION:
-        matches = ranked[:clear_matches([obs.scores[i] for i in ranked])]
+        matches = search_matches(ranked, obs)
         return ChainMatches(call, matches, matches)
     likely, wanted, trip = relation_trip(ranked, obs.scores, obs.data.get("times") or {}, plan.same, gap_days)
     return ChainMatches(call, likely, wanted, frozenset(i for i in ranked if i not in trip))
+
+
+def describe_found(found: ChainMatches, plan: QueryPlan) -> str:
+    """The chain's result in words: its last search and the photos the split asks for (with a time relation, the
+    clear matches of the trip it names)."""
+    within = found.call.arguments.get("search_within")
+    text = (f"Your search for {str(found.call.arguments.get('query', ''))!r}"
+            + (f" within {str(within)!r}" if within else ""))
+    if plan.same in RELATION:
+        which, relation = RELATION[plan.same]
+        return (text + f" found its clear matches on the {which} trip {relation} the anchor's day, best first: "
+                + (", ".join(found.wanted) or "none") + ".")
+    return text + " found these clear matches, best first: " + ", ".join(found.matches) + "."
 
 
 def trips(photos: list[str], times: dict[str, str], gap_days: float) -> list[list[str]]:
@@ -249,8 +271,8 @@ class ScopeFirst(AgentHooks):
         if plan is None:
             state.next_call = NextCall("FilterMetadata")
             return SCOPE_FIRST
-        state.next_call = narrowing_call(state, plan)
         photos = anchor_photos(state, plan)
+        state.next_call = narrowing_call(plan, photos)
         found = f" ({' or '.join(photos[:5])}, found by your search)" if photos else ""
         return SCOPE_FIRST_PLAN.format(anchor=plan.anchor, found=found, same=json.dumps(plan_same(plan)),
                                        target=plan.target)
@@ -312,16 +334,7 @@ class ChainSteer(AgentHooks):
         time relation those of the trip it names. The 0.5B otherwise answered from a thought about another photo,
         turns after the search that held the answer (q07 of the mini album)."""
         found = chain_matches(state, plan, gap_days)
-        if found is None:
-            return ""
-        within = found.call.arguments.get("search_within")
-        text = (f"Your search for {str(found.call.arguments.get('query', ''))!r}"
-                + (f" within {str(within)!r}" if within else ""))
-        if plan.same in RELATION:
-            which, relation = RELATION[plan.same]
-            return (text + f" found its clear matches on the {which} trip {relation} the anchor's day, best first: "
-                    + (", ".join(found.wanted) or "none") + ".")
-        return text + " found these clear matches, best first: " + ", ".join(found.matches) + "."
+        return describe_found(found, plan) if found is not None else ""
 
     def after_turn(self, state: AgentState, turn: TurnRecord) -> None:
         plan = state.plan
@@ -337,7 +350,7 @@ class ChainSteer(AgentHooks):
                 state.trace.count("agent.chain_steered")
             return
         if not ScopeFirst.narrowed(state):
-            state.next_call = narrowing_call(state, plan)
+            state.next_call = narrowing_call(plan, anchor_photos(state, plan))
             state.trace.count("agent.chain_steered")
             return
         subset = TargetFirst.unsearched_subset(state)
@@ -376,7 +389,7 @@ class CoverMatches(AgentHooks):
             return None
         self.sent = True
         state.answer_next = True
-        reminder = ChainSteer.reminder(state, plan, self.gap_days)
+        reminder = describe_found(found, plan)
         if outside:
             state.trace.count("agent.matches_outside", len(outside))
             which, relation = RELATION[plan.same]
