@@ -252,9 +252,17 @@ class Result:
     source: str = Source.METHOD
     source_reason: str = ""
     counts: Counts = field(default_factory=dict)
+    # Who chose ``answer_set`` (decision 10): ``"model"`` (the method's model wrote the ids), ``"code"`` (a list
+    # code computed: clear matches, a trip's photos, an executed plan), ``"mixed"``; ``""`` for ranking methods.
+    # ``code_selected_share``: the fraction of the answer set that equals a list computed by code (0..1), None
+    # when the result is not a set answer.
+    answer_origin: str = ""
+    code_selected_share: float | None = None
 
     def __post_init__(self) -> None:
         Source.check(self.source)
+        if self.code_selected_share is not None and not 0.0 <= self.code_selected_share <= 1.0:
+            raise ValueError(f"code_selected_share must lie in [0, 1], got {self.code_selected_share!r}")
         for key, n in self.counts.items():
             if not isinstance(n, int) or isinstance(n, bool) or n < 0:
                 raise ValueError(f"behaviour count {key!r} must be a non-negative int, got {n!r}")
@@ -282,4 +290,6 @@ class Result:
         }
         if self.answer_set is not None:
             d["answer_set"] = list(self.answer_set)
+            d["answer_origin"] = self.answer_origin
+            d["code_selected_share"] = self.code_selected_share
         return d
