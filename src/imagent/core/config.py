@@ -178,6 +178,12 @@ class IndexOptions(_Strict):
     face_threshold: float = Field(0.6, gt=0, le=2, description="descriptor distance under which faces are one person")
     face_min_group: int = Field(3, ge=1, description="groups with fewer faces are listed last (tiny)")
     face_workers: int = Field(1, ge=1, le=64, description="processes that look for faces at once")
+
+    @field_validator("faces", mode="before")
+    @classmethod
+    def _faces_switch(cls, value: Any) -> Any:
+        # `faces = true|false` (and `--set indexing.faces=off`, which YAML reads as false) are on and off.
+        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
     # Near-duplicates (imagent duplicates, search --collapse-duplicates; imagent/index/duplicates.py): perceptual
     # hashes at most this many bits apart (of 64), confirmed by this image-vector cosine where vectors see pixels.
     duplicate_max_distance: int = Field(4, ge=0, le=32, description="pHash bits two near-duplicates may differ in")

@@ -102,7 +102,7 @@ def _pending(gallery: Any, scanned: dict[str, str], everything: bool) -> list[tu
     return out
 
 
-class _Scanner:
+class FaceScanner:
     """Scans photos in this process, or in ``workers`` worker processes (models loaded once each)."""
 
     def __init__(self, params: Any, workers: int) -> None:
@@ -111,7 +111,7 @@ class _Scanner:
         self.model: Any = None
         self.pool: Any = None
 
-    def __enter__(self) -> _Scanner:
+    def __enter__(self) -> FaceScanner:
         if self.workers > 1:
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
@@ -192,7 +192,7 @@ def update_faces(gallery: Any, options: IndexOptions, source_is_folder: bool,
     done = 0
     if todo:
         batch = max(1, options.batch_size)
-        with _Scanner(params, options.face_workers) as scanner:
+        with FaceScanner(params, options.face_workers) as scanner:
             for start in range(0, total, batch):
                 chunk = todo[start : start + batch]
                 results = scanner.scan([path for _, _, path in chunk])
@@ -222,4 +222,4 @@ def source_is_folder(source: str | Path) -> bool:
     return os.path.isdir(Path(source).expanduser())
 
 
-__all__ = ["FacesReport", "faces_wanted", "source_is_folder", "update_faces"]
+__all__ = ["FaceScanner", "FacesReport", "faces_wanted", "source_is_folder", "update_faces"]

@@ -19,9 +19,9 @@ sha256 before dlib reads them.
 
 :func:`scan_file` is what the index runs per photo: decode within the pixel budget
 (:func:`imagent.core.imageio.open_image`, EXIF orientation applied), scale it so that its long side is ``side``
-pixels (down, or up for a small photo: faces are looked for at one scale, so the smallest face found is the same
-share of every photo: HOG's 80-pixel window is 4% of 2048), detect, drop faces narrower than ``min_size``
-pixels, keep the ``max_faces`` largest, describe each. Boxes are
+pixels (down; a smaller photo up, at most twice, as one dlib upsampling step would: faces are looked for at one
+scale, so the smallest face found is the same share of every photo, HOG's 80-pixel window is 4% of 2048 px),
+detect, drop faces narrower than ``min_size`` pixels, keep the ``max_faces`` largest, describe each. Boxes are
 fractions of the upright photo (0..1), so a crop can be cut from the photo at any size. A photo that cannot be
 read, or is too small to hold a face, gives a result with a note instead of raising.
 """
@@ -40,6 +40,7 @@ import numpy as np
 from imagent.core.imageio import ImageLoadError, open_image
 
 DESCRIPTOR_DIM = 128
+MAX_UPSCALE = 2.0  # a small photo is enlarged at most this much before detection
 # The distance under which dlib's ResNet descriptor puts two faces of one person (dlib's own threshold).
 DLIB_MATCH_THRESHOLD = 0.6
 
@@ -65,7 +66,7 @@ class FaceParams:
 
     detector: str = "hog"  # hog | cnn
     upsample: int = 0  # times dlib doubles the scaled photo before detecting (each halves the smallest face)
-    side: int = 2048  # the photo is scaled (down or up) to this many pixels on its long side first
+    side: int = 2048  # the photo is scaled to this many pixels on its long side first (up at most 2x)
     min_size: int = 50  # faces whose box is narrower than this (in the scaled photo) are dropped
     max_faces: int = 50  # the largest faces kept per photo
     min_score: float = 0.0  # detections scoring lower are left out (dlib's own threshold: 0)
@@ -231,7 +232,7 @@ class FaceModel:
                     return FileFaces(width=width, height=height,
                                      note=f"too small to hold a face ({width}x{height} px; faces need at least "
                                           f"{p.min_size} px, indexing.face_min_size)")
-                scale = p.side / max(width, height)
+                scale = min(p.side / max(width, height), MAX_UPSCALE)
                 if abs(scale - 1.0) > 0.01:
                     im = im.resize((max(1, round(width * scale)), max(1, round(height * scale))),
                                    resample=_lanczos(), reducing_gap=3.0 if scale < 1 else None)

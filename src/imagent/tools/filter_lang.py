@@ -291,8 +291,8 @@ class _Parser:
         if t.kind == "end":
             raise self.err("the expression ends where a condition was expected")
         if t.kind != "name" or t.value in _KEYWORDS:
-            raise self.err(f"expected a condition (a field such as time, address, device, lat, lon, person, or "
-                           f"near(...)) but found {self._found()}")
+            raise self.err(f"expected a condition (a field such as time, address, device, lat, lon, or near(...)) "
+                           f"but found {self._found()}")
         field = FIELDS.get(t.value)
         if field is None:
             raise self.err(f"unknown field {t.text!r}; fields are time, address, device, lat, lon, person")
