@@ -71,3 +71,23 @@ def test_names_are_checked():
     for bad, why in (("", "empty"), ("x" * 101, "at most 100"), ("#12", "group number"), ("a\x00b", "printable")):
         with pytest.raises(ValueError, match=why):
             check_name(bad)
+
+
+def test_missing_face_models_are_said_and_indexing_goes_on(tmp_path, monkeypatch, minilm, caption_dual):
+    """Without dlib (a base install): "auto" reports it and indexes; "on" refuses with the install hint."""
+    from PIL import Image
+
+    from imagent.core.config import IndexOptions
+    from imagent.index.builder import build_index
+    from imagent.models import faces
+
+    monkeypatch.setattr(faces, "available", lambda: f"dlib is not installed; {faces.INSTALL_HINT}")
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    Image.new("RGB", (64, 48), "red").save(folder / "red.png")
+    report = build_index(folder, tmp_path / "index", caption_dual, minilm)
+    assert report.added == 1 and report.faces.status == "unavailable"
+    assert "imagent[offline]" in report.faces.summary() and 'indexing.faces = "off"' in report.faces.summary()
+    Image.new("RGB", (64, 48), "blue").save(folder / "blue.png")
+    with pytest.raises(faces.FaceModelError, match="dlib is not installed"):
+        build_index(folder, tmp_path / "index", caption_dual, minilm, IndexOptions(faces="on"))

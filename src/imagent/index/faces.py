@@ -30,7 +30,7 @@ from typing import Any
 
 from imagent.core.config import IndexOptions
 from imagent.core.text import display_path
-from imagent.index.face_store import FaceStore, drop_photos, put_scan
+from imagent.index.face_store import FaceStore, drop_empty_people, drop_photos, put_scan
 from imagent.index.people import assign_new_faces, count_people, has_ungrouped, people_count
 
 Progress = Callable[[int, int, str], None]
@@ -210,6 +210,7 @@ def update_faces(gallery: Any, options: IndexOptions, source_is_folder: bool,
                 if progress is not None:
                     progress(done, total, f"faces: {Path(chunk[-1][2]).name}")
     with store.write(create=True) as c:
+        drop_empty_people(c)  # groups whose faces went with a changed photo's old content
         report.new_people, report.joined = assign_new_faces(c, options.face_threshold)
         c.execute("INSERT OR REPLACE INTO meta(key, value) VALUES('grouped_at', ?)",
                   (datetime.now(UTC).isoformat(timespec="seconds"),))

