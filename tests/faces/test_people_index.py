@@ -104,6 +104,15 @@ def test_copies_join_his_group_and_the_name_survives_a_reindex(tmp_path, build_p
         return {Path(g.record(i).path).name for i in g.id_array[where_rows(g, expr)]}
 
     assert where("person = 'Barack'") == {*OBAMA, *added}  # exactly his photos
+    # GetMetadata's data: each photo's people by name (#id for a group not named yet)
+    from imagent.tools.album import Album
+
+    by_name = {Path(g.record(i).path).name: i for i in g.ids}
+    rows = Album(g).metadata([by_name["vienna_crop.jpg"], by_name["cat.png"], by_name[BIDEN]])
+    assert rows[0]["people"] == ["Barack"] and rows[0]["address"] and rows[1]["people"] == []
+    biden_id = next(pid for pid, files in kit.groups_by_file(g).items() if BIDEN in files)
+    assert rows[2]["people"] == [f"#{biden_id}"]
+    assert Album(g).metadata([by_name["obama.jpg"]], ["people"]) == [{"id": by_name["obama.jpg"], "people": ["Barack"]}]
     assert where("person = 'BARACK'") == where(f"person = {obama_id}") == where(f"person = '#{obama_id}'")
     assert where("person ~ 'arac'") == {*OBAMA, *added}
     assert where("person = 'Barack' and place ~ 'Vienna'") == set(added)  # with place and time

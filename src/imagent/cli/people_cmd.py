@@ -110,7 +110,8 @@ def people(
                       Text(files + more), style="dim" if r["tiny"] else None)
     console.print(table)
     tiny = sum(r["tiny"] for r in rows)
-    console.print(f"{len(rows)} people from {summary['faces']} faces in {summary['photos_scanned']} photos"
+    console.print(f"{len(rows)} {'person' if len(rows) == 1 else 'people'} from {summary['faces']} faces in "
+                  f"{summary['photos_scanned']} photos"
                   + (f"; {tiny} tiny group(s) (fewer than {ws.settings.indexing.face_min_group} faces) last"
                      if tiny else "")
                   + ". Name one: imagent people name ID NAME", highlight=False)

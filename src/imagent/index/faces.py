@@ -88,17 +88,17 @@ def _pending(gallery: Any, scanned: dict[str, str], everything: bool) -> list[tu
     """``(photo id, content, path)`` of the photos to scan, in row order: not scanned yet or changed since. Only
     photos indexed from folders (source keys ``file:...``) unless ``everything``."""
     keys = {i: k for k, (i, _) in gallery.fingerprints().items()}
-    cols = gallery.metadata_columns(["content_hash", "path"])
-    if cols is None:
-        recs = gallery.records()
-        cols = [[r.content_hash for r in recs], [r.path for r in recs]]
+    cols = gallery.metadata_columns(["content_hash"])  # hex: read by SQLite (a path may not be UTF-8)
+    hashes = cols[0] if cols is not None else [r.content_hash for r in gallery.records()]
     out = []
-    for photo, content, path in zip(gallery.ids, cols[0], cols[1], strict=True):
-        if not path or not (everything or keys.get(photo, "").startswith("file:")):
+    for photo, content in zip(gallery.ids, hashes, strict=True):
+        if not (everything or keys.get(photo, "").startswith("file:")):
             continue
         content = content or f"id:{photo}"
         if scanned.get(photo) != content:
-            out.append((photo, content, path))
+            path = gallery.record(photo).path
+            if path:
+                out.append((photo, content, path))
     return out
 
 

@@ -38,7 +38,10 @@ from imagent.tools.filter_lang import AlbumMeta
 # Spaces tried, in order, when none is configured: the image space first (the Standard track has only
 # image embeddings), then caption spaces.
 DEFAULT_SPACE_ORDER = (SPACE_IMAGE, SPACE_CAPTION_DUAL, SPACE_CAPTION_TEXT)
-METADATA_FIELDS = ("time", "place", "lat", "lon", "address", "device", "people")
+METADATA_FIELDS = ("time", "place", "lat", "lon", "address", "device")
+# Also accepted, and given by default when the index has face data (imagent.index.people). Not in METADATA_FIELDS,
+# which the agents' GetMetadata schema lists, so their prompts stay as they are until they show people.
+PEOPLE_FIELD = "people"
 _QUERY_CACHE_SIZE = 256
 # gallery -> (the ids list the columns were built from, the columns); a reload replaces ``gallery.ids``.
 _META_CACHE: weakref.WeakKeyDictionary[Gallery, tuple[list[str], AlbumMeta]] = weakref.WeakKeyDictionary()
@@ -209,14 +212,14 @@ class Album:
         """For each known id: its time, place (lat, lon, address), device and people (``fields`` picks some;
         ``place`` stands for lat, lon and address; ``people`` are names, ``#id`` for a group not named yet, and
         come only when asked for or when the index has face data). Unknown ids raise :class:`ToolError`."""
-        wanted = set(fields or METADATA_FIELDS)
-        bad = wanted - set(METADATA_FIELDS)
+        wanted = set(fields or (*METADATA_FIELDS, PEOPLE_FIELD))
+        bad = wanted - {*METADATA_FIELDS, PEOPLE_FIELD}
         if bad:
             raise ToolError(f"unknown metadata field(s) {', '.join(sorted(bad))}; fields are "
-                            f"{', '.join(METADATA_FIELDS)}")
+                            f"{', '.join((*METADATA_FIELDS, PEOPLE_FIELD))}")
         if "place" in wanted:
             wanted |= {"lat", "lon", "address"}
-        people = people_index(self.gallery) if "people" in wanted else None
+        people = people_index(self.gallery) if PEOPLE_FIELD in wanted else None
         if people is not None and not people.has_data and not fields:
             people = None  # an index without face data: no people key unless asked for
         out = []
@@ -321,4 +324,4 @@ class _ScopedAlbum(Album):
         return super().filter(expression, self._within(within))
 
 
-__all__ = ["DEFAULT_SPACE_ORDER", "METADATA_FIELDS", "Album", "format_time"]
+__all__ = ["DEFAULT_SPACE_ORDER", "METADATA_FIELDS", "PEOPLE_FIELD", "Album", "format_time"]
