@@ -268,7 +268,7 @@ def test_incremental_resumable_and_auto_skips_manifests(tmp_path, build_people, 
         build_people(folder, index, progress=kill, batch_size=3)
     assert stopped["after"] == 3
     assert len(FaceStore(index).scanned()) == 3  # the finished batch was kept
-    report = build_people(folder, index, batch_size=3)
+    report = build_people(folder, index, batch_size=3, face_workers=2)  # the rest, in two worker processes
     assert report.added == 0 and report.faces.scanned == 4  # only the rest
     assert any(files == set(OBAMA) for files in kit.groups_by_file(Gallery(index)).values())
 
