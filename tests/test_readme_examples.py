@@ -2,8 +2,9 @@
 ``python`` blocks in Python, and the ``toml`` blocks validate as configuration.
 
 The commands run in a temporary working folder laid out as they assume: ``~/Pictures`` (a few uncaptioned
-photos) with ``caps.jsonl`` (captions for them), ``data/captions.jsonl`` (a captioned manifest), ``dress.jpg``,
-``circo/val.json`` with ``my_submission.json``, and ``../shared`` (the stamps). The index is ``$IMAGENT_INDEX``,
+photos and a portrait for the people examples) with ``caps.jsonl`` (captions for them), ``data/captions.jsonl``
+(a captioned manifest), ``dress.jpg``, ``circo/val.json`` with ``my_submission.json``, and ``../shared`` (the
+stamps). The index is ``$IMAGENT_INDEX``,
 and the config file ``$IMAGENT_CONFIG`` routes every chat role to a scripted model, so LLM examples cost no model
 time; the real MiniLM does the encoding and ``imagent models --check`` loads the real offline Qwen too. A command
 that cannot run here (installs, the test suite, a server that runs until stopped) is listed in ``SKIP`` with
@@ -96,6 +97,7 @@ def workdir(tmp_path, stamps_dir, offline_model_cache):
         src = _stamp(stamps_dir, stem)
         shutil.copyfile(src, home / "Pictures" / src.name)
         caps.append({"file": src.name, "caption": captions[stem]["caption"]})  # named relative to ~/Pictures
+    shutil.copyfile(REPO / "tests" / "data" / "faces" / "obama.jpg", home / "Pictures" / "portrait.jpg")  # a face
     (work / "caps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in caps))
     rows = []
     for stem in [PENGUIN, *list(captions)[:9]]:

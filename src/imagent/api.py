@@ -480,15 +480,19 @@ def extra_encoders(settings: Settings, load: Any) -> list[ExtraEncoder]:
 
 
 def result_rows(result: Result, gallery: Gallery) -> list[dict[str, Any]]:
-    """One row per result: ``{rank, id, score, path, caption, taken, place}`` (what ``--json`` and the web API
-    return); ``taken`` (ISO date-time) and ``place`` (the given address, else the place name found for the GPS,
-    else "lat, lon") are None when unknown."""
+    """One row per result: ``{rank, id, score, path, caption, taken, place, people}`` (what ``--json`` and the web
+    API return); ``taken`` (ISO date-time) and ``place`` (the given address, else the place name found for the GPS,
+    else "lat, lon") are None when unknown; ``people`` the groups whose faces the photo holds, ``[{"id", "name"}]``
+    (name None until given; [] without face data: :mod:`imagent.index.people`)."""
+    from imagent.index.people import people_index
+
+    people = people_index(gallery)
     rows = []
     for rank, (image_id, score) in enumerate(zip(result.ranking.ids, result.ranking.scores, strict=True), 1):
         rec = gallery.record(image_id)
         rows.append({"rank": rank, "id": image_id, "score": round(float(score), 6), "path": rec.path,
                      "caption": rec.caption, "taken": rec.taken_time.isoformat() if rec.taken_time else None,
-                     "place": record_place(rec)})
+                     "place": record_place(rec), "people": people.people_of(image_id)})
     return rows
 
 

@@ -18,7 +18,7 @@ import yaml
 from rich.table import Table
 
 from imagent.api import Workspace
-from imagent.cli import eval_cmd, oscar_cmd, photos_cmd, skills_cmd
+from imagent.cli import eval_cmd, oscar_cmd, people_cmd, photos_cmd, skills_cmd
 from imagent.cli.common import (
     ConfigOpt,
     HintedError,
@@ -45,6 +45,7 @@ models_app = typer.Typer(help="Configured models, which see pixels, and ready pr
 app.add_typer(models_app, name="models")
 app.add_typer(skills_cmd.app, name="skills")
 app.command(name="duplicates")(photos_cmd.duplicates)
+app.add_typer(people_cmd.app, name="people")
 
 
 def expand_sets(sets: list[str] | None, method: str | None) -> list[str]:
@@ -116,6 +117,7 @@ def index(
             console.print(f"... and {len(report.skipped) - 50} more (use --json for all)")
     for warning in report.warnings:
         console.print(Text(f"warning: {warning}", style="yellow"))
+    people_cmd.print_face_pass(report.faces)
     if report.caption_note():
         console.print(Text(report.caption_note()))
 
@@ -130,7 +132,8 @@ def search(
                                         "--where: the matching photos in time order)")] = "",
     ref: Annotated[str | None, typer.Option("--ref", help="reference image: a gallery id or an image file")] = None,
     method: Annotated[str, typer.Option("--method", "-m", help="retrieval method")] = "clip",
-    top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="results to return")] = 10,
+    top_k: Annotated[int | None, typer.Option("--top-k", "-k", min=1, help="results to return (default 10; a "
+                                              "--where filter alone: every match)")] = None,
     keep_reference: Annotated[bool, typer.Option(
         "--keep-reference", help="let a gallery reference appear in its own results")] = False,
     max_calls: Annotated[int | None, typer.Option(
@@ -169,6 +172,9 @@ def search(
     gallery = ws.gallery(index_dir)
     if where is not None:
         check_where(where, gallery)
+    if top_k is None:  # a filter alone lists every photo it matches ("person = 'Anna'": all of her photos)
+        top_k = max(1, len(gallery)) if where is not None and not text.strip() and ref is None and like is None \
+            else 10
     prepared = prepare_search(ws, SearchRequest(text, method, top_k, ref, keep_reference, index=index_dir, **photo))
     title = f"{method}: {text}" + (f" (where {where})" if where else "") + (" (by time)" if sort == "time" else "")
     if like is not None or not prepared.uses_method:  # more like a photo, or a filter alone: no model call

@@ -166,6 +166,24 @@ class IndexOptions(_Strict):
     place_names: bool = True
     place_max_km: float = Field(50.0, gt=0, description="no place name when the nearest town is farther")
     place_town_km: float = Field(3.0, ge=0, description="a bigger town this much farther still names the place")
+    # Faces and people (imagent/index/faces.py, people.py; dlib models from the `offline` extra). "auto": photos
+    # indexed from folders (a photo library), not from manifests (benchmark galleries stay fast); "on": every photo.
+    faces: Literal["auto", "on", "off"] = "auto"
+    face_detector: Literal["hog", "cnn"] = Field("hog", description="dlib's HOG detector, or its CNN (slower)")
+    face_side: int = Field(2048, ge=64, le=8192, description="photos are scaled to this long side to find faces")
+    face_upsample: int = Field(0, ge=0, le=3, description="times dlib doubles the scaled photo (smaller faces)")
+    face_min_size: int = Field(50, ge=1, description="faces narrower than this (px, scaled photo) are left out")
+    face_max_per_photo: int = Field(50, ge=1, description="the largest faces kept per photo")
+    face_min_score: float = Field(0.0, description="detections scoring lower are left out (dlib's default: 0)")
+    face_threshold: float = Field(0.6, gt=0, le=2, description="descriptor distance under which faces are one person")
+    face_min_group: int = Field(3, ge=1, description="groups with fewer faces are listed last (tiny)")
+    face_workers: int = Field(1, ge=1, le=64, description="processes that look for faces at once")
+
+    @field_validator("faces", mode="before")
+    @classmethod
+    def _faces_switch(cls, value: Any) -> Any:
+        # `faces = true|false` (and `--set indexing.faces=off`, which YAML reads as false) are on and off.
+        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
     # Near-duplicates (imagent duplicates, search --collapse-duplicates; imagent/index/duplicates.py): perceptual
     # hashes at most this many bits apart (of 64), confirmed by this image-vector cosine where vectors see pixels.
     duplicate_max_distance: int = Field(4, ge=0, le=32, description="pHash bits two near-duplicates may differ in")

@@ -79,6 +79,7 @@ from imagent.index.embedding import (
     space_encoders,
     space_models,
 )
+from imagent.index.faces import source_is_folder, update_faces
 from imagent.index.gallery import SPACE_IMAGE, Gallery, GalleryError, split_space
 from imagent.index.records import UPGRADE_VERSION, make_record, record_for_file, upgraded
 from imagent.index.sources import (
@@ -123,6 +124,7 @@ class IndexReport:
     sees_pixels: bool | None = None  # whether the dual encoder sees pixels (None: no dual encoder)
     backfilled: int = 0  # stored records embedded in spaces added to the index by this run (those spaces only)
     upgraded: int = 0  # unchanged records given place names / new derived text (caption spaces re-embedded)
+    faces: Any = None  # the face pass (imagent.index.faces.FacesReport), None when it did not run
 
     def coverage(self, gallery: Gallery, dual: Any) -> None:
         """Count captions in the index, for :meth:`caption_note`."""
@@ -164,6 +166,7 @@ class IndexReport:
             "embedded_in_new_spaces": self.backfilled,
             "upgraded": self.upgraded,
             "warnings": list(self.warnings),
+            "faces": self.faces.to_dict() if self.faces is not None else None,
         }
 
 
@@ -646,5 +649,7 @@ def build_index(
         report.warnings.append(f"approximate search store (re)built for {', '.join(built)}")
     report.warnings.extend(gallery.ann_notes)  # a calibration short of its recall target
     report.coverage(gallery, dual)
+    # Faces last: a kill here leaves the records and vectors complete (imagent.index.faces).
+    report.faces = update_faces(gallery, options, source_is_folder(source), progress)
     report.seconds = time.perf_counter() - t0
     return report

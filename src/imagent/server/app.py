@@ -16,6 +16,7 @@ API
   ``POST /api/uploads``                 a reference image's bytes -> ``{upload_id, ...}`` (never served back)
   ``GET  /api/images/{id}``             a gallery image's file, re-checked against the index (404/409 else)
   ``GET  /api/records/{id}``            a gallery record (caption, metadata); ids may contain ``/``
+  ``/api/people``, ``/api/faces/...``  people and face thumbnails (:mod:`imagent.server.people`)
 
 What the server trusts is in :mod:`imagent.server.security` (Host, token, body size, headers) and
 :mod:`imagent.server.limits` (method parameters); each search's model calls are capped by
@@ -55,6 +56,7 @@ from imagent.models.base import ChatError
 from imagent.server.discovery import remove_discovery, write_discovery
 from imagent.server.jobs import SearchJobs, TooManySearches
 from imagent.server.limits import check_params
+from imagent.server.people import people_router
 from imagent.server.security import Guard, HostPolicy, csp_for_html
 from imagent.server.uploads import UploadStore
 from imagent.tools.photo_search import where_rows
@@ -246,6 +248,19 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
             data, media = _as_jpeg(data, workspace.settings.indexing.max_pixels), "image/jpeg"  # browsers show JPEG
         return Response(data, media_type=media, headers={"Cache-Control": "private, max-age=3600"})
 
+    def photo_bytes(image_id: str) -> bytes:
+        """A photo's file with the checks of /api/images, for other routes (face crops)."""
+        rec = known(image_id)
+        try:
+            return read_indexed_file(rec, fingerprint_of(image_id), workspace.settings.indexing.max_file_bytes)
+        except FileNotFoundError as exc:
+            raise HTTPException(404, f"the file of {image_id!r} is not on disk ({exc})") from None
+        except FileChanged as exc:
+            raise HTTPException(409, f"the file of {image_id!r} changed since it was indexed ({exc}); "
+                                     "re-run imagent index to serve it") from None
+
+    app.include_router(people_router(workspace, gallery, photo_bytes))
+
     # ------------------------------------------------------------------ uploads
 
     @app.post("/api/uploads", status_code=201)
@@ -316,7 +331,7 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
                               "matches": result.trace.counters.get("where_matches")}
         if result.answer_set is not None:
             data["answer_set"] = list(result.answer_set)
-            data["answer"] = [_card(gallery.record(i)) for i in result.answer_set if i in gallery]
+            data["answer"] = [_card(gallery.record(i), gallery) for i in result.answer_set if i in gallery]
         return data
 
     @app.post("/api/search")
@@ -403,9 +418,12 @@ def _as_jpeg(data: bytes, max_pixels: int) -> bytes:
     return out.getvalue()
 
 
-def _card(rec: ImageRecord) -> dict[str, Any]:
+def _card(rec: ImageRecord, gallery: Any = None) -> dict[str, Any]:
+    from imagent.index.people import photo_people
+
     return {"id": rec.id, "caption": rec.caption, "path": rec.path,
-            "taken": rec.taken_time.isoformat() if rec.taken_time else None, "place": record_place(rec)}
+            "taken": rec.taken_time.isoformat() if rec.taken_time else None, "place": record_place(rec),
+            "people": photo_people(gallery, rec.id) if gallery is not None else []}
 
 
 def _upload_name(raw: str | None) -> str:

@@ -6,7 +6,7 @@ side (:mod:`imagent.agents.album_tools`) turns it into typed tools and holds the
 
 - :meth:`Album.search`: cosine top-k in the album's vector spaces, optionally within a subset and
   with a *visual cue* (a photo whose vector joins the query);
-- :meth:`Album.metadata`: time, place (lat, lon, address) and device of given photos;
+- :meth:`Album.metadata`: time, place (lat, lon, address), device and people of given photos;
 - :meth:`Album.filter`: the photos matching a filter expression (:mod:`imagent.tools.filter_lang`),
   evaluated over column arrays built once per album;
 - :meth:`Album.view`: image parts for photos, each tied to its id (a blind model receives the
@@ -29,6 +29,7 @@ import numpy as np
 
 from imagent.core.types import ImageRecord, Ranking
 from imagent.index.gallery import SPACE_CAPTION_DUAL, SPACE_CAPTION_TEXT, SPACE_IMAGE, Gallery, GalleryError
+from imagent.index.people import people_index
 from imagent.index.scoring import top_k as top_k_rows
 from imagent.models.base import DualEncoder, ImagePart, TextEmbedder
 from imagent.tools.base import ToolError
@@ -38,6 +39,9 @@ from imagent.tools.filter_lang import AlbumMeta
 # image embeddings), then caption spaces.
 DEFAULT_SPACE_ORDER = (SPACE_IMAGE, SPACE_CAPTION_DUAL, SPACE_CAPTION_TEXT)
 METADATA_FIELDS = ("time", "place", "lat", "lon", "address", "device")
+# Also accepted, and given by default when the index has face data (imagent.index.people). Not in METADATA_FIELDS,
+# which the agents' GetMetadata schema lists, so their prompts stay as they are until they show people.
+PEOPLE_FIELD = "people"
 _QUERY_CACHE_SIZE = 256
 # gallery -> (the ids list the columns were built from, the columns); a reload replaces ``gallery.ids``.
 _META_CACHE: weakref.WeakKeyDictionary[Gallery, tuple[list[str], AlbumMeta]] = weakref.WeakKeyDictionary()
@@ -139,6 +143,7 @@ class Album:
                 cols[3] = [a or p for a, p in zip(cols[3], cols.pop(), strict=True)]
             meta = (AlbumMeta.from_records(self.gallery.records()) if cols is None
                     else AlbumMeta.from_columns(*cols))
+            meta.people = _people_of(self.gallery)  # the filter field person (imagent.index.people)
             _META_CACHE[self.gallery] = (ids, meta)
             return meta
 
@@ -204,15 +209,19 @@ class Album:
 
     # ------------------------------------------------------------------ metadata
     def metadata(self, ids: Sequence[str], fields: Sequence[str] | None = None) -> list[dict[str, Any]]:
-        """For each known id: its time, place (lat, lon, address) and device (``fields`` picks some;
-        ``place`` stands for lat, lon and address). Unknown ids raise :class:`ToolError`."""
-        wanted = set(fields or METADATA_FIELDS)
-        bad = wanted - set(METADATA_FIELDS)
+        """For each known id: its time, place (lat, lon, address), device and people (``fields`` picks some;
+        ``place`` stands for lat, lon and address; ``people`` are names, ``#id`` for a group not named yet, and
+        come only when asked for or when the index has face data). Unknown ids raise :class:`ToolError`."""
+        wanted = set(fields or (*METADATA_FIELDS, PEOPLE_FIELD))
+        bad = wanted - {*METADATA_FIELDS, PEOPLE_FIELD}
         if bad:
             raise ToolError(f"unknown metadata field(s) {', '.join(sorted(bad))}; fields are "
-                            f"{', '.join(METADATA_FIELDS)}")
+                            f"{', '.join((*METADATA_FIELDS, PEOPLE_FIELD))}")
         if "place" in wanted:
             wanted |= {"lat", "lon", "address"}
+        people = people_index(self.gallery) if PEOPLE_FIELD in wanted else None
+        if people is not None and not people.has_data and not fields:
+            people = None  # an index without face data: no people key unless asked for
         out = []
         for i in self.require_known(ids):
             r = self.gallery.record(i)
@@ -227,6 +236,8 @@ class Album:
                 row["address"] = r.place_name  # the given address, else the place found for the GPS
             if "device" in wanted:
                 row["device"] = r.device
+            if people is not None:
+                row["people"] = people.labels_of(i)
             out.append(row)
         return out
 
@@ -252,6 +263,20 @@ class Album:
             else:
                 missing.append((i, r.surrogate()))
         return images, missing
+
+
+def _people_of(gallery: Gallery) -> Any:
+    """``() -> PeopleIndex`` of ``gallery`` at the time of the call (the filter field ``person``); the gallery
+    is held weakly (the metadata cache must not keep it alive)."""
+    ref = weakref.ref(gallery)
+
+    def current() -> Any:
+        g = ref()
+        if g is None:
+            raise ToolError("the album's index is closed")
+        return people_index(g)
+
+    return current
 
 
 class _ScopedAlbum(Album):
@@ -299,4 +324,4 @@ class _ScopedAlbum(Album):
         return super().filter(expression, self._within(within))
 
 
-__all__ = ["DEFAULT_SPACE_ORDER", "METADATA_FIELDS", "Album", "format_time"]
+__all__ = ["DEFAULT_SPACE_ORDER", "METADATA_FIELDS", "PEOPLE_FIELD", "Album", "format_time"]

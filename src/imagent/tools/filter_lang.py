@@ -28,6 +28,11 @@ Fields (aliases in brackets):
   (:mod:`imagent.index.places`; ``'Paris, Texas'`` narrows it by region or country).
 - ``address`` is the given address, else the place name found offline for the photo's GPS
   (``place ~ 'san diego'``).
+- ``person`` [people]: the people found in the photo (:mod:`imagent.index.people`). ``=`` a person's whole name,
+  any case (``person = 'Anna'``; a name no group has is an error that lists the names), or a group by its id
+  as ``imagent people`` lists it (``person = 7`` or ``'#7'``); ``~`` part of a name; ``!=`` photos with people,
+  none of them that one (``not person = 'Anna'``: every photo without Anna). Evaluated through
+  :attr:`AlbumMeta.people`, which the album layer sets.
 
 A comparison on a photo that lacks that field is false (``time != '2013'`` skips photos without a
 time; ``not time = '2013'`` keeps them). Errors (:class:`FilterError`) say where the expression went
@@ -54,7 +59,8 @@ from imagent.tools.base import ToolError
 ALLOWED = (
     "Allowed: time with = != < <= > >= and a date or date prefix in quotes ('2013', '2013-06', '2013-06-09', "
     "'2013-06-09 14:30'); address (or place) or device with ~ (case-insensitive contains), = or !=; lat, lon "
-    "with = != < <= > >= and a number; near(lat, lon, km) or near('Vienna', km); field between A and B; combined "
+    "with = != < <= > >= and a number; near(lat, lon, km) or near('Vienna', km); person with = (a name, any case, or "
+    "a group number) or ~ (part of a name); field between A and B; combined "
     "with and, or, not and parentheses. Example: time >= '2013-06-09' and time < '2013-06-10' and address ~ 'paris'"
 )
 
@@ -64,6 +70,7 @@ FIELDS = {
     "device": "device", "camera": "device",
     "lat": "lat", "latitude": "lat",
     "lon": "lon", "lng": "lon", "longitude": "lon",
+    "person": "person", "people": "person",
 }
 _OPS_BY_FIELD = {
     "time": {"=", "!=", "<", "<=", ">", ">="},
@@ -71,6 +78,7 @@ _OPS_BY_FIELD = {
     "lon": {"=", "!=", "<", "<=", ">", ">="},
     "address": {"=", "!=", "~"},
     "device": {"=", "!=", "~"},
+    "person": {"=", "!=", "~"},
 }
 _KEYWORDS = {"and", "or", "not", "near", "contains", "between"}
 
@@ -287,7 +295,7 @@ class _Parser:
                            f"but found {self._found()}")
         field = FIELDS.get(t.value)
         if field is None:
-            raise self.err(f"unknown field {t.text!r}; fields are time, address, device, lat, lon")
+            raise self.err(f"unknown field {t.text!r}; fields are time, address, device, lat, lon, person")
         self.i += 1
         if self.is_kw("between"):
             self.i += 1
@@ -426,6 +434,9 @@ class AlbumMeta:
         self.device = _TextColumn(device)
         # Rows in chronological order (photos without a time last): results are listed this way.
         self.chrono = np.argsort(np.where(np.isnan(self.time), np.inf, self.time), kind="stable")
+        # () -> the people of the rows, an object with ``mask(op, value)`` (imagent.index.people.PeopleIndex;
+        # set by the album layer, read at each evaluation so names given meanwhile count); None: no people.
+        self.people: Any = None
 
     @classmethod
     def from_records(cls, records: Sequence[ImageRecord]) -> AlbumMeta:
@@ -474,6 +485,8 @@ class AlbumMeta:
                 return (col >= min(node.lo, node.hi)) & (col <= max(node.lo, node.hi))
             raise FilterError(f"between works on time, lat and lon, not {node.field}. {ALLOWED}")
         if isinstance(node, Compare):
+            if node.field == "person":
+                return self._person(node)
             if node.field in {"address", "device"}:
                 return getattr(self, node.field).mask(node.op, node.value)
             col = self.time if node.field == "time" else getattr(self, node.field)
@@ -496,6 +509,16 @@ class AlbumMeta:
             if node.op == ">":
                 return col >= hi if node.field == "time" else col > hi
         raise TypeError(f"unknown filter node {node!r}")
+
+    def _person(self, node: Compare) -> np.ndarray:
+        if self.people is None:
+            raise FilterError("person: this album has no face data (photos indexed from a folder get their faces "
+                              "found by `imagent index`)")
+        try:
+            mask = self.people().mask(node.op, node.value)
+        except ValueError as exc:  # a name no group has, an unknown group id: say which names exist
+            raise FilterError(str(exc)) from None
+        return np.asarray(mask, dtype=bool)
 
     def filter_rows(self, expr: str, rows: np.ndarray | None = None) -> np.ndarray:
         """Rows matching ``expr`` (within ``rows`` when given), in chronological order."""

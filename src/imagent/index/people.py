@@ -1,0 +1,445 @@
+"""People: the index's faces grouped by who they are, named once, kept stable as the library grows.
+
+Grouping (:func:`assign_new_faces`, at the end of every face pass of ``imagent index``):
+
+- faces already in a group stay there: a group's id never changes and is never reused, and its name (given
+  with ``imagent people name``) stays with it through any re-index;
+- a new face joins the group of its nearest grouped face when that face is closer than
+  ``indexing.face_threshold`` (0.6, dlib's own threshold for its ResNet descriptor: it was trained to put two
+  faces of one person within 0.6 of each other);
+- the new faces that match no one are clustered among themselves with dlib's chinese-whispers clustering
+  (edges between faces closer than the threshold) and each cluster starts a new group. On a first index every
+  face is new, so it is exactly chinese whispers over all faces.
+
+A user's corrections are kept: ``merge`` moves every face of some groups into one; ``split`` moves a face into a
+new group (or another one) and pins it there; ``remove`` deletes a face that is nobody (a false detection, a
+stranger), and its photo is not scanned again; ``forget`` deletes all face data. Groups with fewer than
+``indexing.face_min_group`` (3) faces are "tiny" and listed last.
+
+:func:`people_index` is the read side for search: which photos hold which people, for the filter field
+``person`` (``person = 'Anna'``, exact and case-insensitive; ``person ~ 'ann'``; ``person = 7`` a group by its
+id), for GetMetadata and for each search result. It is rebuilt when the face data's version changes, so a name
+given in another process (the CLI while ``imagent serve`` runs) is seen by the next search.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import threading
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from imagent.index.face_store import FaceDataMissing, FaceStore, drop_empty_people
+from imagent.index.store import from_sql, sql_text
+
+DEFAULT_MIN_GROUP = 3
+MAX_NAME_CHARS = 100
+_ID_REF = re.compile(r"#?(\d+)")
+
+
+class PeopleError(ValueError):
+    """A people command that cannot be done (an unknown group or face, a name taken); the message says why."""
+
+
+class UnknownPeople(PeopleError):
+    """A group id, face id or name that the index does not hold."""
+
+
+# --------------------------------------------------------------------------- grouping
+
+
+def _descriptors(blobs: Sequence[bytes]) -> np.ndarray:
+    if not blobs:
+        return np.zeros((0, 128), dtype=np.float32)
+    return np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), -1)
+
+
+def _new_person(c: sqlite3.Connection) -> int:
+    cur = c.execute("INSERT INTO people(name, name_key, created) VALUES (NULL, NULL, ?)",
+                    (datetime.now(UTC).isoformat(timespec="seconds"),))
+    return int(cur.lastrowid or 0)
+
+
+def assign_new_faces(c: sqlite3.Connection, threshold: float) -> tuple[int, int]:
+    """Put every face without a group into one (see the module doc), inside the caller's write transaction.
+    Returns ``(groups started, faces that joined an existing group)``."""
+    from imagent.models.faces import chinese_whispers, face_distance
+
+    new = c.execute("SELECT id, descriptor FROM faces WHERE person IS NULL ORDER BY id").fetchall()
+    if not new:
+        return 0, 0
+    new_ids = [int(i) for i, _ in new]
+    new_vecs = _descriptors([b for _, b in new])
+    known = c.execute("SELECT person, descriptor FROM faces WHERE person IS NOT NULL").fetchall()
+    joined = 0
+    rest = list(range(len(new_ids)))
+    if known:
+        persons = np.array([int(p) for p, _ in known], dtype=np.int64)
+        known_vecs = _descriptors([b for _, b in known])
+        rest = []
+        for start in range(0, len(new_ids), 1024):  # bounded memory: 1,024 new faces against all known at once
+            dist = face_distance(new_vecs[start : start + 1024], known_vecs)
+            nearest = dist.argmin(1)
+            for k, j in enumerate(nearest.tolist()):
+                n = start + k
+                if dist[k, j] < threshold:
+                    c.execute("UPDATE faces SET person = ? WHERE id = ?", (int(persons[j]), new_ids[n]))
+                    joined += 1
+                else:
+                    rest.append(n)
+    labels = chinese_whispers(new_vecs[rest], threshold)
+    clusters: dict[int, list[int]] = {}
+    for n, label in zip(rest, labels, strict=True):
+        clusters.setdefault(label, []).append(n)
+    # The largest clusters get the lowest new ids; ties in the order their first face was found.
+    order = sorted(clusters.values(), key=lambda members: (-len(members), members[0]))
+    for members in order:
+        pid = _new_person(c)
+        c.executemany("UPDATE faces SET person = ? WHERE id = ?", [(pid, new_ids[n]) for n in members])
+    return len(order), joined
+
+
+def count_people(c: sqlite3.Connection) -> int:
+    """Groups holding at least one face."""
+    return int(c.execute("SELECT COUNT(DISTINCT person) FROM faces WHERE person IS NOT NULL").fetchone()[0])
+
+
+def people_count(store: FaceStore) -> int:
+    try:
+        with store.read() as c:
+            return count_people(c)
+    except FaceDataMissing:
+        return 0
+
+
+def has_ungrouped(store: FaceStore) -> bool:
+    """Whether some face has no group yet (a killed pass stored it but did not group it)."""
+    try:
+        with store.read() as c:
+            return c.execute("SELECT 1 FROM faces WHERE person IS NULL LIMIT 1").fetchone() is not None
+    except FaceDataMissing:
+        return False
+
+
+# --------------------------------------------------------------------------- listing
+
+
+@dataclass
+class Face:
+    id: int
+    photo: str
+    box: tuple[float, float, float, float]  # left, top, right, bottom: fractions of the upright photo
+    score: float
+    size: int
+    person: int | None
+    pinned: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "photo": self.photo, "box": [round(v, 4) for v in self.box],
+                "score": round(self.score, 3), "size": self.size, "person": self.person, "pinned": self.pinned}
+
+
+@dataclass
+class Person:
+    id: int
+    name: str | None
+    faces: list[Face] = field(default_factory=list)
+    tiny: bool = False
+
+    @property
+    def photos(self) -> list[str]:
+        """The photo ids holding this person, each once, in the order their faces were found."""
+        return list(dict.fromkeys(f.photo for f in self.faces))
+
+    @property
+    def label(self) -> str:
+        return self.name or f"#{self.id}"
+
+
+def _face(row: Sequence[Any]) -> Face:
+    fid, photo, x0, y0, x1, y1, score, size, person, pinned = row
+    return Face(int(fid), from_sql(photo), (x0, y0, x1, y1), float(score), int(size),
+                None if person is None else int(person), bool(pinned))
+
+
+_FACE_COLS = "id, photo, x0, y0, x1, y1, score, size, person, pinned"
+
+
+def list_people(gallery: Any, min_group: int = DEFAULT_MIN_GROUP) -> list[Person]:
+    """Every group with at least one face of a photo in the index: the larger ones first (by faces), tiny
+    ones (fewer than ``min_group`` faces) last; ties by id. Named groups without faces are listed at the end.
+    :class:`FaceDataMissing` when the index has no face data."""
+    store = FaceStore(gallery.root)
+    with store.read() as c:
+        names = {int(i): n for i, n in c.execute("SELECT id, name FROM people")}
+        rows = c.execute(f"SELECT {_FACE_COLS} FROM faces WHERE person IS NOT NULL ORDER BY id").fetchall()
+    people: dict[int, Person] = {}
+    for row in rows:
+        face = _face(row)
+        if face.photo not in gallery:
+            continue
+        pid = face.person or 0
+        people.setdefault(pid, Person(pid, names.get(pid))).faces.append(face)
+    for pid, name in names.items():
+        if name and pid not in people:
+            people[pid] = Person(pid, name)
+    for p in people.values():
+        p.tiny = len(p.faces) < min_group
+    return sorted(people.values(), key=lambda p: (not p.faces, p.tiny, -len(p.faces), p.id))
+
+
+def get_person(gallery: Any, person: int | str) -> Person:
+    """One group by id (or ``#id``) or by name (any case); :class:`PeopleError` naming the known ones."""
+    people = list_people(gallery)
+    text = str(person).strip()
+    m = _ID_REF.fullmatch(text)
+    for p in people:
+        if (m and p.id == int(m.group(1))) or (p.name and p.name.casefold() == text.casefold()):
+            return p
+    known = ", ".join(f"{p.id}" + (f" ({p.name})" if p.name else "") for p in people[:12])
+    raise UnknownPeople(f"no group {text!r} in this index; groups: {known or 'none'} (imagent people)")
+
+
+def scan_summary(gallery: Any) -> dict[str, Any]:
+    """Counts over the face data: photos scanned, faces, groups, photos with notes."""
+    store = FaceStore(gallery.root)
+    with store.read() as c:
+        scans = c.execute("SELECT COUNT(*), COALESCE(SUM(faces), 0), COALESCE(SUM(note != ''), 0) FROM scans")\
+            .fetchone()
+        groups = count_people(c)
+        grouped_at = c.execute("SELECT value FROM meta WHERE key='grouped_at'").fetchone()
+    return {"photos_scanned": int(scans[0]), "faces": int(scans[1]), "photos_with_notes": int(scans[2]),
+            "people": groups, "grouped_at": grouped_at[0] if grouped_at else None}
+
+
+# --------------------------------------------------------------------------- corrections
+
+
+def check_name(name: str) -> str:
+    """A person's name as stored: trimmed, one line, printable, 1..100 characters, not a group reference."""
+    text = " ".join(str(name).split())
+    if not text:
+        raise PeopleError("a name must not be empty")
+    if len(text) > MAX_NAME_CHARS:
+        raise PeopleError(f"a name has at most {MAX_NAME_CHARS} characters")
+    if not text.isprintable():
+        raise PeopleError("a name must be printable text")
+    if _ID_REF.fullmatch(text):
+        raise PeopleError(f"{text!r} reads as a group number (person = 7 means group 7); choose a name with letters")
+    return text
+
+
+def _require_person(c: sqlite3.Connection, pid: int) -> tuple[int, str | None]:
+    row = c.execute("SELECT id, name FROM people WHERE id = ?", (int(pid),)).fetchone()
+    if row is None:
+        raise UnknownPeople(f"no group {pid} in this index (imagent people lists them)")
+    return int(row[0]), row[1]
+
+
+def _require_face(c: sqlite3.Connection, face_id: int) -> Face:
+    row = c.execute(f"SELECT {_FACE_COLS} FROM faces WHERE id = ?", (int(face_id),)).fetchone()
+    if row is None:
+        raise UnknownPeople(f"no face {face_id} in this index (imagent people show ID lists a group's faces)")
+    return _face(row)
+
+
+def name_person(gallery: Any, pid: int, name: str | None) -> dict[str, Any]:
+    """Give group ``pid`` a name (None or "" clears it). A name another group has is refused (merge them
+    instead). Returns ``{"id", "name", "previous"}``."""
+    text = check_name(name) if name else None
+    with FaceStore(gallery.root).write() as c:
+        _, previous = _require_person(c, pid)
+        if text is not None:
+            other = c.execute("SELECT id, name FROM people WHERE name_key = ? AND id != ?",
+                              (text.casefold(), int(pid))).fetchone()
+            if other is not None:
+                raise PeopleError(f"group {other[0]} is already named {other[1]!r}; if they are the same person, "
+                                  f"merge them: imagent people merge {other[0]} {pid}")
+        c.execute("UPDATE people SET name = ?, name_key = ? WHERE id = ?",
+                  (text, text.casefold() if text else None, int(pid)))
+    return {"id": int(pid), "name": text, "previous": previous}
+
+
+def merge_people(gallery: Any, into: int, others: Sequence[int]) -> dict[str, Any]:
+    """Move every face of ``others`` into ``into``; the others are deleted. ``into`` keeps its name, or takes
+    the first name among the others when it has none (two different names are refused: rename one first).
+    Returns ``{"id", "name", "merged": [ids], "faces_moved"}``."""
+    others = [int(o) for o in dict.fromkeys(others) if int(o) != int(into)]
+    if not others:
+        raise PeopleError("merge needs at least two different groups: imagent people merge INTO OTHER [OTHER ...]")
+    with FaceStore(gallery.root).write() as c:
+        _, name = _require_person(c, into)
+        moved = 0
+        for o in others:
+            _, other_name = _require_person(c, o)
+            if other_name and name and other_name.casefold() != name.casefold():
+                raise PeopleError(f"group {into} is named {name!r} and group {o} {other_name!r}; clear one name "
+                                  f"first (imagent people name {o} --clear) if they are one person")
+            if other_name and not name:
+                c.execute("UPDATE people SET name = NULL, name_key = NULL WHERE id = ?", (o,))
+                c.execute("UPDATE people SET name = ?, name_key = ? WHERE id = ?",
+                          (other_name, other_name.casefold(), int(into)))
+                name = other_name
+            moved += c.execute("UPDATE faces SET person = ? WHERE person = ?", (int(into), o)).rowcount
+            c.execute("DELETE FROM people WHERE id = ?", (o,))
+    return {"id": int(into), "name": name, "merged": others, "faces_moved": moved}
+
+
+def split_face(gallery: Any, face_id: int, to: int | None = None) -> dict[str, Any]:
+    """Move one face out of its group: into a new group of its own, or into group ``to``. The face is pinned
+    (grouping never moves it). Returns ``{"face", "from", "to", "new_group"}``."""
+    with FaceStore(gallery.root).write() as c:
+        face = _require_face(c, face_id)
+        if to is None:
+            target, new = _new_person(c), True
+        else:
+            target, _ = _require_person(c, to)
+            new = False
+        c.execute("UPDATE faces SET person = ?, pinned = 1 WHERE id = ?", (target, face.id))
+        drop_empty_people(c)
+    return {"face": face.id, "from": face.person, "to": target, "new_group": new}
+
+
+def remove_face(gallery: Any, face_id: int) -> dict[str, Any]:
+    """Delete one face (box and descriptor): it is nobody (a false detection) or nobody to keep. Its photo is
+    not scanned again, so it does not come back. Returns ``{"face", "photo", "from"}``."""
+    with FaceStore(gallery.root).write() as c:
+        face = _require_face(c, face_id)
+        c.execute("DELETE FROM faces WHERE id = ?", (face.id,))
+        c.execute("UPDATE scans SET faces = faces - 1 WHERE photo = ? AND faces > 0", (sql_text(face.photo),))
+        drop_empty_people(c)
+    return {"face": face.id, "photo": face.photo, "from": face.person}
+
+
+def forget(gallery: Any) -> dict[str, Any]:
+    """Delete all face data of the index (:meth:`FaceStore.forget`). Returns what was deleted and where."""
+    store = FaceStore(gallery.root)
+    counts = store.forget()
+    _INDEXES.pop(id(gallery), None)
+    leftover = [p.name for p in store.path.parent.glob(store.path.name + "*")]
+    return {**counts, "database": str(store.path), "left": leftover}
+
+
+def face_of(gallery: Any, face_id: int) -> Face:
+    """One face by id, only when its photo is in the index; :class:`PeopleError` else."""
+    with FaceStore(gallery.root).read() as c:
+        face = _require_face(c, face_id)
+    if face.photo not in gallery:
+        raise UnknownPeople(f"no face {face_id} in this index")
+    return face
+
+
+# --------------------------------------------------------------------------- the read side for search
+
+
+class PeopleIndex:
+    """Which gallery rows hold which groups (built once per state of the face data and of the gallery)."""
+
+    def __init__(self, size: int, names: dict[int, str | None], rows: dict[int, np.ndarray],
+                 by_photo: dict[str, list[int]], has_data: bool) -> None:
+        self.size = size
+        self.names = names
+        self.rows = rows
+        self.by_photo = by_photo
+        self.has_data = has_data
+        self.any = np.zeros(size, dtype=bool)
+        for r in rows.values():
+            self.any[r] = True
+
+    def people_of(self, photo: str) -> list[dict[str, Any]]:
+        """``[{"id", "name"}]`` of the groups in a photo (named ones first; name None when unnamed)."""
+        pids = self.by_photo.get(photo, [])
+        ordered = sorted(pids, key=lambda p: (self.names.get(p) is None, p))
+        return [{"id": p, "name": self.names.get(p)} for p in ordered]
+
+    def labels_of(self, photo: str) -> list[str]:
+        """The names of a photo's people, ``#id`` for an unnamed group (what GetMetadata shows)."""
+        return [d["name"] or f"#{d['id']}" for d in self.people_of(photo)]
+
+    def match(self, op: str, value: str) -> list[int]:
+        """Group ids a ``person`` comparison names: ``=``/``!=`` a whole name (any case) or a group id (``7``,
+        ``#7``), ``~`` part of a name. :class:`PeopleError` when ``=`` names no one."""
+        text = value.strip().casefold()
+        m = _ID_REF.fullmatch(text)
+        if m and op != "~":
+            pid = int(m.group(1))
+            if pid not in self.rows:
+                raise PeopleError(f"person: no group {pid} in this index (imagent people lists them)")
+            return [pid]
+        if op == "~":
+            return [p for p, n in self.names.items() if n and text in n.casefold() and p in self.rows]
+        hits = [p for p, n in self.names.items() if n and n.casefold() == text and p in self.rows]
+        if not hits:
+            named = sorted(n for p, n in self.names.items() if n and p in self.rows)
+            shown = ", ".join(repr(n) for n in named[:20]) or "none yet (imagent people name ID NAME)"
+            raise PeopleError(f"person: no one is named {value!r} in this index; named people: {shown}")
+        return hits
+
+    def mask(self, op: str, value: str) -> np.ndarray:
+        """Rows where a person comparison holds. ``!=``: photos with people, none of them that one."""
+        if not self.has_data:
+            raise PeopleError("person: this index has no face data; `imagent index` finds faces in photo folders "
+                              "(indexing.faces) and `imagent people name ID NAME` names them")
+        out = np.zeros(self.size, dtype=bool)
+        for p in self.match(op, value):
+            out[self.rows[p]] = True
+        if op == "!=":
+            return self.any & ~out
+        return out
+
+
+_INDEXES: dict[int, tuple[Any, list[str], int | None, PeopleIndex]] = {}
+_INDEX_LOCK = threading.Lock()
+
+
+def people_index(gallery: Any) -> PeopleIndex:
+    """The :class:`PeopleIndex` of ``gallery`` now (cached while the face data's version and the gallery's ids
+    stay the same)."""
+    store = FaceStore(gallery.root)
+    version = store.version()
+    with _INDEX_LOCK:
+        hit = _INDEXES.get(id(gallery))
+        if hit is not None and hit[0]() is gallery and hit[1] is gallery.ids and hit[2] == version:
+            return hit[3]
+    index = _build_index(gallery, store, version)
+    with _INDEX_LOCK:
+        _INDEXES[id(gallery)] = (weakref.ref(gallery), gallery.ids, version, index)
+    return index
+
+
+def _build_index(gallery: Any, store: FaceStore, version: int | None) -> PeopleIndex:
+    n = len(gallery)
+    if version is None:
+        return PeopleIndex(n, {}, {}, {}, has_data=False)
+    try:
+        with store.read() as c:
+            names = {int(i): nm for i, nm in c.execute("SELECT id, name FROM people")}
+            pairs = c.execute("SELECT DISTINCT photo, person FROM faces WHERE person IS NOT NULL").fetchall()
+    except FaceDataMissing:
+        return PeopleIndex(n, {}, {}, {}, has_data=False)
+    rows: dict[int, list[int]] = {}
+    by_photo: dict[str, list[int]] = {}
+    for photo, person in pairs:
+        pid = from_sql(photo)
+        if pid not in gallery:
+            continue
+        rows.setdefault(int(person), []).append(gallery.row(pid))
+        by_photo.setdefault(pid, []).append(int(person))
+    arrays = {p: np.unique(np.array(r, dtype=np.int64)) for p, r in rows.items()}
+    return PeopleIndex(n, names, arrays, by_photo, has_data=True)
+
+
+def photo_people(gallery: Any, photo: str) -> list[dict[str, Any]]:
+    """``[{"id", "name"}]`` of the people in one photo ([] without face data)."""
+    return people_index(gallery).people_of(photo)
+
+
+__all__ = ["DEFAULT_MIN_GROUP", "Face", "PeopleError", "PeopleIndex", "Person", "UnknownPeople", "assign_new_faces",
+           "check_name", "face_of", "forget", "get_person", "has_ungrouped", "list_people", "merge_people",
+           "name_person", "people_count", "people_index", "photo_people", "remove_face", "scan_summary", "split_face"]

@@ -1,0 +1,296 @@
+"""Faces in a photo, offline: dlib's detectors, its 5-point landmarks and its ResNet face descriptor.
+
+The models come from PyPI (the ``offline`` extra): ``dlib-bin`` (prebuilt dlib, Boost Software License 1.0)
+and ``face-recognition-models`` 0.3.0 (Davis King's model files from github.com/davisking/dlib-models,
+released by him into the public domain; the package's LICENSE file is CC0 1.0). Used here:
+
+- detection: dlib's HOG frontal face detector (inside dlib; the default), or the CNN detector
+  ``mmod_human_face_detector.dat`` (``face_detector = "cnn"``: finds more turned and small faces, several
+  times slower on a CPU);
+- alignment: ``shape_predictor_5_face_landmarks.dat`` (eye corners and nose; trained on dlib's own 5-point
+  dataset, CC0). The package's 68-point model is never loaded: its training data (iBUG 300-W) excludes
+  commercial use;
+- description: ``dlib_face_recognition_resnet_model_v1.dat``, a 128-d descriptor trained so that two faces of
+  one person lie within 0.6 of each other (Euclidean distance; 99.38% on LFW).
+
+That package's ``__init__`` imports ``pkg_resources``, which recent setuptools no longer ships, so the files
+are located with :func:`importlib.util.find_spec` (which does not run the ``__init__``) and checked by size and
+sha256 before dlib reads them.
+
+:func:`scan_file` is what the index runs per photo: decode within the pixel budget
+(:func:`imagent.core.imageio.open_image`, EXIF orientation applied), scale it so that its long side is ``side``
+pixels (down; a smaller photo up, at most twice, as one dlib upsampling step would: faces are looked for at one
+scale, so the smallest face found is the same share of every photo, HOG's 80-pixel window is 4% of 2048 px),
+detect, drop faces narrower than ``min_size`` pixels, keep the ``max_faces`` largest, describe each. Boxes are
+fractions of the upright photo (0..1), so a crop can be cut from the photo at any size. A photo that cannot be
+read, or is too small to hold a face, gives a result with a note instead of raising.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from imagent.core.imageio import ImageLoadError, open_image
+
+DESCRIPTOR_DIM = 128
+MAX_UPSCALE = 2.0  # a small photo is enlarged at most this much before detection
+# The distance under which dlib's ResNet descriptor puts two faces of one person (dlib's own threshold).
+DLIB_MATCH_THRESHOLD = 0.6
+
+# (file, size in bytes, sha256) of the model files read from face-recognition-models 0.3.0.
+MODEL_FILES: dict[str, tuple[str, int, str]] = {
+    "landmarks": ("shape_predictor_5_face_landmarks.dat", 9_150_489,
+                  "c4b1e9804792707d3a405c2c16a80a20269e6675021f64a41d30fffafbc41888"),
+    "descriptor": ("dlib_face_recognition_resnet_model_v1.dat", 22_466_066,
+                   "55533b28a95800a551ba546ba62fe69625c7e95a7061c338adffead08719da30"),
+    "cnn": ("mmod_human_face_detector.dat", 729_940,
+            "4cb19393e2fbaf2b1609a9319ad5386618c886a6234ec1b971f3e87c85d87fe6"),
+}
+INSTALL_HINT = 'pip install "imagent[offline]" (or: pip install dlib-bin face-recognition-models==0.3.0)'
+
+
+class FaceModelError(ValueError):
+    """The face models cannot be used (a package missing, a model file missing or damaged). A ValueError, so every
+    interface reports it as a user error with its message."""
+
+
+@dataclass(frozen=True)
+class FaceParams:
+    """How faces are found (``indexing.face_*``; see :class:`imagent.core.config.IndexOptions`)."""
+
+    detector: str = "hog"  # hog | cnn
+    upsample: int = 0  # times dlib doubles the scaled photo before detecting (each halves the smallest face)
+    side: int = 2048  # the photo is scaled to this many pixels on its long side first (up at most 2x)
+    min_size: int = 50  # faces whose box is narrower than this (in the scaled photo) are dropped
+    max_faces: int = 50  # the largest faces kept per photo
+    min_score: float = 0.0  # detections scoring lower are left out (dlib's own threshold: 0)
+    max_pixels: int = 100_000_000
+    max_file_bytes: int = 200 * 1024 * 1024
+
+    @property
+    def model_id(self) -> str:
+        """What the faces of a photo were found with (stored with each scan)."""
+        return (f"dlib:{self.detector}/up{self.upsample}/side{self.side}/min{self.min_size}/score{self.min_score:g}"
+                "+shape_predictor_5+resnet_v1")
+
+
+@dataclass
+class FoundFace:
+    box: tuple[float, float, float, float]  # left, top, right, bottom as fractions of the upright photo
+    score: float  # the detector's confidence (HOG: SVM margin; CNN: its detection score)
+    descriptor: np.ndarray  # float32 (128,)
+    size: int  # the box's shorter side in pixels of the scaled photo
+
+
+@dataclass
+class FileFaces:
+    """The faces of one photo file, or why there are none (``note``; ``error``: it could not be read)."""
+
+    faces: list[FoundFace] = field(default_factory=list)
+    width: int = 0  # of the upright photo
+    height: int = 0
+    found: int = 0  # faces the detector found, before the size filter and the cap
+    note: str = ""
+    error: bool = False
+
+
+def model_dir() -> Path:
+    """The folder holding face-recognition-models' files (its ``__init__`` is not imported)."""
+    try:
+        spec = importlib.util.find_spec("face_recognition_models")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        raise FaceModelError(f"the face models are not installed (package face-recognition-models); {INSTALL_HINT}")
+    return Path(next(iter(spec.submodule_search_locations))) / "models"
+
+
+_CHECKED: dict[str, Path] = {}
+_CHECK_LOCK = threading.Lock()
+
+
+def model_file(kind: str) -> Path:
+    """The checked path of a model file (``landmarks``, ``descriptor`` or ``cnn``): present, of the expected
+    size and sha256 (hashed once per process)."""
+    name, size, sha = MODEL_FILES[kind]
+    with _CHECK_LOCK:
+        if kind in _CHECKED:
+            return _CHECKED[kind]
+        path = model_dir() / name
+        if not path.is_file():
+            raise FaceModelError(f"face model file missing: {path}; reinstall face-recognition-models==0.3.0")
+        if path.stat().st_size != size:
+            raise FaceModelError(f"face model file {path} has {path.stat().st_size} bytes, expected {size}; "
+                                 "reinstall face-recognition-models==0.3.0")
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+        if digest.hexdigest() != sha:
+            raise FaceModelError(f"face model file {path} is damaged (sha256 {digest.hexdigest()[:12]}..., expected "
+                                 f"{sha[:12]}...); reinstall face-recognition-models==0.3.0")
+        _CHECKED[kind] = path
+        return path
+
+
+def import_dlib() -> Any:
+    try:
+        import dlib
+    except ImportError as exc:
+        raise FaceModelError(f"dlib is not installed ({exc}); {INSTALL_HINT}") from None
+    return dlib
+
+
+def available() -> str:
+    """"" when the face models can be used, else why not (packages missing, a file damaged)."""
+    try:
+        import_dlib()
+        for kind in ("landmarks", "descriptor"):
+            model_file(kind)
+    except FaceModelError as exc:
+        return str(exc)
+    return ""
+
+
+class FaceModel:
+    """A detector, the 5-point shape predictor and the ResNet descriptor, loaded once (about 0.3 s).
+
+    dlib holds the GIL while it works, so one model serves one thread at a time (a lock guards it); parallel
+    scans run in worker processes (:mod:`imagent.index.faces`)."""
+
+    def __init__(self, params: FaceParams | None = None) -> None:
+        self.params = params or FaceParams()
+        if self.params.detector not in ("hog", "cnn"):
+            raise FaceModelError(f"unknown face detector {self.params.detector!r}; use hog or cnn")
+        dlib = import_dlib()
+        self._dlib = dlib
+        if self.params.detector == "cnn":
+            self._cnn = dlib.cnn_face_detection_model_v1(str(model_file("cnn")))
+            self._hog = None
+        else:
+            self._hog = dlib.get_frontal_face_detector()
+            self._cnn = None
+        self._shape = dlib.shape_predictor(str(model_file("landmarks")))
+        self._describe = dlib.face_recognition_model_v1(str(model_file("descriptor")))
+        self._lock = threading.Lock()
+
+    @property
+    def model_id(self) -> str:
+        return self.params.model_id
+
+    def detect(self, rgb: np.ndarray) -> list[tuple[Any, float]]:
+        """``(dlib rectangle, score)`` of every face in an RGB uint8 array, in the array's pixels."""
+        if self._cnn is not None:
+            found = self._cnn(rgb, self.params.upsample)
+            return [(d.rect, float(d.confidence)) for d in found if d.confidence >= self.params.min_score]
+        rects, scores, _ = self._hog.run(rgb, self.params.upsample, self.params.min_score)
+        return [(r, float(s)) for r, s in zip(rects, scores, strict=True)]
+
+    def faces(self, rgb: np.ndarray) -> tuple[list[FoundFace], int, str]:
+        """The faces of an RGB uint8 array: ``(faces, found before filtering, note)``."""
+        p = self.params
+        h, w = rgb.shape[:2]
+        with self._lock:
+            dets = self.detect(rgb)
+            found = len(dets)
+            clipped = []
+            for rect, score in dets:
+                left, top = max(0, rect.left()), max(0, rect.top())
+                right, bottom = min(w, rect.right()), min(h, rect.bottom())
+                size = min(right - left, bottom - top)
+                if size >= p.min_size:
+                    clipped.append((rect, score, (left, top, right, bottom), size))
+            small = found - len(clipped)
+            clipped.sort(key=lambda c: -c[3])  # the largest faces first: the cap keeps them
+            notes = []
+            if small:
+                notes.append(f"{small} face(s) smaller than {p.min_size} px left out (indexing.face_min_size)")
+            if len(clipped) > p.max_faces:
+                notes.append(f"{len(clipped)} faces found; the {p.max_faces} largest kept "
+                             "(indexing.face_max_per_photo)")
+                clipped = clipped[: p.max_faces]
+            out = []
+            for rect, score, (left, top, right, bottom), size in clipped:
+                shape = self._shape(rgb, rect)
+                vec = np.asarray(self._describe.compute_face_descriptor(rgb, shape, 0), dtype=np.float32)
+                out.append(FoundFace((left / w, top / h, right / w, bottom / h), score, vec, int(size)))
+        return out, found, "; ".join(notes)
+
+    def scan_file(self, path: str) -> FileFaces:
+        """The faces of the photo at ``path`` (see the module doc); never raises for a bad file."""
+        p = self.params
+        try:
+            with open_image(path, p.max_pixels, p.max_file_bytes) as im:
+                width, height = im.size
+                if min(width, height) < p.min_size:
+                    return FileFaces(width=width, height=height,
+                                     note=f"too small to hold a face ({width}x{height} px; faces need at least "
+                                          f"{p.min_size} px, indexing.face_min_size)")
+                scale = min(p.side / max(width, height), MAX_UPSCALE)
+                if abs(scale - 1.0) > 0.01:
+                    im = im.resize((max(1, round(width * scale)), max(1, round(height * scale))),
+                                   resample=_lanczos(), reducing_gap=3.0 if scale < 1 else None)
+                rgb = np.asarray(im, dtype=np.uint8)
+        except ImageLoadError as exc:
+            return FileFaces(note=f"cannot read the photo: {exc}", error=True)
+        except OSError as exc:
+            return FileFaces(note=f"cannot read the photo: {exc.strerror or exc}", error=True)
+        try:
+            faces, found, note = self.faces(np.ascontiguousarray(rgb))
+        except (RuntimeError, ValueError, MemoryError) as exc:  # dlib's own errors cost this photo, not the index
+            return FileFaces(width=width, height=height, note=f"face detection failed: {exc}", error=True)
+        return FileFaces(faces, width, height, found, note)
+
+
+def _lanczos() -> Any:
+    from PIL import Image
+
+    return Image.Resampling.LANCZOS
+
+
+# --------------------------------------------------------------------------- worker processes
+
+_WORKER_MODEL: FaceModel | None = None
+
+
+def worker_init(params: FaceParams) -> None:
+    """Initializer of a scanning worker process: its own model, one BLAS/OpenMP thread."""
+    global _WORKER_MODEL
+    _WORKER_MODEL = FaceModel(params)
+
+
+def worker_scan(path: str) -> FileFaces:
+    """:meth:`FaceModel.scan_file` in a worker process started with :func:`worker_init`."""
+    assert _WORKER_MODEL is not None, "worker_init was not run"
+    return _WORKER_MODEL.scan_file(path)
+
+
+def face_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Euclidean distances between descriptor rows ``a`` (n, 128) and ``b`` (m, 128): (n, m)."""
+    a = np.asarray(a, dtype=np.float32)
+    b = np.asarray(b, dtype=np.float32)
+    sq = (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * (a @ b.T)
+    return np.sqrt(np.maximum(sq, 0.0))
+
+
+def chinese_whispers(descriptors: np.ndarray, threshold: float) -> list[int]:
+    """dlib's chinese-whispers clustering of descriptor rows: faces closer than ``threshold`` are linked and
+    the graph's communities are the groups. Returns one label per row (0, 1, ...)."""
+    if len(descriptors) == 0:
+        return []
+    if len(descriptors) == 1:
+        return [0]
+    dlib = import_dlib()
+    vecs = [dlib.vector(np.asarray(d, dtype=np.float64).tolist()) for d in descriptors]
+    return [int(x) for x in dlib.chinese_whispers_clustering(vecs, float(threshold))]
+
+
+__all__ = ["DESCRIPTOR_DIM", "DLIB_MATCH_THRESHOLD", "FaceModel", "FaceModelError", "FaceParams", "FileFaces",
+           "FoundFace", "available", "chinese_whispers", "face_distance", "model_file"]
