@@ -184,7 +184,7 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
     app.add_exception_handler(RequestValidationError, invalid_request)
 
     def fingerprint_of(image_id: str) -> str | None:
-        generation = gallery.generation
+        generation = gallery.generation()
         if fingerprints["generation"] != generation:
             fingerprints["by_id"] = {i: fp for i, fp in gallery.fingerprints().values()}
             fingerprints["generation"] = generation
