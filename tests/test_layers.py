@@ -1,5 +1,6 @@
-"""The package's layers import one way (DESIGN.md): core <- models, index <- tools <- methods <- eval, api
-<- cli, server. A module importing upwards would tie a low layer to an interface and is refused here."""
+"""The package's layers import one way (docs/architecture.md, the README's map): core <- models, index <- tools
+<- agents <- methods <- api <- eval <- cli, server. A module importing upwards would tie a low layer to an
+interface and is refused here; nothing is allow-listed."""
 
 from __future__ import annotations
 
@@ -16,11 +17,10 @@ ALLOWED: dict[str, set[str]] = {
     "tools": {"core", "models", "index"},
     "agents": {"core", "models", "index", "tools"},
     "methods": {"core", "models", "index", "tools", "agents"},
-    "eval": {"__init__", "core", "models", "index", "tools", "agents", "methods"},
     "api": {"core", "models", "index", "tools", "agents", "methods"},
-    "server": {"core", "models", "index", "tools", "agents", "methods", "api"},
-    "demo": {"core", "models", "index", "methods", "api", "cli"},
-    "cli": {"__init__", "core", "models", "index", "tools", "agents", "methods", "eval", "api", "server", "demo"},
+    "eval": {"__init__", "core", "models", "index", "tools", "agents", "methods", "api"},
+    "server": {"core", "models", "index", "tools", "agents", "methods", "api", "eval"},
+    "cli": {"__init__", "core", "models", "index", "tools", "agents", "methods", "api", "eval", "server"},
     "__init__": {"core"},
 }
 
