@@ -13,11 +13,15 @@ method called on it (``startswith``, ``split``...), be sliced, or go to ``re``."
 from __future__ import annotations
 
 import ast
+import re
 from fnmatch import fnmatch
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "imagent"
 TRACE_MODULE = "core/trace.py"
+# The web page's scripts render the same trace: a step's name compared, matched or split there.
+JS_STEP_NAME = re.compile(r"\b(?:step|s|p)\.name\s*(?:===?|!==?|\.(?:startsWith|endsWith|match|split|slice|includes)\b)"
+                          r"|\.test\(\s*(?:step|s|p)\.name\b")
 
 # TEMPORARY: removed by the album-agents branch (issue 38 restructures these files and removes their step-name
 # reads); the lead empties this set when merging. Never add to it.
@@ -196,3 +200,12 @@ def test_the_check_sees_each_way_of_reading_a_step_name():
     ]
     for code in shown:
         assert not step_name_reads(code), code
+
+
+def test_the_web_pages_scripts_tell_steps_apart_by_their_outputs():
+    found = [f"{js.relative_to(SRC)}:{n}: {line.strip()}" for js in sorted(SRC.rglob("*.js"))
+             for n, line in enumerate(js.read_text(encoding="utf-8").splitlines(), 1) if JS_STEP_NAME.search(line)]
+    assert not found, "step names read as data in the page's scripts:\n" + "\n".join(found)
+    assert JS_STEP_NAME.search("if (/^turn\\.\\d+$/.test(step.name)) {")
+    assert JS_STEP_NAME.search('if (step.name.startsWith("turn.")) {')
+    assert not JS_STEP_NAME.search('el("span", { text: step.name })')
