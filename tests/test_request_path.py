@@ -103,6 +103,43 @@ def test_a_search_validates_its_config_once(sets, recorded):
     assert prepared.method is prepared.method and prepared.method.config.max_tokens == 64
 
 
+def test_the_request_model_is_one_contract_for_python_and_json(sets, stamps_gallery):
+    from pydantic import ValidationError
+
+    from imagent.core.types import ImageRecord, Query
+
+    req = SearchRequest("a penguin", method="caption", top_k=3, index=stamps_gallery.root)
+    assert (req.text, req.task, req.uses_method) == ("a penguin", "tir", True)
+    body = req.wire()  # what the CLI sends a server: every field but the local ones, as JSON
+    assert "index" not in body and "query" not in body and body["top_k"] == 3
+    assert SearchRequest.model_validate(body) == req.model_copy(update={"index": None})
+    # JSON never builds a record or a query (a client must not name a file that way)
+    for bad in ({"text": "x", "reference": {"id": "a", "path": "/etc/passwd"}},
+                {"text": "x", "query": {"text": "x"}}, {"text": "x", "top_k": 0}, {"text": ""}):
+        with pytest.raises(ValidationError):
+            SearchRequest.model_validate(bad)
+    assert SearchRequest(reference=ImageRecord("a", "/x.jpg")).task == "cir"
+    assert SearchRequest(query=Query(text="x", reference=ImageRecord("a", ""))).task == "cir"
+    with pytest.raises(ValidationError, match="lone surrogate"):
+        SearchRequest("\ud800")
+    # a keyword that is no field is a typo, not something to ignore
+    with pytest.raises(TypeError, match="metod"):
+        Workspace.from_config(sets=sets).search("x", metod="clip")
+
+
+def test_the_server_chooses_its_index_and_bounds_the_request(sets, tmp_path):
+    ws = Workspace.from_config(sets=sets)
+    client = TestClient(create_app(ws), base_url="http://127.0.0.1:8765")
+    other = tmp_path / "elsewhere"
+    res = client.post("/api/search", json={"text": "a penguin", "method": "clip", "top_k": 3, "index": str(other)})
+    assert res.status_code == 200 and not other.exists()  # the body's index is not the server's to take
+    for body, field in (({"text": "a", "top_k": 201}, "top_k"), ({"text": "a", "where": "x" * 2001}, "where"),
+                        ({"text": "a", "like": "\ud800"}, "like"), ({"text": "a", "method": "m" * 101}, "method")):
+        res = client.post("/api/search", content=json.dumps(body).encode(),  # ASCII JSON: "\\ud800" as sent
+                          headers={"Content-Type": "application/json"})
+        assert res.status_code == 422 and res.json()["detail"][0]["loc"] == ["body", field], (body, res.text)
+
+
 # --------------------------------------------------------------------------- the same query everywhere
 
 # (method, split, query text, reference): a method that calls no model, and one whose every call is scripted

@@ -410,7 +410,7 @@ class Workspace:
         A reference that is itself in the gallery is left out of the results unless ``keep_reference``:
         "this, but red" asks for other images, and CIRR's evaluation removes it the same way. A request's
         ``query`` (built already) is taken as it is."""
-        req = request if isinstance(request, SearchRequest) else SearchRequest(request, **fields)
+        req = request if isinstance(request, SearchRequest) else _request(request, fields)
         if req.reference_upload is not None:
             raise ValueError("reference_upload names an upload of the web server; give the reference itself here")
         if method is None:
@@ -470,7 +470,7 @@ class Workspace:
         """Rank the gallery for ``text``: :meth:`prepare`, then :meth:`run`. ``fields`` are the other
         :class:`SearchRequest` fields (``method="caption"``, ``top_k=5``, ``reference=...``, ``params={"k": 10}``,
         ``where=...``); ``trace`` as in :meth:`run`."""
-        return self.run(self.prepare(SearchRequest(text, **fields)), trace)
+        return self.run(self.prepare(_request(text, fields)), trace)
 
     def duplicate_groups(self, index: str | Path | None = None) -> list[Any]:
         """The gallery's duplicate groups (:func:`imagent.index.duplicates.duplicate_groups`), computed once per
@@ -574,6 +574,16 @@ class Workspace:
         if not Path(ref).expanduser().exists():
             raise UnknownReference(ref, g)
         return record_for_file(Path(ref), g)
+
+
+def _request(text: str, fields: dict[str, Any]) -> SearchRequest:
+    """A request from keyword arguments; a name that is no field of it is an error (``metod=`` is a typo, not a
+    wish to ignore)."""
+    unknown = sorted(set(fields) - set(SearchRequest.model_fields))
+    if unknown:
+        raise TypeError(f"a search has no field {', '.join(map(repr, unknown))} (fields: "
+                        f"{', '.join(SearchRequest.model_fields)})")
+    return SearchRequest(text, **fields)
 
 
 def extra_encoders(settings: Settings, load: Any) -> list[ExtraEncoder]:
