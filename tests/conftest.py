@@ -9,19 +9,23 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # testkit.py: helpers the test files share
+from testkit import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("IMAGENT_SHARED", REPO.parent / "shared"))
@@ -197,12 +201,6 @@ def known_album(tmp_path_factory, album_records, caption_dual, minilm):
     return Album(gallery, caption_dual, minilm)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def llama_server(model: Path, log_path: Path, *args: str, start_timeout_s: float = 120.0) -> Iterator[str]:
     """A real ``python -m llama_cpp.server`` for ``model`` on a free local port (``args``: more server
@@ -210,7 +208,7 @@ def llama_server(model: Path, log_path: Path, *args: str, start_timeout_s: float
     nobody reads would block the server."""
     import httpx
 
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
            "--port", str(port), "--n_threads", "2", "--model_alias", "qwen", *args]
     base_url = f"http://127.0.0.1:{port}"
@@ -237,6 +235,32 @@ def llama_server(model: Path, log_path: Path, *args: str, start_timeout_s: float
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=15)
+
+
+@pytest.fixture
+def serve_app():
+    """``serve_app(app)`` runs an ASGI ``app`` (a real uvicorn server) on a free 127.0.0.1 port in a thread and
+    returns its base URL; every server started is stopped after the test."""
+    import uvicorn
+
+    started: list[tuple[Any, threading.Thread]] = []
+
+    def run(app: Any) -> str:
+        port = free_port()
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        started.append((server, thread))
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert time.monotonic() < deadline, "the web server did not start"
+            time.sleep(0.05)
+        return f"http://127.0.0.1:{port}"
+
+    yield run
+    for server, thread in started:
+        server.should_exit = True
+        thread.join(timeout=10)
 
 
 @pytest.fixture(scope="session")

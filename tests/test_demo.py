@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import socket
 import subprocess
 import threading
 from pathlib import Path
 
 import pytest
+
+from testkit import free_port
 
 
 @pytest.mark.real_model
@@ -50,7 +51,7 @@ def test_demo_runs_offline_and_prints_rankings_and_traces(tmp_path, offline_mode
         assert json.loads(out.stdout)["results"], command
     serve = [c for c in commands if c.startswith("imagent serve")]
     assert serve == [f"imagent serve --index {shlex.quote(index)}"]
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([*shlex.split(serve[0]), "--port", str(port)], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
     try:
@@ -59,12 +60,6 @@ def test_demo_runs_offline_and_prints_rankings_and_traces(tmp_path, offline_mode
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _read_until(proc: subprocess.Popen, marker: str, timeout: float) -> str:

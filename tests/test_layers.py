@@ -1,12 +1,15 @@
-"""The package's layers import one way (DESIGN.md): core <- models, index <- tools <- methods <- eval, api
-<- cli, server. A module importing upwards would tie a low layer to an interface and is refused here."""
+"""The package's layers import one way (docs/architecture.md, the README's map): core <- models, index <- tools
+<- agents <- methods <- api <- eval <- cli, server. A module importing upwards would tie a low layer to an
+interface and is refused here; nothing is allow-listed."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "imagent"
+REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "src" / "imagent"
 
 # What each top-level part may import from the package (besides itself).
 ALLOWED: dict[str, set[str]] = {
@@ -16,11 +19,10 @@ ALLOWED: dict[str, set[str]] = {
     "tools": {"core", "models", "index"},
     "agents": {"core", "models", "index", "tools"},
     "methods": {"core", "models", "index", "tools", "agents"},
-    "eval": {"__init__", "core", "models", "index", "tools", "agents", "methods"},
     "api": {"core", "models", "index", "tools", "agents", "methods"},
-    "server": {"core", "models", "index", "tools", "agents", "methods", "api"},
-    "demo": {"core", "models", "index", "methods", "api", "cli"},
-    "cli": {"__init__", "core", "models", "index", "tools", "agents", "methods", "eval", "api", "server", "demo"},
+    "eval": {"__init__", "core", "models", "index", "tools", "agents", "methods", "api"},
+    "server": {"core", "models", "index", "tools", "agents", "methods", "api", "eval"},
+    "cli": {"__init__", "core", "models", "index", "tools", "agents", "methods", "api", "eval", "server"},
     "__init__": {"core"},
 }
 
@@ -49,6 +51,35 @@ def test_layers_import_one_way():
         for target in imported_parts(path) - {part} - ALLOWED[part]:
             wrong.append(f"{rel} imports imagent.{target}")
     assert not wrong, "imports against the layering:\n" + "\n".join(wrong)
+
+
+def documented_order(path: Path, after: str = "") -> list[list[str]]:
+    """The layers as the first code block (after the line ``after``) of ``path`` draws them, lowest first: the
+    package names that start its lines (``core      types ...``; ``cli, server (web UI): ...`` is one line, one
+    level, whose parts the allow-list orders)."""
+    text = path.read_text(encoding="utf-8")
+    block = text[text.index(after):] if after else text
+    block = block[block.index("```") + 3:]
+    block = block[:block.index("```")]
+    order: list[list[str]] = []
+    for line in block.splitlines():
+        m = re.match(r"([a-z_]+(?:, [a-z_]+)*)\b", line)
+        parts = [p for p in m.group(1).split(", ") if p in ALLOWED] if m else []
+        if parts:
+            order.append(parts)
+    return order
+
+
+def test_the_documented_layer_order_is_the_tested_one():
+    docs = documented_order(REPO / "docs" / "architecture.md")
+    readme = documented_order(REPO / "README.md", after="## Architecture")
+    assert docs == readme, f"docs/architecture.md draws {docs}, the README {readme}"
+    level = {part: n for n, line in enumerate(docs) for part in line}
+    assert set(level) == set(ALLOWED) - {"__init__"}, "every layer of the test is on the map, and only those"
+    for part, allowed in ALLOWED.items():
+        for target in allowed - {"__init__", part}:
+            assert part == "__init__" or level[target] <= level[part], \
+                f"{part} may import {target}, which the map draws above it"
 
 
 # --------------------------------------------------------------------------- no import cycle, no long file

@@ -5,16 +5,21 @@
 >>> result = ws.search("a penguin", method="caption", top_k=5)
 >>> result.ranking.ids, result.trace.to_dict()
 
-One request path serves every interface (the CLI, the web server, this API)::
+One request path serves every interface (the CLI, the web server, this API and the evaluation runner), and one
+request model, :class:`SearchRequest` (pydantic), states a search for all of them (the web server's JSON body is
+it)::
 
     prepared = ws.prepare(SearchRequest("a penguin", method="photocraft"))  # validated once
     prepared.warnings                                  # the method's preflight, run once
     result = ws.run(prepared, trace)
 
-:meth:`Workspace.prepare` looks the method up, validates its config (the configured parameters under the
-request's), resolves the reference and builds the :class:`~imagent.core.types.Query`; the context (gallery,
-encoders, roles, tools), the method and its preflight follow once, on first use, so an interface that hands the
-search to a running server loads no model. :meth:`Workspace.index` builds or updates an index.
+:meth:`Workspace.prepare` looks the method up and validates its config (the configured parameters under the
+request's) through :meth:`Workspace.prepare_method`, resolves the reference and builds the
+:class:`~imagent.core.types.Query`; the context (gallery, encoders, roles, tools), the method and its preflight
+follow once, on first use, so an interface that hands the search to a running server loads no model. An
+evaluation prepares its method once per run (:class:`PreparedMethod`) and each benchmark query with it
+(``ws.prepare(SearchRequest(query=..., ...), method=prepared_method)``): one validation, one method.
+:meth:`Workspace.index` builds or updates an index.
 
 Encoders, chat backends and the gallery are built on first use and then shared, so one workspace
 serves many queries (and an eval run) without reloading models.
@@ -28,7 +33,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, Field, PlainValidator, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from imagent.core.cache import DiskCache
 from imagent.core.config import Settings, load_settings, register_secret_env_names
@@ -68,7 +76,7 @@ class TaskMismatch(ValueError):
     interface say it in its own words."""
 
     def __init__(self, method: str, task: str, tasks: frozenset[str]) -> None:
-        what = "needs a reference image" if task == "tir" else "takes no reference image"
+        what = {"tir": "needs a reference image", "cir": "takes no reference image"}.get(task, f"takes no {task} query")
         super().__init__(f"method {method!r} {what} (it handles {sorted(tasks)} queries)")
         self.method, self.task, self.tasks = method, task, tasks
 
@@ -91,60 +99,155 @@ class UnknownReference(ValueError):
         self.reference = ref
 
 
-@dataclass
-class SearchRequest:
-    """One search as an interface states it: the text, the method, how many results, an optional reference
-    (a gallery id, a path inside the gallery, any image file, or a record), the method's parameters for this
-    search (over the configured ones) and the index (None: the configured one).
+def _python_object(cls: type) -> Callable[[Any], Any]:
+    def check(value: Any) -> Any:
+        if not isinstance(value, cls):
+            raise ValueError(f"a {cls.__name__} object (given from Python only)")
+        return value
+
+    return check
+
+
+def is_unicode(text: str) -> bool:
+    """Whether ``text`` is valid Unicode (no lone surrogate: what undecodable bytes become)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+# Values only Python code can give: JSON never builds a record or a query (a client must not name a file this way).
+RecordObject = Annotated[ImageRecord, PlainValidator(_python_object(ImageRecord))]
+QueryObject = Annotated[Query, PlainValidator(_python_object(Query))]
+
+
+class SearchRequest(BaseModel):
+    """One search, as every interface states it: the Python API, the CLI (in process and through a running
+    server), the web server's JSON body (``POST /api/search``, ``/api/searches``) and the evaluation runner.
+
+    ``text`` the query (the modification with a reference; empty only with a reference, ``like`` or ``where``);
+    ``method``; ``top_k`` results; ``reference`` a gallery id, a path inside the gallery, any image file, or a
+    record; ``keep_reference`` lets a gallery reference appear in its own results; ``params`` the method's
+    parameters for this search (over the configured ones); ``max_calls`` a cap on its model calls.
 
     The photo options (:mod:`imagent.tools.photo_search`): ``where`` a filter expression (the album filter
     language: ``"place ~ 'Vienna' and time >= '2019-07'"``, ``near('Vienna', 5)``) the method ranks inside, and
     with no text the matching photos listed in time order; ``sort`` ``score`` (the method's order) or ``time``
     (when taken); ``like`` a photo (gallery id or image file) to find more like, instead of text;
-    ``collapse_duplicates`` one photo per duplicate group (:mod:`imagent.index.duplicates`)."""
+    ``collapse_duplicates`` one photo per duplicate group (:mod:`imagent.index.duplicates`).
 
-    text: str
-    method: str = "clip"
-    top_k: int = 10
-    reference: str | Path | ImageRecord | None = None
-    keep_reference: bool = False
-    params: dict[str, Any] = field(default_factory=dict)
-    index: str | Path | None = None
-    where: str | None = None
-    sort: str = "score"
-    like: str | Path | ImageRecord | None = None
-    collapse_duplicates: bool = False
+    ``reference_upload`` is the web server's (an id from ``POST /api/uploads``, which the server resolves).
+    :attr:`LOCAL_FIELDS` never travel to a server: ``index`` (None: the configured one; a server answers on its
+    own) and ``query``, a query already built (an evaluation's benchmark query with its id, dialogue,
+    candidates and exclusions), which stands for ``text`` and ``reference``. The web server adds its bounds
+    (:func:`imagent.server.limits.check_request`)."""
+
+    LOCAL_FIELDS: ClassVar[frozenset[str]] = frozenset({"index", "query"})
+
+    text: str = Field("", description="the query, or the modification text with a reference")
+    method: str = Field("clip", description="retrieval method")
+    top_k: int = Field(10, ge=1, description="results to return")
+    reference: str | Path | SkipJsonSchema[RecordObject] | None = Field(
+        None, description="reference image: a gallery id (the web API takes gallery ids only)")
+    reference_upload: str | None = Field(None, description="web API: an id from POST /api/uploads")
+    keep_reference: bool = Field(False, description="let a gallery reference appear in its own results")
+    params: dict[str, Any] = Field(default_factory=dict, description="the method's hyper-parameters for this search")
+    max_calls: int | None = Field(None, ge=0, description="cap on model calls (through the web API: at most the "
+                                                          "server's cap)")
+    where: str | None = Field(None, description="filter expression (album filter language)")
+    sort: Literal["score", "time"] = "score"
+    like: str | Path | SkipJsonSchema[RecordObject] | None = Field(
+        None, description="more like this photo (a gallery id), instead of a text")
+    collapse_duplicates: bool = Field(False, description="one photo per duplicate group (imagent duplicates)")
+    index: SkipJsonSchema[str | Path | None] = None
+    query: SkipJsonSchema[QueryObject | None] = None
+
+    def __init__(self, text: str | None = None, /, **fields: Any) -> None:
+        """``SearchRequest("a penguin", method="caption")``: the text may come first, every other field by name."""
+        if text is not None:
+            fields["text"] = text
+        super().__init__(**fields)
+
+    @field_validator("text", "method", "where")
+    @classmethod
+    def _unicode(cls, value: str | None) -> str | None:
+        if value is not None and not is_unicode(value):
+            raise ValueError("not valid Unicode text (it holds a lone surrogate)")
+        return value
+
+    @model_validator(mode="after")
+    def _something_to_search(self) -> SearchRequest:
+        if not (self.text.strip() or self.reference or self.reference_upload or self.like or self.where is not None
+                or self.query is not None):
+            raise ValueError("give a query text, a reference, a like photo or a where filter")
+        return self
 
     @property
     def task(self) -> str:
+        if self.query is not None:
+            return self.query.task
         return "tir" if self.reference is None else "cir"
 
     @property
     def uses_method(self) -> bool:
         """False for "more like this" and for a filter alone: they rank without the method."""
-        return self.like is None and (bool(self.text.strip()) or self.reference is not None or self.where is None)
+        return self.like is None and (self.query is not None or bool(self.text.strip())
+                                      or self.reference is not None or self.where is None)
+
+    def wire(self) -> dict[str, Any]:
+        """The request as a JSON body for a server (:attr:`LOCAL_FIELDS` left out)."""
+        return self.model_dump(mode="json", exclude=set(self.LOCAL_FIELDS))
+
+
+@dataclass
+class PreparedMethod:
+    """A method ready to search: its class and its config (validated once), and the method over its context
+    (gallery, encoders, roles, tools), built on first use of :attr:`method` and then shared by every search
+    prepared with it. :meth:`Workspace.prepare` makes one per search; an evaluation one per run."""
+
+    method_class: type[Method]
+    config: MethodConfig
+    params: dict[str, Any]
+    index: str | Path | None
+    build: Callable[[PreparedMethod], Method] = field(repr=False, compare=False)
+    _built: Method | None = field(default=None, repr=False, compare=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    @property
+    def method(self) -> Method:
+        with self._lock:  # concurrent searches (an eval's worker threads) build it once
+            if self._built is None:
+                self._built = self.build(self)
+            return self._built
 
 
 @dataclass
 class PreparedSearch:
-    """A validated search, ready to run: the method class, its config (validated once), the query. The method
-    over its context (gallery, encoders, roles, tools) is built on first use of :attr:`method`, and its preflight
-    runs once, on first use of :attr:`warnings` (:meth:`Workspace.run` uses both)."""
+    """A validated search, ready to run: the request, its prepared method (config validated once, the method
+    built on first use of :attr:`method`) and the query. The method's preflight for this query runs once, on
+    first use of :attr:`warnings` (:meth:`Workspace.run` uses both)."""
 
     request: SearchRequest
-    method_class: type[Method]
-    config: MethodConfig
+    prepared_method: PreparedMethod
     query: Query
-    build: Callable[[PreparedSearch], Method] = field(repr=False, compare=False)
     like: ImageRecord | None = None  # the photo "more like this" ranks by (request.like resolved)
+
+    @property
+    def method_class(self) -> type[Method]:
+        return self.prepared_method.method_class
+
+    @property
+    def config(self) -> MethodConfig:
+        return self.prepared_method.config
 
     @property
     def uses_method(self) -> bool:
         return self.request.uses_method
 
-    @cached_property
+    @property
     def method(self) -> Method:
-        return self.build(self)
+        return self.prepared_method.method
 
     @property
     def context(self) -> MethodContext:
@@ -273,54 +376,80 @@ class Workspace:
         )
 
     def method(self, name: str, index: str | Path | None = None, **overrides: Any) -> Method:
-        cls = get_method(name)
-        return cls(self.context(index), self.method_config(cls, overrides))
+        """The method ``name`` over the gallery at ``index`` with ``overrides`` over its configured parameters."""
+        return self.prepare_method(name, overrides, index).method
 
     def method_config(self, cls: type[Method], params: dict[str, Any] | None = None) -> MethodConfig:
-        """``cls``'s config: the configured parameters (``[methods.<name>]``) with ``params`` over them, validated."""
+        """``cls``'s config: the configured parameters (``[methods.<name>]``) with ``params`` over them, validated
+        (the one place a method's config is validated: searches, eval runs, packs, OSCAR's library)."""
         return cls.Config.model_validate({**self.settings.methods.get(cls.name, {}), **(params or {})})
 
     # ------------------------------------------------------------------ the request path
+    def prepare_method(self, name: str, params: dict[str, Any] | None = None, index: str | Path | None = None, *,
+                       check_params: Callable[[type[MethodConfig], dict[str, Any]], None] | None = None
+                       ) -> PreparedMethod:
+        """Look the method up (a did-you-mean on a miss) and validate its config once (pydantic's
+        ``ValidationError`` names the bad key); the method itself is built on first use. ``check_params`` (the
+        web server's bounds) sees the config class and ``params`` before they are validated."""
+        cls = get_method(name)
+        params = dict(params or {})
+        if check_params is not None:
+            check_params(cls.Config, params)
+        return PreparedMethod(cls, self.method_config(cls, params), params, index, build=self._build_method)
+
     def prepare(self, request: SearchRequest | str, *,
                 check_params: Callable[[type[MethodConfig], dict[str, Any]], None] | None = None,
-                **fields: Any) -> PreparedSearch:
-        """Validate a search once: the method (a did-you-mean on a miss), the config (pydantic's
-        ``ValidationError`` names the bad key), the query's kind against the method's tasks (:class:`TaskMismatch`),
-        then the reference (:class:`UnknownReference`). ``request`` may be the text, with the other
-        :class:`SearchRequest` fields as keywords. ``check_params`` (the web server's bounds) sees the config
-        class and the request's parameters before they are validated.
+                method: PreparedMethod | None = None, **fields: Any) -> PreparedSearch:
+        """Validate a search once: the method and its config (:meth:`prepare_method`, unless ``method`` is
+        given: a method prepared before, for the same method, parameters and index, as an evaluation run does),
+        the query's kind against the method's tasks (:class:`TaskMismatch`), then the reference
+        (:class:`UnknownReference`). ``request`` may be the text, with the other :class:`SearchRequest` fields as
+        keywords. ``check_params`` (the web server's bounds) sees the config class and the request's parameters
+        before they are validated.
 
         A reference that is itself in the gallery is left out of the results unless ``keep_reference``:
-        "this, but red" asks for other images, and CIRR's evaluation removes it the same way."""
-        req = request if isinstance(request, SearchRequest) else SearchRequest(request, **fields)
-        cls = get_method(req.method)
-        if check_params is not None:
-            check_params(cls.Config, req.params)
-        config = self.method_config(cls, req.params)
+        "this, but red" asks for other images, and CIRR's evaluation removes it the same way. A request's
+        ``query`` (built already) is taken as it is."""
+        req = request if isinstance(request, SearchRequest) else _request(request, fields)
+        if req.reference_upload is not None:
+            raise ValueError("reference_upload names an upload of the web server; give the reference itself here")
+        if method is None:
+            method = self.prepare_method(req.method, req.params, req.index, check_params=check_params)
+        elif get_method(req.method) is not method.method_class or req.params not in ({}, method.params) \
+                or req.index != method.index:
+            raise ValueError(f"the request ({req.method!r}, its parameters, index) is not the prepared method's "
+                             f"({method.method_class.name!r})")
+        cls = method.method_class
         from imagent.tools import photo_search
 
-        photo_search.check_sort(req.sort)
-        if req.like is not None and (req.text.strip() or req.reference is not None):
+        if req.like is not None and (req.text.strip() or req.reference is not None or req.query is not None):
             raise ValueError("like ranks by the photo alone: give no text and no reference with it")
         if req.uses_method and req.task not in cls.tasks:
             raise TaskMismatch(req.method, req.task, cls.tasks)
         g = self.gallery(req.index)
-        ref = self.resolve_reference(req.reference, req.index) if req.reference is not None else None
+        if req.query is not None:
+            query = req.query
+        else:
+            ref = self.resolve_reference(req.reference, req.index) if req.reference is not None else None
+            exclude = [ref.id] if ref is not None and not req.keep_reference and ref.id in g else []
+            query = Query(text=req.text, reference=ref, exclude=exclude)
         like = self.resolve_reference(req.like, req.index) if req.like is not None else None
-        exclude = [ref.id] if ref is not None and not req.keep_reference and ref.id in g else []
-        query = photo_search.apply_filter(Query(text=req.text, reference=ref, exclude=exclude), g, req.where)
-        return PreparedSearch(req, cls, config, query, build=self._build_method, like=like)
+        return PreparedSearch(req, method, photo_search.apply_filter(query, g, req.where), like)
 
-    def _build_method(self, prepared: PreparedSearch) -> Method:
-        return prepared.method_class(self.context(prepared.request.index), prepared.config)
+    def _build_method(self, prepared: PreparedMethod) -> Method:
+        return prepared.method_class(self.context(prepared.index), prepared.config)
 
     def run(self, prepared: PreparedSearch, trace: Trace | None = None) -> Result:
         """Run a prepared search. ``trace`` (optional) observes the search while it runs (listeners), caps its
-        model calls (``max_calls``) or cancels it (``cancel_event``). The photo options (filter, order, more like
-        this, duplicates collapsed) apply here (:mod:`imagent.tools.photo_search`)."""
+        model calls (``max_calls``, and the request's under it) or cancels it (``cancel_event``). The photo
+        options (filter, order, more like this, duplicates collapsed) apply here
+        (:mod:`imagent.tools.photo_search`)."""
         from imagent.tools import photo_search
 
         req = prepared.request
+        if req.max_calls is not None:
+            trace = trace or Trace()
+            trace.max_calls = req.max_calls if trace.max_calls is None else min(trace.max_calls, req.max_calls)
         g = self.gallery(req.index)
         top_k = req.top_k * 4 + 10 if req.collapse_duplicates else req.top_k  # room for the ones collapsed
         if prepared.like is not None:  # more like this photo: its own vector
@@ -337,28 +466,11 @@ class Workspace:
         return result
 
     # ------------------------------------------------------------------ one-call search
-    def search(
-        self,
-        text: str,
-        method: str = "clip",
-        top_k: int = 10,
-        reference: str | Path | ImageRecord | None = None,
-        index: str | Path | None = None,
-        keep_reference: bool = False,
-        params: dict[str, Any] | None = None,
-        trace: Trace | None = None,
-        where: str | None = None,
-        sort: str = "score",
-        like: str | Path | ImageRecord | None = None,
-        collapse_duplicates: bool = False,
-    ) -> Result:
-        """Rank the gallery for ``text`` (with ``reference``: a composed query): :meth:`prepare`, then
-        :meth:`run`. ``params`` are the method's hyper-parameters for this search (``{"k": 10}``), on top of the
-        configured ones; ``trace`` as in :meth:`run`; ``where``, ``sort``, ``like``, ``collapse_duplicates`` as in
-        :class:`SearchRequest`."""
-        return self.run(self.prepare(SearchRequest(text, method, top_k, reference, keep_reference,
-                                                   dict(params or {}), index, where, sort, like,
-                                                   collapse_duplicates)), trace)
+    def search(self, text: str = "", *, trace: Trace | None = None, **fields: Any) -> Result:
+        """Rank the gallery for ``text``: :meth:`prepare`, then :meth:`run`. ``fields`` are the other
+        :class:`SearchRequest` fields (``method="caption"``, ``top_k=5``, ``reference=...``, ``params={"k": 10}``,
+        ``where=...``); ``trace`` as in :meth:`run`."""
+        return self.run(self.prepare(_request(text, fields)), trace)
 
     def duplicate_groups(self, index: str | Path | None = None) -> list[Any]:
         """The gallery's duplicate groups (:func:`imagent.index.duplicates.duplicate_groups`), computed once per
@@ -464,6 +576,16 @@ class Workspace:
         return record_for_file(Path(ref), g)
 
 
+def _request(text: str, fields: dict[str, Any]) -> SearchRequest:
+    """A request from keyword arguments; a name that is no field of it is an error (``metod=`` is a typo, not a
+    wish to ignore)."""
+    unknown = sorted(set(fields) - set(SearchRequest.model_fields))
+    if unknown:
+        raise TypeError(f"a search has no field {', '.join(map(repr, unknown))} (fields: "
+                        f"{', '.join(SearchRequest.model_fields)})")
+    return SearchRequest(text, **fields)
+
+
 def extra_encoders(settings: Settings, load: Any) -> list[ExtraEncoder]:
     """The configured extra encoders (``[encoders.*]``), each a :class:`LazyEncoder` over ``load(name)`` with its
     model id (and whether it sees pixels) known from the config, so nothing loads until a vector is needed."""
@@ -510,7 +632,7 @@ def result_json(result: Result, gallery: Gallery) -> str:
     """The result rows, the trace and any per-stage rankings as one JSON document."""
     payload: dict[str, Any] = {"results": result_rows(result, gallery), "source": result.source,
                                "source_reason": result.source_reason, "counts": dict(result.counts),
-                               "trace": result.trace.to_dict()}
+                               "warnings": list(result.warnings), "trace": result.trace.to_dict()}
     if result.stages:
         payload["stages"] = {k: v.to_dict() for k, v in result.stages.items()}
     return json.dumps(payload, indent=2, ensure_ascii=False, default=str)

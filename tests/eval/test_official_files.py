@@ -8,25 +8,11 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
-import typer
 from typer.testing import CliRunner
 
-from imagent.api import Workspace
-from imagent.cli.eval_cmd import register
 from imagent.eval.datasets import MissingImagesError, Predictions, load_benchmark
 from imagent.eval.scoring import score_file
-
-
-def make_app() -> typer.Typer:
-    app = typer.Typer()
-
-    @app.callback()
-    def _root() -> None:
-        """test app"""
-
-    register(app, lambda config, sets: Workspace.from_config(config, sets))
-    return app
-
+from testkit import eval_app as make_app
 
 # ----------------------------------------------------------------------------- CIRCO
 
@@ -410,14 +396,15 @@ def test_visdial_round_text_and_hits_match_chatir_eval(bench_dir, tmp_path):
 
 
 def test_report_states_the_methods_start_of_run_warnings(bench_dir, tmp_path):
-    """A method's preflight warnings (TaCIR without tools, allow_missing_captions) reach report.md and metrics.json."""
+    """A method's preflight warnings (TaCIR without tools, allow_missing_captions; ``Result.warnings`` in each
+    record) reach report.md and metrics.json."""
     from imagent.eval.report import write_outputs
 
     bench = load_benchmark("circo", bench_dir / "circo")
     items = bench.queries("val")[:3]
     warning = "TaCIR: no search or edit tool is configured, so every query runs as the no-tool ablation"
     records = {it.id: {"qid": it.id, "ids": [str(100 + i) for i in range(50)], "extras": {}, "stages": {},
-                       "error": None, "seconds": 0.1, "model_calls": 1,
+                       "error": None, "seconds": 0.1, "model_calls": 1, "warnings": [warning],
                        "trace": {"steps": [{"name": "checks", "notes": [warning]}, {"name": "tacir.select"}]}}
                for it in items}
     config = {"method": {"name": "tacir", "params": {}}, "top_k": 50, "settings": {}, "benchmark": "circo",

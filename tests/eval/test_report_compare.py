@@ -11,16 +11,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import typer
 from typer.testing import CliRunner
 
 from imagent.api import Workspace
-from imagent.cli.eval_cmd import register
 from imagent.core.trace import Trace
 from imagent.core.types import Query, Ranking
 from imagent.eval.compare import paired_comparison, permutation_test, sign_test
 from imagent.eval.runner import RunSpec, run_eval, shared_index_dir
 from imagent.methods.base import METHODS, Method, register_method
+from testkit import chromium_path
+from testkit import eval_app as app
 
 REPO = Path(__file__).resolve().parents[2]
 ANNOTATIONS = REPO / "src/imagent/eval/data/stamps_mini/queries.json"
@@ -42,17 +42,6 @@ class Backwards(Method):
 
 if "test_backwards" not in METHODS:
     register_method(Backwards)
-
-
-def app() -> typer.Typer:
-    a = typer.Typer()
-
-    @a.callback()
-    def _root() -> None:
-        """test app"""
-
-    register(a, lambda config, sets: Workspace.from_config(config, sets))
-    return a
 
 
 @pytest.fixture(scope="module")
@@ -130,12 +119,17 @@ def test_report_has_per_query_table_provenance_and_n(runs):
     assert runs["titles"] and all("(n=6 queries)" in t for t in runs["titles"])
 
 
-def test_compare_counts_wins_and_losses_with_paired_tests(runs):
-    base = runs["base"]
+def _compare_json(base: Path) -> dict:
+    """``imagent eval --compare`` of the two runs, as JSON."""
     res = CliRunner().invoke(app(), ["eval", "--compare", str(base / "test_backwards"), str(base / "caption"),
                                      "--json"])
     assert res.exit_code == 0, res.output
-    out = json.loads(res.stdout)
+    return json.loads(res.stdout)
+
+
+def test_compare_counts_wins_and_losses_with_paired_tests(runs):
+    base = runs["base"]
+    out = _compare_json(base)
     pq = out["per_query"]
     ranks = [r["target_rank"] for r in runs["out"]["caption"].metrics["per_query"]]
     back = [r["target_rank"] for r in runs["out"]["test_backwards"].metrics["per_query"]]
@@ -178,14 +172,8 @@ def test_paired_tests_match_hand_computed_values():
 
 
 def test_compare_html_renders_in_real_chromium_with_curves_deltas_and_intervals(runs):
-    import os
-    import shutil
-
     base = runs["base"]
-    res = CliRunner().invoke(app(), ["eval", "--compare", str(base / "test_backwards"), str(base / "caption"),
-                                     "--json"])
-    assert res.exit_code == 0, res.output
-    out = json.loads(res.stdout)
+    out = _compare_json(base)
     page_path = Path(out["report_html"])
     assert page_path.suffix == ".html" and page_path.with_suffix(".md") == Path(out["report"])
     boot = {r["metric"]: r for r in out["bootstrap"]}
@@ -195,9 +183,7 @@ def test_compare_html_renders_in_real_chromium_with_curves_deltas_and_intervals(
     assert boot["reciprocal_rank"]["difference"] > 0 and boot["reciprocal_rank"]["excludes_zero"]
     deltas = out["per_query"]["deltas"]
     assert len(deltas) == 6 and [d["delta"] for d in deltas] == sorted((d["delta"] for d in deltas), reverse=True)
-    chromium = os.environ.get("IMAGENT_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-    if not chromium:
-        pytest.skip("no Chromium on this machine (Debian: apt-get install chromium); CI installs it")
+    chromium = chromium_path()
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium, headless=True,

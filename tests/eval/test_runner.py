@@ -13,16 +13,15 @@ import time
 from pathlib import Path
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
 from imagent.api import Workspace
-from imagent.cli.eval_cmd import register
 from imagent.core.trace import Trace
 from imagent.core.types import Query, Ranking
 from imagent.eval.identity import differences, select_items
 from imagent.eval.runner import ResultsLog, RunSpec, ensure_index, limit_items, run_eval
 from imagent.methods.base import METHODS, Method, register_method
+from testkit import eval_app as app
 
 pytestmark = pytest.mark.slow
 
@@ -70,17 +69,6 @@ class TwoStage(Method):
             coarse = Ranking(ids, [0.0] * len(ids))
         final = get_method("caption")(self.ctx).run(query, top_k, trace)
         return final, {"coarse": coarse}
-
-
-def app() -> typer.Typer:
-    a = typer.Typer()
-
-    @a.callback()
-    def _root() -> None:
-        """test app"""
-
-    register(a, lambda config, sets: Workspace.from_config(config, sets))
-    return a
 
 
 def invoke(*args: str) -> dict:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -12,9 +11,10 @@ import zlib
 from datetime import datetime
 from pathlib import Path
 
-import numpy as np
 import pytest
 from PIL import Image
+
+from testkit import TinyEmbedder
 
 # Same resolution as the top-level conftest (not importable under --import-mode=importlib).
 REPO = Path(__file__).resolve().parents[2]
@@ -180,22 +180,6 @@ def copy_stamps(dest: Path, limit: int | None = None) -> Path:
 @pytest.fixture
 def copy_stamps_to():
     return copy_stamps
-
-
-class TinyEmbedder:
-    """A deterministic stand-in text encoder (unit vectors from a hash of the text) for tests about
-    indexing mechanics, where what the vectors mean does not matter and a model load would only cost time."""
-
-    def __init__(self, model_id: str = "tiny-8", dim: int = 8) -> None:
-        self.model_id, self.dim = model_id, dim
-
-    def encode_texts(self, texts: list[str]) -> np.ndarray:
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for n, t in enumerate(texts):
-            seed = int.from_bytes(hashlib.sha256(t.encode("utf-8", "surrogatepass")).digest()[:8], "little")
-            v = np.random.default_rng(seed).standard_normal(self.dim)
-            out[n] = v / np.linalg.norm(v)
-        return out
 
 
 @pytest.fixture

@@ -3,31 +3,13 @@ copying the matrix, and the BLAS thread policy."""
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 
 from imagent.core.types import ImageRecord
 from imagent.index import scoring
 from imagent.index.embedding import gallery_from_records
 from imagent.index.gallery import SPACE_CAPTION_DUAL, SPACE_CAPTION_TEXT, SPACE_IMAGE, Gallery
-
-
-class CaptionModeEncoder:
-    """Caption mode with one text model for both roles: image, caption_dual and caption_text are identical."""
-
-    model_id, dim, sees_pixels = "hash-8", 8, False
-
-    def encode_texts(self, texts: list[str]) -> np.ndarray:
-        out = []
-        for t in texts:
-            seed = int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "little")
-            v = np.random.default_rng(seed).standard_normal(self.dim).astype(np.float32)
-            out.append(v / np.linalg.norm(v))
-        return np.array(out, dtype=np.float32).reshape(len(texts), self.dim)
-
-    def encode_images(self, records: list[ImageRecord]) -> np.ndarray:
-        return self.encode_texts([r.caption for r in records])
+from testkit import CaptionModeEncoder
 
 
 def _gallery(tmp_path, n: int = 50) -> Gallery:

@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
 from imagent.core.types import ImageRecord, Query
@@ -17,6 +16,7 @@ from imagent.methods.base import MethodContext, get_method
 from imagent.methods.captions import MissingCaptionsError, capped_fields, caption_coverage, check_captions
 from imagent.models.chat_scripted import ScriptedChatModel
 from imagent.models.roles import Roles
+from testkit import eval_app
 
 FIXES = ("--caption-missing", "--captions FILE", "allow_missing_captions=true")
 
@@ -101,20 +101,6 @@ def test_check_captions_needs_a_use_and_caps_are_exact(bare_gallery):
 
 
 # --------------------------------------------------------------------------- through `imagent eval`
-
-
-def eval_app() -> typer.Typer:
-    from imagent.api import Workspace
-    from imagent.cli.eval_cmd import register
-
-    app = typer.Typer()
-
-    @app.callback()
-    def _root() -> None:
-        """test app"""
-
-    register(app, lambda config, sets: Workspace.from_config(config, sets))
-    return app
 
 
 @pytest.mark.parametrize("method", ["xr", "imagescope"])

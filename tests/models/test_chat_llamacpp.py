@@ -3,7 +3,6 @@ in-process (``qwen_local``)."""
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from imagent.models import chat_llamacpp
 from imagent.models.base import ChatParams, ImagePart, Message
 from imagent.models.chat_llamacpp import LlamaCppChatModel, ModelLoadError, resolve_model_path
 from imagent.models.registry import build_chat_model
+from testkit import run_in_threads
 
 # --------------------------------------------------------------------------- without loading weights
 
@@ -142,19 +142,11 @@ def test_real_top_logprobs_per_position(qwen_local: LlamaCppChatModel) -> None:
 def test_real_concurrent_calls_are_serialised(qwen_local: LlamaCppChatModel) -> None:
     # One Llama is not thread-safe; the backend's lock must make parallel callers safe.
     out: list[str] = []
-    errors: list[BaseException] = []
 
     def ask() -> None:
-        try:
-            out.append(qwen_local.chat([Message.user("Say the word 'blue'.")], ChatParams(max_tokens=4)).text)
-        except BaseException as exc:
-            errors.append(exc)
+        out.append(qwen_local.chat([Message.user("Say the word 'blue'.")], ChatParams(max_tokens=4)).text)
 
-    threads = [threading.Thread(target=ask) for _ in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = run_in_threads(ask, 3)
     assert errors == [] and len(out) == 3
     assert len(set(out)) == 1  # greedy decoding of one prompt: the same text every time
 

@@ -6,13 +6,13 @@ Most tests use small fake parts in a tmp dir; one real-model test checks the rea
 from __future__ import annotations
 
 import hashlib
-import threading
 from pathlib import Path
 
 import pytest
 
 from imagent.models import offline
 from imagent.models.offline import OfflineModelError, assemble_parts, ensure_offline_qwen
+from testkit import run_in_threads
 
 
 def make_parts(tmp_path: Path, chunks: list[bytes]) -> tuple[list[Path], str, int]:
@@ -126,19 +126,7 @@ def test_missing_part_package_names_the_extra(tmp_path: Path, monkeypatch: pytes
 def test_concurrent_assembly_yields_one_good_file(tmp_path: Path) -> None:
     parts, sha, size = make_parts(tmp_path, CHUNKS * 20)
     target = tmp_path / "models" / "m.gguf"
-    errors: list[BaseException] = []
-
-    def work() -> None:
-        try:
-            assemble_parts(parts, target, sha, size)
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = run_in_threads(lambda: assemble_parts(parts, target, sha, size), 4)
     assert errors == []
     assert hashlib.sha256(target.read_bytes()).hexdigest() == sha
     assert leftovers(target.parent) == []

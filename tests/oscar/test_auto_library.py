@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from imagent.api import Workspace
+from imagent.core.config import Settings
 from imagent.eval import oscar_library
 from imagent.eval.oscar_library import AUTO_BUILD_MAX, ensure_library
 from imagent.methods.oscar.library import GoldenLibrary, LibraryEntry
@@ -29,8 +31,8 @@ class Bench:
                 for i in range(self.n_train)]
 
 
-def workspace(library: Path, **oscar: Any) -> Any:
-    return SimpleNamespace(settings=SimpleNamespace(methods={"oscar": {"library": str(library), **oscar}}))
+def workspace(library: Path, **oscar: Any) -> Workspace:
+    return Workspace(Settings(methods={"oscar": {"library": str(library), **oscar}}))  # nothing loads
 
 
 @pytest.fixture

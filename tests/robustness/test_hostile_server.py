@@ -33,13 +33,14 @@ import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import ClassVar
 
 import pytest
 
 from imagent.models.base import ChatError
+from testkit import caption_index, http_server
 
 KEY_ENV = "IMAGENT_HOSTILE_TEST_KEY"
 KEY = "sk-hostile-" + secrets.token_hex(16)
@@ -253,27 +254,18 @@ class Hostile(BaseHTTPRequestHandler):
 def hostile() -> Iterator[str]:
     Hostile.stop.clear()
     Hostile.bombs = {enc: bomb(enc) for enc in ("gzip", "deflate")}  # made once, before any deadline runs
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Hostile)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        with http_server(Hostile, poll_interval=0.05) as url:
+            yield url
     finally:
         Hostile.stop.set()
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory, hostile: str, caption_dual, minilm) -> dict[str, Path]:
     """A gallery and one config file with a model entry per mode, all pointing at the hostile server."""
-    from imagent.core.types import ImageRecord
-    from imagent.index.embedding import gallery_from_records
-
     base = tmp_path_factory.mktemp("hostile")
-    records = [ImageRecord(id=i, path=f"/nonexistent/{i}.jpg", captions=[c]) for i, c in CAPTIONS.items()]
-    gallery_from_records(str(base / "index"), records, caption_dual, minilm)
+    caption_index(base / "index", CAPTIONS, caption_dual, minilm)
     models = "\n".join(
         f'[models.{mode}]\nbackend = "openai"\nbase_url = "{hostile}/{mode}/v1"\nmodel = "m"\n'
         f'api_key_env = "{KEY_ENV}"\nmax_retries = 1\ntimeout_s = {TIMEOUT_S}\ndeadline_s = {DEADLINE_S}\n'

@@ -26,27 +26,22 @@ import numpy as np
 from PIL import Image
 
 from imagent.index.gallery import Gallery
+from testkit import TESTS
 
 KILLS = 6
 DEADLINE_S = 60  # the whole kill loop stops here, whatever happens
 
 BOOT = textwrap.dedent(
-    """
-    import hashlib, sys, time
-    import numpy as np
+    f"""
+    import sys, time
+    sys.path.insert(0, {str(TESTS)!r})
+    from testkit import TinyEmbedder
     from imagent.models import registry
 
-    class Tiny:
-        def __init__(self, model):
-            self.model_id, self.dim = model, 8
+    class Tiny(TinyEmbedder):
         def encode_texts(self, texts):
             time.sleep(0.03)  # a model's pace: kills land between and inside batches
-            out = np.zeros((len(texts), self.dim), dtype=np.float32)
-            for n, t in enumerate(texts):
-                seed = int.from_bytes(hashlib.sha256(t.encode("utf-8", "surrogatepass")).digest()[:8], "little")
-                v = np.random.default_rng(seed).standard_normal(self.dim)
-                out[n] = v / np.linalg.norm(v)
-            return out
+            return super().encode_texts(texts)
 
     registry.register("text", "tiny", lambda cfg, **kw: Tiny(cfg.model))
     from imagent.cli.main import app

@@ -12,7 +12,6 @@ printed (``odd files: tried=... crashed=...``) for the issue's closing note. Run
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -22,7 +21,6 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import pytest
 from PIL import Image
 
@@ -31,26 +29,13 @@ from imagent.core.text import display_path
 from imagent.index.builder import build_index
 from imagent.index.gallery import SPACE_CAPTION_TEXT, Gallery
 from imagent.models.encoders import CaptionDualEncoder
+from testkit import TinyEmbedder
 
 # PIL warns about the broken TIFF tags and EXIF it meets; the verdicts are what is tested.
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 MAX_BYTES = 2_000_000
 MAX_PIXELS = 4_000_000
-
-
-class Tiny:
-    """Unit vectors from a hash of the text: a model stand-in for file-handling tests."""
-
-    model_id, dim = "tiny-8", 8
-
-    def encode_texts(self, texts: list[str]) -> np.ndarray:
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for n, t in enumerate(texts):
-            seed = int.from_bytes(hashlib.sha256(t.encode("utf-8", "surrogatepass")).digest()[:8], "little")
-            v = np.random.default_rng(seed).standard_normal(self.dim)
-            out[n] = v / np.linalg.norm(v)
-        return out
 
 
 def _img(size=(24, 16), mode="RGB", color=(200, 40, 40)) -> Image.Image:
@@ -282,7 +267,7 @@ def test_odd_folder_and_manifest_index_with_zero_crashes(tmp_path, capsys):
     root = tmp_path / "odd"
     tried, _made = make_odd_folder(root)
     assert tried >= 200
-    tiny = Tiny()
+    tiny = TinyEmbedder()
     dual = CaptionDualEncoder(tiny)
     opts = IndexOptions(max_file_bytes=MAX_BYTES, max_pixels=MAX_PIXELS, batch_size=16)
     idx = tmp_path / "idx"

@@ -17,15 +17,15 @@ import os
 import secrets
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import ClassVar
 
 import pytest
 
 from imagent.core.redact import redact, register_env_names
+from testkit import caption_index, http_server
 
 slow = pytest.mark.slow
 
@@ -69,14 +69,8 @@ class EchoHandler(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def echo_server() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), EchoHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with http_server(EchoHandler) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -84,12 +78,8 @@ def world(tmp_path_factory: pytest.TempPathFactory, echo_server: str, caption_du
     """A config pointing every role at the echo server, a gallery index, and a tiny stamps-format benchmark."""
     from PIL import Image
 
-    from imagent.core.types import ImageRecord
-    from imagent.index.embedding import gallery_from_records
-
     base = tmp_path_factory.mktemp("secrets")
-    records = [ImageRecord(id=i, path=f"/nonexistent/{i}.jpg", captions=[c]) for i, c in CAPTIONS.items()]
-    gallery_from_records(str(base / "index"), records, caption_dual, minilm)
+    caption_index(base / "index", CAPTIONS, caption_dual, minilm)
     bench = base / "bench"
     (bench / "images").mkdir(parents=True)
     rows = []

@@ -1,15 +1,14 @@
 """Fixtures for the web server's tests: a test-only *scripted slow* method (its steps sleep and call the
 scripted chat backend, so a long search is fast, deterministic and cancellable), a workspace over the
-stamps gallery configured with that backend, and a real uvicorn server on 127.0.0.1."""
+stamps gallery configured with that backend, and a page in a real headless Chromium (a real uvicorn server on
+127.0.0.1 is the root conftest's ``serve_app``)."""
 
 from __future__ import annotations
 
 import json
-import socket
-import threading
 import time
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import pytest
 from pydantic import Field
@@ -20,6 +19,7 @@ from imagent.core.trace import Trace
 from imagent.core.types import Query, Ranking, Result
 from imagent.methods.base import METHODS, Method, MethodConfig
 from imagent.models.base import Message
+from testkit import chromium_path
 
 
 class ScriptedSlowConfig(MethodConfig):
@@ -76,38 +76,6 @@ def scripted_workspace(stamps_gallery, tmp_path, scripted_slow) -> Workspace:
     return Workspace(settings)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def serve_app():
-    """``serve_app(app)`` runs ``app`` on a free 127.0.0.1 port in a thread and returns its base URL;
-    every server started is stopped after the test."""
-    import uvicorn
-
-    started: list[tuple[Any, threading.Thread]] = []
-
-    def run(app: Any) -> str:
-        port = free_port()
-        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        started.append((server, thread))
-        deadline = time.monotonic() + 30
-        while not server.started:
-            assert time.monotonic() < deadline, "the web server did not start"
-            time.sleep(0.05)
-        return f"http://127.0.0.1:{port}"
-
-    yield run
-    for server, thread in started:
-        server.should_exit = True
-        thread.join(timeout=10)
-
-
 def _make_png(path: Path, color: tuple[int, int, int] = (200, 30, 30), size: tuple[int, int] = (32, 24)) -> Path:
     from PIL import Image
 
@@ -119,3 +87,21 @@ def _make_png(path: Path, color: tuple[int, int, int] = (200, 30, 30), size: tup
 def make_png():
     """``make_png(path, color=(r, g, b), size=(w, h))`` writes a real PNG and returns its path."""
     return _make_png
+
+
+@pytest.fixture
+def page():
+    """A page in a real headless Chromium; a JavaScript error on it fails the test."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=chromium_path(), headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync", "--no-first-run"],
+        )
+        page = browser.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        yield page
+        browser.close()
+        assert not errors, f"JavaScript errors on the page: {errors}"

@@ -6,8 +6,6 @@ Real parts: the geotagged photo folder (EXIF GPS for Vienna and San Diego) index
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
 
 import pytest
@@ -17,27 +15,6 @@ pytest.importorskip("fastapi")
 from imagent.api import Workspace
 from imagent.core.config import Settings
 from imagent.server import create_app
-
-
-def _chromium() -> str:
-    path = os.environ.get("IMAGENT_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-    if not path:
-        pytest.skip("no Chromium on this machine (Debian: apt-get install chromium); CI installs it")
-    return path
-
-
-@pytest.fixture
-def page():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=_chromium(), headless=True,
-                                     args=["--no-sandbox", "--disable-gpu", "--no-first-run"])
-        page = browser.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        yield page
-        browser.close()
-        assert not errors, f"JavaScript errors on the page: {errors}"
 
 
 def _cards(page) -> list[dict]:

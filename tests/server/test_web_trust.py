@@ -12,8 +12,6 @@
 from __future__ import annotations
 
 import io
-import os
-import shutil
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +21,8 @@ from typing import Any
 
 import httpx
 import pytest
+
+from testkit import chromium_path
 
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient
@@ -218,9 +218,7 @@ def _evil_origin(target: str) -> tuple[str, ThreadingHTTPServer]:
 def test_a_page_on_another_origin_cannot_upload_but_the_servers_own_page_can(scripted_workspace, serve_app,
                                                                             tmp_path, make_png):
     sync_api = pytest.importorskip("playwright.sync_api")
-    chromium = os.environ.get("IMAGENT_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-    if not chromium:
-        pytest.skip("no Chromium on this machine (Debian: apt-get install chromium); CI installs it")
+    chromium = chromium_path()
 
     app = create_app(scripted_workspace)
     recorder = Recorder(app)

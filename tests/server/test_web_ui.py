@@ -5,7 +5,6 @@ against a real server on 127.0.0.1, over the stamps gallery with the real offlin
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from datetime import datetime
 
@@ -17,6 +16,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 from imagent.api import Workspace  # noqa: E402
 from imagent.core.config import Settings  # noqa: E402
 from imagent.server import create_app  # noqa: E402
+from testkit import free_port, wait_until  # noqa: E402
 
 
 @pytest.fixture
@@ -89,38 +89,6 @@ def test_api_errors_are_clear(client):
 @pytest.fixture
 def live_server(workspace, serve_app):
     return serve_app(create_app(workspace))
-
-
-def wait_until(check, timeout_s: float = 20.0) -> None:
-    """Poll ``check()`` from Python: the page's CSP forbids the eval that ``page.wait_for_function`` uses."""
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "timed out waiting for the page"
-        time.sleep(0.1)
-
-
-def chromium_path() -> str:
-    path = os.environ.get("IMAGENT_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-    if not path:
-        pytest.skip("no Chromium on this machine (Debian: apt-get install chromium); CI installs it")
-    return path
-
-
-@pytest.fixture
-def page():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=chromium_path(), headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                  "--disable-sync", "--no-first-run"],
-        )
-        page = browser.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        yield page
-        browser.close()
-        assert not errors, f"JavaScript errors on the page: {errors}"
 
 
 @pytest.mark.real_model
@@ -267,14 +235,6 @@ def test_page_streams_a_long_search_cancels_it_and_takes_an_upload(album_workspa
     page.click("#clear-reference")
     page.wait_for_selector("#reference-preview", state="hidden")
     assert page.input_value("#reference") == ""
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _serve(root, port, env, *extra):

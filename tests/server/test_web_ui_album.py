@@ -21,8 +21,7 @@ pytest.importorskip("fastapi")
 from imagent.api import Workspace
 from imagent.core.config import ChatModelConfig, Settings
 from imagent.server import create_app
-
-from .test_web_ui import page, wait_until  # noqa: F401  (the Chromium page fixture)
+from testkit import wait_until
 
 ALBUM = Path(str(files("imagent.eval") / "data" / "album_mini"))
 FLAMINGO = "13942060112"
@@ -77,12 +76,18 @@ def _album_ws(tmp_path, caption_dual, minilm, rules=None, default="The final ans
     return Workspace(settings)
 
 
-def test_page_shows_a_photocraft_album_search_turn_by_turn(album_ws, serve_app, page, tmp_path):  # noqa: F811
-    page.goto(serve_app(create_app(album_ws)))
+def _photocraft_search(page, url: str, query: str) -> None:
+    """Open the page at ``url`` and start a ``photocraft`` search for ``query``."""
+    page.goto(url)
     page.wait_for_selector("#method option[value=photocraft]", state="attached")
-    page.fill("#query", "The birds I photographed on the day I saw the pink flamingo.")
+    page.fill("#query", query)
     page.select_option("#method", "photocraft")
     page.click("#search-button")
+
+
+def test_page_shows_a_photocraft_album_search_turn_by_turn(album_ws, serve_app, page, tmp_path):
+    _photocraft_search(page, serve_app(create_app(album_ws)), "The birds I photographed on the day I saw the pink "
+                       "flamingo.")
     page.wait_for_selector("#answer-box:not([hidden]) #answer .result", timeout=60_000)
 
     # each turn: its reasoning, the tool with its arguments, and the photos it returned with date and place
@@ -110,16 +115,12 @@ def test_page_shows_a_photocraft_album_search_turn_by_turn(album_ws, serve_app, 
 
 
 def test_page_labels_an_answer_that_is_not_the_agents_own(tmp_path, caption_dual, minilm, serve_app,
-                                                          page):  # noqa: F811
+                                                          page):
     """An agent that searches but never gives a usable answer: the never-empty rule still shows photos, and the page
     says they are a fallback, not the agent's answer."""
     ws = _album_ws(tmp_path, caption_dual, minilm, rules=[["Query:", call("ImageSearch", query="pink flamingo")]],
                    default="I am not sure yet.", params={"max_turns": 3})
-    page.goto(serve_app(create_app(ws)))
-    page.wait_for_selector("#method option[value=photocraft]", state="attached")
-    page.fill("#query", "Something no rule of the script answers")
-    page.select_option("#method", "photocraft")
-    page.click("#search-button")
+    _photocraft_search(page, serve_app(create_app(ws)), "Something no rule of the script answers")
     page.wait_for_selector("#source-note:not([hidden])", timeout=60_000)
     note = page.inner_text("#source-note")
     assert note.startswith("Not the method's own answer: fallback best_candidates") and "best candidate" in note

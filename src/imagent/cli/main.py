@@ -165,9 +165,7 @@ def search(
     from imagent.core.trace import Trace
 
     # Everything a user can get wrong is checked before any model loads.
-    photo = check_photo_options(text, where, sort, ref, like)
-    if collapse_duplicates:
-        photo["collapse_duplicates"] = True
+    check_photo_options(text, where, sort, ref, like)
     ws = get_workspace(config, set_, method)
     gallery = ws.gallery(index_dir)
     if where is not None:
@@ -175,7 +173,10 @@ def search(
     if top_k is None:  # a filter alone lists every photo it matches ("person = 'Anna'": all of her photos)
         top_k = max(1, len(gallery)) if where is not None and not text.strip() and ref is None and like is None \
             else 10
-    prepared = prepare_search(ws, SearchRequest(text, method, top_k, ref, keep_reference, index=index_dir, **photo))
+    request = SearchRequest(text, method=method, top_k=top_k, reference=ref, keep_reference=keep_reference,
+                            max_calls=max_calls, index=index_dir, where=where, sort=sort, like=like,
+                            collapse_duplicates=collapse_duplicates)
+    prepared = prepare_search(ws, request)
     title = f"{method}: {text}" + (f" (where {where})" if where else "") + (" (by time)" if sort == "time" else "")
     if like is not None or not prepared.uses_method:  # more like a photo, or a filter alone: no model call
         result = ws.run(prepared)
@@ -188,10 +189,9 @@ def search(
         err_console.print(f"{method}: up to ~{estimate} model calls at the current settings{cap}",
                           highlight=False)
     status = SearchStatus(err_console, method, estimate if max_calls is None else min(estimate, max_calls))
-    trace = Trace(listeners=[status], max_calls=max_calls)
+    trace = Trace(listeners=[status])  # the request's max_calls caps it
     with status:  # a server on this index answers with its models loaded (nothing is loaded here)
-        result = served_search(ws, index_dir, config, set_, no_server, text, method, top_k, ref, keep_reference,
-                               max_calls, status, photo)
+        result = served_search(ws, request, config, set_, no_server, status)
     if result is None:  # no server on this index (or --no-server): search in this process
         for warning in prepared.warnings:  # no model call: missing tools, missing captions
             err_console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
@@ -213,8 +213,7 @@ def show_result(result: Any, gallery: Any, title: str, json_out: bool, paths: bo
         print_result(console, result, gallery, title=title)
 
 
-def check_photo_options(text: str, where: str | None, sort: str, ref: str | None,
-                        like: str | None = None) -> dict[str, Any]:
+def check_photo_options(text: str, where: str | None, sort: str, ref: str | None, like: str | None = None) -> None:
     """The photo options of a search (filter, order, more like this), checked before anything loads."""
     if sort not in ("score", "time"):
         raise HintedError(f"unknown --sort {sort!r}", "use --sort score (the method's order) or --sort time")
@@ -224,14 +223,6 @@ def check_photo_options(text: str, where: str | None, sort: str, ref: str | None
     if not text.strip() and ref is None and where is None and like is None:
         raise HintedError("a search needs a query text, a --ref image, --like or a --where filter",
                           'e.g. imagent search "a penguin", or imagent search --where "place ~ \'Vienna\'"')
-    out: dict[str, Any] = {}
-    if where is not None:
-        out["where"] = where
-    if sort != "score":
-        out["sort"] = sort
-    if like is not None:
-        out["like"] = like
-    return out
 
 
 def check_where(where: str, gallery: Any) -> None:
@@ -246,16 +237,17 @@ def check_where(where: str, gallery: Any) -> None:
         raise HintedError(msg, f"Allowed:{allowed}" if allowed else "see imagent search --help") from None
 
 
-def served_search(ws: Workspace, index_dir: Path | None, config: Path | None, sets: list[str] | None,
-                  no_server: bool, text: str, method: str, top_k: int, ref: str | None, keep_reference: bool,
-                  max_calls: int | None, listener: Any, photo: dict[str, Any] | None = None) -> Any:
-    """The result from an `imagent serve` running on this index (models already loaded), or None."""
+def served_search(ws: Workspace, request: Any, config: Path | None, sets: list[str] | None, no_server: bool,
+                  listener: Any) -> Any:
+    """``request``'s result from an `imagent serve` running on its index (models already loaded), or None. The
+    method's parameters given here (``--set``) travel with the request."""
     from imagent.cli.served import served_search_allowed, try_served_search
 
-    if not served_search_allowed(config, expand_sets(sets, method), method, no_server):
+    if not served_search_allowed(config, expand_sets(sets, request.method), request.method, no_server):
         return None
-    return try_served_search(index_dir or ws.settings.index, text, method, top_k, ref, keep_reference,
-                             dict(ws.settings.methods.get(method, {})), max_calls, listener, photo)
+    params = dict(ws.settings.methods.get(request.method, {}))
+    return try_served_search(request.index or ws.settings.index, request.model_copy(update={"params": params}),
+                             listener)
 
 
 def prepare_search(ws: Workspace, request: Any) -> Any:
@@ -533,7 +525,7 @@ def demo(
     json_out: JsonOpt = False,
 ) -> None:
     """Build a small gallery from real photos and run a text query and a composed query, offline."""
-    from imagent.demo import run_demo
+    from imagent.cli.demo import run_demo
 
     run_demo(get_workspace(config, set_), console, json_out=json_out)
 

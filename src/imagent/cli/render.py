@@ -39,6 +39,11 @@ def _turn_lines(out: dict[str, Any]) -> list[str]:
     return lines or [escape(f"{k}: {_short(v)}") for k, v in out.items()]
 
 
+def _is_turn(out: dict[str, Any]) -> bool:
+    """An agent turn's outputs (:mod:`imagent.agents.runtime`): its reasoning and tool calls, or its answer."""
+    return "reasoning" in out and ("tool" in out or "calls" in out or "answer" in out)
+
+
 def print_trace(console: Console, result: Result) -> None:
     t = result.trace
     # Everything from the method's outputs (captions, model text, file names) is escaped: text, never markup.
@@ -51,7 +56,7 @@ def print_trace(console: Console, result: Result) -> None:
         if d["tool_calls"]:
             label += f", {d['tool_calls']} tool calls"
         node = tree.add(label)
-        for line in _turn_lines(step.outputs) if step.name.startswith("turn.") else [
+        for line in _turn_lines(step.outputs) if _is_turn(step.outputs) else [
                 escape(f"{k}: {_short(v)}") for k, v in step.outputs.items()]:
             node.add(line)
         for n in step.notes:

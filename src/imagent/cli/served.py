@@ -7,9 +7,10 @@ port answers, and falls back to searching in-process otherwise (``None``). ``--n
 
 The search runs on the server's models and configuration, so it is only used when this command asks
 for nothing the server cannot know: no ``--config`` file and only method parameters in ``--set``
-(sent with the request, bounded by the server). A reference file is uploaded; a gallery id is sent as
-is. The server streams the trace as it goes (the live status line gets the same events) and a Ctrl-C
-cancels the search on the server. Standard library only: nothing heavy is imported on this path.
+(sent with the request, bounded by the server). The body is the same :class:`~imagent.api.SearchRequest` the
+search would run in process (:meth:`~imagent.api.SearchRequest.wire`). A reference file is uploaded; a gallery
+id is sent as is. The server streams the trace as it goes (the live status line gets the same events) and a
+Ctrl-C cancels the search on the server. Standard library only: nothing heavy is imported on this path.
 """
 
 from __future__ import annotations
@@ -20,9 +21,12 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from imagent.server.discovery import discovery_path, pid_alive, read_discovery
+
+if TYPE_CHECKING:
+    from imagent.api import SearchRequest
 
 CONNECT_TIMEOUT_S = 0.5
 
@@ -52,38 +56,25 @@ def served_search_allowed(config: Path | None, sets: list[str], method: str, no_
     return not no_server and config is None and env_ok and all(s.startswith(f"methods.{method}.") for s in sets)
 
 
-def try_served_search(
-    index_root: str | Path,
-    text: str,
-    method: str,
-    top_k: int,
-    reference: str | None,
-    keep_reference: bool,
-    params: dict[str, Any],
-    max_calls: int | None = None,
-    listener: Callable[[str, dict[str, Any]], None] | None = None,
-    photo: dict[str, Any] | None = None,
-) -> Any | None:
-    """The :class:`~imagent.core.types.Result` from a server running on ``index_root``, or None when
-    there is none (or it cannot be reached). Raises :class:`ServedSearchError` when the server refuses
+def try_served_search(index_root: str | Path, request: SearchRequest,
+                      listener: Callable[[str, dict[str, Any]], None] | None = None) -> Any | None:
+    """The :class:`~imagent.core.types.Result` of ``request`` from a server running on ``index_root``, or None
+    when there is none (or it cannot be reached). Raises :class:`ServedSearchError` when the server refuses
     the request, and :class:`~imagent.models.base.ChatError` when its model calls failed."""
     if os.environ.get("IMAGENT_NO_SERVER"):
         return None
     info = find_server(index_root)
     if info is None:
         return None
-    body: dict[str, Any] = {"text": text, "method": method, "top_k": top_k, "keep_reference": keep_reference,
-                            "params": params, "max_calls": max_calls, **(photo or {})}
-    if reference is not None:
-        ref_path = Path(reference).expanduser()
+    body = request.wire()
+    if request.reference is not None:
+        ref_path = Path(request.reference).expanduser()
         if ref_path.is_file():
             status, reply = _request(info, "POST", "/api/uploads", ref_path.read_bytes(),
                                      "application/octet-stream")
             _raise_for(status, reply)
             body["reference"] = reply.get("gallery_id")
             body["reference_upload"] = None if reply.get("gallery_id") else reply["upload_id"]
-        else:
-            body["reference"] = reference
     status, reply = _request(info, "POST", "/api/searches", json.dumps(body).encode("utf-8"), "application/json")
     _raise_for(status, reply)
     job = reply["id"]
@@ -127,6 +118,7 @@ def result_from_payload(payload: dict[str, Any]) -> Any:
         source=payload.get("source") or "method",
         source_reason=payload.get("source_reason") or "",
         counts={str(k): int(v) for k, v in (payload.get("counts") or {}).items()},
+        warnings=[str(w) for w in payload.get("warnings") or []],
     )
 
 

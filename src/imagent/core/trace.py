@@ -5,12 +5,17 @@ calls made while a step is open are recorded into it automatically (a context va
 current step, also into worker threads started through :func:`imagent.core.concurrency.map_threads`),
 so methods never pass the trace around by hand. The CLI's ``--json``, the eval reports and the web UI
 all render this same structure.
+
+The trace is the explanation, not an interface: step names are for people. Code that needs something from a
+run reads typed fields (``Result.counts``, ``Result.warnings``, typed agent events); only this module reads a
+step's name (:func:`stage_of`, which the reports group timings by). ``tests/test_step_names.py`` checks it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -189,6 +194,12 @@ class Trace:
             "counters": dict(self.counters),
             "steps": [s.to_dict() for s in self.steps],
         }
+
+
+def stage_of(step_name: str) -> str:
+    """The stage a trace step belongs to: numbered repeats (an agent's ``turn.3``, a loop's ``round.2.verify``)
+    count as one stage (``turn``, ``round.verify``)."""
+    return re.sub(r"\.\d+(?=\.|$)", "", step_name) or step_name
 
 
 def current_step() -> TraceStep | None:

@@ -258,6 +258,8 @@ class Result:
     # when the result is not a set answer.
     answer_origin: str = ""
     code_selected_share: float | None = None
+    # What the method's preflight warned about for this query (``Method.preflight``; shown in the trace too).
+    warnings: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         Source.check(self.source)
@@ -287,6 +289,7 @@ class Result:
             "source": self.source,
             "source_reason": self.source_reason,
             "counts": dict(self.counts),
+            "warnings": list(self.warnings),
         }
         if self.answer_set is not None:
             d["answer_set"] = list(self.answer_set)

@@ -18,13 +18,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from imagent.api import Workspace
 from imagent.eval.datasets import EvalItem, load_benchmark
 from imagent.eval.records import CALL_KEYS, CallRecorder, RunRecord
 
 
 class _QueryActor:
-    def __init__(self, workspace_cls: type, settings_json: dict[str, Any], spec: Any, split: str, index_dir: str,
-                 run_dir: str) -> None:
+    def __init__(self, workspace_cls: type[Workspace], settings_json: dict[str, Any], spec: Any, split: str,
+                 index_dir: str, run_dir: str) -> None:
         from imagent.core.config import Settings
         from imagent.eval.worker import query_runner
 
@@ -32,14 +33,14 @@ class _QueryActor:
         if ws.call_cache is not None:  # the actor's calls belong to the run's pack too (shared run folder)
             ws.call_cache.add_listener(CallRecorder(Path(run_dir) / CALL_KEYS))
         bench = load_benchmark(spec.benchmark, spec.annotations, spec.images_root, **spec.bench_options)
-        self.one = query_runner(ws, spec.method, spec.top_k, bench, split, Path(index_dir), Path(run_dir),
-                                lambda _msg: None)
+        prepared = ws.prepare_method(spec.method, index=Path(index_dir))  # once per actor, as a local run does
+        self.one = query_runner(ws, prepared, spec.top_k, bench, split, Path(run_dir), lambda _msg: None)
 
     def run(self, item: EvalItem) -> RunRecord:
         return self.one(item)
 
 
-def run_on_ray(ws: Any, spec: Any, split: str, index_dir: Path, run_dir: Path,
+def run_on_ray(ws: Workspace, spec: Any, split: str, index_dir: Path, run_dir: Path,
                pending: list[EvalItem]) -> Iterator[RunRecord]:
     """Yield each pending query's record as it finishes on the cluster (any order). Each actor builds a
     workspace of ``ws``'s class from its settings."""

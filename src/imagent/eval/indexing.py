@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from imagent.api import Workspace
 from imagent.eval.datasets import Benchmark
 from imagent.eval.records import INDEX_MARKER, json_default, write_json_atomic
 
@@ -20,7 +21,7 @@ ProgressFn = Callable[[str, int, int, str], None]
 
 
 def ensure_index(
-    ws: Any,
+    ws: Workspace,
     bench: Benchmark,
     split: str,
     images_root: Path | None,
@@ -91,7 +92,7 @@ def index_encoders(settings: Any) -> dict[str, Any]:
     return out
 
 
-def shared_index_dir(ws: Any, bench: Benchmark, split: str, images_root: Path | None) -> Path:
+def shared_index_dir(ws: Workspace, bench: Benchmark, split: str, images_root: Path | None) -> Path:
     """Where a benchmark's gallery index lives when ``--index`` is not given: one folder per benchmark,
     split, image folder and encoders under the cache directory, so every run with the same models
     (any method, any parameters) reuses it instead of indexing the benchmark again."""

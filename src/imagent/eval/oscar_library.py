@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from imagent.api import Workspace
 from imagent.eval.datasets.base import Benchmark
 
 # A training split of at most this many usable queries is built into a library when an eval needs one.
@@ -43,11 +44,11 @@ class LibraryBuild:
                 **self.report.to_dict(), "entries": self.entries}
 
 
-def oscar_config(ws: Any) -> Any:
-    """The workspace's OSCAR configuration (``methods.oscar``), validated."""
-    from imagent.methods.oscar.config import OscarConfig
+def oscar_config(ws: Workspace) -> Any:
+    """The workspace's OSCAR configuration (``methods.oscar``), validated (:meth:`Workspace.method_config`)."""
+    from imagent.methods.base import get_method
 
-    return OscarConfig.model_validate(dict(ws.settings.methods.get("oscar", {})))
+    return ws.method_config(get_method("oscar"))
 
 
 def training_items(bench: Benchmark, split: str, fraction: float = 1.0, seed: int = 0,
@@ -64,7 +65,7 @@ def training_items(bench: Benchmark, split: str, fraction: float = 1.0, seed: in
     return items[:limit] if limit is not None else items
 
 
-def build_benchmark_library(ws: Any, bench: Benchmark, split: str, path: Path, items: list[Any], *,
+def build_benchmark_library(ws: Workspace, bench: Benchmark, split: str, path: Path, items: list[Any], *,
                             images_root: Path | None = None, index_dir: Path | None = None,
                             allow_missing: bool = False, progress: ProgressFn | None = None,
                             cfg: Any = None) -> LibraryBuild:
@@ -93,17 +94,18 @@ def build_benchmark_library(ws: Any, bench: Benchmark, split: str, path: Path, i
     return LibraryBuild(path, index, total, report, len(GoldenLibrary(path).entries()))
 
 
-def ensure_library(ws: Any, method: str, bench: Benchmark, split: str, images_root: Path | None,
+def ensure_library(ws: Workspace, method: str, bench: Benchmark, split: str, images_root: Path | None,
                    allow_missing: bool, say: Callable[[str], None],
-                   progress: ProgressFn | None = None) -> LibraryBuild | None:
+                   progress: ProgressFn | None = None, cfg: Any = None) -> LibraryBuild | None:
     """Before an eval of ``method``: build OSCAR's missing library from the benchmark's small ``train`` split (see
     the module doc). None when nothing was built (another method, demonstrations off, a library with entries, or no
-    small training split: the method's preflight then refuses with the build command)."""
+    small training split: the method's preflight then refuses with the build command). ``cfg``: the run's OSCAR
+    configuration, validated already (default: :func:`oscar_config`)."""
     if method != "oscar":
         return None
     from imagent.methods.oscar.library import GoldenLibrary
 
-    cfg = oscar_config(ws)
+    cfg = cfg or oscar_config(ws)
     path = cfg.library_path()
     if not cfg.demonstrations or "train" not in bench.splits or split == "train":
         return None

@@ -33,6 +33,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from imagent.api import Workspace
 from imagent.core.cache import DiskCache
 from imagent.core.redact import redact, register_secret
 from imagent.eval.datasets import Benchmark, load_benchmark
@@ -353,21 +354,20 @@ class ReplayResult:
                 "fingerprint_differences": self.fingerprint_differences}
 
 
-def check_fingerprints(pack: Pack, ws: Any, images_root: Path | None = None,
+def check_fingerprints(pack: Pack, ws: Workspace, images_root: Path | None = None,
                        annotations: Path | None = None) -> list[str]:
     """The fingerprints of the setup at hand (the pack's configuration with ``ws``'s settings and method
     parameters, these images and annotations) that differ from the pack's, one line each."""
     from imagent.methods.base import get_method
 
-    name = pack.config["method"]["name"]
-    params = get_method(name).Config.model_validate(dict(ws.settings.methods.get(name, {})))
+    params = ws.method_config(get_method(pack.config["method"]["name"]))
     config = {**pack.config, "settings": ws.settings.model_dump(mode="json"),
               "method": {**pack.config["method"], "params": params.model_dump(mode="json")}}
     bench, split, root = _bench_for(config, images_root, annotations)
     return fingerprint_differences(pack.manifest.get("fingerprints") or {}, fingerprints(config, bench, split, root))
 
 
-def replay(pack: Pack, make_workspace: Callable[[dict[str, Any]], Any], images_root: Path | None = None,
+def replay(pack: Pack, make_workspace: Callable[[dict[str, Any]], Workspace], images_root: Path | None = None,
            annotations: Path | None = None, run_dir: Path | None = None, force: bool = False,
            log: Callable[[str], None] | None = None) -> ReplayResult:
     """Run ``pack``'s evaluation again with its calls as the only call cache. ``make_workspace(overrides)``

@@ -108,6 +108,7 @@ class RunRecord:
     source: str = "method"
     source_reason: str = ""
     counts: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # the method's preflight warnings (Result.warnings)
     trace: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     finished: str | None = None
@@ -130,7 +131,7 @@ class RunRecord:
         known = {f.name for f in fields(cls)} - {"other"}
         kw = {k: v for k, v in data.items() if k in known}
         kw["qid"] = str(data.get("qid", ""))
-        for key in ("extras", "stages", "stage_extras", "trace", "counts"):
+        for key in ("extras", "stages", "stage_extras", "trace", "counts", "warnings"):
             if kw.get(key) is None:
                 kw.pop(key, None)
         for key in ("ids", "scores"):

@@ -7,7 +7,6 @@ Everything here reads only the run directory's records, so a report can be rebui
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from imagent.core.trace import stage_of
 from imagent.eval import metrics as M
 from imagent.eval.behaviour import behaviour, own_items, record_source
 from imagent.eval.datasets import Benchmark, EvalItem, Predictions
@@ -35,12 +35,6 @@ SETS_PNG = "set_scores.png"
 
 
 # --------------------------------------------------------------------------- aggregation
-
-
-def stage_of(step_name: str) -> str:
-    """The stage a trace step belongs to: numbered repeats (an agent's ``turn.3``, a loop's ``round.2.verify``)
-    count as one stage (``turn``, ``round.verify``)."""
-    return re.sub(r"\.\d+(?=\.|$)", "", step_name) or step_name
 
 
 def step_stats(records: Sequence[RunRecord]) -> list[dict[str, Any]]:
@@ -87,7 +81,7 @@ def run_stats(records: Sequence[RunRecord]) -> dict[str, Any]:
     for r in ok:  # notes and warnings counted once per query, however many steps repeat them
         counters.update(r.counters)
         notes.update({n for s in r.steps for n in s.get("notes", [])})
-        warnings.update({n for s in r.steps if s.get("name") == "checks" for n in s.get("notes", [])})
+        warnings.update(set(r.warnings))
     return {
         "queries_scored": len(ok),
         "errors": len(records) - len(ok),

@@ -25,8 +25,11 @@ Resuming: every finished query is appended to ``results.jsonl`` and fsync'ed bef
 so a killed run loses at most the query in flight. The same command again finds the same folder and skips
 the queries already there; a half-written last line (a kill mid-write) is cut off first. Queries that
 raised are recorded with their error, scored as empty rankings, and tried again on the next run. Each query
-is answered by :func:`imagent.eval.worker.query_runner`. OSCAR with no golden library gets one built first from a
-small training split of the benchmark (:func:`imagent.eval.oscar_library.ensure_library`).
+is answered by :func:`imagent.eval.worker.query_runner` on the request path every interface uses
+(:meth:`imagent.api.Workspace.prepare` / :meth:`~imagent.api.Workspace.run`); the method's config is validated
+once per run (:meth:`~imagent.api.Workspace.prepare_method`) and the method built once. OSCAR with no golden
+library gets one built first from a small training split of the benchmark
+(:func:`imagent.eval.oscar_library.ensure_library`).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from imagent import __version__ as version
+from imagent.api import PreparedMethod, Workspace
 from imagent.eval.datasets import Benchmark, BenchmarkError, EvalItem, load_benchmark
 from imagent.eval.identity import check_same_run, folder_name, queries_digest, run_id, select_items
 from imagent.eval.indexing import ensure_index, shared_index_dir
@@ -143,14 +147,12 @@ def _resolved(path: Path | None) -> str | None:
     return str(Path(path).expanduser().resolve()) if path else None
 
 
-def resolve_config(ws: Any, spec: RunSpec, bench: Benchmark, split: str,
-                   items: Sequence[EvalItem] = ()) -> dict[str, Any]:
+def resolve_config(ws: Workspace, spec: RunSpec, bench: Benchmark, split: str,
+                   items: Sequence[EvalItem] = (), prepared: PreparedMethod | None = None) -> dict[str, Any]:
     """The run's configuration as config.json stores it; :func:`imagent.eval.identity.identity` picks the
-    part of it that decides the results."""
-    from imagent.methods.base import get_method
-
-    cls = get_method(spec.method)
-    params = cls.Config.model_validate(dict(ws.settings.methods.get(spec.method, {})))
+    part of it that decides the results. ``prepared``: the run's method (else prepared here)."""
+    prepared = prepared or ws.prepare_method(spec.method, index=spec.index)
+    cls, params = prepared.method_class, prepared.config
     root = spec.images_root or bench.images_root
     selection: dict[str, Any] = {"limit": spec.limit, "queries": len(items), "digest": queries_digest(items)}
     if spec.limit is not None:
@@ -192,7 +194,7 @@ def prepare_run_dir(spec: RunSpec, config: dict[str, Any]) -> Path:
     return run_dir
 
 
-def run_eval(ws: Any, spec: RunSpec, progress: ProgressFn | None = None,
+def run_eval(ws: Workspace, spec: RunSpec, progress: ProgressFn | None = None,
              log: Callable[[str], None] | None = None) -> RunSummary:
     """Run (or resume) ``spec`` and write every output file; see the module doc."""
     say = log or (lambda _msg: None)
@@ -203,7 +205,9 @@ def run_eval(ws: Any, spec: RunSpec, progress: ProgressFn | None = None,
     items = select_items(all_items, spec.limit, spec.sample, spec.seed, bench.stratum)
     if not items:
         raise BenchmarkError(f"{bench.name} {split}: no queries")
-    config = resolve_config(ws, spec, bench, split, items)
+    index_dir = spec.index or shared_index_dir(ws, bench, split, spec.images_root)
+    prepared = ws.prepare_method(spec.method, index=index_dir)  # the run's one config validation
+    config = resolve_config(ws, spec, bench, split, items, prepared)
     _check_tasks(bench, split, items, spec.method, set(config["method"]["tasks"]))
     run_dir = prepare_run_dir(spec, config)
     folder = RunFolder(run_dir)
@@ -219,8 +223,9 @@ def run_eval(ws: Any, spec: RunSpec, progress: ProgressFn | None = None,
         if pending:
             from imagent.eval.oscar_library import ensure_library
 
-            ensure_library(ws, spec.method, bench, split, spec.images_root, spec.allow_missing, say, progress)
-            errors = _run_pending(ws, spec, bench, split, pending, run_dir, results, progress, say)
+            ensure_library(ws, spec.method, bench, split, spec.images_root, spec.allow_missing, say, progress,
+                           cfg=prepared.config)
+            errors = _run_pending(ws, spec, prepared, bench, split, pending, run_dir, results, progress, say)
         elif progress is not None:
             progress("queries", len(items), len(items), "")
         from imagent.eval.report import write_outputs
@@ -232,7 +237,7 @@ def run_eval(ws: Any, spec: RunSpec, progress: ProgressFn | None = None,
 
 
 @contextmanager
-def _recording_calls(ws: Any, *paths: Path) -> Iterator[None]:
+def _recording_calls(ws: Workspace, *paths: Path) -> Iterator[None]:
     """While the block runs, every call-cache key the workspace serves or computes is appended to ``paths``
     (what ``imagent pack`` later copies out of the cache). No call cache: nothing to record."""
     cache = ws.call_cache
@@ -247,9 +252,11 @@ def _recording_calls(ws: Any, *paths: Path) -> Iterator[None]:
         cache.remove_listener(recorder)
 
 
-def _run_pending(ws: Any, spec: RunSpec, bench: Benchmark, split: str, pending: list[EvalItem], run_dir: Path,
-                 results: ResultsLog, progress: ProgressFn | None, say: Callable[[str], None]) -> int:
-    index_dir = spec.index or shared_index_dir(ws, bench, split, spec.images_root)
+def _run_pending(ws: Workspace, spec: RunSpec, prepared: PreparedMethod, bench: Benchmark, split: str,
+                 pending: list[EvalItem], run_dir: Path, results: ResultsLog, progress: ProgressFn | None,
+                 say: Callable[[str], None]) -> int:
+    index_dir = Path(prepared.index) if prepared.index is not None else shared_index_dir(ws, bench, split,
+                                                                                       spec.images_root)
     index_dir.mkdir(parents=True, exist_ok=True)
     with _recording_calls(ws, index_dir / CALL_KEYS):  # a captioner's calls belong to the index (and to packs)
         info = ensure_index(ws, bench, split, spec.images_root, index_dir, run_dir, spec.allow_missing, progress)
@@ -281,7 +288,7 @@ def _run_pending(ws: Any, spec: RunSpec, bench: Benchmark, split: str, pending: 
         for rec in run_on_ray(ws, spec, split, index_dir, run_dir, pending):
             record(rec)
         return errors
-    one = query_runner(ws, spec.method, spec.top_k, bench, split, index_dir, run_dir, say)
+    one = query_runner(ws, prepared, spec.top_k, bench, split, run_dir, say)
     if progress is not None:
         progress("queries", 0, total, "")
     if spec.workers <= 1:

@@ -1,10 +1,13 @@
-"""The per-query worker of an eval run: open the gallery and the method once, then answer one benchmark
+"""The per-query worker of an eval run: open the gallery and build the method once, then answer one benchmark
 query at a time and return its :class:`~imagent.eval.records.RunRecord`.
 
-Every way of running a benchmark uses it: the runner's loop and thread pool (:mod:`imagent.eval.runner`) and
-each Ray actor (:mod:`imagent.eval.distributed`)::
+Each query runs through the request path every interface uses: a :class:`~imagent.api.SearchRequest` carrying
+the benchmark's query, :meth:`Workspace.prepare <imagent.api.Workspace.prepare>` with the run's
+:class:`~imagent.api.PreparedMethod` (its config validated and the method built once per run, not per query),
+then :meth:`Workspace.run <imagent.api.Workspace.run>`. Every way of running a benchmark uses it: the runner's
+loop and thread pool (:mod:`imagent.eval.runner`) and each Ray actor (:mod:`imagent.eval.distributed`)::
 
-    one = query_runner(ws, "cirevl", 50, bench, "cir", index_dir, run_dir, print)
+    one = query_runner(ws, ws.prepare_method("cirevl", index=index_dir), 50, bench, "cir", run_dir, print)
     record = one(item)   # never raises: a failed query is a record with its error
 """
 
@@ -16,18 +19,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from imagent.api import PreparedMethod, SearchRequest, Workspace
 from imagent.core.redact import redact
-from imagent.core.types import Query
+from imagent.core.types import Query, Result
 from imagent.eval.datasets.base import Benchmark, BenchmarkError, EvalItem
 from imagent.eval.records import USAGE, RunRecord, write_json_atomic
+from imagent.index.gallery import Gallery
 
 
-def query_runner(ws: Any, method_name: str, top_k: int, bench: Benchmark, split: str, index_dir: Path,
+def query_runner(ws: Workspace, prepared: PreparedMethod, top_k: int, bench: Benchmark, split: str,
                  run_dir: Path, say: Callable[[str], None]) -> Callable[[EvalItem], RunRecord]:
-    """Open the gallery and the method once and return ``one(item) -> RunRecord``."""
-    gallery = ws.gallery(index_dir)
+    """Open the gallery and build the prepared method once and return ``one(item) -> RunRecord``."""
+    gallery = ws.gallery(prepared.index)
     gallery.reload()
-    method = ws.method(method_name, index_dir)
+    method = prepared.method
     method.start_run(run_dir)  # a method that learns across queries keeps it there (PhotoCraft's skills)
     for warning in method.preflight():  # raises (the run stops) when the method cannot run on this index
         say(f"warning: {warning}")
@@ -35,12 +40,14 @@ def query_runner(ws: Any, method_name: str, top_k: int, bench: Benchmark, split:
     if usage is not None:  # what the search used (DISBench: its derived track); the report states it
         write_json_atomic(run_dir / USAGE, usage)
     depth = bench.search_depth(split, len(gallery), top_k)
+    name = prepared.method_class.name
 
     def one(item: EvalItem) -> RunRecord:
         t0 = time.perf_counter()
         try:
             query = _with_gallery_records(bench.adapt_query(item, method.tasks), gallery)
-            result = method.search(query, top_k=depth)
+            request = SearchRequest(method=name, top_k=depth, index=prepared.index, query=query)
+            result = ws.run(ws.prepare(request, method=prepared))
             _learn(method.learn_from_outcome, bench, item, query, result)
         except Exception as exc:  # one failing query must not end a long run; it is retried next time
             return RunRecord(qid=item.id, group=item.group, error=redact(f"{type(exc).__name__}: {exc}"),
@@ -60,6 +67,7 @@ def query_runner(ws: Any, method_name: str, top_k: int, bench: Benchmark, split:
             source=result.source,
             source_reason=result.source_reason,
             counts=dict(result.counts),
+            warnings=list(result.warnings),
             trace=result.trace.to_dict(),
             # A result whose model calls failed is a query error (scored empty, retried next run), not an answer.
             error=redact(f"model calls failed: {result.source_reason}") if result.is_error else None,
@@ -69,7 +77,7 @@ def query_runner(ws: Any, method_name: str, top_k: int, bench: Benchmark, split:
     return one
 
 
-def _learn(learn: Callable[..., Any], bench: Benchmark, item: EvalItem, query: Query, result: Any) -> None:
+def _learn(learn: Callable[..., Any], bench: Benchmark, item: EvalItem, query: Query, result: Result) -> None:
     """Tell a learning method how its answer scored (DISBench: the episode's F1); a failure to learn is
     noted in the query's trace and never fails the query."""
     if result.source != "method":  # a fallback or an error is no outcome of the method's own to learn from
@@ -85,7 +93,7 @@ def _learn(learn: Callable[..., Any], bench: Benchmark, item: EvalItem, query: Q
             step.note(f"learning from this query failed: {type(exc).__name__}: {exc}")
 
 
-def _with_gallery_records(query: Query, gallery: Any) -> Query:
+def _with_gallery_records(query: Query, gallery: Gallery) -> Query:
     """Replace the loader's bare reference (id only) with the gallery's full record (path, caption)."""
     ref = query.reference
     if ref is not None and not ref.path:

@@ -10,6 +10,7 @@ of an index built before these fields, and re-embeds only the caption spaces of 
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 from pathlib import Path
 
@@ -50,23 +51,12 @@ def make_record(item: SourceItem, probe: FileProbe, root: str | None = None,
     say (:mod:`imagent.index.derived`), which the caption spaces embed instead of nothing."""
     options = options or IndexOptions()
     row = item.row or RowFields()
-    rec = ImageRecord(
-        id=row.id or short_id(probe.content_hash),
-        path=item.path,
-        content_hash=probe.content_hash,
-        captions=list(row.captions),
-        taken_time=row.taken_time if row.has_time else probe.taken_time,
-        latitude=row.latitude if row.has_position else probe.latitude,
-        longitude=row.longitude if row.has_position else probe.longitude,
-        address=row.address,
-        tags=list(row.tags),
-        width=probe.info.width,
-        height=probe.info.height,
-        extra=dict(row.extra),
-        # A manifest's "device" column (camera / phone model; DISBench's capturedevice) names the device.
-        device=str(row.extra["device"]).strip() if given(row.extra.get("device")) else getattr(probe, "device", None),
-        caption_source="given" if row.captions else "",
-    )
+    found = ImageRecord(id=short_id(probe.content_hash), path=item.path, content_hash=probe.content_hash,
+                        taken_time=probe.taken_time, latitude=probe.latitude, longitude=probe.longitude,
+                        width=probe.info.width, height=probe.info.height, device=getattr(probe, "device", None))
+    rec = replace(found, **copy.deepcopy(row.given))  # what the row gives wins over what the file says
+    if given(rec.extra.get("device")):  # a manifest's "device" column (DISBench's capturedevice) names the device
+        rec.device = str(rec.extra["device"]).strip()
     rec.place = place_for(rec, options)
     if not rec.captions:
         rec.derived_text = _derived(rec, root)

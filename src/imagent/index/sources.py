@@ -2,7 +2,8 @@
 
 :func:`read_source` turns a source into :class:`Source`: one :class:`SourceItem` per input, each with its
 *source key* (what identifies it across runs), its absolute path and, for a manifest row, its checked values
-(:class:`RowFields`). Nothing here opens an image or touches the index: the builder
+(:class:`RowFields`: :class:`~imagent.core.types.ImageRecord`'s own field names, so a field added to the record
+needs no second list here). Nothing here opens an image or touches the index: the builder
 (:mod:`imagent.index.builder`) does that. A row with unusable values becomes an item with an ``error`` (skipped
 with that reason); a source that cannot be read at all raises :class:`SourceError`.
 
@@ -18,7 +19,8 @@ import io
 import json
 import math
 import os
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -26,15 +28,37 @@ from typing import Any
 from imagent.core.cache import stable_key
 from imagent.core.imageio import is_image_name, parse_exif_datetime
 from imagent.core.text import clean_text, display_path
+from imagent.core.types import ImageRecord
 
 __all__ = ["KNOWN_COLUMNS", "MANIFEST_SUFFIXES", "RowFields", "Source", "SourceError", "SourceItem", "abspath",
            "given", "parse_time", "read_rows", "read_source"]
 
 MANIFEST_SUFFIXES = (".json", ".jsonl", ".csv")
+RECORD_FIELDS = frozenset(f.name for f in fields(ImageRecord))
+
+
+def _id(value: Any, is_csv: bool) -> str:
+    if isinstance(value, (dict, list, bool)):
+        raise ValueError(f"bad id {value!r}")
+    return str(value).strip()
+
+
+def _text_column(value: Any, is_csv: bool) -> str:
+    return str(value).strip()
+
+
+# A manifest column that fills the ImageRecord field of its name, with its parser (``ValueError``: a bad value).
+# Adding a field a manifest may give is one line here; ``caption``/``captions`` and ``latitude``/``longitude``
+# (read together) are in :func:`_parse_row`.
+COLUMNS: dict[str, Callable[[Any, bool], Any]] = {
+    "id": _id,
+    "taken_time": lambda value, is_csv: parse_time(value),
+    "address": _text_column,
+    "tags": lambda value, is_csv: _text_list(value, ","),
+}
+assert set(COLUMNS) <= RECORD_FIELDS
 # Columns with a meaning; every other column goes to ``record.extra``.
-KNOWN_COLUMNS = frozenset(
-    {"file", "path", "id", "caption", "captions", "taken_time", "latitude", "longitude", "address", "tags"}
-)
+KNOWN_COLUMNS = frozenset({"file", "path", "caption", "captions", "latitude", "longitude", *COLUMNS})
 
 
 class SourceError(ValueError):
@@ -45,24 +69,39 @@ class SourceError(ValueError):
 
 @dataclass
 class RowFields:
-    """A manifest row's values, checked and normalised."""
+    """A manifest row's values, checked and normalised: ``given`` maps :class:`ImageRecord` field names to the
+    values the row gives (only those; ``extra`` always: the row's other columns). The record built from the row
+    takes them over the file's own (:func:`imagent.index.records.make_record`)."""
 
-    id: str | None = None
-    captions: list[str] = field(default_factory=list)
-    taken_time: datetime | None = None
-    latitude: float | None = None
-    longitude: float | None = None
-    address: str | None = None
-    tags: list[str] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
-    has_time: bool = False
-    has_position: bool = False
+    given: dict[str, Any] = field(default_factory=lambda: {"extra": {}})
+
+    def __post_init__(self) -> None:
+        unknown = set(self.given) - RECORD_FIELDS
+        if unknown:
+            raise ValueError(f"not ImageRecord fields: {sorted(unknown)}")
+
+    @property
+    def id(self) -> str | None:
+        return self.given.get("id")
+
+    @property
+    def captions(self) -> list[str]:
+        return list(self.given.get("captions", []))
 
     def digest(self) -> str:
-        return stable_key(
-            self.id, self.captions, self.taken_time.isoformat() if self.taken_time else None,
-            self.latitude, self.longitude, self.address, self.tags, self.extra, self.has_time, self.has_position,
-        )
+        """What the row says, as a key (part of the input's fingerprint in the index). The fields manifests
+        gave before ``given`` existed hash as they did then, so an index built earlier sees its rows unchanged;
+        a field given since is hashed after them."""
+        g = self.given
+        t = g.get("taken_time")
+        first = (g.get("id"), g.get("captions", []), t.isoformat() if t else None, g.get("latitude"),
+                 g.get("longitude"), g.get("address"), g.get("tags", []), g.get("extra", {}), "taken_time" in g,
+                 "latitude" in g)
+        later = {k: v for k, v in g.items() if k not in _FIRST_FIELDS}
+        return stable_key(*first, *([later] if later else []))
+
+
+_FIRST_FIELDS = frozenset({"id", "captions", "taken_time", "latitude", "longitude", "address", "tags", "extra"})
 
 
 @dataclass
@@ -214,33 +253,25 @@ def _coordinate(name: str, value: Any, limit: float) -> float:
 
 def _parse_row(raw: dict[str, Any], is_csv: bool) -> RowFields:
     """Checked fields of one row; ``ValueError`` says what is wrong with it."""
-    f = RowFields()
-    if given(raw.get("id")):
-        if isinstance(raw["id"], (dict, list, bool)):
-            raise ValueError(f"bad id {raw['id']!r}")
-        f.id = str(raw["id"]).strip()
+    values: dict[str, Any] = {}
+    for name, parse in COLUMNS.items():
+        if given(raw.get(name)):
+            values[name] = parse(raw[name], is_csv)
     caps: list[str] = []
     if given(raw.get("caption")):
         caps += _text_list(raw["caption"], None)
     if given(raw.get("captions")):
         caps += _text_list(raw["captions"], "|" if is_csv else None)
-    f.captions = list(dict.fromkeys(caps))  # drop repeats, keep order
-    if given(raw.get("taken_time")):
-        f.taken_time = parse_time(raw["taken_time"])
-        f.has_time = True
+    if caps:
+        values["captions"] = list(dict.fromkeys(caps))  # drop repeats, keep order
     has_lat, has_lon = given(raw.get("latitude")), given(raw.get("longitude"))
     if has_lat != has_lon:
         raise ValueError("latitude and longitude must be given together")
     if has_lat:
-        f.latitude = _coordinate("latitude", raw["latitude"], 90.0)
-        f.longitude = _coordinate("longitude", raw["longitude"], 180.0)
-        f.has_position = True
-    if given(raw.get("address")):
-        f.address = str(raw["address"]).strip()
-    if given(raw.get("tags")):
-        f.tags = _text_list(raw["tags"], ",")
-    f.extra = {str(k): v for k, v in raw.items() if k not in KNOWN_COLUMNS}
-    return f
+        values["latitude"] = _coordinate("latitude", raw["latitude"], 90.0)
+        values["longitude"] = _coordinate("longitude", raw["longitude"], 180.0)
+    values["extra"] = {str(k): v for k, v in raw.items() if k not in KNOWN_COLUMNS}
+    return RowFields(values)
 
 
 def _clean_value(value: Any) -> Any:

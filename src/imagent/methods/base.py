@@ -264,8 +264,11 @@ class Method(ABC):
             trace = Trace()
         trace.method, trace.query = self.name, summarize_query(query)
 
+        found: list[str] = []
+
         def run() -> Any:
-            found = self.preflight(query) if warnings is None else warnings  # before any model call: may refuse
+            # Before any model call (it may refuse): typed in Result.warnings, shown in a first step "checks".
+            found.extend(self.preflight(query) if warnings is None else warnings)
             if found:
                 with trace.step("checks") as step:
                     for w in found:
@@ -274,12 +277,15 @@ class Method(ABC):
 
         out, stopped = self.capped(query, top_k, trace, run)
         if stopped:
-            return self.stopped_result(out, trace)
+            result = self.stopped_result(out, trace)
+            result.warnings = list(found)
+            return result
         if isinstance(out, Result):
             result = out
         else:
             ranking, stages = out if isinstance(out, tuple) else (out, {})
             result = Result(ranking=ranking, trace=trace, stages=stages)
+        result.warnings = list(found)
         result.counts = {**trace.counters, **result.counts}  # the trace's counts, and the method's own
         failed = failed_calls_reason(trace)
         if failed and not result.is_error:  # a stand-in replaced a failed model call: not the method's answer
@@ -370,8 +376,8 @@ class Method(ABC):
         """Checks made before any model call, for one ``query`` or (``None``) for a whole run: raise a
         user error when the method cannot run as its paper defines it (ImageScope or X^R on an index
         without captions), else return warnings a user must see (TaCIR with no tool configured). The CLI
-        and the eval runner call it once at the start; :meth:`search` notes the warnings in a first trace
-        step named ``checks``."""
+        and the eval runner call it once at the start; :meth:`search` returns the warnings in
+        ``Result.warnings`` and notes them in a first trace step named ``checks``."""
         return []
 
     @abstractmethod

@@ -7,8 +7,9 @@ and web titles are data.
 
 API
   ``GET  /api/info``                    the gallery, the methods with their defaults, the server's limits
-  ``POST /api/search``                  ``{text, method, top_k, reference | reference_upload, keep_reference,
-                                        params, max_calls}`` -> results + trace, when the search is done
+  ``POST /api/search``                  :class:`imagent.api.SearchRequest` (``{text, method, top_k,
+                                        reference | reference_upload, keep_reference, params, max_calls, where,
+                                        sort, like, collapse_duplicates}``) -> results + trace, when it is done
   ``POST /api/searches``                the same request, started in the background -> ``{id}``
   ``GET  /api/searches/{id}/events``    its trace as server-sent events: ``started``, ``step_start``,
                                         ``step_end``, ``call``, then ``result`` | ``error`` | ``cancelled``
@@ -19,7 +20,7 @@ API
   ``/api/people``, ``/api/faces/...``  people and face thumbnails (:mod:`imagent.server.people`)
 
 What the server trusts is in :mod:`imagent.server.security` (Host, token, body size, headers) and
-:mod:`imagent.server.limits` (method parameters); each search's model calls are capped by
+:mod:`imagent.server.limits` (the request's fields and the method parameters); each search's model calls are capped by
 ``server.max_calls_per_search`` through the trace.
 """
 
@@ -41,12 +42,17 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, Field, model_validator
-
-from imagent.api import PreparedSearch, TaskMismatch, Workspace, record_place, result_json, user_error_types
-from imagent.api import SearchRequest as PlainRequest
+from imagent.api import (
+    PreparedSearch,
+    SearchRequest,
+    TaskMismatch,
+    Workspace,
+    record_place,
+    result_json,
+    user_error_types,
+)
 from imagent.core.imageio import ImageLoadError, is_image_name
 from imagent.core.redact import redact
 from imagent.core.trace import Trace
@@ -55,7 +61,7 @@ from imagent.methods.base import describe_methods
 from imagent.models.base import ChatError
 from imagent.server.discovery import remove_discovery, write_discovery
 from imagent.server.jobs import SearchJobs, TooManySearches
-from imagent.server.limits import check_params
+from imagent.server.limits import MAX_TOP_K, RequestLimitError, check_params, check_request
 from imagent.server.people import people_router
 from imagent.server.security import Guard, HostPolicy, csp_for_html
 from imagent.server.uploads import UploadStore
@@ -73,27 +79,6 @@ except ImportError as exc:  # pragma: no cover - the [web] extra is missing
 
 STATIC = resources.files("imagent.server") / "static"
 _FINGERPRINT = re.compile(r"^(\d+):(\d+):")  # "size:mtime_ns:..." written by the folder/manifest indexer
-
-
-class SearchRequest(BaseModel):
-    text: str = Field("", max_length=2000)  # empty only with a where filter (the matches in time order)
-    method: str = Field("clip", max_length=100)
-    top_k: int = Field(10, ge=1, le=200)
-    reference: str | None = Field(None, max_length=1000)  # a gallery id
-    reference_upload: str | None = Field(None, max_length=100)  # an id from POST /api/uploads
-    keep_reference: bool = False
-    params: dict[str, Any] = Field(default_factory=dict)  # the method's hyper-parameters for this search
-    max_calls: int | None = Field(None, ge=0, description="cap on model calls (at most the server's cap)")
-    where: str | None = Field(None, max_length=2000, description="filter expression (album filter language)")
-    sort: Literal["score", "time"] = "score"
-    like: str | None = Field(None, max_length=1000, description="more like this gallery id (no text)")
-    collapse_duplicates: bool = False  # one photo per duplicate group (imagent duplicates)
-
-    @model_validator(mode="after")
-    def _something_to_search(self) -> SearchRequest:
-        if not (self.text.strip() or self.where is not None or self.reference or self.reference_upload or self.like):
-            raise ValueError("give a query text, a reference, a like photo or a where filter")
-        return self
 
 
 class FileChanged(Exception):
@@ -220,7 +205,7 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
         return {"gallery": {"root": str(gallery.root), "size": len(gallery), "sources": gallery.sources()},
                 "methods": methods,
                 "limits": {"max_upload_bytes": opts.max_upload_bytes, "max_calls_per_search": opts.max_calls_per_search,
-                           "top_k": 200}}
+                           "top_k": MAX_TOP_K}}
 
     def known(image_id: str) -> ImageRecord:
         if image_id not in gallery:
@@ -286,15 +271,20 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
     # ------------------------------------------------------------------ search
 
     def prepare(req: SearchRequest) -> PreparedSearch:
-        """Everything a request can get wrong, checked before any model loads: method, parameters
-        (validated and bounded), reference. Returns the prepared search (:meth:`Workspace.prepare`)."""
+        """Everything a request can get wrong, checked before any model loads: the web's bounds, method,
+        parameters (validated and bounded), reference. Returns the prepared search (:meth:`Workspace.prepare`)."""
+        try:
+            check_request(req)
+        except RequestLimitError as exc:  # answered like pydantic's own errors: 422, where and why
+            raise RequestValidationError([{"loc": ("body", exc.field), "msg": str(exc), "type": exc.kind}]) \
+                from None
         if req.reference and req.reference_upload:
             raise HTTPException(400, "give a reference or a reference_upload, not both")
         ref: ImageRecord | None = None
         if req.reference:
             # Only gallery ids: a reference given as a path would let a page read any file on this machine.
-            if req.reference not in gallery:
-                raise HTTPException(400, f"reference {req.reference[:200]!r} is not an image id in the gallery")
+            if not isinstance(req.reference, str) or req.reference not in gallery:
+                raise HTTPException(400, f"reference {str(req.reference)[:200]!r} is not an image id in the gallery")
             ref = gallery.record(req.reference)
         elif req.reference_upload:
             item = uploads.get(req.reference_upload)
@@ -305,13 +295,10 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
                 ref = _uploaded_record(ref, upload_names.get(item.id, ""))
         if req.where is not None:
             where_rows(gallery, req.where)  # a bad expression: 400 with where and why, before anything runs
-        if req.like is not None:
-            if req.like not in gallery:  # only gallery ids, never a path
-                raise HTTPException(400, f"like {req.like[:200]!r} is not an image id in the gallery")
-            if req.text.strip() or ref is not None:
-                raise HTTPException(400, "like ranks by the photo alone: give no text and no reference with it")
-        request = PlainRequest(req.text, req.method, req.top_k, ref, req.keep_reference, dict(req.params), index,
-                               req.where, req.sort, req.like, req.collapse_duplicates)
+        if req.like is not None and (not isinstance(req.like, str) or req.like not in gallery):  # never a path
+            raise HTTPException(400, f"like {str(req.like)[:200]!r} is not an image id in the gallery")
+        # The server's own index, the reference resolved: the fields a client never chooses.
+        request = req.model_copy(update={"reference": ref, "reference_upload": None, "index": index, "query": None})
         try:
             return workspace.prepare(request, check_params=check_params)
         except TaskMismatch as exc:

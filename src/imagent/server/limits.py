@@ -1,4 +1,8 @@
-"""Upper bounds on the method hyper-parameters a web request may set.
+"""Upper bounds on what a web request may ask: its own fields (:func:`check_request`) and the method
+hyper-parameters it sets (:func:`check_params`).
+
+A search request is :class:`imagent.api.SearchRequest`, the one request model of every interface; the web adds
+ceilings to it here: :data:`REQUEST_CAPS` on its text fields and :data:`MAX_TOP_K` results.
 
 A method's config class bounds what is *meaningful* (``tau`` in [0, 1]); many counts have no upper
 bound because a researcher may want a big one from the CLI (``k_prime=100000`` made 11,213 model calls in
@@ -25,6 +29,8 @@ from typing import Any
 import annotated_types
 from pydantic import BaseModel
 
+from imagent.api import is_unicode
+
 # Counts with a known cost per unit. Keys are field names of any method's config class.
 NAMED_CAPS: dict[str, float] = {
     "k": 200,               # candidates each verified by a model call
@@ -46,6 +52,36 @@ FACTOR = 10
 FLOOR = 100
 MAX_TEXT = 2000
 MAX_ITEMS = 64
+
+
+MAX_TOP_K = 200
+# The longest value each text field of a web search request may hold (characters).
+REQUEST_CAPS: dict[str, int] = {"text": MAX_TEXT, "method": 100, "reference": 1000, "reference_upload": 100,
+                                "where": MAX_TEXT, "like": 1000}
+
+
+class RequestLimitError(ValueError):
+    """A request field beyond the web's bounds: ``field`` names it, ``kind`` says how (pydantic's error types)."""
+
+    def __init__(self, field: str, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.field, self.kind = field, kind
+
+
+def check_request(request: Any) -> None:
+    """Raise :class:`RequestLimitError` when a search request (:class:`imagent.api.SearchRequest`) asks for more
+    than the web API allows: a text field past :data:`REQUEST_CAPS`, more than :data:`MAX_TOP_K` results."""
+    for name, cap in REQUEST_CAPS.items():
+        value = getattr(request, name)
+        if value is None:
+            continue
+        if len(str(value)) > cap:
+            raise RequestLimitError(name, f"String should have at most {cap} characters", "string_too_long")
+        if not is_unicode(str(value)):
+            raise RequestLimitError(name, "Input should be a valid string, not one with a lone surrogate",
+                                    "string_unicode")
+    if request.top_k > MAX_TOP_K:
+        raise RequestLimitError("top_k", f"Input should be less than or equal to {MAX_TOP_K}", "less_than_equal")
 
 
 class ParamLimitError(ValueError):

@@ -306,7 +306,8 @@ class DISBench(Benchmark):
 
     def query_table(self, items: Sequence[EvalItem], records: dict[str, Any]) -> list[dict[str, Any]]:
         """Per query: the result's source (the agent's own answer, a fallback, an error), event type, EM, F1, set
-        sizes, and what the search cost (agent turns, tool calls, tokens, seconds) read from its trace."""
+        sizes, and what the search cost: agent turns (the method's own count), tool calls, tokens, seconds (the trace's
+        per-step totals)."""
         from imagent.eval.behaviour import record_source
         from imagent.eval.records import predictions_from_results
 
@@ -327,7 +328,7 @@ class DISBench(Benchmark):
                 "f1": 100 * M.set_f1(pred, gold),
                 "predicted": len(set(pred)),
                 "gold": len(set(gold)),
-                "turns": sum(1 for s in steps if str(s.get("name", "")).startswith("turn")),
+                "turns": int(rec.counts.get("turns", 0)),  # the agent's own count (Result.counts)
                 "tool_calls": sum(int(s.get("tool_calls", 0) or 0) for s in steps),
                 "tokens": sum(int(s.get("prompt_tokens", 0) or 0) + int(s.get("completion_tokens", 0) or 0)
                               for s in steps),

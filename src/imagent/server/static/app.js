@@ -137,8 +137,13 @@ function stepCost(step) {
   return cost;
 }
 
-// An agent's turn (a step named turn.<n>): what it thought, the tool it called and with what, what came
-// back, and the photos it returned.
+// An agent's turn (imagent.agents.runtime's outputs: its reasoning and tool calls, or its answer), told by its
+// outputs, never by the step's name: what it thought, the tool it called and with what, what came back, and the
+// photos it returned.
+function isTurn(out) {
+  return Boolean(out) && "reasoning" in out && ("tool" in out || "calls" in out || "answer" in out);
+}
+
 function renderTurn(box, out) {
   const shown = new Set(["reasoning", "tool", "arguments", "observation", "photos", "calls"]);
   if (out.reasoning) box.append(el("p", { class: "reasoning", text: out.reasoning }));
@@ -156,7 +161,7 @@ function renderStep(step) {
   const box = el("details", { class: "step", open: true, "data-step": step.name },
     el("summary", {}, el("span", { text: step.name }), el("span", { class: "cost", text: stepCost(step) })));
   for (const n of step.notes) box.append(el("div", { class: "note", text: n }));
-  if (/^turn\.\d+$/.test(step.name)) {
+  if (isTurn(step.outputs)) {
     box.classList.add("turn");
     renderTurn(box, step.outputs);
     return box;

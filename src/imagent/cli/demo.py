@@ -14,9 +14,9 @@ from typing import Any
 
 from rich.console import Console
 
-from imagent.api import Workspace
+from imagent.api import Workspace, result_rows
+from imagent.cli.render import print_result
 from imagent.core.config import user_data_dir
-from imagent.core.types import Query
 
 # file in skimage/data -> caption (what a person sees in the photo)
 DEMO_PHOTOS: dict[str, str] = {
@@ -74,10 +74,7 @@ def prepare_demo_gallery(root: Path) -> Path:
 
 
 def run_demo(ws: Workspace, console: Console, json_out: bool = False) -> dict[str, Any]:
-    from imagent.api import result_rows
-    from imagent.cli.render import print_result
-    from imagent.index.builder import build_index
-
+    """Index the demo photos and run both queries through the request path every interface uses."""
     root = demo_root()
     manifest = prepare_demo_gallery(root)
     index_dir = root / "index"
@@ -85,15 +82,14 @@ def run_demo(ws: Workspace, console: Console, json_out: bool = False) -> dict[st
         console.print(f"[bold]imagent demo[/]: gallery of {len(DEMO_PHOTOS)} photos in {root}")
         console.print(f"dual encoder: {ws.settings.dual_encoder.backend}:{ws.settings.dual_encoder.model}  "
                       f"chat model: {ws.settings.model_for_role('reasoner')[1].model}")
-    report = build_index(manifest, index_dir, ws.dual_encoder, ws.text_embedder, ws.settings.indexing)
+    report = ws.index(manifest, index_dir)
     if not json_out:
         console.print(f"indexed: {report.added} new, {report.unchanged} unchanged, {len(report.skipped)} skipped")
     gallery = ws.gallery(index_dir)
 
-    text_result = ws.method("clip", index_dir).search(Query(text=TEXT_QUERY), top_k=3)
-    composed_method = ws.method("cirevl", index_dir)
-    composed = Query(text=COMPOSED_TEXT, reference=gallery.record(COMPOSED_REFERENCE), exclude=[COMPOSED_REFERENCE])
-    composed_result = composed_method.search(composed, top_k=3)
+    text_result = ws.search(TEXT_QUERY, method="clip", top_k=3, index=index_dir)
+    # the reference is a gallery id, left out of its own results
+    composed_result = ws.search(COMPOSED_TEXT, method="cirevl", top_k=3, reference=COMPOSED_REFERENCE, index=index_dir)
 
     out = {
         "text_query": {"query": TEXT_QUERY, "method": "clip", "results": result_rows(text_result, gallery),

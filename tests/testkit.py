@@ -1,0 +1,135 @@
+"""Test helpers several test files share (``from testkit import ...``; the root conftest puts this folder on
+``sys.path``). Fixtures live in the conftest files; plain functions and stand-in classes live here.
+
+Stand-ins are for tests of mechanics (indexing, storage, files, processes) where what a vector means does not
+matter: every real-model test uses the real models of ../shared/models/README.md."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+
+
+def hash_vectors(texts: list[str], dim: int) -> np.ndarray:
+    """Unit vectors seeded by each text's sha256: the same text always gets the same vector."""
+    out = np.zeros((len(texts), dim), dtype=np.float32)
+    for n, t in enumerate(texts):
+        seed = int.from_bytes(hashlib.sha256(t.encode("utf-8", "surrogatepass")).digest()[:8], "little")
+        v = np.random.default_rng(seed).standard_normal(dim)
+        out[n] = v / np.linalg.norm(v)
+    return out
+
+
+class TinyEmbedder:
+    """A deterministic stand-in text encoder (:func:`hash_vectors`) for tests about indexing mechanics, where a
+    model load would only cost time."""
+
+    def __init__(self, model_id: str = "tiny-8", dim: int = 8) -> None:
+        self.model_id, self.dim = model_id, dim
+
+    def encode_texts(self, texts: list[str]) -> np.ndarray:
+        return hash_vectors(texts, self.dim)
+
+
+class CaptionModeEncoder(TinyEmbedder):
+    """:class:`TinyEmbedder` as a dual encoder in caption mode: an image is its caption."""
+
+    sees_pixels = False
+
+    def encode_images(self, records: list[Any]) -> np.ndarray:
+        return self.encode_texts([r.caption for r in records])
+
+
+def eval_app() -> Any:
+    """A Typer app with ``imagent eval`` (and ``score``, ``pack``, ``replay``) registered, as the CLI has it."""
+    import typer
+
+    from imagent.api import Workspace
+    from imagent.cli.eval_cmd import register
+
+    app = typer.Typer()
+
+    @app.callback()
+    def _root() -> None:
+        """test app"""
+
+    register(app, lambda config, sets: Workspace.from_config(config, sets))
+    return app
+
+
+def run_in_threads(work: Callable[[], Any], n: int) -> list[BaseException]:
+    """Run ``work`` in ``n`` threads at once; the exceptions they raised (none: ``[]``)."""
+    errors: list[BaseException] = []
+
+    def guarded() -> None:
+        try:
+            work()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
+@contextmanager
+def http_server(handler: type[BaseHTTPRequestHandler], poll_interval: float = 0.5) -> Iterator[str]:
+    """A real HTTP server with ``handler`` on a free 127.0.0.1 port, in a thread; yields its base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": poll_interval}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def caption_index(root: Path, captions: dict[str, str], dual: Any, text: Any) -> Any:
+    """A gallery index at ``root`` of records with only ids and captions (their files do not exist)."""
+    from imagent.core.types import ImageRecord
+    from imagent.index.embedding import gallery_from_records
+
+    records = [ImageRecord(id=i, path=f"/nonexistent/{i}.jpg", captions=[c]) for i, c in captions.items()]
+    return gallery_from_records(str(root), records, dual, text)
+
+
+def chromium_path() -> str:
+    """The Chromium the browser tests drive (``IMAGENT_CHROMIUM``, else the one on the PATH)."""
+    path = os.environ.get("IMAGENT_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    if not path:
+        pytest.skip("no Chromium on this machine (Debian: apt-get install chromium); CI installs it")
+    return path
+
+
+def wait_until(check: Callable[[], Any], timeout_s: float = 20.0) -> None:
+    """Poll ``check()`` from Python: the page's CSP forbids the eval that ``page.wait_for_function`` uses."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out waiting for the page"
+        time.sleep(0.1)
