@@ -88,7 +88,7 @@ def index(
 
     ws = get_workspace(config, set_)
     root = index_dir or ws.settings.index
-    with progress_bar() as bar:
+    with progress_bar("images/s") as bar:
         task = bar.add_task("indexing", total=None, item="")
 
         def on_progress(done: int, total: int, path: str) -> None:
@@ -118,6 +118,8 @@ def index(
         console.print(Text(f"warning: {warning}", style="yellow"))
     if report.caption_note():
         console.print(Text(report.caption_note()))
+    if report.pixel_note():  # what answers an image search, per photo (caption, pixels, names)
+        console.print(Text(report.pixel_note()))
 
 
 # --------------------------------------------------------------------------- search

@@ -93,15 +93,25 @@ def short_path(path: str, limit: int = 48) -> str:
     return "…/" + tail if len(tail) <= limit - 2 else "…/" + p.name
 
 
+def _cell(row: dict[str, Any], col: str) -> str:
+    """A result row's cell: the date without seconds' fractions, labels as ``flamingo 0.90``."""
+    value = row.get(col)
+    if col == "taken":
+        return (value or "")[:19].replace("T", " ")
+    if col == "labels":
+        return ", ".join(f"{x['name']} {x['p']:.2f}" for x in value or [])
+    return value or ""
+
+
 def print_result(console: Console, result: Result, gallery: Gallery, title: str = "") -> None:
     rows = result_rows(result, gallery)
-    extra = [c for c in ("taken", "place") if any(r.get(c) for r in rows)]
+    extra = [c for c in ("taken", "place", "labels", "matched_by") if any(r.get(c) for r in rows)]
     table = Table(title=title or None)
     for col in ("rank", "id", "score", "path", *extra, "caption"):
-        table.add_column(col, overflow="fold")
+        table.add_column("by" if col == "matched_by" else col, overflow="fold")
     for row in rows:
         cells = [str(row["rank"]), row["id"], f"{row['score']:.4f}", short_path(row["path"] or "")]
-        cells += [(row.get(c) or "")[:19].replace("T", " ") if c == "taken" else (row.get(c) or "") for c in extra]
+        cells += [_cell(row, c) for c in extra]
         table.add_row(*(plain(c) for c in (*cells, row["caption"] or "")))  # text, never markup
     console.print(table)
     if result.is_error:

@@ -44,7 +44,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from imagent.api import PreparedSearch, TaskMismatch, Workspace, record_place, result_json, user_error_types
+from imagent.api import (
+    PreparedSearch,
+    TaskMismatch,
+    Workspace,
+    record_place,
+    result_json,
+    shown_labels,
+    user_error_types,
+)
 from imagent.api import SearchRequest as PlainRequest
 from imagent.core.imageio import ImageLoadError, is_image_name
 from imagent.core.redact import redact
@@ -316,7 +324,7 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
                               "matches": result.trace.counters.get("where_matches")}
         if result.answer_set is not None:
             data["answer_set"] = list(result.answer_set)
-            data["answer"] = [_card(gallery.record(i)) for i in result.answer_set if i in gallery]
+            data["answer"] = [_card(gallery.record(i), gallery.label_min_p) for i in result.answer_set if i in gallery]
         return data
 
     @app.post("/api/search")
@@ -403,9 +411,11 @@ def _as_jpeg(data: bytes, max_pixels: int) -> bytes:
     return out.getvalue()
 
 
-def _card(rec: ImageRecord) -> dict[str, Any]:
+def _card(rec: ImageRecord, label_min_p: float = 0.1) -> dict[str, Any]:
+    """A photo as the page shows it; ``labels``: what the pixel model saw, ``[{"name", "p"}]`` best first."""
     return {"id": rec.id, "caption": rec.caption, "path": rec.path,
-            "taken": rec.taken_time.isoformat() if rec.taken_time else None, "place": record_place(rec)}
+            "taken": rec.taken_time.isoformat() if rec.taken_time else None, "place": record_place(rec),
+            "labels": shown_labels(rec, label_min_p)}
 
 
 def _upload_name(raw: str | None) -> str:

@@ -28,6 +28,13 @@ Fields (aliases in brackets):
   (:mod:`imagent.index.places`; ``'Paris, Texas'`` narrows it by region or country).
 - ``address`` is the given address, else the place name found offline for the photo's GPS
   (``place ~ 'san diego'``).
+- ``label`` [labels]: what the pixel model saw (:mod:`imagent.models.pixels`), counting only the photo's stored
+  labels of probability at least ``pixels.label_min_p`` (0.1). ``label ~ 'bird'``: one of those labels has
+  ``bird`` (case-insensitive) inside its class name, one of its WordNet synonyms or one of its WordNet parent
+  categories (all of them, up to "animal": so ``label ~ 'bird'`` finds a flamingo and a goldfinch, ``label ~
+  'dog'`` every dog breed); ``label = 'flamingo'``: a label's class name is exactly that; ``label != 'x'``: a
+  labelled photo with no such label. A photo the pixel model has not seen has no label (false, as any missing
+  field). An index without labels, or a run with ``pixels.labels_as_text = false``, refuses the field.
 
 A comparison on a photo that lacks that field is false (``time != '2013'`` skips photos without a
 time; ``not time = '2013'`` keeps them). Errors (:class:`FilterError`) say where the expression went
@@ -54,7 +61,8 @@ from imagent.tools.base import ToolError
 ALLOWED = (
     "Allowed: time with = != < <= > >= and a date or date prefix in quotes ('2013', '2013-06', '2013-06-09', "
     "'2013-06-09 14:30'); address (or place) or device with ~ (case-insensitive contains), = or !=; lat, lon "
-    "with = != < <= > >= and a number; near(lat, lon, km) or near('Vienna', km); field between A and B; combined "
+    "with = != < <= > >= and a number; near(lat, lon, km) or near('Vienna', km); label (what the pixel model saw) "
+    "with ~ (a class or a parent category such as 'bird'), = or !=; field between A and B; combined "
     "with and, or, not and parentheses. Example: time >= '2013-06-09' and time < '2013-06-10' and address ~ 'paris'"
 )
 
@@ -64,6 +72,7 @@ FIELDS = {
     "device": "device", "camera": "device",
     "lat": "lat", "latitude": "lat",
     "lon": "lon", "lng": "lon", "longitude": "lon",
+    "label": "label", "labels": "label",
 }
 _OPS_BY_FIELD = {
     "time": {"=", "!=", "<", "<=", ">", ">="},
@@ -71,6 +80,7 @@ _OPS_BY_FIELD = {
     "lon": {"=", "!=", "<", "<=", ">", ">="},
     "address": {"=", "!=", "~"},
     "device": {"=", "!=", "~"},
+    "label": {"=", "!=", "~"},
 }
 _KEYWORDS = {"and", "or", "not", "near", "contains", "between"}
 
@@ -287,7 +297,7 @@ class _Parser:
                            f"but found {self._found()}")
         field = FIELDS.get(t.value)
         if field is None:
-            raise self.err(f"unknown field {t.text!r}; fields are time, address, device, lat, lon")
+            raise self.err(f"unknown field {t.text!r}; fields are time, address, device, lat, lon, label")
         self.i += 1
         if self.is_kw("between"):
             self.i += 1
@@ -414,38 +424,48 @@ class AlbumMeta:
     """Column arrays of an album's metadata, built once: what filters are evaluated on.
 
     ``time``: wall-clock seconds (NaN: no time); ``lat``/``lon``: degrees (NaN: no GPS); ``address`` and
-    ``device``: text per photo (None: unknown)."""
+    ``device``: text per photo (None: unknown); ``labels``: per photo its stored labels' class indices (None: the
+    label field is refused, as when the index has no labels or they are not offered as text)."""
 
     def __init__(self, time: np.ndarray, lat: np.ndarray, lon: np.ndarray, address: Sequence[str | None],
-                 device: Sequence[str | None]) -> None:
+                 device: Sequence[str | None], labels: Sequence[Sequence[int]] | None = None) -> None:
         self.size = len(time)
         self.time = np.asarray(time, dtype=np.float64)
         self.lat = np.asarray(lat, dtype=np.float64)
         self.lon = np.asarray(lon, dtype=np.float64)
         self.address = _TextColumn(address)
         self.device = _TextColumn(device)
+        self.labels: np.ndarray | None = None
+        if labels is not None:
+            width = max((len(x) for x in labels), default=0) or 1
+            self.labels = np.full((self.size, width), -1, dtype=np.int32)
+            for n, x in enumerate(labels):
+                self.labels[n, : len(x)] = x
         # Rows in chronological order (photos without a time last): results are listed this way.
         self.chrono = np.argsort(np.where(np.isnan(self.time), np.inf, self.time), kind="stable")
 
     @classmethod
-    def from_records(cls, records: Sequence[ImageRecord]) -> AlbumMeta:
+    def from_records(cls, records: Sequence[ImageRecord], label_min_p: float | None = None) -> AlbumMeta:
+        """``label_min_p``: labels of at least this probability make the label column (None: no label column)."""
         n = len(records)
         return cls(
             np.fromiter((wall_seconds(r.taken_time) if r.taken_time is not None else np.nan for r in records),
                         np.float64, n),
             np.fromiter((np.nan if r.latitude is None else r.latitude for r in records), np.float64, n),
             np.fromiter((np.nan if r.longitude is None else r.longitude for r in records), np.float64, n),
-            [r.place_name for r in records], [r.device for r in records])
+            [r.place_name for r in records], [r.device for r in records],
+            None if label_min_p is None else [label_indices(r.labels, label_min_p) for r in records])
 
     @classmethod
     def from_columns(cls, taken: Sequence[str | None], lat: Sequence[float | None], lon: Sequence[float | None],
-                     address: Sequence[str | None], device: Sequence[str | None]) -> AlbumMeta:
+                     address: Sequence[str | None], device: Sequence[str | None],
+                     labels: Sequence[Sequence[int]] | None = None) -> AlbumMeta:
         """From stored values: ``taken`` as ISO 8601 text (``ImageRecord.to_dict``), parsed by numpy in C;
         the first 19 characters are the wall-clock time (fractions of a second and any offset dropped)."""
         stamps = np.array([t[:19] if t else "NaT" for t in taken], dtype="datetime64[s]")
         seconds = stamps.astype(np.int64).astype(np.float64)
         seconds[np.isnat(stamps)] = np.nan
-        return cls(seconds, np.array(lat, dtype=np.float64), np.array(lon, dtype=np.float64), address, device)
+        return cls(seconds, np.array(lat, dtype=np.float64), np.array(lon, dtype=np.float64), address, device, labels)
 
     def evaluate(self, node: Any) -> np.ndarray:
         """A boolean mask over rows."""
@@ -474,6 +494,8 @@ class AlbumMeta:
                 return (col >= min(node.lo, node.hi)) & (col <= max(node.lo, node.hi))
             raise FilterError(f"between works on time, lat and lon, not {node.field}. {ALLOWED}")
         if isinstance(node, Compare):
+            if node.field == "label":
+                return self._label_mask(node.op, node.value)
             if node.field in {"address", "device"}:
                 return getattr(self, node.field).mask(node.op, node.value)
             col = self.time if node.field == "time" else getattr(self, node.field)
@@ -497,6 +519,23 @@ class AlbumMeta:
                 return col >= hi if node.field == "time" else col > hi
         raise TypeError(f"unknown filter node {node!r}")
 
+    def _label_mask(self, op: str, value: str) -> np.ndarray:
+        from imagent.models.pixels import label_data, label_matches
+
+        if self.labels is None:
+            raise FilterError("these photos carry no labels as text (no pixel model has seen them, or the run keeps "
+                              f"them out: pixels.labels_as_text = false); filter by another field. {ALLOWED}")
+        classes = label_data()
+        if op == "~":
+            hit = np.array([label_matches({"name": c["name"], "index": c["index"]}, value) for c in classes])
+        else:
+            hit = np.array([c["name"].strip().lower() == value for c in classes])
+        table = np.append(hit, False)  # index -1 (no label) -> the extra False at the end
+        found = table[self.labels].any(axis=1)
+        if op == "!=":
+            return ~found & (self.labels >= 0).any(axis=1)
+        return found
+
     def filter_rows(self, expr: str, rows: np.ndarray | None = None) -> np.ndarray:
         """Rows matching ``expr`` (within ``rows`` when given), in chronological order."""
         mask = self.evaluate(parse_filter(expr))
@@ -507,5 +546,10 @@ class AlbumMeta:
         return self.chrono[mask[self.chrono]]
 
 
-__all__ = ["ALLOWED", "FIELDS", "AlbumMeta", "FilterError", "parse_filter", "parse_time_prefix", "quote_string",
-           "tokenize", "wall_seconds"]
+def label_indices(labels: Sequence[dict[str, Any]], min_p: float) -> list[int]:
+    """The class indices of a photo's stored labels of probability at least ``min_p``."""
+    return [int(x["index"]) for x in labels if "index" in x and float(x.get("p", 0)) >= min_p]
+
+
+__all__ = ["ALLOWED", "FIELDS", "AlbumMeta", "FilterError", "label_indices", "parse_filter", "parse_time_prefix",
+           "quote_string", "tokenize", "wall_seconds"]
