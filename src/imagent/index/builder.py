@@ -153,18 +153,20 @@ class IndexReport:
         if not self.without_caption:
             return ""
         seen = self.pixels.get("search") or {}
-        if not self.sees_pixels and seen.get("pixels"):
-            return (f"{self.without_caption} image(s) have no caption: search by content sees the pixels of "
-                    f"{seen['pixels']} of them (labels and ConSE vectors of the pixel model)"
-                    + (f"; {seen['names']} are searched by file names, dates and places" if seen.get("names") else ""))
         n = self.without_caption
         head = f"{n} image{'s' if n != 1 else ''} {'have' if n != 1 else 'has'} no caption"
+        if not self.sees_pixels and seen.get("pixels"):
+            names = f"; {seen['names']} are searched by file names, dates and places" if seen.get("names") else ""
+            return (f"{head}: search by content sees the pixels of {seen['pixels']} of them (the pixel model's labels "
+                    f"and ConSE vectors){names}; for real captions: `imagent index SRC --caption-missing` with a "
+                    "vision captioner, or `--captions FILE`")
         words = "words from their file names and folders, dates and places"
         if self.sees_pixels:
             return (f"{head}: the dual encoder sees their pixels (clip), and caption-based methods use {words}; "
                     "for real captions: `imagent index SRC --caption-missing` with a vision captioner, or "
                     "`imagent index SRC --captions FILE`")
-        return (f"{head}: search uses {words}; for content search configure a dual encoder that sees pixels "
+        return (f"{head}: search uses {words}; for content search turn the pixel model on (pixels.model = "
+                "\"effnet-lite0\", the offline default), configure a dual encoder that sees pixels "
                 "(e.g. `imagent models presets`, then `imagent models use clip-b32`) or caption with a vision "
                 "model: `imagent index SRC --caption-missing` (or import captions: `--captions FILE`)")
 
