@@ -15,7 +15,8 @@ Prints, each as a ``name key=value ...`` line:
 3. ``p10``: precision at 10 of category words ("birds", "fruit", ...) over all 627 stamps, by ConSE.
 4. ``camera``: the README's camera-folder check: the shipped stamps copied as ``IMG_0001.jpg`` ... with EXIF
    dates and GPS and no captions, ``imagent index`` with the default (offline) setup, then ``imagent search
-   WORD``: how many of the top 10 are of the category, per word.
+   WORD``: how many of the top 10 are of the category, per word; and the same with the pixel model off
+   (``pixels.model = "none"``: caption mode has only dates and places to go by).
 
 ``python benchmarks/pixels.py --camera-folder DIR`` only writes that folder (and ``DIR.truth.json`` beside it:
 file -> category), for trying it by hand:
@@ -45,6 +46,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import imagent  # noqa: E402,F401  (before torch: its thread settings, OMP_WAIT_POLICY=PASSIVE, as the CLI has them)
 
 STAMPS = REPO / "src" / "imagent" / "eval" / "data" / "stamps_mini"
 # Category words and the stamp categories (path prefixes) that count as hits.
@@ -240,12 +242,16 @@ def camera() -> None:
         report = ws.index(folder)
         print(f"camera index photos={len(truth)} seconds={time.perf_counter() - t0:.1f} "
               f"pixels_images_per_s={report.pixels.get('images_per_s')} note={report.pixel_note()!r}", flush=True)
-        cells = []
-        for word in CATEGORIES:
-            result = ws.search(word, top_k=10)
-            cats = [truth[Path(ws.gallery().record(i).path).name] for i in result.ranking.ids]
-            cells.append(f"{word.replace(' ', '_')}={sum(is_hit(c, word) for c in cats)}")
-        print("camera top10 " + " ".join(cells), flush=True)
+        # The same folder with the pixel model off: what caption mode alone finds (dates and places only).
+        blind = Workspace.from_config(sets=[f"index={Path(tmp) / 'index-blind'}", "pixels.model=none"])
+        blind.index(folder)
+        for name, w in (("top10", ws), ("top10_without_pixels", blind)):
+            cells = []
+            for word in CATEGORIES:
+                result = w.search(word, top_k=10)
+                cats = [truth[Path(w.gallery().record(i).path).name] for i in result.ranking.ids]
+                cells.append(f"{word.replace(' ', '_')}={sum(is_hit(c, word) for c in cats)}")
+            print(f"camera {name} " + " ".join(cells), flush=True)
 
 
 def main() -> None:

