@@ -273,7 +273,7 @@ def test_nothing_sees_pixels_says_so_before_the_first_result(tmp_path):
     assert out.exit_code == 0, out.output
     text = " ".join(out.output.split())
     assert "nothing sees pixels" in text and text.index("nothing sees pixels") < text.index("rank")
-    assert "names" in text  # each result says what answered it
+    assert "every result answered by its file-name words, date and place" in text
 
 
 # ----------------------------------------------------------------------------- re-index, resume, tracks
