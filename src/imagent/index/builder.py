@@ -138,15 +138,9 @@ class IndexReport:
 
     def pixel_note(self) -> str:
         """Which space answers an image search, per photo, in words ("" without a pixel model)."""
-        seen = self.pixels.get("search")
-        if not seen:
-            return ""
-        ran = self.pixels.get("photos")
-        rate = self.pixels.get("images_per_s")
-        head = (f"pixels: {ran} photo(s) through {self.pixels.get('model', 'the pixel model')}"
-                + (f" ({rate} images/s)" if rate else "") + "; " if ran else "pixels: ")
-        return (head + f"{seen['labelled']} labelled; image search answers by caption for {seen['caption']}, by "
-                f"pixels for {seen['pixels']}, by file names, dates and places for {seen['names']}")
+        from imagent.index.pixels import pixel_note
+
+        return pixel_note(self.pixels)
 
     def caption_note(self) -> str:
         """What search relies on for images without captions, in plain words ("" when all have one)."""

@@ -128,6 +128,19 @@ def coverage(gallery: Gallery) -> dict[str, int]:
     return counts
 
 
+def pixel_note(pixels: dict[str, Any]) -> str:
+    """The index report's line on the pixel model (``IndexReport.pixels``): what ran, at what speed, and what answers
+    an image search for how many photos ("" when the index has no pixel model)."""
+    seen = pixels.get("search")
+    if not seen:
+        return ""
+    ran, rate = pixels.get("photos"), pixels.get("images_per_s")
+    head = (f"pixels: {ran} photo(s) through {pixels.get('model', 'the pixel model')}"
+            + (f" ({rate} images/s)" if rate else "") + "; " if ran else "pixels: ")
+    return (head + f"{seen['labelled']} labelled; image search answers by caption for {seen['caption']}, by pixels "
+            f"for {seen['pixels']}, by file names, dates and places for {seen['names']}")
+
+
 def add_pixels(gallery: Gallery, records: list[ImageRecord], stage: PixelStage, dual: Any) -> None:
     """Run the pixel model over stored ``records`` (copies are changed, never the gallery's) and store, in one
     transaction: their labels, their ``visual`` vectors and, in caption mode, the ConSE image vector of each one
@@ -166,4 +179,4 @@ def backfill(gallery: Gallery, stage: PixelStage, dual: Any, batch_size: int,
     return len(missing)
 
 
-__all__ = ["SPACE_VISUAL", "PixelStage", "add_pixels", "answered_by", "backfill", "coverage"]
+__all__ = ["SPACE_VISUAL", "PixelStage", "add_pixels", "answered_by", "backfill", "coverage", "pixel_note"]
