@@ -35,6 +35,10 @@ SKIP: dict[str, str] = {
     "imagent models use offline-1.5b": "joins the 1.1 GB GGUF from the offline-1.5b extra's packages; "
                                        "tests/models/test_offline.py runs the command on small fake parts",
     "imagent serve": "a server that runs until stopped; tests/test_demo.py starts it and waits for its URL",
+    "python benchmarks/pixels.py": "a script of the repository (run from a clone); tests/index/test_pixels.py runs "
+                                   "the camera-folder path on 16 stamps",
+    "imagent index ~/camera": "the 627-photo camera folder of the command before (benchmarks/pixels.py runs it)",
+    'imagent search "birds" --index ~/camera': "the camera folder's index (benchmarks/pixels.py runs it)",
 }
 
 PENGUIN = "animals__birds__penguin"

@@ -255,8 +255,9 @@ class PreparedSearch:
 
     @cached_property
     def warnings(self) -> list[str]:
-        """The method's preflight for this query: warnings a user must see (it may also refuse the query)."""
-        return list(self.method.preflight(self.query))
+        """The method's preflight for this query: warnings a user must see (it may also refuse the query), and
+        whether anything sees the pixels of the photos it searches (:func:`pixel_notice`)."""
+        return [*pixel_notice(self.method), *self.method.preflight(self.query)]
 
     @property
     def estimate(self) -> int:
@@ -299,11 +300,46 @@ class Workspace:
 
     @cached_property
     def dual_encoder(self) -> Any:
-        cfg = self.settings.dual_encoder
+        return self._build_dual(self.settings.dual_encoder)
+
+    def _build_dual(self, cfg: Any) -> Any:
         if cfg.backend == "caption":
             return build_dual_encoder(cfg, text_embedder=self._text_embedder_for(cfg))
         limits = self.settings.indexing
+        if cfg.backend == "effnet-lite0":  # the pixel model, shared with the index's labels (one pass a photo)
+            return build_dual_encoder(cfg, text_embedder=self._text_embedder_for(cfg), pixel_model=self.pixel_model,
+                                      pixel_options=self.settings.pixels)
         return build_dual_encoder(cfg, max_pixels=limits.max_pixels, max_bytes=limits.max_file_bytes)
+
+    @cached_property
+    def pixel_model(self) -> Any:
+        """The ImageNet classifier of ``[pixels]`` (:class:`~imagent.models.pixels.EffNetLite0`), loaded on first
+        use and shared by the index's labels and the ``effnet-lite0`` dual encoder."""
+        from imagent.models.pixels import EffNetLite0
+
+        limits = self.settings.indexing
+        return EffNetLite0(self.settings.pixels, self.settings.dual_encoder.device if
+                           self.settings.dual_encoder.backend == "effnet-lite0" else "cpu",
+                           max_pixels=limits.max_pixels, max_bytes=limits.max_file_bytes)
+
+    def pixel_stage(self, dual: Any = None) -> Any:
+        """What ``imagent index`` runs with each batch when a pixel model is configured (``pixels.model``, or the
+        ``effnet-lite0`` dual encoder): a :class:`~imagent.index.pixels.PixelStage` that loads on first use; None
+        with ``pixels.model = "none"`` and another dual encoder. ``dual`` (default: the configured one) is the
+        image space's encoder: in caption mode its text model embeds the ConSE vectors of captionless photos."""
+        from imagent.index.pixels import PixelStage
+        from imagent.models.pixels import FEATURE_DIM, FEATURE_MODEL_ID, Conse
+
+        s = self.settings
+        if s.pixels.model == "none" and s.dual_encoder.backend != "effnet-lite0":
+            return None
+        load_conse = None
+        if s.dual_encoder.backend == "caption":
+            def load_conse() -> Any:
+                enc = dual if dual is not None else self.dual_encoder
+                enc = enc.get() if hasattr(enc, "get") else enc
+                return Conse(enc.text_embedder, s.pixels)
+        return PixelStage(lambda: self.pixel_model, load_conse, FEATURE_MODEL_ID, FEATURE_DIM)
 
     def encoder(self, name: str) -> Any:
         """The extra encoder ``[encoders.<name>]``, loaded on first use and then shared. A text embedder, or a
@@ -319,11 +355,8 @@ class Workspace:
                 if cfg.kind == "text":
                     same = (cfg.backend, cfg.model, cfg.device) == (main.backend, main.model, main.device)
                     enc = self.text_embedder if same else build_text_embedder(cfg)
-                elif cfg.backend == "caption":
-                    enc = build_dual_encoder(cfg, text_embedder=self._text_embedder_for(cfg))
                 else:
-                    limits = self.settings.indexing
-                    enc = build_dual_encoder(cfg, max_pixels=limits.max_pixels, max_bytes=limits.max_file_bytes)
+                    enc = self._build_dual(cfg)
                 self._encoders[name] = enc
             return enc
 
@@ -361,6 +394,8 @@ class Workspace:
         if g is None:
             g = self.__dict__[key] = Gallery(root, create=create)
             g.configure(self.settings.indexing)
+            g.labels_as_text = self.settings.pixels.labels_as_text  # read by the album tools and DISBench's track
+            g.label_min_p = self.settings.pixels.label_min_p
         return g
 
     def context(self, index: str | Path | None = None) -> MethodContext:
@@ -454,12 +489,15 @@ class Workspace:
         top_k = req.top_k * 4 + 10 if req.collapse_duplicates else req.top_k  # room for the ones collapsed
         if prepared.like is not None:  # more like this photo: its own vector
             space = photo_search.like_space(g, req.method)
-            vec = photo_search.like_vector(g, prepared.like, space, self.dual_encoder, self.text_embedder)
+            vec = photo_search.like_vector(g, prepared.like, space, self.dual_encoder, self.text_embedder,
+                                           lambda: self.pixel_model)
             result = photo_search.more_like(g, prepared.like, vec, space, prepared.query, top_k, trace)
+            result.spaces = [space]
         elif not prepared.uses_method:  # a filter alone: the matching photos in time order
             result = photo_search.listing(g, prepared.query, top_k, trace)
         else:
             result = prepared.method.search(prepared.query, top_k=top_k, trace=trace, warnings=prepared.warnings)
+            result.spaces = list(prepared.method.search_spaces() or [])
         result = photo_search.finish(result, g, prepared.query, req.sort)
         if req.collapse_duplicates:
             result = photo_search.collapse_duplicates(result, g, self.duplicate_groups(req.index), req.top_k)
@@ -544,10 +582,11 @@ class Workspace:
         text = LazyEncoder(load_text, model_id_for("text", s.text_embedder))
         dual = LazyEncoder(load_dual, model_id_for("dual", s.dual_encoder, s.text_embedder),
                            sees_pixels=sees_pixels_for("dual", s.dual_encoder))
+        pixels = None if ray else self.pixel_stage(dual)  # on Ray, the actors' own encoders embed (no labels)
         with cluster:
             report = build_index(source, root, dual, text, options, captioner=captioner, progress=progress,
                                  captions=Path(captions) if captions is not None else None,
-                                 extras=extra_encoders(s, load_extra))
+                                 extras=extra_encoders(s, load_extra), pixels=pixels)
         if refusal:
             report.warnings.insert(0, refusal)
         return report
@@ -602,20 +641,68 @@ def extra_encoders(settings: Settings, load: Any) -> list[ExtraEncoder]:
 
 
 def result_rows(result: Result, gallery: Gallery) -> list[dict[str, Any]]:
-    """One row per result: ``{rank, id, score, path, caption, taken, place, people}`` (what ``--json`` and the web
-    API return); ``taken`` (ISO date-time) and ``place`` (the given address, else the place name found for the GPS,
-    else "lat, lon") are None when unknown; ``people`` the groups whose faces the photo holds, ``[{"id", "name"}]``
-    (name None until given; [] without face data: :mod:`imagent.index.people`)."""
+    """One row per result: ``{rank, id, score, path, caption, taken, place, labels, matched_by, people}`` (what
+    ``--json`` and the web API return); ``taken`` (ISO date-time) and ``place`` (the given address, else the place
+    name found for the GPS, else "lat, lon") are None when unknown; ``labels`` what the pixel model saw
+    (``[{"name", "p"}]``, those of at least ``pixels.label_min_p``); ``matched_by`` what the score compared the
+    query with for this photo: ``pixels``, ``caption``, ``names`` (file-name words, date, place), ``looks`` (visual
+    features), ``nothing``, or None when the result does not say which space answered; ``people`` the groups whose
+    faces the photo holds, ``[{"id", "name"}]`` (name None until given; [] without face data:
+    :mod:`imagent.index.people`)."""
     from imagent.index.people import people_index
+    from imagent.index.pixels import answered_by
 
     people = people_index(gallery)
+    min_p = getattr(gallery, "label_min_p", 0.1)
+    spaces = gallery.spaces()
+    main = next((s for s in result.spaces if s in spaces), None)
     rows = []
     for rank, (image_id, score) in enumerate(zip(result.ranking.ids, result.ranking.scores, strict=True), 1):
         rec = gallery.record(image_id)
         rows.append({"rank": rank, "id": image_id, "score": round(float(score), 6), "path": rec.path,
                      "caption": rec.caption, "taken": rec.taken_time.isoformat() if rec.taken_time else None,
-                     "place": record_place(rec), "people": people.people_of(image_id)})
+                     "place": record_place(rec), "labels": shown_labels(rec, min_p),
+                     "matched_by": answered_by(rec, main, spaces[main].model_id) if main else None,
+                     "people": people.people_of(image_id)})
     return rows
+
+
+def shown_labels(rec: ImageRecord, min_p: float = 0.1, limit: int = 3) -> list[dict[str, Any]]:
+    """A photo's labels as results show them: ``[{"name", "p"}]``, best first, at least ``min_p``, at most
+    ``limit``."""
+    return [{"name": x["name"], "p": x["p"]} for x in rec.labels if float(x.get("p", 0)) >= min_p][:limit]
+
+
+def pixel_notice(method: Method) -> list[str]:
+    """A warning when the spaces ``method`` searches see no photo's pixels though some photos lack captions: they
+    are found by file-name words, dates and places only (said before the first result, not only in the trace).
+    Computed once per state of the index."""
+    from imagent.index.pixels import answered_by
+
+    g = method.ctx.gallery
+    spaces = [s for s in method.search_spaces() or [] if g.has_space(s)]
+    info = g.spaces()
+    if not spaces or any(s.split("@")[0] == "image" and not info[s].model_id.startswith("caption:") for s in spaces):
+        return []
+    key = (g.generation(), len(g), spaces[0])
+    memo = g.__dict__.setdefault("_pixel_notice", {})
+    if key not in memo:
+        seen = [answered_by(r, spaces[0], info[spaces[0]].model_id) for r in g.records()]
+        blind = seen.count("names") + seen.count("nothing")
+        labelled = any(r.labels for r in g.records()) if blind else False
+        memo.clear()
+        if not blind or seen.count("pixels"):
+            memo[key] = []
+        elif labelled:
+            memo[key] = [f"{method.name} searches {spaces[0]}: {blind} of {len(seen)} photos have no caption and are "
+                         "matched there by words from their file names, dates and places; the pixel model has seen "
+                         "them: the default method (clip) searches them by their pixels"]
+        else:
+            memo[key] = [f"nothing sees pixels here: {blind} of {len(seen)} photos have no caption and are searched "
+                         "by words from their file names, dates and places only (the pixel model is off or has not "
+                         "run on them: `imagent index SRC` with pixels.model = \"effnet-lite0\", or a dual encoder "
+                         "that sees pixels)"]
+    return list(memo[key])
 
 
 def record_place(rec: ImageRecord) -> str | None:

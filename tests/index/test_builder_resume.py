@@ -114,7 +114,7 @@ def test_kill_then_resume_equals_clean_build(tmp_path, copy_stamps_to, caption_d
 
     # 4. Resume with the command users run; it carries on from the committed batches.
     run = subprocess.run([sys.executable, "-m", "imagent.cli.main", "index", str(manifest), "--index", str(idx),
-                          "--set", f"indexing.batch_size={BATCH}", "--json"],
+                          "--set", f"indexing.batch_size={BATCH}", "--set", "pixels.model=none", "--json"],
                          cwd=tmp_path, env=env, capture_output=True, timeout=300)
     assert run.returncode == 0, run.stderr.decode()[-3000:]
     report = json.loads(run.stdout)

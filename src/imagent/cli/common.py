@@ -14,7 +14,16 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.text import Text
 
 from imagent.cli.terminal import SafeConsole, terminal_safe
@@ -167,8 +176,21 @@ def user_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def progress_bar() -> Progress:
+def progress_bar(rate: str | None = None) -> Progress:
+    """The CLI's progress bar; ``rate`` (e.g. ``"images/s"``) adds the speed in that unit."""
+    extra = [RateColumn(rate)] if rate else []
     return Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), *extra, TimeElapsedColumn(),
         TimeRemainingColumn(), TextColumn("{task.fields[item]}"), console=err_console, transient=False,
     )
+
+
+class RateColumn(ProgressColumn):
+    """Items per second so far (``12.3 images/s``), blank until Rich has measured a speed."""
+
+    def __init__(self, unit: str) -> None:
+        super().__init__()
+        self.unit = unit
+
+    def render(self, task: Task) -> Text:
+        return Text(f"{task.speed:.1f} {self.unit}" if task.speed else "", style="cyan")

@@ -89,7 +89,7 @@ def index(
 
     ws = get_workspace(config, set_)
     root = index_dir or ws.settings.index
-    with progress_bar() as bar:
+    with progress_bar("images/s") as bar:
         task = bar.add_task("indexing", total=None, item="")
 
         def on_progress(done: int, total: int, path: str) -> None:
@@ -120,6 +120,8 @@ def index(
     people_cmd.print_face_pass(report.faces)
     if report.caption_note():
         console.print(Text(report.caption_note()))
+    if report.pixel_note():  # what answers an image search, per photo (caption, pixels, names)
+        console.print(Text(report.pixel_note()))
 
 
 # --------------------------------------------------------------------------- search
@@ -303,6 +305,9 @@ def models(
         {"part": "text_embedder", "backend": s.text_embedder.backend, "model": s.text_embedder.model,
          "sees_pixels": False, "spaces": ["caption_text"]},
     ]
+    if s.pixels.model != "none":  # the pixel model: labels, visual features, ConSE (imagent/models/pixels.py)
+        rows.append({"part": "pixels", "backend": s.pixels.model, "model": "EfficientNet-Lite0, ImageNet-1k",
+                     "sees_pixels": True, "spaces": ["visual", "image (captionless photos, caption mode)"]})
     for ext in ws.extra_encoders:  # [encoders.<name>]: extra retrievers, each its own index spaces
         cfg = s.encoders[ext.name]
         rows.append({"part": f"encoders.{ext.name}", "backend": cfg.backend, "model": cfg.model, "kind": ext.kind,
@@ -335,7 +340,10 @@ def models(
                      else "; the dual encoder does not (caption mode: images are searched by their captions)")
                   + (f"; extra encoders that see pixels: {', '.join(extra_seeing)} (their own image spaces)"
                      if extra_seeing else ""))
-    if not seeing and not rows[0]["sees_pixels"]:
+    if s.pixels.model != "none":
+        console.print(f"the pixel model ({s.pixels.model}) labels every photo at index time; photos without captions "
+                      "are searched by what it sees")
+    elif not seeing and not rows[0]["sees_pixels"]:
         console.print("content search over uncaptioned images needs a model that sees pixels: "
                       "`imagent models presets`")
 
@@ -437,6 +445,11 @@ def _check_part(ws: Workspace, part: str) -> dict[str, Any]:
             load = time.perf_counter() - t0
             t1 = time.perf_counter()
             enc.encode_texts(["a photo of a cat"])
+        elif part == "pixels":
+            model = ws.pixel_model
+            load = time.perf_counter() - t0
+            t1 = time.perf_counter()
+            model.analyze([])
         elif part.startswith("encoders."):
             enc = ws.encoder(part.split(".", 1)[1])
             load = time.perf_counter() - t0

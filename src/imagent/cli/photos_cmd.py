@@ -18,9 +18,9 @@ from imagent.cli.render import short_path
 def duplicates(index_dir: IndexOpt = None, config: ConfigOpt = None, set_: SetOpt = None,
                json_out: JsonOpt = False) -> None:
     """List groups of exact copies (same bytes) and near-duplicates (the same picture re-encoded or resized:
-    perceptual hashes within indexing.duplicate_max_distance bits, confirmed by the image vectors where they see
-    pixels), with size, date and path per member. Nothing is deleted or moved; `imagent search
-    --collapse-duplicates` keeps one photo per group in results."""
+    perceptual hashes within indexing.duplicate_max_distance bits, confirmed by the pixel model's visual features,
+    or else by image vectors that see pixels), with size, date and path per member. Nothing is deleted or moved;
+    `imagent search --collapse-duplicates` keeps one photo per group in results."""
     from imagent.api import Workspace
 
     ws = Workspace.from_config(config, set_)

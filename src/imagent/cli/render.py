@@ -98,17 +98,39 @@ def short_path(path: str, limit: int = 48) -> str:
     return "…/" + tail if len(tail) <= limit - 2 else "…/" + p.name
 
 
+# ``matched_by`` in words (imagent.index.pixels.answered_by).
+ANSWERED = {"pixels": "pixels (the image encoder, or the pixel model's labels)", "caption": "caption",
+            "names": "file-name words, date and place", "looks": "looks (the pixel model's visual features)",
+            "nothing": "nothing (no caption, no pixels seen, no names)"}
+
+
+def _cell(row: dict[str, Any], col: str) -> str:
+    """A result row's cell: the date without seconds' fractions, labels as ``flamingo 0.90``."""
+    value = row.get(col)
+    if col == "taken":
+        return (value or "")[:19].replace("T", " ")
+    if col == "labels":
+        return ", ".join(f"{x['name']} {x['p']:.2f}" for x in value or [])
+    return value or ""
+
+
 def print_result(console: Console, result: Result, gallery: Gallery, title: str = "") -> None:
     rows = result_rows(result, gallery)
-    extra = [c for c in ("taken", "place") if any(r.get(c) for r in rows)]
+    answered = {r.get("matched_by") for r in rows} - {None}
+    # What answered each result: a column when it differs between rows, else one line under the table.
+    extra = [c for c in ("taken", "place", "labels") if any(r.get(c) for r in rows)] + (
+        ["matched_by"] if len(answered) > 1 else [])
     table = Table(title=title or None)
     for col in ("rank", "id", "score", "path", *extra, "caption"):
-        table.add_column(col, overflow="fold")
+        table.add_column("by" if col == "matched_by" else col, overflow="fold")
     for row in rows:
         cells = [str(row["rank"]), row["id"], f"{row['score']:.4f}", short_path(row["path"] or "")]
-        cells += [(row.get(c) or "")[:19].replace("T", " ") if c == "taken" else (row.get(c) or "") for c in extra]
+        cells += [_cell(row, c) for c in extra]
         table.add_row(*(plain(c) for c in (*cells, row["caption"] or "")))  # text, never markup
     console.print(table)
+    if len(answered) == 1:
+        console.print(f"every result answered by its {ANSWERED.get(next(iter(answered)), next(iter(answered)))}",
+                      style="dim", highlight=False, markup=False)
     if result.is_error:
         console.print(f"the method could not answer (error: {result.source_reason}); shown instead: a stand-in, "
                       "so the answer is never empty", style="yellow", highlight=False, markup=False)

@@ -54,7 +54,7 @@ class EncoderConfig(_Strict):
 
 
 # Built-in encoder backends by kind (imagent.models.registry); an extra encoder's kind follows from its backend.
-DUAL_ENCODER_BACKENDS = ("hf", "open_clip", "caption")
+DUAL_ENCODER_BACKENDS = ("hf", "open_clip", "caption", "effnet-lite0")
 TEXT_EMBEDDER_BACKENDS = ("sentence-transformers",)
 # An extra encoder's name is part of its spaces' names (``image@siglip``), folder and file names in the index and
 # OSCAR's tool names: lowercase letters, digits and underscores.
@@ -87,7 +87,7 @@ class ExtraEncoderConfig(EncoderConfig):
                 self.kind == "text" and self.backend in DUAL_ENCODER_BACKENDS):
             raise ValueError(f"backend {self.backend!r} is not a {self.kind} backend: leave kind out, or use "
                              f"{', '.join(DUAL_ENCODER_BACKENDS if self.kind == 'dual' else TEXT_EMBEDDER_BACKENDS)}")
-        if not self.model and self.backend != "caption":
+        if not self.model and self.backend not in ("caption", "effnet-lite0"):
             raise ValueError(f"backend {self.backend!r} needs model = a hub id or a local path")
         return self
 
@@ -190,6 +190,31 @@ class IndexOptions(_Strict):
     duplicate_min_cosine: float = Field(0.9, ge=-1, le=1, description="image-vector cosine two near-duplicates reach")
 
 
+class PixelOptions(_Strict):
+    """The pixel model (``[pixels]``, imagent.models.pixels): an ImageNet classifier run once per photo at index
+    time, giving its labels (stored, shown, filterable: ``label ~ 'bird'``), its visual feature (space ``visual``:
+    "more like this", duplicates) and its ConSE vector (Norouzi et al., ICLR 2014: the probability-weighted mean of
+    the text embeddings of its top ``conse_top`` class names). In caption mode the ConSE vector stands for a photo
+    without a caption in the ``image`` space; ``dual_encoder.backend = "effnet-lite0"`` makes it every photo's
+    image vector. ``model = "none"`` turns the pixel model off. Values marked imagent's own were chosen on half of
+    the shipped stamps (their captions as queries), never on an evaluation query (docs/pixels.md)."""
+
+    model: Literal["effnet-lite0", "none"] = Field(
+        "effnet-lite0", description="the pixel model run at index time (none: no labels, visual features or ConSE)")
+    conse_top: int = Field(10, ge=1, le=1000, description="ConSE's T: class names averaged per image (paper: 10)")
+    template: str = Field("a photo of a {name}", description="text embedded for a class ({name}); imagent's own")
+    parent_depth: int = Field(2, ge=0, le=8, description="WordNet parent categories joined to a class's text; "
+                              "imagent's own")
+    parent_min_count: int = Field(1, ge=0, description="a parent counts only when WordNet's concordance tag count "
+                                  "reaches this (everyday words: bird, dog, fruit); imagent's own")
+    labels_top_k: int = Field(10, ge=1, le=50, description="labels stored per photo (with probabilities)")
+    label_min_p: float = Field(0.1, ge=0, le=1, description="labels shown and filtered need this probability")
+    labels_as_text: bool = Field(True, description="labels reach models and tools as text (GetMetadata, the "
+                                 "label filter); false keeps a DISBench run with labels in the Standard track")
+    threads: int = Field(0, ge=0, description="torch threads for the forward pass (0: every core)")
+    batch_size: int = Field(16, ge=1, description="photos per forward pass")
+
+
 class ToolConfig(_Strict):
     """A tool entry (``[tools.<name>]``): an agent tool such as TaCIR's ``search`` or ``edit``.
 
@@ -254,6 +279,7 @@ class Settings(_Strict):
     roles: dict[str, str] = Field(default_factory=lambda: {"default": "offline"})
     methods: dict[str, dict[str, Any]] = Field(default_factory=dict)
     indexing: IndexOptions = Field(default_factory=IndexOptions)
+    pixels: PixelOptions = Field(default_factory=PixelOptions)
     # tool name -> entry; none by default (tools that need the network or GPUs are opt-in).
     tools: dict[str, ToolConfig] = Field(default_factory=dict)
     server: ServerOptions = Field(default_factory=ServerOptions)

@@ -443,6 +443,29 @@ def open_image(
     return image_from_bytes(data, max_pixels)
 
 
+def open_image_scaled(path: str | Path, min_side: int, max_pixels: int = DEFAULT_MAX_PIXELS,
+                      max_bytes: int = DEFAULT_MAX_BYTES) -> Image.Image:
+    """:func:`open_image` for a model that needs only ``min_side`` pixels a side: a JPEG is decoded at the
+    smallest DCT scale (1/2, 1/4, 1/8) that keeps both sides at least ``min_side`` (PIL's draft mode: the whole
+    stream is still read, so truncation is still caught); other formats are decoded whole. The same refusals
+    as :func:`open_image` (corrupt, truncated, too many pixels, too many bytes)."""
+    check_file(path, max_bytes)
+    data = _read_bytes(path)
+    if not data:
+        raise ImageLoadError("empty file (0 bytes)")
+    _verify(data, max_pixels)
+    with _open_checked(io.BytesIO(data), max_pixels) as im:
+        _check_backed(data, im)
+        size = im.size
+        if im.format in ("JPEG", "MPO"):
+            im.draft("RGB", (min_side, min_side))
+        scaled = im.size != size
+        _decode(im)
+        if not scaled:
+            _check_decoded(im, size, max_pixels)
+        return _to_rgb(im)
+
+
 def image_from_bytes(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image.Image:
     """:func:`open_image` for bytes already in memory (size limits are the caller's)."""
     if not data:

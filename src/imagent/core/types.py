@@ -40,6 +40,9 @@ class ImageRecord:
     # The place name found offline for the coordinates (imagent.index.places: nearest GeoNames town, region,
     # country), kept beside them; None without GPS or when no town is near. ``address`` (given) wins over it.
     place: str | None = None
+    # What the pixel model (imagent.models.pixels) sees, best first: ``{"name", "p", "index"}`` (ImageNet class
+    # name, probability, class index); empty when no pixel model ran on the photo.
+    labels: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.captions and not self.caption_source:
@@ -89,6 +92,7 @@ class ImageRecord:
             "derived_text": self.derived_text,
             "device": self.device,
             "place": self.place,
+            **({"labels": [dict(x) for x in self.labels]} if self.labels else {}),
         }
 
     @classmethod
@@ -111,6 +115,7 @@ class ImageRecord:
             derived_text=d.get("derived_text") or "",
             device=d.get("device"),
             place=d.get("place"),
+            labels=[dict(x) for x in d.get("labels") or []],
         )
 
 
@@ -260,6 +265,9 @@ class Result:
     code_selected_share: float | None = None
     # What the method's preflight warned about for this query (``Method.preflight``; shown in the trace too).
     warnings: list[str] = field(default_factory=list)
+    # The vector spaces the ranking was scored in (the method's ``search_spaces``, or "more like this"'s space),
+    # so each result row can say what answered it (a caption, the pixels, file-name words); empty when unknown.
+    spaces: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         Source.check(self.source)

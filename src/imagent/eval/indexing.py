@@ -72,8 +72,11 @@ def ensure_index(
         if progress is not None:
             progress("index", done, total, Path(path).name)
 
+    # The pixel model runs with the build when it is the dual encoder (labels and visual features come with the
+    # ConSE vectors' pass); a caption-mode benchmark index does without it.
+    pixels = ws.pixel_stage() if ws.settings.dual_encoder.backend == "effnet-lite0" else None
     report = build_index(manifest, index_dir, ws.dual_encoder, ws.text_embedder, options,
-                         captioner=captioner, progress=on_progress, extras=ws.extra_encoders)
+                         captioner=captioner, progress=on_progress, extras=ws.extra_encoders, pixels=pixels)
     info = {"built": True, **marker, "report": report.to_dict()}
     write_json_atomic(marker_path, {**marker, "built_at": datetime.now(UTC).isoformat()})
     return info
@@ -89,6 +92,9 @@ def index_encoders(settings: Any) -> dict[str, Any]:
     }
     if settings.encoders:
         out["encoders"] = {n: e.model_dump(mode="json") for n, e in sorted(settings.encoders.items())}
+    if settings.dual_encoder.backend == "effnet-lite0":  # T, template and parents shape its ConSE vectors
+        keep = ("conse_top", "template", "parent_depth", "parent_min_count", "labels_top_k")
+        out["pixels"] = {k: v for k, v in settings.pixels.model_dump(mode="json").items() if k in keep}
     return out
 
 

@@ -125,6 +125,7 @@ class IndexReport:
     backfilled: int = 0  # stored records embedded in spaces added to the index by this run (those spaces only)
     upgraded: int = 0  # unchanged records given place names / new derived text (caption spaces re-embedded)
     faces: Any = None  # the face pass (imagent.index.faces.FacesReport), None when it did not run
+    pixels: dict[str, Any] = field(default_factory=dict)  # the pixel model's run and what answers image search
 
     def coverage(self, gallery: Gallery, dual: Any) -> None:
         """Count captions in the index, for :meth:`caption_note`."""
@@ -132,19 +133,36 @@ class IndexReport:
         self.without_caption = total - self.with_caption
         self.derived = sum(1 for r in gallery.records() if not r.has_caption and r.derived_text)
         self.sees_pixels = None if dual is None else bool(getattr(dual, "sees_pixels", True))
+        if self.pixels or gallery.has_space("visual"):
+            from imagent.index.pixels import coverage
+
+            self.pixels["search"] = coverage(gallery)
+
+    def pixel_note(self) -> str:
+        """Which space answers an image search, per photo, in words ("" without a pixel model)."""
+        from imagent.index.pixels import pixel_note
+
+        return pixel_note(self.pixels)
 
     def caption_note(self) -> str:
         """What search relies on for images without captions, in plain words ("" when all have one)."""
         if not self.without_caption:
             return ""
+        seen = self.pixels.get("search") or {}
         n = self.without_caption
         head = f"{n} image{'s' if n != 1 else ''} {'have' if n != 1 else 'has'} no caption"
+        if not self.sees_pixels and seen.get("pixels"):
+            names = f"; {seen['names']} are searched by file names, dates and places" if seen.get("names") else ""
+            return (f"{head}: search by content sees the pixels of {seen['pixels']} of them (the pixel model's labels "
+                    f"and ConSE vectors){names}; for real captions: `imagent index SRC --caption-missing` with a "
+                    "vision captioner, or `--captions FILE`")
         words = "words from their file names and folders, dates and places"
         if self.sees_pixels:
             return (f"{head}: the dual encoder sees their pixels (clip), and caption-based methods use {words}; "
                     "for real captions: `imagent index SRC --caption-missing` with a vision captioner, or "
                     "`imagent index SRC --captions FILE`")
-        return (f"{head}: search uses {words}; for content search configure a dual encoder that sees pixels "
+        return (f"{head}: search uses {words}; for content search turn the pixel model on (pixels.model = "
+                "\"effnet-lite0\", the offline default), configure a dual encoder that sees pixels "
                 "(e.g. `imagent models presets`, then `imagent models use clip-b32`) or caption with a vision "
                 "model: `imagent index SRC --caption-missing` (or import captions: `--captions FILE`)")
 
@@ -165,6 +183,8 @@ class IndexReport:
             "captioned": self.captioned,
             "embedded_in_new_spaces": self.backfilled,
             "upgraded": self.upgraded,
+            "pixels": dict(self.pixels),
+            "pixel_note": self.pixel_note(),
             "warnings": list(self.warnings),
             "faces": self.faces.to_dict() if self.faces is not None else None,
         }
@@ -255,7 +275,8 @@ def _fingerprint(st: os.stat_result, item: SourceItem, captioner: str | None = N
     return f"{base}|{captioner}" if captioner else base
 
 
-def _check_spaces(gallery: Gallery, dual: Any, text: Any, extras: Sequence[ExtraEncoder] = ()) -> list[str]:
+def _check_spaces(gallery: Gallery, dual: Any, text: Any, extras: Sequence[ExtraEncoder] = (),
+                  pixels: Any = None) -> list[str]:
     """Refuse encoders that differ from the index's; return the spaces these encoders fill (main ones first).
 
     Compares model ids, which a :class:`~imagent.index.embedding.LazyEncoder` knows from the config without
@@ -278,12 +299,16 @@ def _check_spaces(gallery: Gallery, dual: Any, text: Any, extras: Sequence[Extra
                 f"index {gallery.root} holds {space!r} vectors from {info.model_id} (dim {info.dim}), but the "
                 f"configured encoder is {model_id}{f' (dim {dim})' if dim is not None else ''}; {fix}"
             )
+    seen = have.get("visual")
+    if pixels is not None and seen is not None and seen.model_id != pixels.model_id:
+        raise GalleryError(f"index {gallery.root} holds 'visual' vectors from {seen.model_id}, but the pixel model "
+                           f"is {pixels.model_id}; use another --index or set pixels.model = \"none\"")
     return list(encoders)
 
 
 def _add_missing_spaces(gallery: Gallery, spaces: Sequence[str], dual: Any, text: Any,
                         extras: Sequence[ExtraEncoder], options: IndexOptions, report: IndexReport,
-                        progress: Progress | None) -> None:
+                        progress: Progress | None, pixels: Any = None) -> None:
     """Embed the records that lack a vector in one of ``spaces`` (stored before those spaces were configured,
     or left by a killed run) in those spaces only: their other spaces are not encoded again. Batches commit
     one by one, so a killed run resumes here. An image that cannot be read any more (a moved file of another
@@ -311,11 +336,11 @@ def _add_missing_spaces(gallery: Gallery, spaces: Sequence[str], dual: Any, text
         for start in range(0, len(ids), options.batch_size):
             batch = gallery.records(ids[start : start + options.batch_size])
             try:
-                add_spaces(gallery, batch, group, dual, text, extras)
+                add_spaces(gallery, batch, group, dual, text, extras, pixels)
             except ImageLoadError:
                 for rec in batch:  # find the unreadable ones; the rest keep their real vectors
                     try:
-                        add_spaces(gallery, [rec], group, dual, text, extras)
+                        add_spaces(gallery, [rec], group, dual, text, extras, pixels)
                     except ImageLoadError:
                         unreadable.append(display_path(rec.path))
                         _zero_image_vectors(gallery, rec, group, dual, text, extras)
@@ -342,11 +367,11 @@ def _zero_image_vectors(gallery: Gallery, rec: ImageRecord, spaces: Sequence[str
 
 
 def _store_refreshed(gallery: Gallery, refresh: Sequence[tuple[ImageRecord, str, str]], dual: Any, text: Any,
-                     extras: Sequence[ExtraEncoder]) -> None:
+                     extras: Sequence[ExtraEncoder], pixels: Any = None) -> None:
     """Store upgraded records (same id, key and fingerprint) with their caption spaces embedded again; image
     vectors of an encoder that sees pixels stay as they are (the pixels did not change)."""
     records = [r for r, _, _ in refresh]
-    vectors = embed_records(records, dual, text, caption_spaces_only=True, extras=extras)
+    vectors = embed_records(records, dual, text, caption_spaces_only=True, extras=extras, pixels=pixels)
     with gallery.transaction() as c:
         for space, (model_id, dim) in space_models(dual, text, extras, vectors).items():
             gallery.ensure_space(c, space, model_id, dim)
@@ -364,8 +389,10 @@ class _Build:
         captioner: Any,
         report: IndexReport,
         extras: Sequence[ExtraEncoder] = (),
+        pixels: Any = None,
     ) -> None:
         self.g = gallery
+        self.pixels = pixels
         self.dual = dual
         self.text = text
         self.extras = extras
@@ -505,9 +532,9 @@ class _Build:
             with self.g.transaction() as c:
                 self.g.remove(c, self.replaced)
         if self.pending:
-            add_records(self.g, self.pending, self.dual, self.text, self.extras)
+            add_records(self.g, self.pending, self.dual, self.text, self.extras, self.pixels)
         if self.refresh:
-            _store_refreshed(self.g, self.refresh, self.dual, self.text, self.extras)
+            _store_refreshed(self.g, self.refresh, self.dual, self.text, self.extras, self.pixels)
             self.report.upgraded += len(self.refresh)
         if self.skips:
             with self.g.transaction() as c:
@@ -540,6 +567,7 @@ def import_captions(
     report: IndexReport,
     source_root: str | None = None,
     extras: Sequence[ExtraEncoder] = (),
+    pixels: Any = None,
 ) -> int:
     """Store the captions of ``caption_file`` (see :mod:`imagent.index.captioning`) on the gallery's records,
     as ``caption_source = "given"``, and embed their caption spaces again. Returns how many records changed.
@@ -575,7 +603,7 @@ def import_captions(
     for start in range(0, len(records), 256):
         batch = records[start : start + 256]
         # Caption spaces only: a pixel encoder's image vectors do not depend on the caption.
-        vectors = embed_records(batch, dual, text, caption_spaces_only=True, extras=extras)
+        vectors = embed_records(batch, dual, text, caption_spaces_only=True, extras=extras, pixels=pixels)
         with gallery.transaction() as c:
             for space, (model_id, dim) in space_models(dual, text, extras, vectors).items():
                 gallery.ensure_space(c, space, model_id, dim)
@@ -596,6 +624,7 @@ def build_index(
     progress: Progress | None = None,
     captions: str | Path | None = None,
     extras: Sequence[ExtraEncoder] = (),
+    pixels: Any = None,
 ) -> IndexReport:
     """Index ``source`` (a folder or a manifest) into the gallery at ``index_root``; see the module doc.
 
@@ -605,7 +634,9 @@ def build_index(
     each filling its own spaces.
 
     Spaces the index gains (an encoder configured since the last run) are filled for the records already
-    stored by embedding those records in the new spaces only (:func:`_add_missing_spaces`).
+    stored by embedding those records in the new spaces only (:func:`_add_missing_spaces`). ``pixels``: a
+    :class:`~imagent.index.pixels.PixelStage` (labels, the ``visual`` space, ConSE in caption mode), run with
+    each batch; stored photos it has not seen yet go through it alone (:func:`imagent.index.pixels.backfill`).
 
     Raises :class:`SourceError` for an unusable source and :class:`GalleryError` when the index
     was built with other encoders; a bad image or row is skipped and reported, never raised."""
@@ -614,7 +645,7 @@ def build_index(
     gallery = index_root if isinstance(index_root, Gallery) else Gallery(index_root, create=True)
     gallery.configure(options)
     report = IndexReport()
-    spaces = _check_spaces(gallery, dual, text, extras)
+    spaces = _check_spaces(gallery, dual, text, extras, pixels)
     src = read_source(source, exclude=gallery.root)
     report.warnings.extend(src.warnings)
     report.total = len(src.items)
@@ -622,20 +653,25 @@ def build_index(
         # Read the source without captioning, import the given captions, then caption what is still missing
         # (a second pass that only touches captionless records).
         _Build(gallery, dual, text, options.model_copy(update={"caption_missing": False}), None, report,
-               extras).run(src, progress, False)
+               extras, pixels).run(src, progress, False)
         gallery.reload()
-        import_captions(captions, gallery, dual, text, report, src.root, extras)
+        import_captions(captions, gallery, dual, text, report, src.root, extras, pixels)
         gallery.reload()
         if options.caption_missing:
             second = IndexReport()
-            _Build(gallery, dual, text, options, captioner, second, extras).run(src, progress, False)
+            _Build(gallery, dual, text, options, captioner, second, extras, pixels).run(src, progress, False)
             report.updated += second.updated + second.added
             report.captioned += second.captioned
             report.warnings.extend(second.warnings)
     else:
-        _Build(gallery, dual, text, options, captioner, report, extras).run(src, progress, False)
+        _Build(gallery, dual, text, options, captioner, report, extras, pixels).run(src, progress, False)
+    if pixels is not None:  # stored photos the pixel model has not seen (an index built before it, a killed run)
+        from imagent.index.pixels import backfill
+
+        if backfill(gallery, pixels, dual, options.batch_size, progress):
+            report.warnings.append("the pixel model labelled the photos indexed before it (labels, visual features)")
     # Records stored before a space was configured (any source's) get vectors in it, and only in it.
-    _add_missing_spaces(gallery, spaces, dual, text, extras, options, report, progress)
+    _add_missing_spaces(gallery, spaces, dual, text, extras, options, report, progress, pixels)
     if not gallery.snapshot_is_current():
         gallery.write_snapshot()
     else:
@@ -648,6 +684,11 @@ def build_index(
     if built:
         report.warnings.append(f"approximate search store (re)built for {', '.join(built)}")
     report.warnings.extend(gallery.ann_notes)  # a calibration short of its recall target
+    if pixels is not None:
+        report.pixels = {"model": pixels.model_id.split(":")[0], **pixels.report()}
+        if pixels.failed:
+            report.warnings.append(f"the pixel model could not read {len(pixels.failed)} file(s) (no labels, zero "
+                                   f"visual vector): {'; '.join(pixels.failed[:3])}")
     report.coverage(gallery, dual)
     # Faces last: a kill here leaves the records and vectors complete (imagent.index.faces).
     report.faces = update_faces(gallery, options, source_is_folder(source), progress)

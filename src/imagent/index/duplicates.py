@@ -9,7 +9,8 @@ results. Nothing is ever deleted or changed on disk.
 - **Near-duplicates** have perceptual hashes (``imagehash.phash``: 64 bits from the image's low frequencies,
   robust to re-encoding and resizing) at most ``duplicate_max_distance`` bits apart, and, where the index has
   image vectors from an encoder that sees pixels, a cosine of at least ``duplicate_min_cosine`` between them
-  (the hash sees only luminance: a red and a green flag of one shape hash alike, their vectors do not).
+  (the hash sees only luminance: a red and a green flag of one shape hash alike, their vectors do not); the pixel
+  model's ``visual`` features (:mod:`imagent.index.pixels`) confirm first when the index has them.
   Hashes are computed once per file content and kept in the index (table ``phash``; no generation bump, so no
   snapshot is rewritten); pairs are compared blockwise with numpy's popcount.
 """
@@ -133,7 +134,10 @@ def _near_pairs(hashes: np.ndarray, max_distance: int) -> Iterable[tuple[int, in
 
 
 def _pixel_space(gallery: Gallery) -> str | None:
-    """The image space when its vectors come from an encoder that sees pixels (not caption mode)."""
+    """The space that confirms a near pair: the pixel model's visual features when the index has them, else the
+    image space when its vectors come from an encoder that sees pixels (not caption mode)."""
+    if gallery.has_space("visual"):
+        return "visual"
     info = gallery.spaces().get(SPACE_IMAGE)
     return SPACE_IMAGE if info is not None and not info.model_id.startswith("caption:") else None
 

@@ -132,9 +132,26 @@ def space_models(dual: DualEncoder | None, text: TextEmbedder | None, extras: Se
             if spaces is None or space in spaces}
 
 
+def uses_pixel_model(encoder: Any, pixels: Any) -> bool:
+    """Whether ``encoder`` is the ``effnet-lite0`` dual encoder over the pixel stage's own classifier (then its image
+    vectors come from the stage's pass: one forward pass per photo)."""
+    if pixels is None or encoder is None:
+        return False
+    if isinstance(encoder, LazyEncoder):
+        if not encoder.model_id.startswith("effnet-lite0+"):
+            return False
+        encoder = encoder.get()
+    return getattr(encoder, "pixel_model", None) is not None and encoder.pixel_model is pixels.model
+
+
+def _unwrap(encoder: Any) -> Any:
+    return encoder.get() if isinstance(encoder, LazyEncoder) else encoder
+
+
 def embed_records(
     records: Sequence[ImageRecord], dual: DualEncoder | None, text: TextEmbedder | None,
     caption_spaces_only: bool = False, extras: Sequence[ExtraEncoder] = (), spaces: Collection[str] | None = None,
+    pixels: Any = None,
 ) -> dict[str, np.ndarray]:
     """space -> (n, dim) float32. A record without a caption is embedded by its derived text (file and folder
     words, date, place); one with neither gets zero caption vectors (cosine 0).
@@ -142,11 +159,21 @@ def embed_records(
     Identical computations are shared: in caption mode with the same text model, the image,
     caption_dual and caption_text spaces are one encoding (so are the spaces of extra encoders with the same
     model). ``caption_spaces_only`` leaves out the image space of an encoder that sees pixels (new captions do
-    not change it); ``spaces`` (when given) limits the work to those spaces (ones added to an index later)."""
+    not change it); ``spaces`` (when given) limits the work to those spaces (ones added to an index later).
+
+    ``pixels`` (a :class:`~imagent.index.pixels.PixelStage`): the pixel model runs over the records (their labels
+    set in place, space ``visual`` filled) unless only caption spaces are asked for, and caption mode's image space
+    takes the ConSE vector of each captionless photo with labels (:mod:`imagent.index.pixels`)."""
+    from imagent.index.pixels import SPACE_VISUAL
+
     captions = [embedding_text(r) for r in records]
     has_caption = np.array([bool(c) for c in captions])
     out: dict[str, np.ndarray] = {}
     done: dict[str, np.ndarray] = {}  # "model_id|what" -> vectors
+    seen = None
+    if pixels is not None and not caption_spaces_only and (spaces is None or SPACE_VISUAL in spaces):
+        seen = pixels.run(list(records))
+        out[SPACE_VISUAL] = seen.features
 
     def texts_in(encoder: DualEncoder | TextEmbedder) -> np.ndarray:
         key = f"{encoder.model_id.removeprefix('caption:')}|captions"
@@ -161,7 +188,10 @@ def embed_records(
     def images_in(encoder: DualEncoder) -> np.ndarray:
         key = f"{encoder.model_id}|images"
         if key not in done:
-            done[key] = np.asarray(encoder.encode_images(list(records)), dtype=np.float32)
+            if seen is not None and uses_pixel_model(encoder, pixels):  # the stage's pass, unreadable files as zeros
+                done[key] = _unwrap(encoder).conse.vectors(seen.tops)
+            else:
+                done[key] = np.asarray(encoder.encode_images(list(records)), dtype=np.float32)
         return done[key]
 
     for space, encoder in space_encoders(dual, text, extras).items():
@@ -170,9 +200,18 @@ def embed_records(
         if split_space(space)[0] == SPACE_IMAGE and getattr(encoder, "sees_pixels", True):
             if not caption_spaces_only:
                 out[space] = images_in(encoder)
+        elif space == SPACE_IMAGE and pixels is not None and pixels.caption_mode:
+            out[space] = pixels.conse_rows(list(records), texts_in(encoder))
         else:
             out[space] = texts_in(encoder)
     return out
+
+
+def pixel_space_models(pixels: Any) -> dict[str, tuple[str, int]]:
+    """The ``visual`` space's (model id, dim) when a pixel stage runs."""
+    from imagent.index.pixels import SPACE_VISUAL
+
+    return {SPACE_VISUAL: (pixels.model_id, pixels.dim)} if pixels is not None else {}
 
 
 def add_records(
@@ -181,13 +220,15 @@ def add_records(
     dual: DualEncoder | None,
     text: TextEmbedder | None,
     extras: Sequence[ExtraEncoder] = (),
+    pixels: Any = None,
 ) -> None:
-    """Embed and store one batch in a single transaction (all or nothing)."""
+    """Embed and store one batch in a single transaction (all or nothing); with ``pixels``, the pixel model's
+    labels and visual features too (in the same transaction)."""
     if not pending:
         return
-    vectors = embed_records([p.record for p in pending], dual, text, extras=extras)
+    vectors = embed_records([p.record for p in pending], dual, text, extras=extras, pixels=pixels)
     with gallery.transaction() as c:
-        for space, (model_id, dim) in space_models(dual, text, extras).items():
+        for space, (model_id, dim) in {**space_models(dual, text, extras), **pixel_space_models(pixels)}.items():
             gallery.ensure_space(c, space, model_id, dim)
         for i, p in enumerate(pending):
             gallery.upsert(c, p.record, p.source_key, p.fingerprint, {s: v[i] for s, v in vectors.items()})
@@ -200,12 +241,15 @@ def add_spaces(
     dual: DualEncoder | None,
     text: TextEmbedder | None,
     extras: Sequence[ExtraEncoder] = (),
+    pixels: Any = None,
 ) -> None:
     """Embed stored ``records`` in ``spaces`` only (spaces added to the index after them) and store those
-    vectors in one transaction; their other spaces and the records themselves are not touched."""
+    vectors in one transaction; their other spaces and the records themselves are not touched. ``pixels``: caption
+    mode's image space takes the ConSE vectors of stored labels (the ``visual`` space is filled by
+    :func:`imagent.index.pixels.add_pixels`, not here)."""
     if not records:
         return
-    vectors = embed_records(records, dual, text, extras=extras, spaces=spaces)
+    vectors = embed_records(records, dual, text, extras=extras, spaces=spaces, pixels=pixels)
     with gallery.transaction() as c:
         for space, (model_id, dim) in space_models(dual, text, extras, spaces).items():
             gallery.ensure_space(c, space, model_id, dim)
@@ -215,12 +259,13 @@ def add_spaces(
 
 def gallery_from_records(
     root: str, records: Sequence[ImageRecord], dual: DualEncoder | None, text: TextEmbedder | None,
-    batch_size: int = 256, extras: Sequence[ExtraEncoder] = (),
+    batch_size: int = 256, extras: Sequence[ExtraEncoder] = (), pixels: Any = None,
 ) -> Gallery:
-    """Build (or extend) a gallery straight from records (tests, benchmarks, the Python API)."""
+    """Build (or extend) a gallery straight from records (tests, benchmarks, the Python API); ``pixels`` a
+    :class:`~imagent.index.pixels.PixelStage` for labels and visual features."""
     g = Gallery(root, create=True)
     items = [PendingRecord(r, f"record:{r.id}", stable_key(r.to_dict())) for r in records]
     for start in range(0, len(items), batch_size):
-        add_records(g, items[start : start + batch_size], dual, text, extras)
+        add_records(g, items[start : start + batch_size], dual, text, extras, pixels)
     g.write_snapshot()
     return g

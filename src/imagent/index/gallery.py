@@ -38,7 +38,8 @@ Vector spaces (names used by every method):
 - ``caption_dual``: captions in the dual encoder's text space (CLIP text encoder on both sides);
 - ``caption_text``: captions in the text embedder's space;
 - ``image@<name>``, ``caption_dual@<name>``, ``caption_text@<name>``: the same kinds from an extra encoder
-  ``[encoders.<name>]`` (a dual encoder gives the first two, a text embedder the third): :func:`encoder_space`.
+  ``[encoders.<name>]`` (a dual encoder gives the first two, a text embedder the third): :func:`encoder_space`;
+- ``visual``: the pixel model's visual features ("more like this", duplicates; :mod:`imagent.index.pixels`).
 """
 
 from __future__ import annotations
@@ -136,6 +137,10 @@ class Gallery:
         self.ann_min_rows: int = DEFAULT_MIN_ROWS
         self.ann_params = AnnParams()
         self.ann_notes: list[str] = []  # warnings of the last build_ann (a calibration short of its target)
+        # Pixel labels (imagent.index.pixels): whether tools may show and filter them as text, and the probability a
+        # label needs to be shown or matched (the workspace sets both from [pixels]).
+        self.labels_as_text = True
+        self.label_min_p = 0.1
         self._ann_stores: dict[str, AnnStore] = {}
         self._store = Store(db)
         self._load()

@@ -42,10 +42,12 @@ def _hf_dual(model: str) -> dict[str, Any]:
 PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset(
         "offline",
-        "the default: caption mode (MiniLM) and Qwen2.5 0.5B in-process; no model sees pixels",
+        "the default: caption mode (MiniLM), the EfficientNet-Lite0 pixel model for photos without captions (labels, "
+        "ConSE, looks) and Qwen2.5 0.5B in-process; no chat model sees pixels",
         "nothing (PyPI packages of the offline extra)",
         {"dual_encoder": {"backend": "caption", "model": OFFLINE_TEXT_EMBEDDER},
          "text_embedder": {"backend": "sentence-transformers", "model": OFFLINE_TEXT_EMBEDDER},
+         "pixels": {"model": "effnet-lite0"},
          "roles": {"default": "offline"}},
         offline_model=OFFLINE_CHAT_MODEL,
     ),

@@ -30,6 +30,7 @@ _BUILT_IN: dict[str, dict[str, str]] = {
         "hf": "imagent.models.encoders:HFDualEncoder.from_config",
         "open_clip": "imagent.models.encoders:OpenCLIPDualEncoder.from_config",
         "caption": "imagent.models.encoders:CaptionDualEncoder.from_config",
+        "effnet-lite0": "imagent.models.pixels:PixelDualEncoder.from_config",
     },
     "text": {
         "sentence-transformers": "imagent.models.encoders:SentenceTransformerEmbedder.from_config",

@@ -51,6 +51,7 @@ from imagent.api import (
     Workspace,
     record_place,
     result_json,
+    shown_labels,
     user_error_types,
 )
 from imagent.core.imageio import ImageLoadError, is_image_name
@@ -406,10 +407,13 @@ def _as_jpeg(data: bytes, max_pixels: int) -> bytes:
 
 
 def _card(rec: ImageRecord, gallery: Any = None) -> dict[str, Any]:
+    """A photo as the page shows it; ``labels``: what the pixel model saw, ``[{"name", "p"}]`` best first;
+    ``people``: the groups whose faces it holds, ``[{"id", "name"}]``."""
     from imagent.index.people import photo_people
 
     return {"id": rec.id, "caption": rec.caption, "path": rec.path,
             "taken": rec.taken_time.isoformat() if rec.taken_time else None, "place": record_place(rec),
+            "labels": shown_labels(rec, gallery.label_min_p if gallery is not None else 0.1),
             "people": photo_people(gallery, rec.id) if gallery is not None else []}
 
 

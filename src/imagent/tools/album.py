@@ -6,7 +6,8 @@ side (:mod:`imagent.agents.album_tools`) turns it into typed tools and holds the
 
 - :meth:`Album.search`: cosine top-k in the album's vector spaces, optionally within a subset and
   with a *visual cue* (a photo whose vector joins the query);
-- :meth:`Album.metadata`: time, place (lat, lon, address), device and people of given photos;
+- :meth:`Album.metadata`: time, place (lat, lon, address), device and people of given photos, and the pixel
+  model's labels (``labels``: ``[{"name", "p"}]``) when the photos have them and the run offers them as text;
 - :meth:`Album.filter`: the photos matching a filter expression (:mod:`imagent.tools.filter_lang`),
   evaluated over column arrays built once per album;
 - :meth:`Album.view`: image parts for photos, each tied to its id (a blind model receives the
@@ -18,6 +19,7 @@ within tens of milliseconds (``benchmarks/album_tools.py`` measures it).
 
 from __future__ import annotations
 
+import json
 import threading
 import weakref
 from collections.abc import Iterable, Sequence
@@ -33,7 +35,7 @@ from imagent.index.people import people_index
 from imagent.index.scoring import top_k as top_k_rows
 from imagent.models.base import DualEncoder, ImagePart, TextEmbedder
 from imagent.tools.base import ToolError
-from imagent.tools.filter_lang import AlbumMeta
+from imagent.tools.filter_lang import AlbumMeta, label_indices
 
 # Spaces tried, in order, when none is configured: the image space first (the Standard track has only
 # image embeddings), then caption spaces.
@@ -138,14 +140,26 @@ class Album:
             if hit is not None and hit[0] is self.gallery.ids:
                 return hit[1]
             ids = self.gallery.ids
-            cols = self.gallery.metadata_columns(["taken_time", "latitude", "longitude", "address", "device", "place"])
+            cols = self.gallery.metadata_columns(["taken_time", "latitude", "longitude", "address", "device", "place",
+                                                  "labels"])
+            min_p = self.label_min_p
             if cols is not None:  # the given address, else the place name found for the GPS
+                raw = cols.pop()
+                labels = None if min_p is None else [label_indices(json.loads(x), min_p) if x else [] for x in raw]
                 cols[3] = [a or p for a, p in zip(cols[3], cols.pop(), strict=True)]
-            meta = (AlbumMeta.from_records(self.gallery.records()) if cols is None
-                    else AlbumMeta.from_columns(*cols))
+            meta = (AlbumMeta.from_records(self.gallery.records(), min_p) if cols is None
+                    else AlbumMeta.from_columns(*cols, labels=labels))
             meta.people = _people_of(self.gallery)  # the filter field person (imagent.index.people)
             _META_CACHE[self.gallery] = (ids, meta)
             return meta
+
+    @property
+    def label_min_p(self) -> float | None:
+        """The probability a label needs to count (filters, metadata), or None when labels are not offered as text
+        (``pixels.labels_as_text = false``)."""
+        if not getattr(self.gallery, "labels_as_text", True):
+            return None
+        return float(getattr(self.gallery, "label_min_p", 0.1))
 
     # ------------------------------------------------------------------ search
     def _encoder(self, space: str) -> DualEncoder | TextEmbedder:
@@ -211,7 +225,9 @@ class Album:
     def metadata(self, ids: Sequence[str], fields: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """For each known id: its time, place (lat, lon, address), device and people (``fields`` picks some;
         ``place`` stands for lat, lon and address; ``people`` are names, ``#id`` for a group not named yet, and
-        come only when asked for or when the index has face data). Unknown ids raise :class:`ToolError`."""
+        come only when asked for or when the index has face data), and with all fields (``fields`` None) its pixel
+        labels (``labels``: ``[{"name", "p"}]``) when it has some and they are offered as text. Unknown ids raise
+        :class:`ToolError`."""
         wanted = set(fields or (*METADATA_FIELDS, PEOPLE_FIELD))
         bad = wanted - {*METADATA_FIELDS, PEOPLE_FIELD}
         if bad:
@@ -238,6 +254,9 @@ class Album:
                 row["device"] = r.device
             if people is not None:
                 row["people"] = people.labels_of(i)
+            min_p = self.label_min_p
+            if fields is None and r.labels and min_p is not None:
+                row["labels"] = [{"name": x["name"], "p": x["p"]} for x in r.labels if float(x["p"]) >= min_p]
             out.append(row)
         return out
 

@@ -33,6 +33,13 @@ Fields (aliases in brackets):
   as ``imagent people`` lists it (``person = 7`` or ``'#7'``); ``~`` part of a name; ``!=`` photos with people,
   none of them that one (``not person = 'Anna'``: every photo without Anna). Evaluated through
   :attr:`AlbumMeta.people`, which the album layer sets.
+- ``label`` [labels]: what the pixel model saw (:mod:`imagent.models.pixels`), counting only the photo's stored
+  labels of probability at least ``pixels.label_min_p`` (0.1). ``label ~ 'bird'``: one of those labels has
+  ``bird`` (case-insensitive) inside its class name, one of its WordNet synonyms or one of its WordNet parent
+  categories (all of them, up to "animal": so ``label ~ 'bird'`` finds a flamingo and a goldfinch, ``label ~
+  'dog'`` every dog breed); ``label = 'flamingo'``: a label's class name is exactly that; ``label != 'x'``: a
+  labelled photo with no such label. A photo the pixel model has not seen has no label (false, as any missing
+  field). An index without labels, or a run with ``pixels.labels_as_text = false``, refuses the field.
 
 A comparison on a photo that lacks that field is false (``time != '2013'`` skips photos without a
 time; ``not time = '2013'`` keeps them). Errors (:class:`FilterError`) say where the expression went
@@ -60,7 +67,8 @@ ALLOWED = (
     "Allowed: time with = != < <= > >= and a date or date prefix in quotes ('2013', '2013-06', '2013-06-09', "
     "'2013-06-09 14:30'); address (or place) or device with ~ (case-insensitive contains), = or !=; lat, lon "
     "with = != < <= > >= and a number; near(lat, lon, km) or near('Vienna', km); person with = (a name, any case, or "
-    "a group number) or ~ (part of a name); field between A and B; combined "
+    "a group number) or ~ (part of a name); label (what the pixel model saw) with ~ (a class or a parent category "
+    "such as 'bird'), = or !=; field between A and B; combined "
     "with and, or, not and parentheses. Example: time >= '2013-06-09' and time < '2013-06-10' and address ~ 'paris'"
 )
 
@@ -71,6 +79,7 @@ FIELDS = {
     "lat": "lat", "latitude": "lat",
     "lon": "lon", "lng": "lon", "longitude": "lon",
     "person": "person", "people": "person",
+    "label": "label", "labels": "label",
 }
 _OPS_BY_FIELD = {
     "time": {"=", "!=", "<", "<=", ">", ">="},
@@ -79,6 +88,7 @@ _OPS_BY_FIELD = {
     "address": {"=", "!=", "~"},
     "device": {"=", "!=", "~"},
     "person": {"=", "!=", "~"},
+    "label": {"=", "!=", "~"},
 }
 _KEYWORDS = {"and", "or", "not", "near", "contains", "between"}
 
@@ -295,7 +305,7 @@ class _Parser:
                            f"but found {self._found()}")
         field = FIELDS.get(t.value)
         if field is None:
-            raise self.err(f"unknown field {t.text!r}; fields are time, address, device, lat, lon, person")
+            raise self.err(f"unknown field {t.text!r}; fields are time, address, device, lat, lon, person, label")
         self.i += 1
         if self.is_kw("between"):
             self.i += 1
@@ -422,16 +432,23 @@ class AlbumMeta:
     """Column arrays of an album's metadata, built once: what filters are evaluated on.
 
     ``time``: wall-clock seconds (NaN: no time); ``lat``/``lon``: degrees (NaN: no GPS); ``address`` and
-    ``device``: text per photo (None: unknown)."""
+    ``device``: text per photo (None: unknown); ``labels``: per photo its stored labels' class indices (None: the
+    label field is refused, as when the index has no labels or they are not offered as text)."""
 
     def __init__(self, time: np.ndarray, lat: np.ndarray, lon: np.ndarray, address: Sequence[str | None],
-                 device: Sequence[str | None]) -> None:
+                 device: Sequence[str | None], labels: Sequence[Sequence[int]] | None = None) -> None:
         self.size = len(time)
         self.time = np.asarray(time, dtype=np.float64)
         self.lat = np.asarray(lat, dtype=np.float64)
         self.lon = np.asarray(lon, dtype=np.float64)
         self.address = _TextColumn(address)
         self.device = _TextColumn(device)
+        self.labels: np.ndarray | None = None
+        if labels is not None:
+            width = max((len(x) for x in labels), default=0) or 1
+            self.labels = np.full((self.size, width), -1, dtype=np.int32)
+            for n, x in enumerate(labels):
+                self.labels[n, : len(x)] = x
         # Rows in chronological order (photos without a time last): results are listed this way.
         self.chrono = np.argsort(np.where(np.isnan(self.time), np.inf, self.time), kind="stable")
         # () -> the people of the rows, an object with ``mask(op, value)`` (imagent.index.people.PeopleIndex;
@@ -439,24 +456,27 @@ class AlbumMeta:
         self.people: Any = None
 
     @classmethod
-    def from_records(cls, records: Sequence[ImageRecord]) -> AlbumMeta:
+    def from_records(cls, records: Sequence[ImageRecord], label_min_p: float | None = None) -> AlbumMeta:
+        """``label_min_p``: labels of at least this probability make the label column (None: no label column)."""
         n = len(records)
         return cls(
             np.fromiter((wall_seconds(r.taken_time) if r.taken_time is not None else np.nan for r in records),
                         np.float64, n),
             np.fromiter((np.nan if r.latitude is None else r.latitude for r in records), np.float64, n),
             np.fromiter((np.nan if r.longitude is None else r.longitude for r in records), np.float64, n),
-            [r.place_name for r in records], [r.device for r in records])
+            [r.place_name for r in records], [r.device for r in records],
+            None if label_min_p is None else [label_indices(r.labels, label_min_p) for r in records])
 
     @classmethod
     def from_columns(cls, taken: Sequence[str | None], lat: Sequence[float | None], lon: Sequence[float | None],
-                     address: Sequence[str | None], device: Sequence[str | None]) -> AlbumMeta:
+                     address: Sequence[str | None], device: Sequence[str | None],
+                     labels: Sequence[Sequence[int]] | None = None) -> AlbumMeta:
         """From stored values: ``taken`` as ISO 8601 text (``ImageRecord.to_dict``), parsed by numpy in C;
         the first 19 characters are the wall-clock time (fractions of a second and any offset dropped)."""
         stamps = np.array([t[:19] if t else "NaT" for t in taken], dtype="datetime64[s]")
         seconds = stamps.astype(np.int64).astype(np.float64)
         seconds[np.isnat(stamps)] = np.nan
-        return cls(seconds, np.array(lat, dtype=np.float64), np.array(lon, dtype=np.float64), address, device)
+        return cls(seconds, np.array(lat, dtype=np.float64), np.array(lon, dtype=np.float64), address, device, labels)
 
     def evaluate(self, node: Any) -> np.ndarray:
         """A boolean mask over rows."""
@@ -487,6 +507,8 @@ class AlbumMeta:
         if isinstance(node, Compare):
             if node.field == "person":
                 return self._person(node)
+            if node.field == "label":
+                return self._label_mask(node.op, node.value)
             if node.field in {"address", "device"}:
                 return getattr(self, node.field).mask(node.op, node.value)
             col = self.time if node.field == "time" else getattr(self, node.field)
@@ -519,6 +541,22 @@ class AlbumMeta:
         except ValueError as exc:  # a name no group has, an unknown group id: say which names exist
             raise FilterError(str(exc)) from None
         return np.asarray(mask, dtype=bool)
+    def _label_mask(self, op: str, value: str) -> np.ndarray:
+        from imagent.models.pixels import label_data, label_matches
+
+        if self.labels is None:
+            raise FilterError("these photos carry no labels as text (no pixel model has seen them, or the run keeps "
+                              f"them out: pixels.labels_as_text = false); filter by another field. {ALLOWED}")
+        classes = label_data()
+        if op == "~":
+            hit = np.array([label_matches({"name": c["name"], "index": c["index"]}, value) for c in classes])
+        else:
+            hit = np.array([c["name"].strip().lower() == value for c in classes])
+        table = np.append(hit, False)  # index -1 (no label) -> the extra False at the end
+        found = table[self.labels].any(axis=1)
+        if op == "!=":
+            return ~found & (self.labels >= 0).any(axis=1)
+        return found
 
     def filter_rows(self, expr: str, rows: np.ndarray | None = None) -> np.ndarray:
         """Rows matching ``expr`` (within ``rows`` when given), in chronological order."""
@@ -530,5 +568,10 @@ class AlbumMeta:
         return self.chrono[mask[self.chrono]]
 
 
-__all__ = ["ALLOWED", "FIELDS", "AlbumMeta", "FilterError", "parse_filter", "parse_time_prefix", "quote_string",
-           "tokenize", "wall_seconds"]
+def label_indices(labels: Sequence[dict[str, Any]], min_p: float) -> list[int]:
+    """The class indices of a photo's stored labels of probability at least ``min_p``."""
+    return [int(x["index"]) for x in labels if "index" in x and float(x.get("p", 0)) >= min_p]
+
+
+__all__ = ["ALLOWED", "FIELDS", "AlbumMeta", "FilterError", "label_indices", "parse_filter", "parse_time_prefix",
+           "quote_string", "tokenize", "wall_seconds"]

@@ -10,8 +10,9 @@ go through :func:`apply_filter` before the method runs and :func:`finish` after 
   (the exact scan of the pool, or the approximate store's filtered search);
 - ``sort="time"`` lists the method's results in the order they were taken (photos without a time last);
 - a search with a filter and no text lists the matching photos in time order (:func:`listing`);
-- ``--like ID|FILE`` ranks by the photo itself (:func:`more_like`: its image vector, or its caption vector with
-  ``--method caption``), the photo left out of its own results.
+- ``--like ID|FILE`` ranks by the photo itself (:func:`more_like`: its visual features when the pixel model has
+  seen the photos, else its image vector; its caption vector with ``--method caption``), the photo left out of its
+  own results.
 
 A bad expression raises :class:`~imagent.tools.filter_lang.FilterError` saying where and what is allowed.
 """
@@ -27,6 +28,7 @@ from imagent.core.trace import Trace
 from imagent.core.types import ImageRecord, MetadataConstraints, Query, Ranking, Result
 from imagent.index.embedding import embedding_text
 from imagent.index.gallery import SPACE_CAPTION_TEXT, SPACE_IMAGE, Gallery
+from imagent.index.pixels import SPACE_VISUAL
 from imagent.tools.album import Album
 from imagent.tools.filter_lang import FilterError, parse_filter
 
@@ -146,17 +148,29 @@ def collapse_duplicates(result: Result, gallery: Gallery, groups: Any, top_k: in
 
 
 def like_space(gallery: Gallery, method: str) -> str:
-    """The space "more like this" ranks in: the caption space for ``--method caption`` (the photo's text),
-    else the image space (pixels; in caption mode the captions encoded as images)."""
+    """The space "more like this" ranks in: the caption space for ``--method caption`` (the photo's text), else
+    the pixel model's ``visual`` space when the index has it (looks: the classifier's features), else the image
+    space (pixels; in caption mode the captions encoded as images)."""
     if method == "caption" and gallery.has_space(SPACE_CAPTION_TEXT):
         return SPACE_CAPTION_TEXT
+    if gallery.has_space(SPACE_VISUAL):
+        return SPACE_VISUAL
     return SPACE_IMAGE
 
 
-def like_vector(gallery: Gallery, record: ImageRecord, space: str, dual: Any, text: Any) -> np.ndarray:
-    """``record``'s vector in ``space``: stored when it is in the gallery, else encoded (a file given by path)."""
+def like_vector(gallery: Gallery, record: ImageRecord, space: str, dual: Any, text: Any,
+                pixel_model: Any = None) -> np.ndarray:
+    """``record``'s vector in ``space``: stored when it is in the gallery, else encoded (a file given by path;
+    ``pixel_model()`` gives the classifier for the ``visual`` space)."""
     if record.id in gallery and gallery.has_space(space):
         return gallery.vector(space, record.id)
+    if space == SPACE_VISUAL:
+        if pixel_model is None:
+            raise FilterError("more like a file by looks needs the pixel model (pixels.model = \"effnet-lite0\")")
+        out = pixel_model().analyze([record])
+        if out.failed:
+            raise FilterError(next(iter(out.failed.values())))
+        return np.asarray(out.features[0], dtype=np.float32)
     if space == SPACE_IMAGE and getattr(dual, "sees_pixels", True):
         return np.asarray(dual.encode_images([record])[0], dtype=np.float32)
     # A caption space, or caption mode's image space: the photo's text, embedded as the index embeds it.

@@ -109,8 +109,23 @@ def derive_track(method: Any, caption_missing: bool = False) -> dict[str, Any]:
         for role in method.text_readers():
             reasons.append(f"the {role} role's model cannot see pixels: photos reach it as text (captions, or "
                            f"words derived from file names, dates and places for {derived} photos)")
+    # Decision 11: class labels stored as text and searched (the album tools' metadata and label filter, or a
+    # caption-mode image space whose captionless photos are ConSE vectors of their stored labels) are text derived
+    # from the photos; ConSE vectors from the pixel model's own pass (effnet-lite0) are image embeddings.
+    labelled = sum(1 for r in records if r.labels)
+    notes: list[str] = []
+    if labelled:
+        offered = bool(getattr(gallery, "labels_as_text", True))
+        agent = hasattr(method, "album")  # the album agents' tools: GetMetadata shows labels, FilterMetadata `label`
+        if offered and agent:
+            reasons.append(f"{labelled} photos carry class labels stored as text, which the album tools show "
+                           "(GetMetadata) and filter by (label ~ ...); pixels.labels_as_text = false keeps them out")
+        else:
+            why = "kept out of its tools (pixels.labels_as_text = false)" if agent else "not searched by the method"
+            notes.append(f"{labelled} photos carry class labels stored as text, {why}: the search space holds "
+                         "only vectors computed from pixels")
     return {"track": "Open" if reasons else "Standard", "reasons": reasons, "spaces": described,
-            "method": method.name}
+            "method": method.name, "notes": notes}
 
 
 class DISBench(Benchmark):
@@ -173,7 +188,8 @@ class DISBench(Benchmark):
             out["track"] = track
             out["track_reason"] = ("; ".join(reasons) if reasons else
                                    "the search space holds only image embeddings of a pixel-seeing encoder and no "
-                                   "text derived from the photos was used")
+                                   "text derived from the photos was used"
+                                   + "".join(f" ({n})" for n in usage.get("notes") or []))
             if self.options.track == "standard" and track == "Open":
                 out["track_requested"] = "Standard (track=standard), but the run used what the Open track allows"
         out["captions"] = captions
