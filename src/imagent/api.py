@@ -27,7 +27,6 @@ serves many queries (and an eval run) without reloading models.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -44,6 +43,8 @@ from imagent.core.trace import Trace
 from imagent.core.types import ImageRecord, Query, Result
 from imagent.index.embedding import ExtraEncoder, LazyEncoder
 from imagent.index.gallery import Gallery
+# Results as data (re-exported: callers read them from the request path).
+from imagent.index.result_rows import record_place, result_json, result_rows, shown_labels  # noqa: F401
 from imagent.methods.base import Method, MethodConfig, MethodContext, get_method, summarize_query
 from imagent.models.base import ChatModel
 from imagent.models.registry import (
@@ -640,38 +641,6 @@ def extra_encoders(settings: Settings, load: Any) -> list[ExtraEncoder]:
 # --------------------------------------------------------------------- results as data
 
 
-def result_rows(result: Result, gallery: Gallery) -> list[dict[str, Any]]:
-    """One row per result: ``{rank, id, score, path, caption, taken, place, labels, matched_by, people}`` (what
-    ``--json`` and the web API return); ``taken`` (ISO date-time) and ``place`` (the given address, else the place
-    name found for the GPS, else "lat, lon") are None when unknown; ``labels`` what the pixel model saw
-    (``[{"name", "p"}]``, those of at least ``pixels.label_min_p``); ``matched_by`` what the score compared the
-    query with for this photo: ``pixels``, ``caption``, ``names`` (file-name words, date, place), ``looks`` (visual
-    features), ``nothing``, or None when the result does not say which space answered; ``people`` the groups whose
-    faces the photo holds, ``[{"id", "name"}]`` (name None until given; [] without face data:
-    :mod:`imagent.index.people`)."""
-    from imagent.index.people import people_index
-    from imagent.index.pixels import answered_by
-
-    people = people_index(gallery)
-    min_p = getattr(gallery, "label_min_p", 0.1)
-    spaces = gallery.spaces()
-    main = next((s for s in result.spaces if s in spaces), None)
-    rows = []
-    for rank, (image_id, score) in enumerate(zip(result.ranking.ids, result.ranking.scores, strict=True), 1):
-        rec = gallery.record(image_id)
-        rows.append({"rank": rank, "id": image_id, "score": round(float(score), 6), "path": rec.path,
-                     "caption": rec.caption, "taken": rec.taken_time.isoformat() if rec.taken_time else None,
-                     "place": record_place(rec), "labels": shown_labels(rec, min_p),
-                     "matched_by": answered_by(rec, main, spaces[main].model_id) if main else None,
-                     "people": people.people_of(image_id)})
-    return rows
-
-
-def shown_labels(rec: ImageRecord, min_p: float = 0.1, limit: int = 3) -> list[dict[str, Any]]:
-    """A photo's labels as results show them: ``[{"name", "p"}]``, best first, at least ``min_p``, at most
-    ``limit``."""
-    return [{"name": x["name"], "p": x["p"]} for x in rec.labels if float(x.get("p", 0)) >= min_p][:limit]
-
 
 def pixel_notice(method: Method) -> list[str]:
     """A warning when the spaces ``method`` searches see no photo's pixels though some photos lack captions: they
@@ -705,21 +674,4 @@ def pixel_notice(method: Method) -> list[str]:
     return list(memo[key])
 
 
-def record_place(rec: ImageRecord) -> str | None:
-    """Where a photo was taken: the given address, else the place name found for its GPS, else its
-    coordinates."""
-    if rec.place_name:
-        return rec.place_name
-    if rec.latitude is not None and rec.longitude is not None:
-        return f"{rec.latitude:.5f}, {rec.longitude:.5f}"
-    return None
 
-
-def result_json(result: Result, gallery: Gallery) -> str:
-    """The result rows, the trace and any per-stage rankings as one JSON document."""
-    payload: dict[str, Any] = {"results": result_rows(result, gallery), "source": result.source,
-                               "source_reason": result.source_reason, "counts": dict(result.counts),
-                               "warnings": list(result.warnings), "trace": result.trace.to_dict()}
-    if result.stages:
-        payload["stages"] = {k: v.to_dict() for k, v in result.stages.items()}
-    return json.dumps(payload, indent=2, ensure_ascii=False, default=str)
