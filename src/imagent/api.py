@@ -43,6 +43,7 @@ from imagent.core.trace import Trace
 from imagent.core.types import ImageRecord, Query, Result
 from imagent.index.embedding import ExtraEncoder, LazyEncoder
 from imagent.index.gallery import Gallery
+
 # Results as data (re-exported: callers read them from the request path).
 from imagent.index.result_rows import record_place, result_json, result_rows, shown_labels  # noqa: F401
 from imagent.methods.base import Method, MethodConfig, MethodContext, get_method, summarize_query
