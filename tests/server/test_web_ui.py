@@ -127,7 +127,8 @@ def page():
 def test_page_runs_searches_and_shows_each_step(live_server, page, tmp_path):
     page.goto(live_server)
     page.wait_for_selector("#method option[value=imagescope]", state="attached")
-    assert "627 images" in page.inner_text("#gallery-info")
+    page.wait_for_selector("#gallery-info:has-text('627 photos')")
+    page.click("#advanced summary")  # methods, parameters, reference and trace are under Advanced
 
     # a text query with the caption baseline
     page.fill("#query", "a penguin")
@@ -203,6 +204,7 @@ def test_page_streams_a_long_search_cancels_it_and_takes_an_upload(album_workspa
     previews and is used; a cleared reference loses its preview."""
     page.goto(serve_app(create_app(album_workspace)))
     page.wait_for_selector("#method option[value=scripted_slow]", state="attached")
+    page.click("#advanced summary")
     page.fill("#query", "the photos of the second day")
     page.select_option("#method", "scripted_slow")
     page.click("#params-box summary")

@@ -80,6 +80,7 @@ def _album_ws(tmp_path, caption_dual, minilm, rules=None, default="The final ans
 def test_page_shows_a_photocraft_album_search_turn_by_turn(album_ws, serve_app, page, tmp_path):  # noqa: F811
     page.goto(serve_app(create_app(album_ws)))
     page.wait_for_selector("#method option[value=photocraft]", state="attached")
+    page.click("#advanced summary")
     page.fill("#query", "The birds I photographed on the day I saw the pink flamingo.")
     page.select_option("#method", "photocraft")
     page.click("#search-button")
@@ -117,6 +118,7 @@ def test_page_labels_an_answer_that_is_not_the_agents_own(tmp_path, caption_dual
                    default="I am not sure yet.", params={"max_turns": 3})
     page.goto(serve_app(create_app(ws)))
     page.wait_for_selector("#method option[value=photocraft]", state="attached")
+    page.click("#advanced summary")
     page.fill("#query", "Something no rule of the script answers")
     page.select_option("#method", "photocraft")
     page.click("#search-button")

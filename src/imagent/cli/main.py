@@ -49,6 +49,8 @@ app.command(name="duplicates")(photos_cmd.duplicates)
 
 def expand_sets(sets: list[str] | None, method: str | None) -> list[str]:
     """``tau=0.2`` -> ``methods.<method>.tau=0.2``; ``imagescope.tau=0.2`` -> ``methods.imagescope.tau``."""
+    if not sets:  # nothing to route: no method module is imported (a cold `imagent search` starts faster)
+        return []
     from imagent.cli.eval_cmd import route_sets
 
     return route_sets(sets, None, method)[1]
@@ -129,7 +131,9 @@ def search(
     text: Annotated[str, typer.Argument(help="the query, or the modification text with --ref (optional with "
                                         "--where: the matching photos in time order)")] = "",
     ref: Annotated[str | None, typer.Option("--ref", help="reference image: a gallery id or an image file")] = None,
-    method: Annotated[str, typer.Option("--method", "-m", help="retrieval method")] = "clip",
+    method: Annotated[str | None, typer.Option("--method", "-m", help="retrieval method (default: chosen for the "
+                                               "query and the index: album-style queries go to the album method, "
+                                               "others to the best content search; clip with --ref)")] = None,
     top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="results to return")] = 10,
     keep_reference: Annotated[bool, typer.Option(
         "--keep-reference", help="let a gallery reference appear in its own results")] = False,
@@ -165,8 +169,15 @@ def search(
     photo = check_photo_options(text, where, sort, ref, like)
     if collapse_duplicates:
         photo["collapse_duplicates"] = True
-    ws = get_workspace(config, set_, method)
+    route = None
+    ws = get_workspace(config, set_ if method is not None else [s for s in set_ or [] if "." in s.split("=")[0]],
+                       method)
     gallery = ws.gallery(index_dir)
+    if method is None:
+        method, route = default_method(text, ref, like, gallery)
+        if set_:  # the chosen method's parameters
+            ws = get_workspace(config, set_, method)
+            gallery = ws.gallery(index_dir)
     if where is not None:
         check_where(where, gallery)
     prepared = prepare_search(ws, SearchRequest(text, method, top_k, ref, keep_reference, index=index_dir, **photo))
@@ -191,7 +202,23 @@ def search(
             err_console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
         with status:
             result = ws.run(prepared, trace=trace)
+    if route is not None:
+        result = route.label(result)
     show_result(result, gallery, title, json_out, paths)
+
+
+def default_method(text: str, ref: str | None, like: str | None, gallery: Any) -> tuple[str, Any]:
+    """No --method: a composed query (--ref), --like or a filter alone keeps the clip baseline; a query in words
+    goes where :func:`imagent.api.route_method` sends it (said on stderr, with the fallback when there is one)."""
+    if ref is not None or like is not None or not text.strip():
+        return "clip", None
+    from imagent.api import route_method
+
+    route = route_method(text, gallery)
+    why = route.fallback or route.reason
+    err_console.print(f"method: {route.method} ({why}; --method picks another)", highlight=False, markup=False,
+                      soft_wrap=True)
+    return route.method, route
 
 
 def show_result(result: Any, gallery: Any, title: str, json_out: bool, paths: bool) -> None:
