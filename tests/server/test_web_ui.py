@@ -338,6 +338,10 @@ def test_imagent_serve_command(stamps_gallery, tmp_path, monkeypatch):
         assert "answered by imagent serve" in served.stderr
         rows = json.loads(served.stdout)["results"]
         assert "penguin" in rows[0]["caption"].lower() and len(rows) == 3
+        # without --method: the method is chosen here (no model loaded) and the server answers
+        auto = _cli(env, "search", "a penguin", "--index", str(root), "--json", "-k", "3")
+        assert auto.returncode == 0 and "answered by imagent serve" in auto.stderr, auto.stderr[-2000:]
+        assert "method: caption" in auto.stderr and json.loads(auto.stdout)["results"] == rows
         refused = _cli(env, "search", "x", "--method", "caption", "--index", str(root), "--set", "bogus=1")
         assert refused.returncode == 2 and "bogus" in refused.stderr
     finally:

@@ -209,12 +209,19 @@ function setupLibrary() {
 
 // ------------------------------------------------------------------ the photo view
 
+let photoToken = 0;  // the latest photo asked for: an older answer arriving late is dropped
+
 async function openPhoto(id) {
+  const token = ++photoToken;
   showView("photo");
+  const known = neighbours({ id });  // from the grid it was opened from, before the server answers
+  setArrow($("photo-prev"), known.previous);
+  setArrow($("photo-next"), known.next);
   let p;
   try {
     p = await getJson(`/api/photos/${enc(id)}`);
   } catch (e) {
+    if (token !== photoToken) return;
     currentPhoto = null;
     $("photo-title").textContent = "Photo not found";
     $("photo-caption").textContent = e.message;
@@ -223,6 +230,7 @@ async function openPhoto(id) {
     $("photo-img").alt = "";
     return;
   }
+  if (token !== photoToken) return;
   currentPhoto = p;
   document.title = `${p.file} · ${lib.name || "imagent"}`;
   const img = $("photo-img");
@@ -242,7 +250,8 @@ async function openPhoto(id) {
 
 function details(p) {
   const rows = [];
-  const add = (term, ...value) => rows.push(el("dt", { text: term }), el("dd", {}, ...value));
+  const add = (term, ...value) => rows.push(el("dt", { text: term }),
+    el("dd", {}, ...value.flatMap((v, i) => (i ? [" ", v] : [v]))));
   if (p.taken) {
     add("Date", el("time", { dateTime: p.taken, text: isoDay(p.taken) }));
     add("Time", el("span", { text: isoMinute(p.taken).slice(11) }));
