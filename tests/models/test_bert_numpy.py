@@ -55,7 +55,7 @@ def test_folders_that_do_not_qualify(folder, tmp_path):
     pooling.write_text(json.dumps(cfg))
     (copy / "model.safetensors").unlink()
     assert numpy_bert_folder(copy) == "no model.safetensors"
-    with pytest.raises(ValueError, match="no model.safetensors"):
+    with pytest.raises(ValueError, match=r"no model\.safetensors"):
         NumpyBert(copy)
 
 

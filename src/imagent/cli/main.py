@@ -49,7 +49,11 @@ app.command(name="duplicates")(photos_cmd.duplicates)
 
 def expand_sets(sets: list[str] | None, method: str | None) -> list[str]:
     """``tau=0.2`` -> ``methods.<method>.tau=0.2``; ``imagescope.tau=0.2`` -> ``methods.imagescope.tau``."""
-    if not sets:  # nothing to route: no method module is imported (a cold `imagent search` starts faster)
+    if not sets:  # nothing to route: only the named method's module is imported (a cold search starts faster)
+        if method:
+            from imagent.methods.base import get_method
+
+            get_method(method)  # names an unknown method clearly, before anything else
         return []
     from imagent.cli.eval_cmd import route_sets
 

@@ -205,7 +205,8 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
         media = mimetypes.guess_type(name)[0] or "application/octet-stream"
         return Response((STATIC / name).read_bytes(), media_type=media)
 
-    app.include_router(library_router(workspace, gallery, _card, page))  # the library, photos, thumbnails
+    # the library, photos, thumbnails (imagent.server.library)
+    app.include_router(library_router(workspace, gallery, _card, page, read_indexed_file, FileChanged))
 
     @app.get("/api/docs", include_in_schema=False)
     def docs() -> HTMLResponse:

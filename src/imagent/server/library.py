@@ -26,6 +26,7 @@ import contextlib
 import hashlib
 import io
 import os
+import re
 import stat
 import tempfile
 import threading
@@ -203,11 +204,13 @@ class ThumbnailCache:
                 os.unlink(tmp)
 
 
+# "size:mtime_ns:..." as the folder and manifest indexer writes a file's fingerprint (index/builder.py)
+_FINGERPRINT = re.compile(r"^(\d+):(\d+):")
+
+
 def still_indexed(record: ImageRecord, fingerprint: str | None) -> str:
     """Why ``record``'s file is no longer the one indexed ("" when it still is, as far as its size and modification
     time tell): the check a cached thumbnail is served after, without reading the file."""
-    from imagent.server.app import _FINGERPRINT
-
     try:
         st = os.stat(record.path)
     except OSError as exc:
@@ -224,9 +227,11 @@ def still_indexed(record: ImageRecord, fingerprint: str | None) -> str:
 
 
 def library_router(workspace: Workspace, gallery: Gallery, card: Callable[[ImageRecord], dict[str, Any]],
-                   page_html: Callable[[], HTMLResponse]) -> APIRouter:
+                   page_html: Callable[[], HTMLResponse], read_file: Callable[[ImageRecord, str | None, int], bytes],
+                   file_changed: type[Exception]) -> APIRouter:
     """The routes above over ``gallery``; ``card(record)`` is the photo as the page shows it (the same card the
-    search results use), ``page_html()`` the page itself."""
+    search results use), ``page_html()`` the page itself; ``read_file(record, fingerprint, max_bytes)`` reads a
+    photo's bytes after the checks ``/api/images`` makes (raising ``FileNotFoundError`` or ``file_changed``)."""
     router = APIRouter()
     limits = workspace.settings.indexing
     thumbs = ThumbnailCache(gallery.root / THUMB_DIR, workers=min(4, os.cpu_count() or 1))
@@ -309,16 +314,15 @@ def library_router(workspace: Workspace, gallery: Gallery, card: Callable[[Image
                                          "re-run imagent index to show it")
             return Response(data, media_type="image/jpeg", headers=headers)
         from imagent.core.imageio import ImageLoadError
-        from imagent.server.app import FileChanged, read_indexed_file
 
         def read() -> bytes:
-            return read_indexed_file(rec, fingerprint, limits.max_file_bytes)
+            return read_file(rec, fingerprint, limits.max_file_bytes)
 
         try:
             data = thumbs.make(key, int(size), read, limits.max_pixels)
         except FileNotFoundError as exc:
             raise HTTPException(404, f"the file of {image_id!r} is not on disk ({exc})") from None
-        except FileChanged as exc:
+        except file_changed as exc:
             raise HTTPException(409, f"the file of {image_id!r} changed since it was indexed ({exc}); "
                                      "re-run imagent index to show it") from None
         except ImageLoadError as exc:
