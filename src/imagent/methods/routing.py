@@ -17,9 +17,10 @@ The album-style test is a rule over words and the structure of relations, never 
 (:func:`album_signals`): an *anchor clause* (an event or place noun followed by a personal clause: "the day I ...",
 "the place where we ...", "the morning my sister ..."), a *temporal relation to an event or a clause* ("after the
 concert", "before we left", "while I was ..."), *recurrence or sameness* ("the same day", "my other visit", "the
-second time", "the day after"), a *personal event* ("our honeymoon", "my trip", "my birthday party"), *the period
-of an event* ("the week of the wedding", "on the morning of"), or a *spatial relation to a clause* ("near where I
-...", "around the place we ..."). ``tests/methods/test_routing.py`` checks varied phrasings both ways.
+second time", "the day after", "went back"), a *personal event* ("our honeymoon", "my trip", "my birthday party"),
+*a journey* ("from the trip to Japan"), *the period of an event* ("the week of the wedding", "on the morning of"),
+or a *spatial relation to a clause* ("near where I ...", "around the place we ...").
+``tests/methods/test_routing.py`` checks varied phrasings both ways.
 """
 
 from __future__ import annotations
