@@ -639,6 +639,17 @@ def extra_encoders(settings: Settings, load: Any) -> list[ExtraEncoder]:
     return out
 
 
+def route_method(text: str, gallery: Gallery) -> Any:
+    """The method a plain-words query goes to (the web UI's search box, ``imagent search`` without ``--method``):
+    album-style queries (a relation to an anchor: "the birds from the day I saw the penguin") to the ``album``
+    method, others to the best content search ``gallery`` supports; a :class:`~imagent.methods.routing.Route`
+    with the method, the kind, the reason and, when the album method is not installed, the fallback taken."""
+    from imagent.methods.base import METHODS
+    from imagent.methods.routing import route
+
+    return route(text, gallery, lambda name: name in METHODS)
+
+
 # --------------------------------------------------------------------- results as data
 
 

@@ -51,10 +51,20 @@ def test_filters_cards_and_more_like_this_in_the_page(geo_photos, serve_app, pag
     assert days == sorted(days) and days[0] >= "2019-07-14"
     assert "time >= '2019-07-14' and place ~ 'San Diego'" in page.inner_text("#filter-shown")
     assert all(c["file"].startswith("IMG_") and c["file"].endswith(".jpg") for c in cards)
-    full = page.request.get(cards[0]["href"])  # the card opens the full photo
+    # the card opens the photo in the same tab, shown from the checked file (a JPEG)
+    page.locator("#results .result a.open").first.click()
+    page.wait_for_selector("#photo-view:not([hidden]) #photo-title:has-text('IMG_')")
+    assert page.url == cards[0]["href"]
+    full = page.request.get(page.locator("#photo-img").evaluate("img => img.src"))
     assert full.status == 200 and full.headers["content-type"] == "image/jpeg"
+    original = page.request.get(page.locator("#photo-original").evaluate("a => a.href"))
+    assert original.status == 200 and original.headers["content-type"] == "image/jpeg"
+    page.go_back()
+    page.wait_for_selector("#search-view:not([hidden]) #results .result")
+    assert _cards(page) == cards
 
-    # text + the expression field + time order
+    # text + the expression field + time order (under Advanced)
+    page.click("#advanced summary")
     page.fill("#date-from", "")
     page.fill("#place", "")
     page.fill("#query", "animals")

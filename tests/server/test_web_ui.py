@@ -95,7 +95,8 @@ def live_server(workspace, serve_app):
 def test_page_runs_searches_and_shows_each_step(live_server, page, tmp_path):
     page.goto(live_server)
     page.wait_for_selector("#method option[value=imagescope]", state="attached")
-    assert "627 images" in page.inner_text("#gallery-info")
+    page.wait_for_selector("#gallery-info:has-text('627 photos')")
+    page.click("#advanced summary")  # methods, parameters, reference and trace are under Advanced
 
     # a text query with the caption baseline
     page.fill("#query", "a penguin")
@@ -171,6 +172,7 @@ def test_page_streams_a_long_search_cancels_it_and_takes_an_upload(album_workspa
     previews and is used; a cleared reference loses its preview."""
     page.goto(serve_app(create_app(album_workspace)))
     page.wait_for_selector("#method option[value=scripted_slow]", state="attached")
+    page.click("#advanced summary")
     page.fill("#query", "the photos of the second day")
     page.select_option("#method", "scripted_slow")
     page.click("#params-box summary")
@@ -296,6 +298,10 @@ def test_imagent_serve_command(stamps_gallery, tmp_path, monkeypatch):
         assert "answered by imagent serve" in served.stderr
         rows = json.loads(served.stdout)["results"]
         assert "penguin" in rows[0]["caption"].lower() and len(rows) == 3
+        # without --method: the method is chosen here (no model loaded) and the server answers
+        auto = _cli(env, "search", "a penguin", "--index", str(root), "--json", "-k", "3")
+        assert auto.returncode == 0 and "answered by imagent serve" in auto.stderr, auto.stderr[-2000:]
+        assert "method: caption" in auto.stderr and json.loads(auto.stdout)["results"] == rows
         refused = _cli(env, "search", "x", "--method", "caption", "--index", str(root), "--set", "bogus=1")
         assert refused.returncode == 2 and "bogus" in refused.stderr
     finally:

@@ -80,6 +80,7 @@ def _photocraft_search(page, url: str, query: str) -> None:
     """Open the page at ``url`` and start a ``photocraft`` search for ``query``."""
     page.goto(url)
     page.wait_for_selector("#method option[value=photocraft]", state="attached")
+    page.click("#advanced summary")
     page.fill("#query", query)
     page.select_option("#method", "photocraft")
     page.click("#search-button")

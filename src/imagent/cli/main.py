@@ -50,6 +50,12 @@ app.add_typer(people_cmd.app, name="people")
 
 def expand_sets(sets: list[str] | None, method: str | None) -> list[str]:
     """``tau=0.2`` -> ``methods.<method>.tau=0.2``; ``imagescope.tau=0.2`` -> ``methods.imagescope.tau``."""
+    if not sets:  # nothing to route: only the named method's module is imported (a cold search starts faster)
+        if method:
+            from imagent.methods.base import get_method
+
+            get_method(method)  # names an unknown method clearly, before anything else
+        return []
     from imagent.cli.eval_cmd import route_sets
 
     return route_sets(sets, None, method)[1]
@@ -133,7 +139,9 @@ def search(
     text: Annotated[str, typer.Argument(help="the query, or the modification text with --ref (optional with "
                                         "--where: the matching photos in time order)")] = "",
     ref: Annotated[str | None, typer.Option("--ref", help="reference image: a gallery id or an image file")] = None,
-    method: Annotated[str, typer.Option("--method", "-m", help="retrieval method")] = "clip",
+    method: Annotated[str | None, typer.Option("--method", "-m", help="retrieval method (default: chosen for the "
+                                               "query and the index: album-style queries go to the album method, "
+                                               "others to the best content search; clip with --ref)")] = None,
     top_k: Annotated[int | None, typer.Option("--top-k", "-k", min=1, help="results to return (default 10; a "
                                               "--where filter alone: every match)")] = None,
     keep_reference: Annotated[bool, typer.Option(
@@ -168,8 +176,15 @@ def search(
 
     # Everything a user can get wrong is checked before any model loads.
     check_photo_options(text, where, sort, ref, like)
-    ws = get_workspace(config, set_, method)
+    route = None
+    ws = get_workspace(config, set_ if method is not None else [s for s in set_ or [] if "." in s.split("=")[0]],
+                       method)
     gallery = ws.gallery(index_dir)
+    if method is None:
+        method, route = default_method(text, ref, like, gallery)
+        if set_:  # the chosen method's parameters
+            ws = get_workspace(config, set_, method)
+            gallery = ws.gallery(index_dir)
     if where is not None:
         check_where(where, gallery)
     if top_k is None:  # a filter alone lists every photo it matches ("person = 'Anna'": all of her photos)
@@ -199,7 +214,23 @@ def search(
             err_console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
         with status:
             result = ws.run(prepared, trace=trace)
+    if route is not None:
+        result = route.label(result)
     show_result(result, gallery, title, json_out, paths)
+
+
+def default_method(text: str, ref: str | None, like: str | None, gallery: Any) -> tuple[str, Any]:
+    """No --method: a composed query (--ref), --like or a filter alone keeps the clip baseline; a query in words
+    goes where :func:`imagent.api.route_method` sends it (said on stderr, with the fallback when there is one)."""
+    if ref is not None or like is not None or not text.strip():
+        return "clip", None
+    from imagent.api import route_method
+
+    route = route_method(text, gallery)
+    why = route.fallback or route.reason
+    err_console.print(f"method: {route.method} ({why}; --method picks another)", highlight=False, markup=False,
+                      soft_wrap=True)
+    return route.method, route
 
 
 def show_result(result: Any, gallery: Any, title: str, json_out: bool, paths: bool) -> None:

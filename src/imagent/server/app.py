@@ -62,6 +62,7 @@ from imagent.methods.base import describe_methods
 from imagent.models.base import ChatError
 from imagent.server.discovery import remove_discovery, write_discovery
 from imagent.server.jobs import SearchJobs, TooManySearches
+from imagent.server.library import library_router
 from imagent.server.limits import MAX_TOP_K, RequestLimitError, check_params, check_request
 from imagent.server.people import people_router
 from imagent.server.security import Guard, HostPolicy, csp_for_html
@@ -191,6 +192,9 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
             raise HTTPException(404, "no such file")
         media = mimetypes.guess_type(name)[0] or "application/octet-stream"
         return Response((STATIC / name).read_bytes(), media_type=media)
+
+    # the library, photos, thumbnails (imagent.server.library)
+    app.include_router(library_router(workspace, gallery, _card, page, read_indexed_file, FileChanged))
 
     @app.get("/api/docs", include_in_schema=False)
     def docs() -> HTMLResponse:

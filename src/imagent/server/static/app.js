@@ -1,59 +1,21 @@
-// imagent web UI: starts a search through the JSON API, streams its trace steps as they happen
-// (server-sent events), and renders the results, the answer set and every step.
-// Everything from the server is inserted as text (textContent), never as HTML: captions, model
-// output and web titles are data.
+// imagent web UI: the search. One box in plain words (routed: album-style queries to the album method, others
+// to the best content search the index supports), filters as chips, results in the same grid with "more";
+// under "Advanced": the method, its parameters, a reference image, the filter expression and order, and the
+// trace, each step streamed as it happens (server-sent events).
+// Everything from the server is inserted as text (textContent), never as HTML.
 "use strict";
 
-const $ = (id) => document.getElementById(id);
 const LIST_LIMIT = 20;   // items shown per list before "+N more"
 const STRIP_LIMIT = 12;  // thumbnails shown per ranking in a trace step
 const PHOTO_KEYS = new Set(["photos", "ids"]);  // output fields that hold gallery ids: shown as thumbnails
+const MAX_RESULTS = 200; // the server's cap on one search's results
 let methods = {};
 let limits = {};
 let current = null;      // the running search: {id, source, t0, timer, calls, estimate, step}
 let upload = null;       // the uploaded reference: {id, url, name}
 let likeId = null;       // "more like this": the gallery id the next search ranks by
-const records = new Map();  // id -> Promise of its record (date and place under thumbnails)
-
-function el(tag, attrs = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (k === "class") node.className = v;
-    else if (k === "text") node.textContent = v;
-    else if (k.startsWith("data-")) node.setAttribute(k, v);
-    else node[k] = v;
-  }
-  for (const c of children) if (c !== null && c !== undefined) node.append(c);
-  return node;
-}
-
-const imageUrl = (id) => `/api/images/${encodeURIComponent(id)}`;
-
-function thumb(id, caption) {
-  const img = el("img", { class: "thumb", alt: caption || id, loading: "lazy", title: caption || id });
-  img.src = imageUrl(id);
-  // A record with no file on disk (caption-only galleries) shows its caption instead of a broken image.
-  img.addEventListener("error", () => img.replaceWith(el("div", { class: "thumb missing", text: caption || id })));
-  return img;
-}
-
-function setStatus(text, isError = false) {
-  $("status").textContent = text;
-  $("status").className = isError ? "error" : "";
-}
-
-function record(id) {
-  if (!records.has(id)) {
-    records.set(id, fetch(`/api/records/${encodeURIComponent(id)}`).then((r) => (r.ok ? r.json() : null)).catch(() => null));
-  }
-  return records.get(id);
-}
-
-const shortDate = (iso) => (iso ? iso.replace("T", " ").slice(0, 16) : "");
-
-function whenWhere(taken, place) {
-  return [shortDate(taken), place || ""].filter(Boolean).join(" · ");
-}
+// What the results on screen came from: {url, body, listing, where, pageSize, page, pages} ("More results" goes on)
+let shown = null;
 
 // ------------------------------------------------------------------ rendering trace values
 
@@ -187,30 +149,32 @@ function renderTrace(trace) {
   $("trace").replaceChildren(...trace.steps.map(renderStep));
 }
 
-const fileName = (path) => (path ? String(path).split(/[\\/]/).pop() : "");
 
+// ------------------------------------------------------------------ result cards
+
+// A photo in the results: its thumbnail (a link to the photo view), file name, date and place; the score only
+// for a ranking (a filter's matches have none). Research actions show under Advanced.
 function resultCard(r) {
-  const use = el("button", { type: "button", class: "use-reference", text: "use as reference" });
+  const name = r.file || fileName(r.path) || "photo";
+  const open = el("a", { class: "open", href: photoUrl(r.id), "data-id": r.id, title: `open ${name}` },
+    thumb(r.id, altText({ ...r, file: name })));
+  const use = el("button", { type: "button", class: "use-reference advanced-only", text: "use as reference" });
   use.addEventListener("click", () => setReference(r.id));
-  const like = el("button", { type: "button", class: "more-like", text: "more like this" });
-  like.addEventListener("click", () => {  // rank by this photo alone (the filters still apply)
-    likeId = r.id;
-    $("query").value = "";
-    setReference(null);
-    $("search-form").requestSubmit();
-  });
-  // The thumbnail opens the full photo (the same checked file the thumbnail is) in a new tab.
-  const open = el("a", { class: "open", href: imageUrl(r.id), target: "_blank", rel: "noopener", title: "open the full photo" },
-    thumb(r.id, r.caption));
+  const like = el("button", { type: "button", class: "more-like advanced-only", text: "more like this" });
+  like.addEventListener("click", () => moreLike(r.id));
+  const score = typeof r.score === "number" && r.rank !== undefined && !shown?.listing
+    ? el("span", { class: "score", text: r.score.toFixed(4), title: "score (compares within one method only)" }) : null;
+  const labels = Array.isArray(r.labels) && r.labels.length
+    ? el("div", { class: "tags" }, ...r.labels.slice(0, 4).map((l) => chipLink("label", l.name, l.name))) : null;
+  const people = Array.isArray(r.people) && r.people.some((x) => x.name)
+    ? el("div", { class: "tags" }, ...r.people.filter((x) => x.name).map((x) => chipLink("person", x.name, x.name))) : null;
   return el("li", { class: "result", "data-id": r.id },
     open,
-    r.rank === undefined ? null
-      : el("div", {}, el("span", { class: "rank", text: `#${r.rank}` }), el("span", { class: "score", text: r.score.toFixed(4) })),
-    el("div", { class: "file", text: r.file || fileName(r.path) || r.id, title: r.path || "" }),
-    el("div", { class: "caption", text: r.caption }),
+    el("div", { class: "file", text: name, title: name }, score),
     el("div", { class: "when-where", text: whenWhere(r.taken, r.place) }),
-    el("div", { class: "id", text: r.id }),
-    use, like);
+    r.caption ? el("div", { class: "caption", text: r.caption }) : null,
+    labels, people,
+    el("div", { class: "card-actions advanced-only" }, use, like));
 }
 
 // The filter a search ran with, shown above its results.
@@ -227,20 +191,6 @@ function renderFilter(filter) {
   box.hidden = false;
 }
 
-// The date range, place box and expression field as one filter expression (the language of --where).
-function quote(text) { return `'${String(text).replace(/\\/g, "\\\\").replace(/'/g, "\\'")}'`; }
-
-function buildWhere() {
-  const parts = [];
-  const from = $("date-from").value, to = $("date-to").value, place = $("place").value.trim();
-  const expr = $("where").value.trim();
-  if (from) parts.push(`time >= ${quote(from)}`);
-  if (to) parts.push(`time <= ${quote(to)}`);  // a day is the whole day
-  if (place) parts.push(`place ~ ${quote(place)}`);
-  if (expr) parts.push(parts.length ? `(${expr})` : expr);
-  return parts.length ? parts.join(" and ") : null;
-}
-
 // Where the shown results came from when they are not the method's own answer (Result.source): a named
 // fallback, or an error whose never-empty stand-in is shown so the page is not empty.
 function sourceNote(source, reason) {
@@ -250,26 +200,41 @@ function sourceNote(source, reason) {
   return `Not the method's own answer: ${source.replace("fallback:", "fallback ")}${why}.`;
 }
 
-function renderResults(data) {
+function addCards(list, items, append) {
+  const have = new Set(append ? [...list.children].map((c) => c.dataset.id) : []);
+  const cards = items.filter((r) => !have.has(r.id)).map(resultCard);
+  if (append) list.append(...cards); else list.replaceChildren(...cards);
+  return cards.length;
+}
+
+function renderResults(data, append = false) {
   const note = sourceNote(data.source, data.source_reason);
   $("source-note").hidden = !note;
   $("source-note").textContent = note;
   renderFilter(data.filter);
-  $("results").replaceChildren(...data.results.map(resultCard));
+  addCards($("results"), data.results, append);
   const answer = data.answer_set;
   $("answer-box").hidden = !Array.isArray(answer);
   if (Array.isArray(answer)) {
-    const cards = (data.answer || answer.map((id) => ({ id, caption: "" }))).map(resultCard);
-    $("answer").replaceChildren(...cards);
-    $("answer-count").textContent = `${answer.length} photo${answer.length === 1 ? "" : "s"}`;
+    addCards($("answer"), data.answer || answer.map((id) => ({ id, caption: "" })), false);
+    $("answer-count").textContent = plural(answer.length, "photo");
   }
 }
 
+function updateMore() {
+  const n = $("results").children.length;
+  let more = false;
+  if (shown && shown.listing) more = shown.page < shown.pages - 1;
+  else if (shown) more = n >= shown.topK && shown.topK < MAX_RESULTS;
+  $("results-more").hidden = !more;
+  $("search-count").textContent = shown && shown.listing ? `${n} of ${plural(shown.total, "photo")}` : plural(n, "result");
+}
 // ------------------------------------------------------------------ reference
 
 async function setReference(id) {
   clearUpload();
   $("reference").value = id || "";
+  if (id) $("advanced").open = true;  // the reference and its preview are under Advanced
   const preview = $("reference-preview");
   if (!id) { preview.hidden = true; return; }
   const rec = await record(id);
@@ -287,6 +252,7 @@ function clearUpload() {
 
 async function uploadReference(file) {
   if (!file) return;
+  $("advanced").open = true;  // the reference and its preview are under Advanced
   if (limits.max_upload_bytes && file.size > limits.max_upload_bytes) {
     setStatus(`${file.name}: too large (${(file.size / 1e6).toFixed(1)} MB; limit ${(limits.max_upload_bytes / 1e6).toFixed(1)} MB)`, true);
     return;
@@ -319,6 +285,7 @@ async function uploadReference(file) {
   setStatus(`${file.name} uploaded: it is the reference of the next search`);
 }
 
+
 // ------------------------------------------------------------------ search
 
 function parseParams(text) {
@@ -331,12 +298,6 @@ function parseParams(text) {
     try { params[key] = JSON.parse(raw); } catch { params[key] = raw; }  // numbers, booleans, lists; else text
   }
   return params;
-}
-
-function errorText(body, status) {
-  const d = body && body.detail;
-  if (Array.isArray(d)) return d.map((e) => `${(e.loc || []).join(".")}: ${e.msg}`).join("; ");
-  return d ? String(d) : `HTTP ${status}`;
 }
 
 function liveStatus() {
@@ -355,6 +316,7 @@ function finish(message, isError) {
   $("results").classList.remove("stale");
   $("answer-box").classList.remove("stale");
   $("search-button").disabled = false;
+  $("results-more").disabled = false;
   $("cancel-button").hidden = true;
   setStatus(message, isError);
 }
@@ -364,37 +326,168 @@ function onEvent(name, handler) {
   current.source.addEventListener(name, (ev) => { if (current && typeof ev.data === "string") handler(JSON.parse(ev.data)); });
 }
 
-async function search(event) {
-  event.preventDefault();
-  let params;
-  try { params = parseParams($("params").value); } catch (e) { setStatus(e.message, true); return; }
-  const body = {
-    text: $("query").value, method: $("method").value, top_k: Number($("top-k").value) || 10,
-    reference: upload ? null : ($("reference").value.trim() || null), reference_upload: upload ? upload.id : null,
-    keep_reference: $("keep-reference").checked, params, where: buildWhere(), sort: $("sort").value, like: likeId,
-  };
-  likeId = null;
-  if (!body.text.trim() && !body.reference && !body.reference_upload && !body.where && !body.like) {
-    setStatus("type a query, pick a reference, or give a date, place or where filter", true);
+// The address of a search: its words, filters, "more like this" photo and (when one was picked) method.
+function searchUrl(text, like) {
+  const q = new URLSearchParams();
+  if (text) q.set("q", text);
+  for (const [id, key] of [["date-from", "from"], ["date-to", "to"], ["place", "place"], ["where", "where"]]) {
+    const v = $(id).value.trim();
+    if (v) q.set(key, v);
+  }
+  for (const c of extraChips) q.append(c.kind, c.value);
+  if (like) q.set("like", like);
+  if ($("method").value !== "auto") q.set("method", $("method").value);
+  const s = q.toString();
+  return `/search${s ? `?${s}` : ""}`;
+}
+
+// /search?... opened (a shared address, back or forward): the results on screen if they are that search's,
+// else the search run again from the address.
+function showSearchFromUrl() {
+  if (shown && shown.url === location.pathname + location.search) {
+    showView("search");
+    restoreScroll();
     return;
   }
+  const q = new URLSearchParams(location.search);
+  $("query").value = q.get("q") || "";
+  for (const [id, key] of [["date-from", "from"], ["date-to", "to"], ["place", "place"], ["where", "where"]]) {
+    $(id).value = q.get(key) || "";
+  }
+  extraChips.length = 0;
+  for (const kind of ["label", "person"]) {
+    for (const v of q.getAll(kind)) {
+      extraChips.push({ kind, value: v, expr: chipExpr(kind, v), label: `${kind === "label" ? "Label" : "Person"}: ${v}` });
+    }
+  }
+  const method = q.get("method");
+  if (method && methods[method]) $("method").value = method;
+  likeId = q.get("like");
+  renderChips();
+  runSearch(false);
+}
+
+function search(event) {
+  event.preventDefault();
+  runSearch(true);
+}
+
+function moreLike(id) {
+  likeId = id;
+  $("query").value = "";
+  setReference(null);
+  $("search-form").requestSubmit();
+}
+
+function showRoute(r) {
+  const note = $("route-note");
+  if (r.fallback) note.textContent = `Searched by content (${r.method}): ${r.fallback}.`;
+  else if (r.kind === "album") note.textContent = `An album search (${r.method}): ${r.reason}.`;
+  else note.textContent = `Searched with ${r.method}: ${r.reason}.`;
+  note.className = r.fallback ? "warning" : "muted";
+  note.hidden = false;
+}
+
+async function runSearch(push) {
+  let params;
+  try { params = parseParams($("params").value); } catch (e) { setStatus(e.message, true); return; }
+  const text = $("query").value;
+  const like = likeId;
+  likeId = null;
+  const reference = upload ? null : ($("reference").value.trim() || null);
+  let where = buildWhere();
+  const url = searchUrl(like ? "" : text.trim(), like);
+  if (!text.trim() && !reference && !upload && !where && !like) {  // nothing to look for: the library
+    if (push) navigate("/"); else showLibrary();
+    return;
+  }
+  if (push) {
+    if (url !== location.pathname + location.search) history.pushState({}, "", url);
+  }
+  showView("search");
+  document.title = `${text.trim() || "Search"} · ${lib.name || "imagent"}`;
+  const pageSize = Math.min(Number($("top-k").value) || 60, MAX_RESULTS);
+  if (where && !text.trim() && !reference && !upload && !like) {  // a filter alone: its photos in time order
+    await runListing({ url, where, pageSize, page: 0 }, false);
+    return;
+  }
+  let method = $("method").value;
+  $("route-note").hidden = true;
+  if (method === "auto") {
+    if (reference || upload) method = "clip";  // a composed query: the clip baseline fuses text and image
+    else {
+      try {
+        const r = await getJson(`/api/route?text=${enc(like ? "" : text)}`);
+        method = r.method;
+        if (!like) showRoute(r);
+      } catch (e) { setStatus(`error: ${e.message}`, true); return; }
+    }
+  }
+  if (!where) where = null;
+  const body = {
+    text: like ? "" : text, method, top_k: pageSize, reference, reference_upload: upload ? upload.id : null,
+    keep_reference: $("keep-reference").checked, params, where, sort: $("sort").value, like,
+  };
+  await startSearch(body, { url, body, topK: pageSize, pageSize, listing: false }, false);
+}
+
+// A filter alone: its matching photos, oldest first, a page at a time (no method, no score).
+async function runListing(state, append) {
+  const t0 = performance.now();
   $("search-button").disabled = true;
+  $("results-more").disabled = true;
+  if (!append) $("results").classList.add("stale");
+  let data;
+  try {
+    data = await getJson(`/api/library?where=${enc(state.where)}&page=${state.page}&per_page=${state.pageSize}`);
+  } catch (e) {
+    setStatus(`error: ${e.message}`, true);
+    return;
+  } finally {
+    $("search-button").disabled = false;
+    $("results-more").disabled = false;
+    $("results").classList.remove("stale");
+  }
+  shown = { ...state, listing: true, pages: data.pages, total: data.total };
+  for (const id of ["route-note", "source-note", "answer-box"]) $(id).hidden = true;
+  renderFilter({ where: state.where, sort: "time", matches: data.total });
+  addCards($("results"), data.photos, append);
+  $("trace-summary").replaceChildren(el("p", { text: `filter: ${plural(data.total, "match")}, in time order, no model` }));
+  $("trace").replaceChildren();
+  updateMore();
+  setStatus(`${$("results").children.length} results in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+}
+
+function moreResults() {
+  if (!shown || current) return;
+  if (shown.listing) {
+    runListing({ ...shown, page: shown.page + 1 }, true);
+    return;
+  }
+  const topK = Math.min(shown.topK + shown.pageSize, MAX_RESULTS);
+  startSearch({ ...shown.body, top_k: topK }, { ...shown, topK }, true);
+}
+
+async function startSearch(body, state, append) {
+  $("search-button").disabled = true;
+  $("results-more").disabled = true;
   let resp, data;
   try {
     resp = await fetch("/api/searches", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
     data = await resp.json().catch(() => null);
   } catch (e) {
     $("search-button").disabled = false;
+    $("results-more").disabled = false;
     setStatus(`error: ${e.message}`, true);
     return;
   }
   if (!resp.ok) {  // refused before it started: the previous results stay as they were
     $("search-button").disabled = false;
+    $("results-more").disabled = false;
     setStatus(`error: ${errorText(data, resp.status)}`, true);
     return;
   }
-  const filterOnly = body.where && !body.text.trim() && !body.reference && !body.reference_upload && !body.like;
-  current = { id: data.id, method: body.like ? "like" : (filterOnly ? "filter" : body.method), t0: performance.now(), calls: 0, estimate: data.estimate, step: "" };
+  current = { id: data.id, method: body.like ? "like" : body.method, t0: performance.now(), calls: 0, estimate: data.estimate, step: "" };
   current.source = new EventSource(data.events);
   current.timer = setInterval(liveStatus, 250);
   $("results").classList.add("stale");  // old results stay visible, dimmed, until the new ones arrive
@@ -415,9 +508,11 @@ async function search(event) {
   });
   onEvent("call", (p) => { if (p.kind === "chat" && !p.cached) current.calls += 1; liveStatus(); });
   onEvent("result", (p) => {
-    renderResults(p);
+    shown = state;
+    renderResults(p, append);
     renderTrace(p.trace);
-    finish(`${p.results.length} results in ${((performance.now() - current.t0) / 1000).toFixed(1)} s`, false);
+    updateMore();
+    finish(`${$("results").children.length} results in ${((performance.now() - current.t0) / 1000).toFixed(1)} s`, false);
   });
   onEvent("error", (p) => {
     if (p.trace) renderTraceSummary(p.trace);
@@ -438,11 +533,18 @@ async function cancelSearch() {
   if (!current) return;
   $("cancel-button").disabled = true;
   setStatus("cancelling…");
-  await fetch(`/api/searches/${encodeURIComponent(current.id)}/cancel`, { method: "POST" }).catch(() => null);
+  await fetch(`/api/searches/${enc(current.id)}/cancel`, { method: "POST" }).catch(() => null);
 }
 
 function showDefaults() {
-  const m = methods[$("method").value];
+  const name = $("method").value;
+  if (name === "auto") {
+    $("method-defaults").textContent = "auto: album-style queries (a relation to another photo or event: \"the day I "
+      + "saw ...\", \"my other visit to ...\") go to the album method; others to the best content search this "
+      + "library supports; a reference image to clip.";
+    return;
+  }
+  const m = methods[name];
   const defaults = m ? Object.entries(m.defaults).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join("\n") : "";
   $("method-defaults").textContent = m ? `${m.description}\n\ndefaults:\n${defaults}` : "";
 }
@@ -461,25 +563,32 @@ function setupDrop() {
 }
 
 async function init() {
-  const resp = await fetch("/api/info");
-  if (!resp.ok) throw new Error(errorText(await resp.json().catch(() => null), resp.status));
-  const info = await resp.json();
+  setupLibrary();
+  setupPhotoView();
+  setupChips();
+  interceptLinks();
+  window.addEventListener("popstate", route);
+  $("search-form").addEventListener("submit", search);
+  $("cancel-button").addEventListener("click", cancelSearch);
+  $("results-more").addEventListener("click", moreResults);
+  $("clear-reference").addEventListener("click", () => setReference(null));
+  $("reference").addEventListener("change", () => setReference($("reference").value.trim()));
+  $("advanced").addEventListener("toggle", () => document.body.classList.toggle("advanced", $("advanced").open));
+  setupDrop();
+  const info = await getJson("/api/info");
   limits = info.limits || {};
-  const folders = (info.gallery.sources || []).join(", ");
-  $("gallery-info").textContent = `${info.gallery.size} images` + (folders ? ` from ${folders}` : "") + ` · index ${info.gallery.root}`;
+  $("method").append(el("option", { value: "auto", text: "auto (chosen for the query)" }));
   for (const m of info.methods) {
     methods[m.name] = m;
     $("method").append(el("option", { value: m.name, text: m.name }));
   }
   const wanted = new URLSearchParams(location.search).get("method");
-  $("method").value = methods[wanted] ? wanted : (methods.clip ? "clip" : info.methods[0].name);
+  $("method").value = methods[wanted] ? wanted : "auto";
+  if (methods[wanted]) $("advanced").open = true;
   showDefaults();
   $("method").addEventListener("change", showDefaults);
-  $("search-form").addEventListener("submit", search);
-  $("cancel-button").addEventListener("click", cancelSearch);
-  $("clear-reference").addEventListener("click", () => setReference(null));
-  $("reference").addEventListener("change", () => setReference($("reference").value.trim()));
-  setupDrop();
+  loadLibraryInfo();
+  route();
 }
 
 init().catch((e) => setStatus(`could not load: ${e.message}`, true));
