@@ -32,9 +32,9 @@ from imagent.core.trace import Trace
 from imagent.core.types import Query, Ranking, Result
 from imagent.methods.base import METHODS, Method
 from imagent.server import create_app
+from testkit import wait_until
 
 from ..conftest import SAN_DIEGO, STAMPS, VIENNA, write_geo_photo
-from .test_web_ui import page, wait_until  # noqa: F401  (the Chromium page fixture)
 
 AXE = Path(__file__).parent / "vendor" / "axe-core" / "axe.min.js"
 AXE_SHA256 = "29348999450cdf2849a8e70b7912fc2da85a849da39c0d0d5394f51d4a9ed95c"
@@ -105,7 +105,7 @@ def tiles(pg) -> list[str]:
     return pg.locator("#library-grid a.tile").evaluate_all("els => els.map(e => e.dataset.id)")
 
 
-def test_library_is_the_home_page_with_paging_photo_view_and_back(app_url, page, tmp_path):  # noqa: F811
+def test_library_is_the_home_page_with_paging_photo_view_and_back(app_url, page, tmp_path):
     page.set_viewport_size({"width": 1280, "height": 900})
     page.goto(app_url)
     # the library, without typing anything: thumbnails by day, newest first
@@ -239,12 +239,12 @@ def labelled_cards(monkeypatch):
     import imagent.server.app as server_app
 
     plain = server_app._card
-    monkeypatch.setattr(server_app, "_card", lambda rec: {
-        **plain(rec), "labels": [{"name": "bird", "p": 0.91}], "people": [{"id": "p1", "name": "Anna"},
+    monkeypatch.setattr(server_app, "_card", lambda rec, *args: {
+        **plain(rec, *args), "labels": [{"name": "bird", "p": 0.91}], "people": [{"id": "p1", "name": "Anna"},
                                                                           {"id": "p2", "name": ""}]})
 
 
-def test_plain_words_search_routes_chips_and_more(labelled_cards, app_url, page, tmp_path,  # noqa: F811
+def test_plain_words_search_routes_chips_and_more(labelled_cards, app_url, page, tmp_path,
                                                   monkeypatch):
     page.set_viewport_size({"width": 1280, "height": 900})
     page.goto(app_url)
