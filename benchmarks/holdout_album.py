@@ -392,7 +392,7 @@ class Generator:
         for v in self.rng.sample(VENUES, count):
             while True:  # 1.5-6 km from the centre and > 1.5 km from the other venues
                 dlat, dlon = self.rng.uniform(-0.05, 0.05), self.rng.uniform(-0.06, 0.06)
-                if 0.015 < abs(dlat) + abs(dlon) and all(abs(o.lat - lat - dlat) + abs(o.lon - lon - dlon) > 0.03
+                if abs(dlat) + abs(dlon) > 0.015 and all(abs(o.lat - lat - dlat) + abs(o.lon - lon - dlon) > 0.03
                                                           for o in out):
                     break
             out.append(Venue(f"{name} {v}" if v in ("Zoo", "Harbour", "Beach") else v, name, country,
