@@ -264,6 +264,18 @@ def noun(caption: str) -> str:
     return text if any(w[:1].isupper() for w in words) else text.lower()
 
 
+# Words an anchor's noun must not hold: a target kind's noun would make the query ambiguous ("my flowers picture"),
+# a verb of the phrasings would make it unreadable ("the day I saw the saw").
+_NOT_ANCHOR_WORDS = frozenset(w for _, plural in TARGETS.values() for w in plural.split()) | frozenset(
+    w.rstrip("s") for _, plural in TARGETS.values() for w in plural.split()) | frozenset(
+    {"saw", "shot", "took", "snapped", "photo", "picture", "trip", "day", "place", "city", "spot", "visit"})
+
+
+def clear_anchor(p: Photo) -> bool:
+    """Whether the photo's caption makes a clear anchor (module docstring: no kind noun, no phrasing verb)."""
+    return not {w.lower().strip(".,!?'\"") for w in noun(p.stamp["caption"]).split()} & _NOT_ANCHOR_WORDS
+
+
 def kind_of(stamp_id: str) -> str | None:
     for kind, (prefixes, _) in TARGETS.items():
         if stamp_id.startswith(prefixes):
@@ -455,7 +467,7 @@ class Generator:
 
     def plant_offset(self, user: User, kind: str) -> Spec | None:
         """An event exactly N days (or weeks) after or before a day outing, holding a target kind."""
-        outings = [p for p in user.photos if p.venue in user.home and p.kind not in ("filler",)]
+        outings = [p for p in user.photos if p.venue in user.home and p.kind != "filler" and clear_anchor(p)]
         for _ in range(60):
             a = self.rng.choice(outings)
             n = self.rng.randint(1, 4) if kind.startswith("days") else self.rng.randint(1, 3)
@@ -477,7 +489,7 @@ class Generator:
         for p in cal.photos:
             counts[p.stamp["caption"]] = counts.get(p.stamp["caption"], 0) + 1
         anchors = [p for p in cal.photos if counts[p.stamp["caption"]] == 1 and p.kind != "filler"
-                   and len(p.stamp["caption"].split()) <= 4 and p.decoy_of is None]
+                   and len(p.stamp["caption"].split()) <= 4 and p.decoy_of is None and clear_anchor(p)]
         out: list[Spec] = []
         if kind in ("no_anchor", "negation"):
             for target in TARGETS:
@@ -558,7 +570,18 @@ class Generator:
         return text
 
 
-def build(stamps: Path, out: Path, seed: int, phrasings: str = "all", per_kind: int = 1) -> dict[str, Any]:
+@dataclass
+class Generated:
+    """A generated album before it is written: its users (the last one a distractor), the queries kept (user
+    index, spec) and each query user's final calendar."""
+
+    gen: Generator
+    users: list[User]
+    kept: list[tuple[int, Spec]]
+    final: dict[int, Calendar]
+
+
+def generate(stamps: Path, seed: int, per_kind: int = 1) -> Generated:
     gen = Generator(stamps, seed)
     users = [gen.user(f"w{seed % 1000:03d}{i}") for i in range(3)]  # the third: a distractor user, no queries
     planted: dict[int, list[Spec]] = {0: [], 1: []}
@@ -579,7 +602,7 @@ def build(stamps: Path, out: Path, seed: int, phrasings: str = "all", per_kind: 
                     captions = [p.stamp["caption"] for p in cal.photos]
                     options = [s for s in planted[u] if s.kind == kind and Generator.valid(cal, s)
                                and s.anchor is not None and captions.count(s.anchor.stamp["caption"]) == 1
-                               and len(s.anchor.stamp["caption"].split()) <= 4]
+                               and len(s.anchor.stamp["caption"].split()) <= 4 and clear_anchor(s.anchor)]
                 else:
                     options = gen.candidates(users[u], cal, kind)
                 used = {id(s.anchor) for _, s in chosen if s.anchor is not None}
@@ -599,17 +622,26 @@ def build(stamps: Path, out: Path, seed: int, phrasings: str = "all", per_kind: 
             host = users[2].photos[gen.rng.randrange(len(users[2].photos))]
             users[2].photos.append(Photo(s.anchor.stamp, s.anchor.kind, host.when + timedelta(minutes=2),
                                          host.venue, host.device))
+    base = gen.rng.randint(10 ** 9, 9 * 10 ** 9)
+    for u, user in enumerate(users):
+        user.photos.sort(key=lambda p: p.when)
+        for i, p in enumerate(user.photos):
+            p.photo_id = str(base + u * 10 ** 6 + 7 + 37 * i)
+    return Generated(gen, users, kept, final)
+
+
+def build(stamps: Path, out: Path, seed: int, phrasings: str = "all", per_kind: int = 1) -> dict[str, Any]:
+    """Generate the album of ``seed`` and write it to ``out`` in DISBench's layout (with the captions sidecar)."""
+    made = generate(stamps, seed, per_kind)
+    gen, users, kept, final = made.gen, made.users, made.kept, made.final
     for sub in ("images", "metadata", "captions"):
         shutil.rmtree(out / sub, ignore_errors=True)
         (out / sub).mkdir(parents=True)
-    base = gen.rng.randint(10 ** 9, 9 * 10 ** 9)
     n_photos = 0
-    for u, user in enumerate(users):
-        user.photos.sort(key=lambda p: p.when)
+    for user in users:
         (out / "images" / user.name).mkdir()
         meta, caps = [], []
-        for i, p in enumerate(user.photos):
-            p.photo_id = str(base + u * 10 ** 6 + 7 + 37 * i)
+        for p in user.photos:
             shutil.copyfile(stamps / p.stamp["file"], out / "images" / user.name / f"{p.photo_id}.jpg")
             meta.append(json.dumps({"photo_id": p.photo_id, "metadata": {
                 "taken_time": p.when.strftime("%Y-%m-%d %H:%M:%S"), "longitude": p.venue.lon,
