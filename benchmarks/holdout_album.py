@@ -467,7 +467,9 @@ class Generator:
 
     def plant_offset(self, user: User, kind: str) -> Spec | None:
         """An event exactly N days (or weeks) after or before a day outing, holding a target kind."""
-        outings = [p for p in user.photos if p.venue in user.home and p.kind != "filler" and clear_anchor(p)]
+        captions = [p.stamp["caption"] for p in user.photos]
+        outings = [p for p in user.photos if p.venue in user.home and p.kind != "filler" and clear_anchor(p)
+                   and captions.count(p.stamp["caption"]) == 1 and len(p.stamp["caption"].split()) <= 4]
         for _ in range(60):
             a = self.rng.choice(outings)
             n = self.rng.randint(1, 4) if kind.startswith("days") else self.rng.randint(1, 3)
