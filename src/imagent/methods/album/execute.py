@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from imagent.core.trace import Trace
-from imagent.methods.album.plan import Plan
+from imagent.methods.album.plan import BEFORE_RELATIONS, Plan
 from imagent.tools.album import Album
 from imagent.tools.filter_lang import FilterError, quote_string
 from imagent.tools.timeline import Timeline, add_months, day_date, day_number
@@ -161,7 +161,7 @@ def relation_subset(plan: Plan, tl: Timeline, a: int, cfg: ExecSettings,
         return _mask_indices(tl.days_mask(day)), f"the day {when}", True
     if rel == "same trip":
         return _mask_indices(tl.trip_mask(int(tl.trip[a]))), f"trip {int(tl.trip[a]) + 1} of {tl.trips}", True
-    sign = -1 if rel.endswith("before") else 1
+    sign = -1 if rel in BEFORE_RELATIONS else 1
     if rel in ("days after", "days before", "weeks after", "weeks before"):
         weeks = rel.startswith("weeks")
         want = day + sign * n * (7 if weeks else 1)
@@ -245,7 +245,9 @@ def execute(plan: Plan, album: Album, cfg: ExecSettings, trace: Trace) -> Execut
             notes.append(f"exclude {plan.exclude!r}: {int(by_place.sum())} photo(s) at places named so")
         else:
             shown = TargetScores(album, tl, plan.exclude, cfg.match_quantile)
-            hits = [i for i in range(len(tl)) if shown.score[i] >= shown.high]
+            best = float(shown.score.max()) - shown.median if len(tl) else 0.0
+            hits = [i for i in range(len(tl)) if shown.score[i] >= shown.high
+                    and shown.score[i] - shown.median >= cfg.match_share * best]  # clearly showing it
             keep[hits] = False
             notes.append(f"exclude {plan.exclude!r}: no place is named so; {len(hits)} photo(s) showing it left out")
     target = None if plan.every_photo else TargetScores(album, tl, plan.target, cfg.match_quantile)
