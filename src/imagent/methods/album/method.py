@@ -67,9 +67,6 @@ class AlbumSearch(Method):
     description = ("imagent's own album search (not a paper's): one grammar-constrained model call parses the "
                    "query into a typed plan (target, anchor, relation in time or place), code executes it over the "
                    "album; answers a set in <= 2 model calls")
-    fallback_counters: ClassVar[dict[str, str]] = {"album.plan_unparsed": "plan_unparsed",
-                                                   "album.target_search": "target_search",
-                                                   "album.person_unavailable": "without_person"}
 
     @classmethod
     def estimate_calls(cls, config: MethodConfig, query: Query | None = None) -> int:
@@ -136,6 +133,7 @@ class AlbumSearch(Method):
         cfg = self.config.settings()
         calls = 1
         plan = self.plan(query, trace)
+        unparsed = plan is None
         if plan is None:  # unusable reply: the search's own words are the target, no relation
             trace.count("album.plan_unparsed")
             plan = Plan(" ".join(query.text.split()), notes=["no plan: the whole search is the target"])
@@ -150,7 +148,8 @@ class AlbumSearch(Method):
                     trace.count("album.check_replanned")
         if done.fallback:
             trace.count("album.target_search")
-        if plan.person and any(n.startswith(f"person {plan.person!r} not applied") for n in done.notes):
+        no_people = [n for n in done.notes if n.startswith(f"person {plan.person!r} not applied")]
+        if plan.person and no_people:
             trace.count("album.person_unavailable")
         with trace.step("answer", plan=plan.describe()) as step:
             step.outputs = {"answer_set": list(done.answer), "anchor": done.anchor, "kept": len(done.kept),
@@ -160,8 +159,13 @@ class AlbumSearch(Method):
             for n in done.notes:
                 step.note(n)
         source, reason = Source.METHOD, ""
-        if done.fallback:
+        if unparsed:
+            source, reason = Source.fallback("plan_unparsed"), "the planner's reply was not a plan: the whole search "\
+                "was searched as the target"
+        elif done.fallback:
             source, reason = Source.fallback(done.fallback), done.reason
+        elif plan.person and no_people:
+            source, reason = Source.fallback("without_person"), no_people[0]
         return Result(ranking=self.ranking(done, top_k), trace=trace, answer_set=list(done.answer), source=source,
                       source_reason=reason, answer_origin="code", code_selected_share=1.0,
                       counts=self.counts(plan, done, calls))
