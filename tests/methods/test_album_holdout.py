@@ -31,9 +31,9 @@ KIND_RELATION = {
     "season_after": "season after", "same_season": "same season", "year_after": "year after",
     "same_year": "same year", "no_anchor": "none", "negation": "none",
 }
-STOP = frozenset(re.findall(r"\w+", "a an the of to in on at by for from with and or but not my i me we our you your it "
-                                   "its this that these those is was were be been did do does have has had which what "
-                                   "when where who how there than then so as if into out up down"))
+STOP = frozenset(re.findall(r"\w+", "a an the of to in on at by for from with and or but not my i me we our you "
+                                   "your it its this that these those is was were be been did do does have has had "
+                                   "which what when where who how there than then so as if into out up down"))
 
 
 def five_word_runs(text: str) -> set[tuple[str, ...]]:
