@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from imagent.core.trace import Trace
-from imagent.methods.album.execute import ExecSettings, execute, relation_subset
+from imagent.methods.album.config import AlbumConfig
+from imagent.methods.album.execute import execute, relation_subset
 from imagent.methods.album.plan import RELATIONS, Plan
 from imagent.tools.timeline import Timeline, add_months, clear_matches, day_number
 
@@ -18,7 +19,7 @@ from imagent.tools.timeline import Timeline, add_months, clear_matches, day_numb
 def run(album, plan: Plan, **settings):
     trace = Trace()
     with trace.activate():
-        done = execute(plan, album, ExecSettings(**settings), trace)
+        done = execute(plan, album, AlbumConfig(**settings), trace)
     return done, trace
 
 
@@ -90,9 +91,9 @@ def test_an_exact_relation_beats_an_approximate_one(synthetic_album):
     """N weeks after: an anchor whose date has photos is preferred to one whose nearest photo day stood in."""
     tl = Timeline.of(synthetic_album)
     a1 = tl.index("a1")
-    kept, how, exact = relation_subset(Plan("dogs", "lighthouse", "weeks after", 4), tl, a1, ExecSettings(), None)
+    kept, how, exact = relation_subset(Plan("dogs", "lighthouse", "weeks after", 4), tl, a1, AlbumConfig(), None)
     assert not exact and "nearest" in how and {tl.ids[i] for i in kept} == {"d1", "d2"}
-    kept, _, exact = relation_subset(Plan("dogs", "lighthouse", "days after", 14), tl, a1, ExecSettings(), None)
+    kept, _, exact = relation_subset(Plan("dogs", "lighthouse", "days after", 14), tl, a1, AlbumConfig(), None)
     assert exact and {tl.ids[i] for i in kept} == {"c1", "c2", "c3"}
 
 

@@ -12,7 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from imagent.core.types import Query
-from imagent.methods.album.method import AlbumConfig, AlbumSearch
+from imagent.methods.album.config import AlbumConfig
+from imagent.methods.album.method import AlbumSearch
 from imagent.methods.album.plan import plan_schema
 from imagent.methods.base import MethodContext, describe_methods, get_method
 from imagent.methods.origins import field_origins

@@ -29,25 +29,11 @@ from typing import Any
 import numpy as np
 
 from imagent.core.trace import Trace
+from imagent.methods.album.config import AlbumConfig
 from imagent.methods.album.plan import BEFORE_RELATIONS, Plan
 from imagent.tools.album import Album
 from imagent.tools.filter_lang import FilterError, quote_string
-from imagent.tools.timeline import Timeline, add_months, day_date, day_number
-
-
-@dataclass
-class ExecSettings:
-    """The executor's knobs (the method's config fields of the same names; defaults and meaning there)."""
-
-    trip_gap_days: float = 1.0
-    place_km: float = 1.0
-    city_km: float = 25.0
-    anchor_candidates: int = 5
-    anchor_margin: float = 0.1
-    match_quantile: float = 0.95
-    match_share: float = 0.5
-    day_tolerance: int = 1
-    week_tolerance: int = 3
+from imagent.tools.timeline import Timeline, add_months, day_date
 
 
 @dataclass
@@ -126,7 +112,7 @@ def _mask_indices(mask: np.ndarray) -> list[int]:
     return [int(i) for i in np.flatnonzero(mask)]
 
 
-def relation_subset(plan: Plan, tl: Timeline, a: int, cfg: ExecSettings,
+def relation_subset(plan: Plan, tl: Timeline, a: int, cfg: AlbumConfig,
                     target: TargetScores | None) -> tuple[list[int], str, bool]:
     """The photos (timeline indices) the plan's relation keeps for anchor photo ``a``, how (in words), and whether
     the relation held exactly (False: the nearest photo day to the date it names stood in). Time relations keep
@@ -224,7 +210,7 @@ def person_filter(album: Album, name: str) -> tuple[set[str] | None, str]:
         return None, f"the index has no people to filter by ({exc.args[0].split('.')[0]})"
 
 
-def execute(plan: Plan, album: Album, cfg: ExecSettings, trace: Trace) -> Execution:
+def execute(plan: Plan, album: Album, cfg: AlbumConfig, trace: Trace) -> Execution:
     """Run ``plan`` over ``album``, recording each step in ``trace`` (module docstring)."""
     tl = Timeline.of(album, cfg.trip_gap_days)
     notes: list[str] = []
@@ -320,5 +306,5 @@ def execute(plan: Plan, album: Album, cfg: ExecSettings, trace: Trace) -> Execut
     return Execution(answer, chosen, candidates, [tl.ids[i] for i in kept], ranked, fallback, reason, notes)
 
 
-__all__ = ["Candidate", "ExecSettings", "Execution", "TargetScores", "day_number", "execute", "person_filter",
-           "relation_subset", "shows_target"]
+__all__ = ["Candidate", "Execution", "TargetScores", "choice_key", "execute", "person_filter", "relation_subset",
+           "shows_target"]

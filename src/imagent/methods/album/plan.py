@@ -134,8 +134,7 @@ _TOKEN = re.compile(r"[^\W_]+(?:['’-][^\W_]+)*")
 # A capitalised word after one of these names a place, not a person.
 PLACE_PREPOSITIONS = frozenset({"in", "at", "from", "to", "near", "around", "outside", "inside", "across", "through"})
 MAX_SPAN_WORDS = 6
-# Words that never begin or end the name of a thing (target, anchor, exclude) in a plan.
-SPAN_EDGE_STOP = frozenset({
+_FUNCTION_WORDS = frozenset({
     "the", "a", "an", "of", "my", "our", "your", "his", "her", "their", "its", "this", "that", "these", "those", "i",
     "we", "you", "me", "us", "one", "ones", "where", "when", "which", "what", "who", "while", "and", "or", "with",
     "at", "in", "on", "to", "from", "for", "by", "as", "after", "before", "during", "same", "saw", "seen", "see",
@@ -144,8 +143,9 @@ SPAN_EDGE_STOP = frozenset({
     "show", "find", "photo", "photos", "picture", "pictures", "pic", "pics", "image", "images", "day", "trip",
     "place", "time", "there", "very", "just", "right", "first", "second", "third", "last", "next", "following",
     "previous", "other", "another", "not", "except", "but", "away", "anywhere", "than", "later", "earlier"})
-
-SPAN_EDGE_STOP = SPAN_EDGE_STOP | AFTER_WORDS | BEFORE_WORDS | frozenset(ORDINALS) | frozenset(NUMBER_WORDS) | (
+# Words that never begin or end the name of a thing (target, anchor, exclude) in a plan: function words, the verbs
+# and nouns of photographing, and the words of relations (a season's name may: "the summer fair").
+SPAN_EDGE_STOP = _FUNCTION_WORDS | AFTER_WORDS | BEFORE_WORDS | frozenset(ORDINALS) | frozenset(NUMBER_WORDS) | (
     frozenset().union(*(cues for family, (cues, _) in CUES.items() if family not in ("event", "season"))))
 
 # A target that asks for every photo of the constrained subset, not for something they show.
