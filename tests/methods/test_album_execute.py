@@ -178,3 +178,13 @@ def test_timeline_days_trips_visits_and_seasons(synthetic_album):
     assert add_months(date(2021, 1, 31), 1) == date(2021, 2, 28)
     assert clear_matches([0.9, 0.85, 0.3, 0.25]) == 2 and clear_matches([0.5]) == 1
     assert np.array_equal(tl.address_mask("bergen"), np.array(["bergen" in a for a in tl.address]))
+
+
+def test_a_place_named_by_the_anchor_gives_candidates_too(synthetic_album):
+    """"The dogs on my first visit to Bergen": no photo shows Bergen, but the addresses name it: the first photo
+    there of each trip is a candidate, and the relation runs from it."""
+    done, trace = run(synthetic_album, Plan("dogs", "Bergen", "visit", 2))
+    places = [c for c in done.candidates if c.how.startswith("at a place named")]
+    assert [c.photo for c in places] == ["c1", "d1", "g1"]  # one a trip: 03-20, 04-02, 2022-01-05
+    assert set(done.answer) == {"d1"}
+    assert trace.steps[0].outputs["candidates"]

@@ -4,7 +4,8 @@ Every step is code over the album's tools (no model call), each recorded as a tr
 
 1. **anchor** (``album.anchor``): the anchor's words searched over the album (:meth:`Album.search`); the candidates
    are the best ``anchor_candidates`` photos scoring within ``anchor_margin`` of the best one (a decoy, the same
-   object photographed on another day, scores the same);
+   object photographed on another day, scores the same); when the anchor's words name a place of the album's
+   addresses ("the day I was at the zoo"), the first photo there of each trip instead (:func:`place_candidates`);
 2. **constraint** (``album.constraint``): for each candidate, the photos the relation keeps
    (:func:`relation_subset` over the album's :class:`~imagent.tools.timeline.Timeline`), then the person and exclude
    filters; the candidate chosen is the one whose kept photos best support the target (*joint evidence*: its
@@ -21,6 +22,7 @@ When no candidate's relation keeps a photo, the answer is the cut over the whole
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date
@@ -201,6 +203,24 @@ def relation_subset(plan: Plan, tl: Timeline, a: int, cfg: AlbumConfig,
     raise ValueError(f"relation {rel!r} has no executor")
 
 
+def place_candidates(tl: Timeline, anchor: str, score: float, most: int) -> list[Candidate]:
+    """Anchor candidates by place name: when the anchor's words are a place's name in the album's addresses ("the
+    day I was at the zoo"), the first photo there of each trip, scored as the best photo the anchor's search found
+    (the joint evidence decides between them), at most ``most``; they stand in for the search's candidates (the
+    album's photos rarely show a place's name)."""
+    words = " ".join(anchor.lower().split())
+    if len(words) < 3:
+        return []
+    pattern = re.compile(rf"(?<![a-z0-9]){re.escape(words)}(?![a-z0-9])")
+    at = np.array([bool(pattern.search(a)) for a in tl.address], dtype=bool)
+    out: list[Candidate] = []
+    for trip in tl.visits(at):
+        first = min(np.flatnonzero(at & (tl.trip == trip)), key=lambda i: tl.day[i])
+        if len(out) < most:
+            out.append(Candidate(tl.ids[first], float(score), [], None, how=f"at a place named {anchor!r}"))
+    return out
+
+
 def person_filter(album: Album, name: str) -> tuple[set[str] | None, str]:
     """The album's photos of ``name`` (the filter language's ``person = 'NAME'``), or None with the reason when
     the index has no people (the filter language or the index knows no person)."""
@@ -242,12 +262,15 @@ def execute(plan: Plan, album: Album, cfg: AlbumConfig, trace: Trace) -> Executi
     with trace.step("album.anchor", anchor=plan.anchor, relation=plan.relation) as step:
         if plan.anchored:
             found = album.search(plan.anchor, top_k=max(cfg.anchor_candidates, 1))
-            if found.ids:
-                top = found.scores[0]
-                for pid, s in zip(found.ids, found.scores, strict=True):
-                    if s >= top - cfg.anchor_margin:
-                        candidates.append(Candidate(pid, float(s), [], None))
-        step.outputs = {"candidates": [[c.photo, round(c.score, 4)] for c in candidates]}
+            top = found.scores[0] if found.ids else 0.0
+            candidates = place_candidates(tl, plan.anchor, top, cfg.anchor_candidates)
+            if candidates:
+                step.note(f"{plan.anchor!r} names a place of the album: its trips there are the candidates")
+            else:
+                candidates = [Candidate(pid, float(s), [], None) for pid, s in zip(found.ids, found.scores,
+                                                                                   strict=True)
+                              if s >= top - cfg.anchor_margin]
+        step.outputs = {"candidates": [[c.photo, round(c.score, 4), c.how] for c in candidates]}
         if plan.anchored and not candidates:
             step.note("no photo matches the anchor")
 
@@ -258,7 +281,8 @@ def execute(plan: Plan, album: Album, cfg: AlbumConfig, trace: Trace) -> Executi
         else:
             for c in candidates:
                 a = tl.index(c.photo)
-                idx, c.how, c.exact = relation_subset(plan, tl, a, cfg, target)
+                idx, how, c.exact = relation_subset(plan, tl, a, cfg, target)
+                c.how = f"{c.how}: {how}" if c.how else how
                 c.kept = [i for i in idx if keep[i]]
                 others = [i for i in c.kept if i != a]
                 if target is not None:
