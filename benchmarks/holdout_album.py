@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
 from collections.abc import Callable
@@ -676,7 +677,9 @@ def build(stamps: Path, out: Path, seed: int, phrasings: str = "all", per_kind: 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", type=Path)
-    ap.add_argument("--stamps", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data" / "stamps")
+    shared = Path(os.environ.get("IMAGENT_SHARED", Path(__file__).resolve().parents[2] / "shared"))
+    ap.add_argument("--stamps", type=Path, default=shared / "data" / "stamps", help="the stamps folder (default: "
+                    "$IMAGENT_SHARED/data/stamps, else ../shared/data/stamps beside the repository)")
     ap.add_argument("--seed", type=int, default=REPORT_SEEDS[0])
     ap.add_argument("--phrasings", choices=("all", "dev"), default="all",
                     help="dev: leave out the last phrasing of each kind (kept for the report albums)")
