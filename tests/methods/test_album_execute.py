@@ -188,3 +188,11 @@ def test_a_place_named_by_the_anchor_gives_candidates_too(synthetic_album):
     assert [c.photo for c in places] == ["c1", "d1", "g1"]  # one a trip: 03-20, 04-02, 2022-01-05
     assert set(done.answer) == {"d1"}
     assert trace.steps[0].outputs["candidates"]
+
+
+def test_visits_to_a_named_place_are_its_trips_there(synthetic_album):
+    """"My last visit to Hobart": every photo whose address names Hobart (two streets 2 km apart), by trip."""
+    done, _ = run(synthetic_album, Plan("photos", "Hobart", "visit", -1))
+    assert done.answer == ["h1"]  # T8, at Salamanca Place: 1 km around the first Hobart photo would miss it
+    done, _ = run(synthetic_album, Plan("photos", "Hobart", "visit", 2))
+    assert set(done.answer) == {"b1", "b2"}

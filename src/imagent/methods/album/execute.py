@@ -49,6 +49,7 @@ class Candidate:
     support: float | None
     how: str = ""
     exact: bool = True  # the relation held exactly (not the nearest photo day to the date it names)
+    place: np.ndarray | None = None  # a place named by the anchor: its photos stand for "the anchor's place"
 
     @property
     def joint(self) -> float:
@@ -114,18 +115,19 @@ def _mask_indices(mask: np.ndarray) -> list[int]:
     return [int(i) for i in np.flatnonzero(mask)]
 
 
-def relation_subset(plan: Plan, tl: Timeline, a: int, cfg: AlbumConfig,
-                    target: TargetScores | None) -> tuple[list[int], str, bool]:
+def relation_subset(plan: Plan, tl: Timeline, a: int, cfg: AlbumConfig, target: TargetScores | None,
+                    place: np.ndarray | None = None) -> tuple[list[int], str, bool]:
     """The photos (timeline indices) the plan's relation keeps for anchor photo ``a``, how (in words), and whether
     the relation held exactly (False: the nearest photo day to the date it names stood in). Time relations keep
     nothing for an anchor without a time; place relations nothing for one without a place; "the same winter as"
-    nothing for an anchor taken in another season."""
+    nothing for an anchor taken in another season. ``place``: the photos of a place the anchor names (its visits,
+    "my second visit to Lisbon"), standing for the photos near the anchor photo."""
     rel, n = plan.relation, max(plan.count, 1) if plan.count >= 0 else plan.count
     if rel == "none":
         return list(range(len(tl))), "the whole album", True
     if rel in ("same place", "same city", "visit", "city visit", "other visit"):
         km = cfg.city_km if rel in ("same city", "city visit") else cfg.place_km
-        here = tl.place_mask(a, km)
+        here = place if place is not None else tl.place_mask(a, km)
         if not here.any():
             return [], f"photo {tl.ids[a]} has no GPS and no address", True
         if rel in ("same place", "same city"):
@@ -217,7 +219,8 @@ def place_candidates(tl: Timeline, anchor: str, score: float, most: int) -> list
     for trip in tl.visits(at):
         first = min(np.flatnonzero(at & (tl.trip == trip)), key=lambda i: tl.day[i])
         if len(out) < most:
-            out.append(Candidate(tl.ids[first], float(score), [], None, how=f"at a place named {anchor!r}"))
+            out.append(Candidate(tl.ids[first], float(score), [], None, how=f"at a place named {anchor!r}",
+                                 place=at))
     return out
 
 
@@ -281,7 +284,7 @@ def execute(plan: Plan, album: Album, cfg: AlbumConfig, trace: Trace) -> Executi
         else:
             for c in candidates:
                 a = tl.index(c.photo)
-                idx, how, c.exact = relation_subset(plan, tl, a, cfg, target)
+                idx, how, c.exact = relation_subset(plan, tl, a, cfg, target, c.place)
                 c.how = f"{c.how}: {how}" if c.how else how
                 c.kept = [i for i in idx if keep[i]]
                 others = [i for i in c.kept if i != a]

@@ -240,10 +240,11 @@ def offered_relations(query: str) -> list[str]:
         offered -= BEFORE_RELATIONS
     if ws & (AFTER_WORDS | BEFORE_WORDS) and not ws & SAME_WORDS:
         offered -= SAME_RELATIONS
-    if not any(w in ORDINALS or re.fullmatch(r"\d+(st|nd|rd|th)", w) for w in ws):
-        offered -= RANKED_RELATIONS
-    else:  # a rank ("my second trip", "the first time after") picks one occasion of several, not the anchor's own
+    ranked = any(w in ORDINALS or re.fullmatch(r"\d+(st|nd|rd|th)", w) for w in ws)
+    if ranked:  # a rank ("my second trip", "the first time after") picks one occasion of several, not the anchor's own
         offered -= SAME_RELATIONS | {"same place", "same city"}
+    else:
+        offered -= RANKED_RELATIONS
     if not ws & OTHER_WORDS:
         offered -= OTHER_RELATIONS
     offered.add("none")
