@@ -13,7 +13,7 @@ from imagent.core.trace import Trace
 from imagent.methods.album.config import AlbumConfig
 from imagent.methods.album.execute import execute, relation_subset
 from imagent.methods.album.plan import RELATIONS, Plan
-from imagent.tools.timeline import Timeline, add_months, clear_matches, day_number
+from imagent.tools.timeline import Timeline, add_months, day_number
 
 
 def run(album, plan: Plan, **settings):
@@ -176,7 +176,6 @@ def test_timeline_days_trips_visits_and_seasons(synthetic_album):
     assert tl.nearest_day(day_number(date(2021, 4, 3)), 3) == day_number(date(2021, 4, 2))
     assert tl.nearest_day(day_number(date(2021, 5, 10)), 3) is None
     assert add_months(date(2021, 1, 31), 1) == date(2021, 2, 28)
-    assert clear_matches([0.9, 0.85, 0.3, 0.25]) == 2 and clear_matches([0.5]) == 1
     assert np.array_equal(tl.address_mask("bergen"), np.array(["bergen" in a for a in tl.address]))
 
 

@@ -17,7 +17,6 @@ vocabulary (the ``album`` method's plan executes over it), not a paper's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, timedelta
 
@@ -49,15 +48,6 @@ def add_months(d: date, months: int) -> date:
         except ValueError:
             continue
     raise ValueError(f"cannot move {d} by {months} months")
-
-
-def clear_matches(scores: Sequence[float]) -> int:
-    """How many results, best first, stand above the largest drop between two neighbouring scores (all of them
-    when fewer than two). Ties keep the first (highest) drop."""
-    if len(scores) < 2:
-        return len(scores)
-    drops = [scores[n] - scores[n + 1] for n in range(len(scores) - 1)]
-    return drops.index(max(drops)) + 1
 
 
 @dataclass
@@ -161,4 +151,4 @@ class Timeline:
         return sorted({int(t) for t in self.trip[mask & (self.trip >= 0)].tolist()})
 
 
-__all__ = ["NO_DAY", "SEASONS", "Timeline", "add_months", "clear_matches", "day_date", "day_number"]
+__all__ = ["NO_DAY", "SEASONS", "Timeline", "add_months", "day_date", "day_number"]
