@@ -1,198 +1,696 @@
-"""Write a held-out DISBench-layout album, built differently from the shipped mini album, to check the album
-agents on photos and queries nobody tuned them on.
+"""Generate a held-out DISBench-layout album from a seed, with every relation the ``album`` planner knows.
 
-The shipped ``album_mini`` is hand-declared (events, places and 22 hand-written queries). This album is
-*generated* from the Tux Paint stamps (``../shared/data/stamps``) with a seeded random generator: other users,
-other cities and countries, other cameras, events that mix two or three kinds of subject drawn at random, photo
-ids of another length, and queries written by templates from the generated events (the answer of each is
-computed from the declaration, as in ``album_mini``):
+The shipped ``album_mini`` is hand-declared (22 hand-written queries). This script *generates* albums from the Tux
+Paint stamps (``../shared/data/stamps``; benchmarks may read ``../shared``) with a seeded random generator, so a
+method can be measured on albums nobody tuned it on:
 
-- intra-event: "The <kind> I photographed on the day I saw the <anchor>." (anchor: a photo whose caption is
-  unique in the user's album and whose kind differs from the target's);
-- inter-event: "The <kind> from my other visit to the place where I photographed the <anchor>." (two events
-  at one place; the target event is the one without the anchor);
-- inter-event: "The <kind> I photographed on my first trip after the day I saw the <anchor>." (the next event
-  in time, at another place).
+- users in other cities and countries (both hemispheres), each with a home city (four venues visited again and
+  again: day outings), **multi-day trips** (two to four consecutive days in another city, one venue a day; two of
+  the cities visited twice), single distractor photos on days of their own, and one **distractor user** with no
+  queries whose album holds the same anchor objects (an album search must stay inside its user's photos);
+- queries written from :data:`PHRASINGS` (every plan kind in at least three phrasings, written before anything was
+  run on them): same day / trip / place / city; N days or weeks after or before; the next or previous trip; the
+  first, k-th or last visit to a place or a city; another visit; the same or following month, season and year; no
+  anchor; a negation ("not at the zoo"). A person is not generated: the stamps show no faces;
+- **decoy anchors**: for about a third of the anchored queries the anchor's object (the same stamp, so the same
+  caption) is also photographed on another day, where the relation finds none of the target: only the joint
+  evidence of anchor and target tells which photo the query means.
 
-Dates, places and devices are invented; the stamps are GPL-2 (their COPYRIGHT file is copied along).
+Every answer is computed from the declaration by the definitions below (not by any method's code):
 
-    python benchmarks/holdout_album.py OUT_DIR [--stamps DIR] [--seed 7]
+- a *day* is a calendar day of ``taken_time``; a *trip* is a maximal run of the user's photo days at most one day
+  apart (``trip_gap_days`` = 1); a *visit* to a venue (or city) is a trip's photos at that venue (in that city),
+  visits in time order;
+- N days after / before: the photos of the anchor's day +- N; N weeks: the trip holding the day +- 7N (planted
+  exactly); the next / previous trip: the trip after / before the anchor's trip; the month, season (by the
+  anchor's hemisphere: December-February is the northern winter) or year after: the next calendar month, the next
+  season of that name after the anchor's own season, the next calendar year; same month / season / year: the
+  anchor's own;
+- same place: every photo at the anchor's venue; same city: every photo in its city; other visit: the anchor's
+  venue's photos on the other trips; no anchor: all the user's photos; negation: every photo not at a venue whose
+  address holds the named word;
+- the answer: the photos of that subset whose (hidden) kind is the query's target kind; the anchor is in it only
+  when its own kind is the target kind.
 
-then ``imagent eval disbench --images-root OUT_DIR --method photocraft``.
+A query is kept only when its answer is not empty, differs from every target photo of the album (the relation
+matters), differs from the target photos of the anchor's own day (for the relations that leave that day), and,
+with a decoy, the relation from the decoy finds none of the target. The ``queries.jsonl`` rows carry two extra
+fields a method never reads (``plan_kind``, ``phrasing``) for per-kind reports.
+
+Seeds: :data:`DEV_SEEDS` are for development (``--phrasings dev`` leaves out the last phrasing of each kind, kept
+for the report albums); :data:`REPORT_SEEDS` are measured once, with the code final, and reported in
+``docs/benchmarks.md``.
+
+    python benchmarks/holdout_album.py OUT_DIR [--seed 2101] [--phrasings all|dev] [--stamps DIR]
+
+then ``imagent eval disbench --images-root OUT_DIR --method album``. Dates, places and devices are invented; the
+stamps are GPL-2 (their COPYRIGHT file is copied along).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
-from datetime import datetime, timedelta
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
-# kind -> (stamp category prefixes, plural noun in queries)
-KINDS = {
+# Every plan kind in at least three phrasings (written before any method ran on them). Placeholders: {target}
+# (plural noun), {Target} (capitalised), {anchor} (the anchor's object), {n} (a count), {nth} (an ordinal),
+# {season}, {place} (a venue word). A phrasing without {n} means one (a week, the day after).
+PHRASINGS: dict[str, tuple[str, ...]] = {
+    "same_day": (
+        "Which {target} did I take pictures of on the same day as the {anchor}?",
+        "{Target} from the day my {anchor} photo was taken.",
+        "Show me the {target} I shot that day I snapped the {anchor}.",
+    ),
+    "same_trip": (
+        "The {target} from the trip where I photographed the {anchor}.",
+        "Which {target} did I see during the same trip as the {anchor}?",
+        "{Target} I shot on the journey when I took the {anchor} picture.",
+    ),
+    "same_place": (
+        "The {target} I photographed at the place where I saw the {anchor}.",
+        "Which {target} did I shoot at the same spot as the {anchor}?",
+        "{Target} taken at the location of my {anchor} picture.",
+    ),
+    "same_city": (
+        "The {target} I photographed in the city where I saw the {anchor}.",
+        "Which {target} did I shoot in the same town as the {anchor}?",
+        "{Target} from the city of my {anchor} photo.",
+    ),
+    "days_after": (
+        "The {target} I photographed {n} days after I saw the {anchor}.",
+        "{Target} I took the day after the {anchor} photo.",
+        "Which {target} did I shoot {n} days later than the {anchor} picture?",
+    ),
+    "days_before": (
+        "The {target} I photographed {n} days before I saw the {anchor}.",
+        "{Target} I took the day before the {anchor} photo.",
+        "Which {target} did I shoot {n} days earlier than the {anchor} picture?",
+    ),
+    "weeks_after": (
+        "The {target} I photographed {n} weeks after I saw the {anchor}.",
+        "Which {target} did I take a week after the {anchor} photo?",
+        "{Target} shot {n} weeks later than my {anchor} picture.",
+    ),
+    "weeks_before": (
+        "The {target} I photographed {n} weeks before I saw the {anchor}.",
+        "Which {target} did I take a week before the {anchor} photo?",
+        "{Target} shot {n} weeks earlier than my {anchor} picture.",
+    ),
+    "next_trip": (
+        "The {target} from my next trip after the one where I saw the {anchor}.",
+        "{Target} I photographed on the trip following my {anchor} photo.",
+        "Which {target} did I take on the trip right after the {anchor} picture?",
+    ),
+    "previous_trip": (
+        "The {target} from my trip before the one where I saw the {anchor}.",
+        "{Target} I photographed on the trip preceding my {anchor} photo.",
+        "Which {target} did I take on the trip just before the {anchor} picture?",
+    ),
+    "visit": (
+        "The {target} from my {nth} visit to the place where I photographed the {anchor}.",
+        "{Target} I shot the {nth} time I went to the spot where I saw the {anchor}.",
+        "Which {target} did I photograph on my {nth} trip to where the {anchor} picture was taken?",
+    ),
+    "city_visit": (
+        "The {target} from my {nth} trip to the city where I photographed the {anchor}.",
+        "{Target} I took on my {nth} stay in the city of the {anchor} photo.",
+        "Which {target} did I shoot the {nth} time I was in the town where I saw the {anchor}?",
+    ),
+    "other_visit": (
+        "The {target} from my other visit to the place where I photographed the {anchor}.",
+        "{Target} from a different visit to the place where I saw the {anchor}.",
+        "Which {target} did I photograph at the {anchor} place on another occasion?",
+    ),
+    "month_after": (
+        "The {target} I photographed in the month after I saw the {anchor}.",
+        "{Target} from the month following my {anchor} picture.",
+        "Which {target} did I take the month after the {anchor} photo?",
+    ),
+    "same_month": (
+        "The {target} I photographed in the same month as the {anchor}.",
+        "{Target} from the month of my {anchor} picture.",
+        "Which {target} did I shoot that month I saw the {anchor}?",
+    ),
+    "season_after": (
+        "The {target} I photographed the {season} after I saw the {anchor}.",
+        "{Target} from the following {season}, after my {anchor} picture.",
+        "Which {target} did I take in the {season} after the {anchor} photo?",
+    ),
+    "same_season": (
+        "The {target} I photographed in the same {season} as the {anchor}.",
+        "{Target} from that {season} when I saw the {anchor}.",
+        "Which {target} did I shoot during the {season} of my {anchor} photo?",
+    ),
+    "year_after": (
+        "The {target} I photographed in the year after I saw the {anchor}.",
+        "{Target} from the year following my {anchor} picture.",
+        "Which {target} did I take the next year after the {anchor} photo?",
+    ),
+    "same_year": (
+        "The {target} I photographed in the same year as the {anchor}.",
+        "{Target} from the year I saw the {anchor}.",
+        "Which {target} did I shoot in the year of my {anchor} photo?",
+    ),
+    "no_anchor": (
+        "All my photos of {target}.",
+        "Which {target} have I ever photographed?",
+        "Show me every picture of {target} in my album.",
+    ),
+    "negation": (
+        "The {target} I photographed anywhere except the {place}.",
+        "{Target} that I did not take at the {place}.",
+        "Which {target} did I shoot away from the {place}?",
+    ),
+}
+# Development albums (``--phrasings dev``) leave out the last phrasing of each kind; report albums use all.
+DEV_SEEDS = (11, 12, 13)
+REPORT_SEEDS = (2101, 2102, 2103)
+
+# Target kinds: stamp id prefixes and the plural noun queries use. Fillers are photos no query asks for.
+TARGETS: dict[str, tuple[tuple[str, ...], str]] = {
     "bird": (("animals__birds",), "birds"),
-    "mammal": (("animals__mammals",), "mammals"),
-    "fish": (("animals__fish",), "fish"),
+    "mammal": (("animals__mammals", "animals__marsupials"), "mammals"),
+    "fish": (("animals__fish", "animals__shellfish"), "fish"),
     "insect": (("animals__insects",), "insects"),
     "flower": (("plants__flowers",), "flowers"),
-    "fruit": (("food__fruit",), "fruits"),
+    "fruit": (("food__fruit",), "fruit"),
     "vegetable": (("food__vegetables",), "vegetables"),
-    "vehicle": (("vehicles__",), "vehicles"),
+    "vehicle": (("vehicles__auto", "vehicles__emergency", "vehicles__construction", "vehicles__flight"), "vehicles"),
     "instrument": (("hobbies__music",), "musical instruments"),
     "tool": (("household__tools",), "tools"),
+    "house": (("town__houses",), "houses"),
 }
-USERS = {
-    "v2001": {"base_id": 5310000000, "start": "2018-02-03", "devices": ["Sony ILCE-6000", "Samsung SM-G960F"],
-              "places": [(35.7148, 139.7967, "Asakusa, Taito City, Tokyo, Japan"),
-                         (35.6764, 139.6993, "Yoyogi Park, Shibuya, Tokyo, Japan"),
-                         (34.9671, 135.7727, "Fushimi Inari, Kyoto, Japan"),
-                         (35.0116, 135.7681, "Nishiki Market, Kyoto, Japan"),
-                         (34.6873, 135.5262, "Osaka Castle Park, Osaka, Japan")]},
-    "v2002": {"base_id": 8840000000, "start": "2019-09-14", "devices": ["Fujifilm X-T3", "Apple iPhone 11"],
-              "places": [(-33.9249, 18.4241, "V&A Waterfront, Cape Town, South Africa"),
-                         (-33.9628, 18.4098, "Kirstenbosch Garden, Cape Town, South Africa"),
-                         (-34.3568, 18.4740, "Cape Point, Western Cape, South Africa"),
-                         (-26.2041, 28.0473, "Maboneng, Johannesburg, South Africa"),
-                         (-25.7479, 28.2293, "Union Buildings, Pretoria, South Africa")]},
-}
+FILLERS = ("town__roadsigns", "symbols__chess", "clothes", "household__dishes", "symbols__money", "sports")
+# Kinds whose relation reads the anchor's day, trip, place or time (a decoy can change their answer).
+ANCHORED = tuple(k for k in PHRASINGS if k not in ("no_anchor", "negation"))
+# Relations that leave the anchor's day: their answer must differ from the target photos of that day.
+LEAVES_DAY = ("days_after", "days_before", "weeks_after", "weeks_before", "next_trip", "previous_trip", "visit",
+              "city_visit", "other_visit", "month_after", "season_after", "year_after")
+# Kinds realised by planting an event at the offset (Generator.plant_offset).
+PLANTED = ("days_after", "days_before", "weeks_after", "weeks_before")
+NUMBERS = {1: "one", 2: "two", 3: "three", 4: "four"}
+ORDINALS = {1: "first", 2: "second", 3: "third", -1: "last"}
+SEASONS = ("winter", "spring", "summer", "autumn")
+
+# (city, country, lat, lon); venues are placed 1.5-6 km around the centre.
+CITIES = [
+    ("Lisbon", "Portugal", 38.7223, -9.1393), ("Porto", "Portugal", 41.1579, -8.6291),
+    ("Valencia", "Spain", 39.4699, -0.3763), ("Edinburgh", "United Kingdom", 55.9533, -3.1883),
+    ("Bergen", "Norway", 60.3913, 5.3221), ("Prague", "Czechia", 50.0755, 14.4378),
+    ("Krakow", "Poland", 50.0647, 19.9450), ("Montreal", "Canada", 45.5019, -73.5674),
+    ("Seattle", "United States", 47.6062, -122.3321), ("Seoul", "South Korea", 37.5665, 126.9780),
+    ("Santiago", "Chile", -33.4489, -70.6693), ("Buenos Aires", "Argentina", -34.6037, -58.3816),
+    ("Auckland", "New Zealand", -36.8485, 174.7633), ("Hobart", "Australia", -42.8821, 147.3272),
+    ("Montevideo", "Uruguay", -34.9011, -56.1645), ("Wellington", "New Zealand", -41.2865, 174.7762),
+]
+VENUES = ("Zoo", "Central Market", "Botanical Garden", "Harbour", "Old Town Square", "City Museum", "Beach",
+          "Castle Hill", "Riverside Park", "Cathedral", "Railway Station", "Lighthouse Point")
+DEVICES = ("Olympus E-M10", "Samsung SM-G991B", "Canon EOS R6", "Apple iPhone 12", "Sony RX100 VI", "Google Pixel 6",
+           "Nikon Z50", "Xiaomi 12T")
+
+
+@dataclass(eq=False)
+class Venue:
+    name: str
+    city: str
+    country: str
+    lat: float
+    lon: float
+
+    @property
+    def address(self) -> str:
+        return f"{self.name}, {self.city}, {self.country}"
+
+
+@dataclass(eq=False)
+class Photo:
+    stamp: dict[str, Any]
+    kind: str
+    when: datetime
+    venue: Venue
+    device: str
+    photo_id: str = ""
+    decoy_of: Photo | None = None
+
+    @property
+    def day(self) -> date:
+        return self.when.date()
+
+
+@dataclass
+class User:
+    name: str
+    home: list[Venue]
+    away: dict[str, list[Venue]]
+    devices: tuple[str, str]
+    photos: list[Photo] = field(default_factory=list)
+    pools: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # stamps not used yet, by kind
+    taken: set[date] = field(default_factory=set)  # days with an event
 
 
 def noun(caption: str) -> str:
-    """"An Adelaide Rosella." -> "Adelaide Rosella"."""
-    words = caption.strip().rstrip(".").split()
+    """"An Adelaide Rosella." -> "Adelaide Rosella"; "A pelican." -> "pelican"."""
+    words = caption.strip().rstrip(".!").split()
     if words and words[0].lower() in {"a", "an", "the", "some"}:
         words = words[1:]
-    return " ".join(words)
+    text = " ".join(words)
+    return text if any(w[:1].isupper() for w in words) else text.lower()
 
 
-def kind_of(stamp: str) -> str | None:
-    for kind, (prefixes, _) in KINDS.items():
-        if stamp.startswith(prefixes):
+# Words an anchor's noun must not hold: a target kind's noun would make the query ambiguous ("my flowers picture"),
+# a verb of the phrasings would make it unreadable ("the day I saw the saw").
+_NOT_ANCHOR_WORDS = frozenset(w for _, plural in TARGETS.values() for w in plural.split()) | frozenset(
+    w.rstrip("s") for _, plural in TARGETS.values() for w in plural.split()) | frozenset(
+    {"saw", "shot", "took", "snapped", "photo", "picture", "trip", "day", "place", "city", "spot", "visit"})
+
+
+def clear_anchor(p: Photo) -> bool:
+    """Whether the photo's caption makes a clear anchor (module docstring: no kind noun, no phrasing verb)."""
+    return not {w.lower().strip(".,!?'\"") for w in noun(p.stamp["caption"]).split()} & _NOT_ANCHOR_WORDS
+
+
+def kind_of(stamp_id: str) -> str | None:
+    for kind, (prefixes, _) in TARGETS.items():
+        if stamp_id.startswith(prefixes):
             return kind
+    if stamp_id.startswith(FILLERS):
+        return "filler"
     return None
 
 
-def build(stamps: Path, out: Path, seed: int) -> dict[str, int]:
-    rng = random.Random(seed)
-    rows = [json.loads(x) for x in (stamps / "captions.jsonl").read_text().splitlines() if x.strip()]
-    by_kind: dict[str, list[dict]] = {}
-    for r in rows:
-        k = kind_of(r["id"])
-        if k is not None and (stamps / r["file"]).is_file():
-            by_kind.setdefault(k, []).append(r)
+def season_index(d: date, lat: float) -> tuple[int, str]:
+    """A season instance (consecutive three-month blocks December-February, March-May, ...) and its name in the
+    hemisphere of ``lat``."""
+    block = (d.year * 12 + d.month) // 3  # December joins the next January and February
+    name = SEASONS[(block + (2 if lat < 0 else 0)) % 4]
+    return block, name
+
+
+class Calendar:
+    """One user's photos with the definitions the answers are computed by (module docstring)."""
+
+    def __init__(self, photos: list[Photo]) -> None:
+        self.photos = sorted(photos, key=lambda p: p.when)
+        days = sorted({p.day for p in self.photos})
+        self.trip_of: dict[date, int] = {}
+        trip = -1
+        for i, d in enumerate(days):
+            if i == 0 or (d - days[i - 1]).days > 1:
+                trip += 1
+            self.trip_of[d] = trip
+        self.trips = trip + 1
+
+    def trip(self, p: Photo) -> int:
+        return self.trip_of[p.day]
+
+    def visits(self, anchor: Photo, key: Callable[[Photo], Any]) -> list[list[Photo]]:
+        """The visits (trips) to the anchor's venue or city (``key``), in time order, each its photos there."""
+        out: dict[int, list[Photo]] = {}
+        for p in self.photos:
+            if key(p) == key(anchor):
+                out.setdefault(self.trip(p), []).append(p)
+        return [out[t] for t in sorted(out)]
+
+    def subset(self, kind: str, anchor: Photo | None, n: int = 0, season: str = "", place: str = "") -> list[Photo]:
+        """The photos a query's relation keeps (before the target), by the module's definitions."""
+        ps = self.photos
+        if kind == "no_anchor":
+            return list(ps)
+        if kind == "negation":
+            return [p for p in ps if place.lower() not in p.venue.address.lower()]
+        assert anchor is not None
+        a = anchor
+        if kind == "same_day":
+            return [p for p in ps if p.day == a.day]
+        if kind == "same_trip":
+            return [p for p in ps if self.trip(p) == self.trip(a)]
+        if kind == "same_place":
+            return [p for p in ps if p.venue is a.venue]
+        if kind == "same_city":
+            return [p for p in ps if p.venue.city == a.venue.city]
+        if kind in ("days_after", "days_before"):
+            want = a.day + timedelta(days=n if kind == "days_after" else -n)
+            return [p for p in ps if p.day == want]
+        if kind in ("weeks_after", "weeks_before"):
+            want = a.day + timedelta(days=7 * n if kind == "weeks_after" else -7 * n)
+            if want not in self.trip_of:
+                return []
+            return [p for p in ps if self.trip(p) == self.trip_of[want]]
+        if kind in ("next_trip", "previous_trip"):
+            t = self.trip(a) + (1 if kind == "next_trip" else -1)
+            return [p for p in ps if self.trip(p) == t]
+        if kind in ("visit", "city_visit"):
+            visits = self.visits(a, (lambda p: id(p.venue)) if kind == "visit" else (lambda p: p.venue.city))
+            k = n - 1 if n > 0 else n
+            return list(visits[k]) if -len(visits) <= k < len(visits) else []
+        if kind == "other_visit":
+            return [p for p in ps if p.venue is a.venue and self.trip(p) != self.trip(a)]
+        if kind in ("month_after", "same_month"):
+            m = a.day.year * 12 + a.day.month - 1 + (1 if kind == "month_after" else 0)
+            return [p for p in ps if p.day.year * 12 + p.day.month - 1 == m]
+        if kind in ("year_after", "same_year"):
+            y = a.day.year + (1 if kind == "year_after" else 0)
+            return [p for p in ps if p.day.year == y]
+        if kind in ("season_after", "same_season"):
+            own, _ = season_index(a.day, a.venue.lat)
+            if kind == "same_season":
+                return [p for p in ps if season_index(p.day, a.venue.lat)[0] == own]
+            later = sorted({b for p in ps if (b := season_index(p.day, a.venue.lat))[0] > own and b[1] == season})
+            return [p for p in ps if later and season_index(p.day, a.venue.lat)[0] == later[0][0]]
+        raise ValueError(f"unknown plan kind {kind!r}")
+
+    def answer(self, kind: str, anchor: Photo | None, target: str, **spec: Any) -> list[Photo]:
+        return [p for p in self.subset(kind, anchor, **spec) if p.kind == target]
+
+
+@dataclass
+class Spec:
+    """One query before it is written: its kind, anchor, target kind and the relation's numbers."""
+
+    kind: str
+    anchor: Photo | None
+    target: str
+    n: int = 0
+    season: str = ""
+    place: str = ""
+    decoy: Photo | None = None
+
+    def relation(self) -> dict[str, Any]:
+        return {"n": self.n, "season": self.season, "place": self.place}
+
+
+class Generator:
+    def __init__(self, stamps: Path, seed: int) -> None:
+        self.rng = random.Random(seed)
+        rows = [json.loads(x) for x in (stamps / "captions.jsonl").read_text().splitlines() if x.strip()]
+        self.by_kind: dict[str, list[dict[str, Any]]] = {}
+        for r in rows:
+            k = kind_of(r["id"])
+            if k is not None and (stamps / r["file"]).is_file():
+                self.by_kind.setdefault(k, []).append(r)
+        self.cities = self.rng.sample(CITIES, len(CITIES))
+
+    # ------------------------------------------------------------------ the albums
+    def venues(self, city: tuple[str, str, float, float], count: int) -> list[Venue]:
+        name, country, lat, lon = city
+        out: list[Venue] = []
+        for v in self.rng.sample(VENUES, count):
+            while True:  # 1.5-6 km from the centre and > 1.5 km from the other venues
+                dlat, dlon = self.rng.uniform(-0.05, 0.05), self.rng.uniform(-0.06, 0.06)
+                if abs(dlat) + abs(dlon) > 0.015 and all(abs(o.lat - lat - dlat) + abs(o.lon - lon - dlon) > 0.03
+                                                          for o in out):
+                    break
+            out.append(Venue(f"{name} {v}" if v in ("Zoo", "Harbour", "Beach") else v, name, country,
+                             round(lat + dlat, 4), round(lon + dlon, 4)))
+        return out
+
+    def user(self, name: str) -> User:
+        home = self.cities.pop()
+        away = {c[0]: self.venues(c, 3) for c in (self.cities.pop() for _ in range(3))}
+        devices = tuple(self.rng.sample(DEVICES, 2))
+        user = User(name, self.venues(home, 4), away, devices)  # type: ignore[arg-type]
+        user.pools = {k: self.rng.sample(v, len(v)) for k, v in self.by_kind.items()}
+        start = date(self.rng.randint(2014, 2019), self.rng.randint(1, 12), self.rng.randint(1, 28))
+        taken = user.taken
+
+        def free(d: date, days: int = 1) -> bool:
+            return all(abs((d + timedelta(days=i) - t).days) > 2 for i in range(days) for t in taken)
+
+        def place_event(days: int) -> date:
+            while True:
+                d = start + timedelta(days=self.rng.randint(0, 900))
+                if free(d, days):
+                    taken.update(d + timedelta(days=i) for i in range(days))
+                    return d
+
+        trips = [(c, self.rng.randint(2, 4)) for c in [*away, *list(away)[:2]]]  # two cities visited twice
+        for city, length in trips:
+            d = place_event(length)
+            for i in range(length):
+                self.event(user, d + timedelta(days=i), self.rng.choice(away[city]))
+        for i in range(22):  # day outings at home, each venue several times
+            self.event(user, place_event(1), user.home[i % len(user.home)])
+        for _ in range(8):  # single distractor photos on days of their own
+            d = place_event(1)
+            kind = self.rng.choice([k for k in TARGETS if user.pools[k]])
+            self.add(user, kind, datetime.combine(d, datetime.min.time()) + timedelta(hours=self.rng.randint(9, 18)),
+                     self.rng.choice(user.home), user.devices[1])
+        return user
+
+    def add(self, user: User, kind: str, when: datetime, venue: Venue, device: str) -> Photo | None:
+        pool = user.pools.get(kind) or []
+        if not pool:
+            return None
+        p = Photo(pool.pop(), kind, when, venue, device)
+        user.photos.append(p)
+        return p
+
+    def event(self, user: User, d: date, venue: Venue, kinds: list[str] | None = None) -> None:
+        kinds = kinds or self.rng.sample([k for k in TARGETS if len(user.pools[k]) >= 2], self.rng.choice((2, 2, 3)))
+        shots = [k for k in kinds for _ in range(self.rng.randint(1, 3))]
+        if self.rng.random() < 0.5:
+            shots.append("filler")
+        self.rng.shuffle(shots)
+        t = datetime.combine(d, datetime.min.time()) + timedelta(hours=self.rng.randint(8, 14),
+                                                                 minutes=self.rng.randint(0, 59))
+        device = self.rng.choice(user.devices)
+        for k in shots:
+            self.add(user, k, t, venue, device)
+            t += timedelta(minutes=self.rng.randint(4, 25))
+
+    def plant_offset(self, user: User, kind: str) -> Spec | None:
+        """An event exactly N days (or weeks) after or before a day outing, holding a target kind."""
+        captions = [p.stamp["caption"] for p in user.photos]
+        outings = [p for p in user.photos if p.venue in user.home and p.kind != "filler" and clear_anchor(p)
+                   and captions.count(p.stamp["caption"]) == 1 and len(p.stamp["caption"].split()) <= 4]
+        for _ in range(60):
+            a = self.rng.choice(outings)
+            n = self.rng.randint(1, 4) if kind.startswith("days") else self.rng.randint(1, 3)
+            step = n * (7 if kind.startswith("weeks") else 1) * (1 if kind.endswith("after") else -1)
+            d = a.day + timedelta(days=step)
+            if any(abs((d - t).days) <= 2 for t in user.taken if t != a.day):
+                continue
+            target = self.rng.choice([k for k in TARGETS if len(user.pools[k]) >= 3 and k != a.kind])
+            others = [k for k in TARGETS if len(user.pools[k]) >= 2 and k != target]
+            self.event(user, d, self.rng.choice(user.home), [target, self.rng.choice(others)])
+            user.taken.add(d)
+            return Spec(kind, a, target, n=n)
+        return None
+
+    # ------------------------------------------------------------------ the queries
+    def candidates(self, user: User, cal: Calendar, kind: str) -> list[Spec]:
+        """Every valid (anchor, target, numbers) for ``kind`` in this album."""
+        counts: dict[str, int] = {}
+        for p in cal.photos:
+            counts[p.stamp["caption"]] = counts.get(p.stamp["caption"], 0) + 1
+        anchors = [p for p in cal.photos if counts[p.stamp["caption"]] == 1 and p.kind != "filler"
+                   and len(p.stamp["caption"].split()) <= 4 and p.decoy_of is None and clear_anchor(p)]
+        out: list[Spec] = []
+        if kind in ("no_anchor", "negation"):
+            for target in TARGETS:
+                if kind == "no_anchor":
+                    out.append(Spec(kind, None, target))
+                    continue
+                for v in user.home:
+                    word = v.name.split()[-1].lower() if v.name.split()[-1] in ("Zoo", "Harbour", "Beach") else \
+                        v.name.lower()
+                    out.append(Spec(kind, None, target, place=word))
+            return [s for s in out if self.valid(cal, s)]
+        for a in anchors:
+            if kind == "city_visit" and a.venue.city not in user.away:
+                continue
+            if kind == "same_city" and a.venue.city not in user.away:
+                continue
+            for target in TARGETS:
+                for spec in self.specs(kind, a, target):
+                    if self.valid(cal, spec):
+                        out.append(spec)
+        return out
+
+    @staticmethod
+    def specs(kind: str, a: Photo, target: str) -> list[Spec]:
+        if kind in ("visit", "city_visit"):
+            return [Spec(kind, a, target, n=k) for k in (1, 2, 3, -1)]
+        if kind == "season_after":
+            return [Spec(kind, a, target, season=s) for s in SEASONS]
+        if kind == "same_season":
+            return [Spec(kind, a, target, season=season_index(a.day, a.venue.lat)[1])]
+        if kind in PLANTED:
+            return []  # planted (plant_offset)
+        return [Spec(kind, a, target)]
+
+    @staticmethod
+    def valid(cal: Calendar, s: Spec) -> bool:
+        ans = cal.answer(s.kind, s.anchor, s.target, **s.relation())
+        every = [p for p in cal.photos if p.kind == s.target]
+        if not ans or len(ans) > 14 or (s.anchor is not None and set(ans) == set(every)):
+            return False
+        if s.kind == "no_anchor":
+            return len(ans) <= 14
+        if s.kind == "negation":
+            return len(ans) < len(every)
+        assert s.anchor is not None
+        if s.kind in LEAVES_DAY and {p for p in ans if p is not s.anchor} == {
+                p for p in every if p.day == s.anchor.day and p is not s.anchor}:
+            return False
+        if s.kind in ("visit", "city_visit") and s.anchor in cal.subset(s.kind, s.anchor, **s.relation()):
+            return False  # the visit asked for is another one than the anchor's
+        return s.decoy is None or not cal.answer(s.kind, s.decoy, s.target, **s.relation())
+
+    def decoy(self, user: User, cal: Calendar, s: Spec) -> Photo | None:
+        """The anchor's stamp photographed again on another event day where the relation finds no target."""
+        assert s.anchor is not None
+        days = sorted({p.day for p in user.photos if p.day != s.anchor.day and p.decoy_of is None})
+        self.rng.shuffle(days)
+        for d in days:
+            host = next(p for p in user.photos if p.day == d)
+            when = max(p.when for p in user.photos if p.day == d) + timedelta(minutes=self.rng.randint(3, 20))
+            dec = Photo(s.anchor.stamp, s.anchor.kind, when, host.venue, host.device, decoy_of=s.anchor)
+            if not cal.answer(s.kind, dec, s.target, **s.relation()):
+                user.photos.append(dec)
+                return dec
+        return None
+
+    def write_query(self, s: Spec, phrasing: int) -> str:
+        template = PHRASINGS[s.kind][phrasing]
+        plural = TARGETS[s.target][1]
+        n = s.n if "{n}" in template else 1
+        words = {"target": plural, "Target": plural[:1].upper() + plural[1:],
+                 "anchor": noun(s.anchor.stamp["caption"]) if s.anchor else "",
+                 "n": NUMBERS.get(n, str(n)) if self.rng.random() < 0.7 else str(n),
+                 "nth": ORDINALS.get(s.n, ""), "season": s.season, "place": s.place}
+        text = template.format(**words)
+        for unit in ("day", "week"):  # "one days after" -> "one day after"
+            text = text.replace(f" one {unit}s ", f" one {unit} ").replace(f" 1 {unit}s ", f" 1 {unit} ")
+        return text
+
+
+@dataclass
+class Generated:
+    """A generated album before it is written: its users (the last one a distractor), the queries kept (user
+    index, spec) and each query user's final calendar."""
+
+    gen: Generator
+    users: list[User]
+    kept: list[tuple[int, Spec]]
+    final: dict[int, Calendar]
+
+
+def generate(stamps: Path, seed: int, per_kind: int = 1) -> Generated:
+    gen = Generator(stamps, seed)
+    users = [gen.user(f"w{seed % 1000:03d}{i}") for i in range(3)]  # the third: a distractor user, no queries
+    planted: dict[int, list[Spec]] = {0: [], 1: []}
+    for kind in PLANTED:
+        for u in range(2):
+            spec = gen.plant_offset(users[u], kind)
+            if spec is not None:
+                planted[u].append(spec)
+    # The distractor user photographs the query users' anchor objects too.
+    chosen: list[tuple[int, Spec]] = []
+    order = list(PHRASINGS)
+    gen.rng.shuffle(order)
+    for n_kind, kind in enumerate(order):
+        for rep in range(per_kind):
+            for u in ((n_kind + rep) % 2, (n_kind + rep + 1) % 2):
+                cal = Calendar(users[u].photos)
+                if kind in PLANTED:
+                    captions = [p.stamp["caption"] for p in cal.photos]
+                    options = [s for s in planted[u] if s.kind == kind and Generator.valid(cal, s)
+                               and s.anchor is not None and captions.count(s.anchor.stamp["caption"]) == 1
+                               and len(s.anchor.stamp["caption"].split()) <= 4 and clear_anchor(s.anchor)]
+                else:
+                    options = gen.candidates(users[u], cal, kind)
+                used = {id(s.anchor) for _, s in chosen if s.anchor is not None}
+                options = [s for s in options if id(s.anchor) not in used]
+                if options:
+                    spec = gen.rng.choice(options)
+                    if spec.anchor is not None and spec.kind in ANCHORED and gen.rng.random() < 0.35 \
+                            and spec.anchor.kind != spec.target:
+                        spec.decoy = gen.decoy(users[u], cal, spec)
+                    chosen.append((u, spec))
+                    break
+    # Decoys added photos: check every query again against the final albums.
+    final = {u: Calendar(users[u].photos) for u in range(2)}
+    kept = [(u, s) for u, s in chosen if Generator.valid(final[u], s)]
+    for _, s in kept:
+        if s.anchor is not None:
+            host = users[2].photos[gen.rng.randrange(len(users[2].photos))]
+            users[2].photos.append(Photo(s.anchor.stamp, s.anchor.kind, host.when + timedelta(minutes=2),
+                                         host.venue, host.device))
+    base = gen.rng.randint(10 ** 9, 9 * 10 ** 9)
+    for u, user in enumerate(users):
+        user.photos.sort(key=lambda p: p.when)
+        for i, p in enumerate(user.photos):
+            p.photo_id = str(base + u * 10 ** 6 + 7 + 37 * i)
+    return Generated(gen, users, kept, final)
+
+
+def build(stamps: Path, out: Path, seed: int, phrasings: str = "all", per_kind: int = 1) -> dict[str, Any]:
+    """Generate the album of ``seed`` and write it to ``out`` in DISBench's layout (with the captions sidecar)."""
+    made = generate(stamps, seed, per_kind)
+    gen, users, kept, final = made.gen, made.users, made.kept, made.final
     for sub in ("images", "metadata", "captions"):
         shutil.rmtree(out / sub, ignore_errors=True)
         (out / sub).mkdir(parents=True)
-    queries: list[dict] = []
-    photos = 0
-    for user, spec in USERS.items():
-        pool = {k: rng.sample(v, len(v)) for k, v in by_kind.items()}
-        day = datetime.strptime(spec["start"], "%Y-%m-%d")
-        events = []
-        place_order = [0, 1, 2, 0, 3, 1, 4, 2]  # places 0, 1 and 2 are visited twice
-        for e, place in enumerate(place_order):
-            day += timedelta(days=rng.randint(9, 60))
-            kinds = rng.sample([k for k in KINDS if len(pool[k]) >= 3], 3 if e % 2 else 2)
-            shots = []
-            for k in kinds:
-                for _ in range(rng.randint(2, 3)):
-                    shots.append((pool[k].pop(), k))
-            rng.shuffle(shots)
-            t0 = day + timedelta(hours=rng.randint(8, 16), minutes=rng.randint(0, 59))
-            events.append({"name": f"e{e}", "place": place, "device": spec["devices"][e % 2], "kinds": kinds,
-                           "photos": [{"stamp": s, "kind": k, "time": t0 + timedelta(minutes=5 * i + rng.randint(0, 4))}
-                                      for i, (s, k) in enumerate(shots)]})
-        singles = []
-        for _ in range(6):  # distractors: one photo on a day of its own
-            k = rng.choice([k for k in KINDS if pool[k]])
-            t = datetime.strptime(spec["start"], "%Y-%m-%d") + timedelta(days=rng.randint(0, 400), hours=12)
-            singles.append({"stamp": pool[k].pop(), "kind": k, "time": t, "event": None,
-                            "place": rng.randrange(len(spec["places"])), "device": spec["devices"][1]})
-        album = [{**p, "event": ev["name"], "place": ev["place"], "device": ev["device"]}
-                 for ev in events for p in ev["photos"]] + singles
-        album.sort(key=lambda p: p["time"])
-        for i, p in enumerate(album):
-            p["photo_id"] = str(spec["base_id"] + 3 + i * 53)
-        caption_count: dict[str, int] = {}
-        for p in album:
-            caption_count[p["stamp"]["caption"]] = caption_count.get(p["stamp"]["caption"], 0) + 1
-        (out / "images" / user).mkdir()
+    n_photos = 0
+    for user in users:
+        (out / "images" / user.name).mkdir()
         meta, caps = [], []
-        for p in album:
-            lat, lon, address = spec["places"][p["place"]]
-            shutil.copyfile(stamps / p["stamp"]["file"], out / "images" / user / f"{p['photo_id']}.jpg")
-            meta.append(json.dumps({"photo_id": p["photo_id"], "metadata": {
-                "taken_time": p["time"].strftime("%Y-%m-%d %H:%M:%S"), "longitude": lon, "latitude": lat,
-                "accuracy": 15, "address": address, "capturedevice": p["device"]}}, ensure_ascii=False))
-            caps.append(json.dumps({"photo_id": p["photo_id"], "caption": p["stamp"]["caption"]}, ensure_ascii=False))
-        (out / "metadata" / f"{user}.jsonl").write_text("\n".join(meta) + "\n", encoding="utf-8")
-        (out / "captions" / f"{user}.jsonl").write_text("\n".join(caps) + "\n", encoding="utf-8")
-        photos += len(album)
-
-        def anchor(ev: dict, not_kind: str, album: list[dict] = album,
-                   caption_count: dict[str, int] = caption_count) -> dict | None:
-            options = [p for p in album if p["event"] == ev["name"] and p["kind"] != not_kind
-                       and caption_count[p["stamp"]["caption"]] == 1]
-            return rng.choice(options) if options else None
-
-        def answer(ev: dict, kind: str, album: list[dict] = album) -> list[str]:
-            return [p["photo_id"] for p in album if p["event"] == ev["name"] and p["kind"] == kind]
-
-        made = 0
-        for ev in rng.sample(events, len(events)):  # intra-event
-            kind = rng.choice(ev["kinds"])
-            a = anchor(ev, kind)
-            if a is None or len(answer(ev, kind)) < 2 or made >= 4:
-                continue
-            made += 1
-            queries.append({"user_id": user, "event_type": "intra-event", "answer": answer(ev, kind),
-                            "query": f"The {KINDS[kind][1]} I photographed on the day I saw the "
-                                     f"{noun(a['stamp']['caption'])}."})
-        for ev in events:  # inter-event: the other visit to a place
-            twin = [o for o in events if o["place"] == ev["place"] and o is not ev]
-            if not twin:
-                continue
-            target = twin[0]
-            kind = rng.choice(target["kinds"])
-            a = anchor(ev, "")
-            if a is None:
-                continue
-            queries.append({"user_id": user, "event_type": "inter-event", "answer": answer(target, kind),
-                            "query": f"The {KINDS[kind][1]} from my other visit to the place where I photographed "
-                                     f"the {noun(a['stamp']['caption'])}."})
-            if sum(q["event_type"] == "inter-event" and q["user_id"] == user for q in queries) >= 2:
-                break
-        for i, ev in enumerate(events[:-1]):  # inter-event: the next trip
-            nxt = events[i + 1]
-            if nxt["place"] == ev["place"]:
-                continue
-            kind = rng.choice(nxt["kinds"])
-            a = anchor(ev, "")
-            if a is None or i % 3:
-                continue
-            queries.append({"user_id": user, "event_type": "inter-event", "answer": answer(nxt, kind),
-                            "query": f"The {KINDS[kind][1]} I photographed on my first trip after the day I saw the "
-                                     f"{noun(a['stamp']['caption'])}."})
-    for n, q in enumerate(queries, 1):
-        q["query_id"] = f"h{n:02d}"
-    (out / "queries.jsonl").write_text("".join(json.dumps({k: q[k] for k in ("query_id", "user_id", "query",
-                                                                             "answer", "event_type")},
-                                                          ensure_ascii=False) + "\n" for q in queries))
+        for p in user.photos:
+            shutil.copyfile(stamps / p.stamp["file"], out / "images" / user.name / f"{p.photo_id}.jpg")
+            meta.append(json.dumps({"photo_id": p.photo_id, "metadata": {
+                "taken_time": p.when.strftime("%Y-%m-%d %H:%M:%S"), "longitude": p.venue.lon,
+                "latitude": p.venue.lat, "accuracy": 15, "address": p.venue.address, "capturedevice": p.device}},
+                ensure_ascii=False))
+            caps.append(json.dumps({"photo_id": p.photo_id, "caption": p.stamp["caption"]}, ensure_ascii=False))
+        (out / "metadata" / f"{user.name}.jsonl").write_text("\n".join(meta) + "\n", encoding="utf-8")
+        (out / "captions" / f"{user.name}.jsonl").write_text("\n".join(caps) + "\n", encoding="utf-8")
+        n_photos += len(user.photos)
+    rows = []
+    for n, (u, s) in enumerate(kept, 1):
+        templates = PHRASINGS[s.kind][:-1] if phrasings == "dev" else PHRASINGS[s.kind]
+        # A phrasing without {n} says one (the day after, a week before); with {n} it takes any count.
+        phrasing = gen.rng.choice([i for i, t in enumerate(templates) if "{n}" in t or s.n == 1
+                                   or s.kind not in PLANTED])
+        answer = final[u].answer(s.kind, s.anchor, s.target, **s.relation())
+        intra = s.kind in ("same_day", "same_trip") or (s.anchor is not None and all(
+            final[u].trip(p) == final[u].trip(s.anchor) for p in answer))
+        rows.append({"query_id": f"g{n:02d}", "user_id": users[u].name, "query": gen.write_query(s, phrasing),
+                     "answer": [p.photo_id for p in answer], "event_type": "intra-event" if intra else "inter-event",
+                     "plan_kind": s.kind, "phrasing": phrasing, "decoy": s.decoy is not None})
+    (out / "queries.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     if (stamps / "COPYRIGHT").is_file():
         shutil.copyfile(stamps / "COPYRIGHT", out / "COPYRIGHT")
-    return {"users": len(USERS), "photos": photos, "queries": len(queries)}
+    kinds = sorted({r["plan_kind"] for r in rows})
+    return {"users": len(users), "photos": n_photos, "queries": len(rows), "kinds": kinds,
+            "missing_kinds": sorted(set(PHRASINGS) - set(kinds)), "decoys": sum(r["decoy"] for r in rows)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", type=Path)
-    ap.add_argument("--stamps", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data" / "stamps")
-    ap.add_argument("--seed", type=int, default=7)
+    shared = Path(os.environ.get("IMAGENT_SHARED", Path(__file__).resolve().parents[2] / "shared"))
+    ap.add_argument("--stamps", type=Path, default=shared / "data" / "stamps", help="the stamps folder (default: "
+                    "$IMAGENT_SHARED/data/stamps, else ../shared/data/stamps beside the repository)")
+    ap.add_argument("--seed", type=int, default=REPORT_SEEDS[0])
+    ap.add_argument("--phrasings", choices=("all", "dev"), default="all",
+                    help="dev: leave out the last phrasing of each kind (kept for the report albums)")
+    ap.add_argument("--per-kind", type=int, default=1, help="queries per plan kind (alternating users)")
     args = ap.parse_args()
-    info = build(args.stamps, args.out, args.seed)
-    print(f"holdout album: {info['users']} users, {info['photos']} photos, {info['queries']} queries -> {args.out}")
+    info = build(args.stamps, args.out, args.seed, args.phrasings, args.per_kind)
+    print(f"holdout album (seed {args.seed}, phrasings {args.phrasings}): {info['users']} users (one a distractor), "
+          f"{info['photos']} photos, {info['queries']} queries over {len(info['kinds'])} plan kinds, "
+          f"{info['decoys']} with a decoy anchor -> {args.out}")
+    if info["missing_kinds"]:
+        print(f"plan kinds this seed could not realise: {', '.join(info['missing_kinds'])}")
 
 
 if __name__ == "__main__":

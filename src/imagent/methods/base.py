@@ -446,6 +446,7 @@ METHODS: Registry[type[Method]] = Registry("method", {
     "imageseeker": "imagent.methods.photocraft:ImageSeeker",
     "photocraft": "imagent.methods.photocraft:PhotoCraft",
     "oscar": "imagent.methods.oscar.method:Oscar",
+    "album": "imagent.methods.album.method:AlbumSearch",
 })
 
 

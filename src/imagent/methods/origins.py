@@ -67,6 +67,9 @@ PAPER_SOURCES: dict[str, dict[str, str]] = {
 
 # Methods that reproduce no paper of their own: every field is imagent's.
 BASELINES: frozenset[str] = frozenset({"caption", "clip", "cirevl"})
+# imagent's own methods (decision 10: the ``album`` planner is reported beside the papers', never under their
+# names): every field is imagent's.
+OWN_METHODS: frozenset[str] = frozenset({"album"})
 
 
 def field_origins(method: str, defaults: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -76,11 +79,11 @@ def field_origins(method: str, defaults: dict[str, Any]) -> dict[str, dict[str, 
     for name, value in defaults.items():
         if name in cited:
             out[name] = {"default": value, "origin": "paper", "source": cited[name]}
-        elif method in BASELINES or name in IMAGENT_FIELDS:
+        elif method in BASELINES or method in OWN_METHODS or name in IMAGENT_FIELDS:
             out[name] = {"default": value, "origin": "imagent", "source": "imagent's own (not in the paper)"}
         else:
             out[name] = {"default": value, "origin": "paper", "source": "see docs/faithfulness.md"}
     return out
 
 
-__all__ = ["BASELINES", "IMAGENT_FIELDS", "PAPER_SOURCES", "field_origins"]
+__all__ = ["BASELINES", "IMAGENT_FIELDS", "OWN_METHODS", "PAPER_SOURCES", "field_origins"]

@@ -1,0 +1,101 @@
+"""``benchmarks/holdout_album.py``: albums generated from a seed in DISBench's layout, with every plan kind in at least
+three phrasings, decoy anchors, multi-day trips and a distractor user; and the planner's prompt shares no run of five
+words with any evaluation query (the shipped mini album's, the generator's phrasings)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import sys
+from datetime import date
+from importlib.resources import files
+from pathlib import Path
+
+import pytest
+
+from imagent.eval.datasets import load_benchmark
+from imagent.methods.album.plan import RELATIONS
+
+from ..conftest import REPO, STAMPS
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+import holdout_album
+
+# The generator's plan kinds and the plan relation each is meant to be read as.
+KIND_RELATION = {
+    "same_day": "same day", "same_trip": "same trip", "same_place": "same place", "same_city": "same city",
+    "days_after": "days after", "days_before": "days before", "weeks_after": "weeks after",
+    "weeks_before": "weeks before", "next_trip": "next trip", "previous_trip": "previous trip", "visit": "visit",
+    "city_visit": "city visit", "other_visit": "other visit", "month_after": "month after", "same_month": "same month",
+    "season_after": "season after", "same_season": "same season", "year_after": "year after",
+    "same_year": "same year", "no_anchor": "none", "negation": "none",
+}
+STOP = frozenset(re.findall(r"\w+", "a an the of to in on at by for from with and or but not my i me we our you "
+                                   "your it its this that these those is was were be been did do does have has had "
+                                   "which what when where who how there than then so as if into out up down"))
+
+
+def five_word_runs(text: str) -> set[tuple[str, ...]]:
+    words = [w for w in re.findall(r"[a-z0-9']+", text.lower()) if w not in STOP]
+    return {tuple(words[i: i + 5]) for i in range(len(words) - 4)}
+
+
+@pytest.fixture(scope="module")
+def album(tmp_path_factory):
+    out = tmp_path_factory.mktemp("holdout")
+    info = holdout_album.build(STAMPS, out, holdout_album.DEV_SEEDS[0], phrasings="dev")
+    return out, info
+
+
+def test_phrasings_cover_every_kind_three_times():
+    assert set(holdout_album.PHRASINGS) == set(KIND_RELATION)
+    assert all(len(p) >= 3 for p in holdout_album.PHRASINGS.values())
+    assert set(KIND_RELATION.values()) <= set(RELATIONS)
+    assert not set(holdout_album.DEV_SEEDS) & set(holdout_album.REPORT_SEEDS) and len(holdout_album.REPORT_SEEDS) >= 3
+
+
+def test_generated_album_layout_and_answers(album):
+    out, info = album
+    assert not info["missing_kinds"] and info["queries"] >= len(KIND_RELATION) and info["decoys"] >= 1
+    bench = load_benchmark("disbench", images_root=out)
+    items = bench.queries()
+    users = bench.users()
+    assert len(users) == 3
+    asked = {it.query.extra["user_id"] for it in items}
+    assert len(asked) == 2 and len(set(users) - asked) == 1  # the distractor user has photos, no queries
+    for it in items:
+        assert it.truth["answer"] and set(it.truth["answer"]) <= set(it.query.candidates)
+    rows = [json.loads(line) for line in (out / "queries.jsonl").read_text().splitlines()]
+    assert all(r["phrasing"] < len(holdout_album.PHRASINGS[r["plan_kind"]]) - 1 for r in rows)  # dev phrasings only
+    manifest = bench.gallery_manifest()
+    assert all(Path(r["file"]).is_file() and r["caption"] and r["taken_time"] for r in manifest)
+    # Multi-day trips: some user has photos on consecutive days at another city than home.
+    days = sorted({r["taken_time"][:10] for r in manifest if r["user_id"] == users[0]})
+    ordinals = [date.fromisoformat(d).toordinal() for d in days]
+    assert any(b - a == 1 for a, b in itertools.pairwise(ordinals))
+    # A decoy: the anchor's object (its caption) photographed on two days.
+    decoyed = [r for r in rows if r["decoy"]]
+    captions = [r["caption"] for r in manifest if r["user_id"] == decoyed[0]["user_id"]]
+    assert any(captions.count(c) >= 2 for c in set(captions))
+
+
+def test_generation_is_deterministic(album, tmp_path):
+    out, _ = album
+    holdout_album.build(STAMPS, tmp_path, holdout_album.DEV_SEEDS[0], phrasings="dev")
+    assert (tmp_path / "queries.jsonl").read_text() == (out / "queries.jsonl").read_text()
+    assert (tmp_path / "metadata").is_dir() and sorted(p.name for p in (tmp_path / "metadata").iterdir()) == sorted(
+        p.name for p in (out / "metadata").iterdir())
+
+
+def test_planner_prompt_paraphrases_no_evaluation_query(album):
+    prompt = (files("imagent.methods.album") / "prompts" / "planner" / "plan.txt").read_text()
+    mine = five_word_runs(prompt)
+    shipped = Path(str(files("imagent.eval") / "data" / "album_mini" / "queries.jsonl")).read_text().splitlines()
+    generated = (album[0] / "queries.jsonl").read_text().splitlines()
+    for line in shipped + generated:
+        query = json.loads(line)["query"]
+        assert not mine & five_word_runs(query), query
+    for phrasings in holdout_album.PHRASINGS.values():
+        for template in phrasings:
+            assert not mine & five_word_runs(re.sub(r"\{\w+\}", " ", template)), template
