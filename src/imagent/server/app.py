@@ -194,7 +194,9 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
         return Response((STATIC / name).read_bytes(), media_type=media)
 
     # the library, photos, thumbnails (imagent.server.library)
-    app.include_router(library_router(workspace, gallery, _card, page, read_indexed_file, FileChanged))
+    # (the card with the gallery: a photo's people and labels are the gallery's)
+    app.include_router(library_router(workspace, gallery, lambda rec: _card(rec, gallery), page, read_indexed_file,
+                                      FileChanged))
 
     @app.get("/api/docs", include_in_schema=False)
     def docs() -> HTMLResponse:

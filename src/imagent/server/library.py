@@ -348,4 +348,9 @@ def library_router(workspace: Workspace, gallery: Gallery, card: Callable[[Image
     def search_page() -> HTMLResponse:
         return page_html()
 
+    @router.get("/people", include_in_schema=False)
+    @router.get("/people/{person_id}", include_in_schema=False)
+    def people_page(person_id: str = "") -> HTMLResponse:
+        return page_html()  # the People page (or one group; the page says when there is no such group)
+
     return router

@@ -1,10 +1,12 @@
 // imagent web UI: the library (a grid of thumbnails grouped by day, newest first, paged, with a month jump),
 // the photo view (/photo/<id>: the photo large with its date, place, camera, labels, people, file and folder;
-// previous / next; more like this), the filter chips, and the page's addresses (back and forward work).
+// previous / next; more like this), the filter chips, and the page's addresses (back and forward work). The People
+// page (/people, /people/<group>) is people.js.
 "use strict";
 
-// The views the header links to. The People page adds itself here when it exists.
-const NAV = [{ view: "library", href: "/", label: "Library" }];
+// The views the header links to (a view not listed here highlights the entry of its parent: a person, People).
+const NAV = [{ view: "library", href: "/", label: "Library" }, { view: "people", href: "/people", label: "People" }];
+const NAV_PARENT = { person: "people" };
 
 const lib = { first: 0, last: -1, pages: 0, perPage: 60, total: 0, loading: false, loaded: false, name: "" };
 let cameFrom = null;       // the grid a photo was opened from: {url, scrollY, id, ids} (back returns there)
@@ -18,9 +20,10 @@ function renderNav() {
 }
 
 function showView(name) {
-  for (const v of ["library", "search", "photo"]) $(`${v}-view`).hidden = v !== name;
+  for (const v of ["library", "search", "photo", "people", "person"]) $(`${v}-view`).hidden = v !== name;
+  const nav = NAV_PARENT[name] || name;
   for (const a of document.querySelectorAll("#main-nav a")) {
-    if (a.dataset.nav === name) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
+    if (a.dataset.nav === nav) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
   }
   document.body.dataset.view = name;
 }
@@ -32,11 +35,15 @@ function navigate(url, replace = false) {
   route();
 }
 
-// The view for the current address: /photo/<id>, /search?..., or the library.
+// The view for the current address: /photo/<id>, /search?..., /people, /people/<group>, or the library.
 function route() {
   const path = location.pathname;
   if (path.startsWith("/photo/")) {
     openPhoto(decodeURIComponent(path.slice("/photo/".length)));
+  } else if (path === "/people" || path === "/people/") {
+    showPeople();  // people.js
+  } else if (path.startsWith("/people/")) {
+    showPerson(decodeURIComponent(path.slice("/people/".length)));  // people.js
   } else if (path === "/search") {
     showSearchFromUrl();  // app.js
   } else {
@@ -52,10 +59,11 @@ function interceptLinks() {
     const a = e.target.closest("a[href]");
     if (!a || a.target || a.origin !== location.origin) return;
     const { pathname } = a;
-    if (!(pathname === "/" || pathname === "/search" || pathname.startsWith("/photo/"))) return;
+    if (!(pathname === "/" || pathname === "/search" || pathname.startsWith("/photo/")
+          || pathname === "/people" || pathname.startsWith("/people/"))) return;
     e.preventDefault();
     if (pathname.startsWith("/photo/")) {
-      const grid = a.closest("#library-grid, #results, #answer");
+      const grid = a.closest("#library-grid, #results, #answer, #person-photos, #person-faces");
       if (grid) {
         cameFrom = { url: location.pathname + location.search, scrollY: window.scrollY, id: a.dataset.id,
                      ids: [...grid.querySelectorAll("a[data-id]")].map((x) => x.dataset.id) };
@@ -265,7 +273,9 @@ function details(p) {
     add("Labels", ...p.labels.map((l) => chipLink("label", l.name, typeof l.p === "number" ? `${l.name} (${Math.round(l.p * 100)}%)` : l.name)));
   }
   if (Array.isArray(p.people) && p.people.length) {
-    add("People", ...p.people.map((x) => (x.name ? chipLink("person", x.name, x.name) : el("span", { class: "muted", text: "someone unnamed" }))));
+    // a named person filters by the name (a chip); someone unnamed opens the group, to be named there
+    add("People", ...p.people.map((x) => (x.name ? chipLink("person", x.name, x.name)
+      : el("a", { href: `/people/${enc(String(x.id))}`, class: "unnamed", text: "someone unnamed", title: "open this group to name it" }))));
   }
   add("File", el("span", { text: p.file }));
   if (p.folder) add("Folder", el("span", { text: p.folder }));
