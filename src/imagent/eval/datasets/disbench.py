@@ -327,6 +327,10 @@ class DISBench(Benchmark):
                 "f1": 100 * M.set_f1(pred, gold),
                 "predicted": len(set(pred)),
                 "gold": len(set(gold)),
+                # who chose the answer (decision 10): model, code or mixed, and the share equal to a code-made list
+                "origin": rec.get("answer_origin") or "",
+                "code_share": (round(100 * float(rec["code_selected_share"]), 1)
+                               if isinstance(rec.get("code_selected_share"), (int, float)) else None),
                 "turns": sum(1 for s in steps if str(s.get("name", "")).startswith("turn")),
                 "tool_calls": sum(int(s.get("tool_calls", 0) or 0) for s in steps),
                 "tokens": sum(int(s.get("prompt_tokens", 0) or 0) + int(s.get("completion_tokens", 0) or 0)
