@@ -89,9 +89,9 @@ class RunRecord:
 
     ``ids``/``scores`` are the final top-k; ``stages`` the top-k of each named stage; ``extras`` and
     ``stage_extras`` a benchmark's own data beside them (CIRR: the ranked subset); ``answer_set`` the set a
-    set-valued method answered, with who chose it (``answer_origin``, ``code_selected_share``); ``trace`` the search's trace as a dict. Keys this version does not know are
-    kept in ``other`` and written back unchanged. Reading by key (``rec["ids"]``, ``rec.get("error")``) is
-    kept for code written against the JSON lines."""
+    set-valued method answered, with who chose it (``answer_origin``, ``code_selected_share``); ``trace`` the
+    search's trace as a dict. Keys this version does not know are kept in ``other`` and written back unchanged.
+    Reading by key (``rec["ids"]``, ``rec.get("error")``) is kept for code written against the JSON lines."""
 
     qid: str
     group: str | None = None

@@ -17,8 +17,8 @@ import numpy as np
 
 from imagent.eval import metrics as M
 from imagent.eval.behaviour import behaviour, own_items, record_source
-from imagent.eval.identity import run_scaffold
 from imagent.eval.datasets import Benchmark, EvalItem, Predictions
+from imagent.eval.identity import run_scaffold
 from imagent.eval.records import (
     METRICS,
     REPORT_MD,
