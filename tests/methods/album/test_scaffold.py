@@ -23,6 +23,7 @@ from imagent.methods.album.scaffold import (
     advance,
     answer_origin,
     decide,
+    describe_plan,
     resolve_scaffold,
     scaffold_from_settings,
 )
@@ -281,6 +282,14 @@ def test_decide_returns_one_typed_directive():
     for d in (decide(NONE, plan, start, answer=["k52"]), decide(NONE, plan, done, answer=["k60"]),
               decide(NONE, plan, done, repeated=True)):
         assert d == Accept()  # the papers' protocol: the model decides every step
+    # another visit: the photo form's place on other days, in the task message and in the narrowing it names
+    visit = QueryPlan("red tractor", "other visit", "kite")
+    assert describe_plan(visit) == ("Your plan: find the anchor 'red tractor'; keep the photos of its place on other "
+                                    "days (FilterMetadata same_as_photo, same [\"place\", \"other_day\"]); search for "
+                                    "the target 'kite' within them.")
+    assert decide(SMALL, visit, start, answer=["k52"]).next_call.arguments["same"] == ["place", "other_day"]
+    assert describe_plan(QueryPlan("-", "none", "kite")) == "Your plan: no anchor; search for the target 'kite'."
+    assert decide(SMALL, QueryPlan("-", "none", "kite"), Progress(), answer=["k52"]) == Accept()  # nothing to narrow
 
 
 # --------------------------------------------------------------------------- profiles
