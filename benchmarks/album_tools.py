@@ -34,7 +34,7 @@ from pathlib import Path
 import imagent  # noqa: F401 - first: imagent's thread settings must reach OpenBLAS before numpy loads it (README, Speed)
 import numpy as np
 from imagent.agents import AgentState
-from imagent.agents.album_tools import AlbumToolsConfig, album_tools
+from imagent.methods.album.tools import AlbumToolsConfig, album_tools
 from imagent.core.trace import Trace
 from imagent.core.types import ImageRecord
 from imagent.index.gallery import SPACE_IMAGE, Gallery

@@ -212,3 +212,44 @@ def test_no_file_over_700_lines():
     assert not new, f"files over {MAX_LINES} lines (split them along their seams): {new}"
     gone = sorted(KNOWN_LONG - set(long))
     assert not gone, f"a known long file is short now: remove it from KNOWN_LONG: {gone}"
+
+
+# --------------------------------------------------------------------------- agents/ stays generic
+
+
+def imported_modules(path: Path, root: Path = SRC) -> set[str]:
+    """The full names of the modules (and imported names) a file under ``root`` (the ``imagent`` package) imports,
+    by any import statement; relative imports resolved."""
+    out = set()
+    package = ["imagent", *path.relative_to(root).parent.parts]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join([*package[: len(package) - node.level + 1], *filter(None, [base])])
+            out |= {base} | {f"{base}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+    return out
+
+
+def test_agents_import_nothing_from_the_methods_nor_the_album_code():
+    """``agents/`` is the generic runtime (state, tools, protocols, runtime, hooks API); the album tools, memories,
+    skills, prompts and scaffold live in ``methods/album/`` (issue 38), and no agents module imports them or any
+    other method code, at any level of a file."""
+    assert "methods" not in ALLOWED["agents"]
+    agents = sorted((SRC / "agents").rglob("*.py"))
+    wrong = [f"{p.relative_to(SRC)} imports {m}" for p in agents for m in sorted(imported_modules(p))
+             if m == "imagent.methods" or m.startswith("imagent.methods.")]
+    assert not wrong, "agents/ must not import method code:\n" + "\n".join(wrong)
+    assert (SRC / "methods" / "album" / "__init__.py").is_file()
+    moved = {"album_tools.py", "memory.py", "skills.py"} & {p.name for p in agents}
+    assert not moved, f"album code back in agents/: {sorted(moved)} (it belongs in methods/album/)"
+
+
+def test_the_import_reader_sees_function_level_and_relative_imports(tmp_path):
+    (tmp_path / "agents").mkdir()
+    f = tmp_path / "agents" / "x.py"
+    f.write_text("def g():\n    from imagent.methods.album import tools\nfrom ..methods import base\nimport json\n")
+    names = imported_modules(f, tmp_path)
+    assert {"imagent.methods.album.tools", "imagent.methods.base", "json"} <= names

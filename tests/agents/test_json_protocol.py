@@ -9,7 +9,6 @@ import json
 import pytest
 
 from imagent.agents import AgentRuntime
-from imagent.agents.album_tools import AlbumToolsConfig, album_tools
 from imagent.agents.protocol import (
     fix_arguments,
     json_turn_schema,
@@ -19,7 +18,8 @@ from imagent.agents.protocol import (
 )
 from imagent.agents.runtime import SEARCH_FIRST
 from imagent.core.trace import Trace
-from imagent.methods.photocraft import WORKED_EXAMPLE
+from imagent.methods.album.scaffold import WORKED_EXAMPLE
+from imagent.methods.album.tools import AlbumToolsConfig, album_tools
 from imagent.models.roles import Role
 
 from .test_runtime import ALBUM, Search, call, run_agent, scripted, turn_steps
@@ -110,8 +110,9 @@ def test_the_runtime_speaks_the_json_protocol_with_a_grammar_each_turn():
     assert offered(p2.json_schema)["answer"]["properties"]["final_answer"]["items"]["enum"] == ["p2", "p3", "p1"]
     system = m1[0].text
     assert "ImageSearch(query: string)" in system and '"final_answer"' in system
-    assert "The dogs I photographed on the day I saw the lighthouse." in system  # the worked example
-    assert '{"thought": "Keep the photos of 2019-05-04.", "tool": "FilterMetadata"' in system
+    assert "Every kite shot with the camera that took the red tractor." in system  # the worked example
+    assert ('{"thought": "k52 is the red tractor. Keep the photos taken with its camera.", "tool": "FilterMetadata"'
+            in system)
     # the history is append-only: the second prompt extends the first (a KV cache reuses the prefix)
     assert [m.text for m in m2[: len(m1)]] == [m.text for m in m1]
     assert "<tool_response>" in m2[-1].text and "p2 (score 0.9)" in m2[-1].text
@@ -178,8 +179,8 @@ def test_search_first_sends_an_early_answer_back_once():
 def test_the_worked_example_is_written_in_each_protocol():
     as_json = render_worked_example(WORKED_EXAMPLE, "json")
     as_text = render_worked_example(WORKED_EXAMPLE, "text")
-    assert '"final_answer": ["a21", "a24"]' in as_json and "<tool_call>" not in as_json
-    assert "<tool_call>" in as_text and 'The final answer is: ["a21", "a24"]' in as_text
+    assert '"final_answer": ["k60", "p14"]' in as_json and "<tool_call>" not in as_json
+    assert "<tool_call>" in as_text and 'The final answer is: ["k60", "p14"]' in as_text
     assert as_json.count("<tool_response>") == as_text.count("<tool_response>") == len(WORKED_EXAMPLE["steps"])
 
 
@@ -231,13 +232,13 @@ def test_the_loop_guard_leaves_out_a_tool_called_turn_after_turn(known_album):
 
 
 def test_a_date_copied_from_the_worked_example_is_refused_until_the_album_shows_it(known_album):
-    """The 0.5B agent filtered on the example's 2019-05-04 instead of reading the anchor's date: that call is
+    """The 0.5B agent filtered on the example's date instead of reading the anchor's date: that call is
     refused (not run, counted, the model told why); the anchor's real date and the day after it pass."""
     tools = album_tools(known_album)
     day = "time >= '{}' and time < '{}'"
     model = scripted([
         json_turn("ImageSearch", query="penguin", top_k=2),
-        json_turn("FilterMetadata", expression=day.format("2019-05-04", "2019-05-05"), save_as="that_day"),
+        json_turn("FilterMetadata", expression=day.format("2016-08-21", "2016-08-22"), save_as="that_day"),
         json_turn("GetMetadata", photo_ids=["penguin"]),
         json_turn("FilterMetadata", expression=day.format("2013-06-09", "2013-06-10"), save_as="that_day"),
         json.dumps({"thought": "x", "final_answer": ["heron"]}),
@@ -249,7 +250,7 @@ def test_a_date_copied_from_the_worked_example_is_refused_until_the_album_shows_
         run = runtime.run("the birds I photographed on the day I saw the penguin")
     steps = turn_steps(trace)
     refused = steps[1].outputs
-    assert refused["calls"][0]["error"] and "'2019-05-04' and '2019-05-05' are from the worked example" in (
+    assert refused["calls"][0]["error"] and "'2016-08-21' is from the worked example" in (
         refused["observation"])
     assert trace.counters["agent.example_date_refused"] == 1
     assert "match" in steps[3].outputs["observation"] and not steps[3].outputs["calls"][0]["error"]
@@ -257,9 +258,9 @@ def test_a_date_copied_from_the_worked_example_is_refused_until_the_album_shows_
 
     # Where the request holds the date, the same call runs; without the example shown (native tool calls)
     # there is nothing to copy from.
-    filter_day = {"expression": day.format("2019-05-04", "2019-05-05")}
+    filter_day = {"expression": day.format("2016-08-21", "2016-08-22")}
     cases = [
-        ("what did I photograph on 2019-05-04?", "json",
+        ("what did I photograph on 2016-08-21?", "json",
          scripted([json_turn("ImageSearch", query="penguin", top_k=2), json_turn("FilterMetadata", **filter_day),
                    json.dumps({"thought": "x", "final_answer": ["penguin"]})])),
         ("the penguin", "native",
@@ -340,245 +341,3 @@ def test_a_hook_that_sends_an_answer_back_can_name_the_next_call_and_its_fixed_a
     assert '"\\"heron\\""' in grammar.json_schema_to_gbnf(json.dumps(third))
     fixed = fix_arguments({"type": "object", "properties": {"same": {"type": "array"}}}, {"same": ["day"]})
     assert fixed["properties"]["same"]["prefixItems"] == [{"const": "day"}] and fixed["required"] == ["same"]
-
-
-def run_steered(known_album, replies, guard=None, query="the heron on the penguin day", **tool_options):
-    """A JSON-protocol agent with the query split and ``guard`` (default ChainSteer) over ``replies`` (the split's
-    reply first); ``tool_options``: more AlbumToolsConfig fields."""
-    from imagent.agents.album_tools import AlbumToolsConfig
-    from imagent.methods.chain_guards import ChainPlan, ChainSteer
-
-    tools = album_tools(known_album, AlbumToolsConfig(anchor_filters=True, **tool_options))
-    model = scripted(replies)
-    role = Role("agent", model)
-    runtime = AgentRuntime(role, tools, "You find photos.", known_ids=known_album, tool_mode="json",
-                           hooks=[ChainPlan(role, query), guard if guard is not None else ChainSteer()])
-    trace = Trace()
-    with trace.activate():
-        run = runtime.run(query)
-    return run, trace, model
-
-
-def test_a_circling_small_model_is_steered_along_the_chain_of_its_own_query_split(known_album):
-    search = json_turn("ImageSearch", query="penguin")
-    run, trace, model = run_steered(known_album, [
-        json.dumps({"anchor": "penguin", "same": "day", "target": "heron"}),
-        search, search,  # the repeat is refused: steered to FilterMetadata, same day
-        json_turn("FilterMetadata", same_as_photo="penguin", same=["day"], save_as="d"),
-        json_turn("GetMetadata", photo_ids=["penguin"]), json_turn("GetMetadata", photo_ids=["penguin"]),
-        json_turn("ImageSearch", query="heron", search_within="d"),
-        json_turn("ImageSearch", query="heron", search_within="d"),  # the chain is done: answer now
-        json.dumps({"thought": "t", "final_answer": ["heron"]})])
-    assert run.answer == ["heron"] and trace.counters["agent.chain_steered"] == 2
-    schemas = [params.json_schema for _, params in model.calls]
-    after_repeat = offered(schemas[3])  # call 0 is the split, 1 and 2 the searches
-    assert set(after_repeat) == {"FilterMetadata"}
-    assert after_repeat["FilterMetadata"]["properties"]["arguments"]["properties"]["same"]["prefixItems"] == [
-        {"const": "day"}]
-    after_second_repeat = offered(schemas[6])
-    assert set(after_second_repeat) == {"ImageSearch"}
-    fixed = after_second_repeat["ImageSearch"]["properties"]["arguments"]["properties"]
-    assert fixed["query"] == {"const": "heron"} and fixed["search_within"] == {"const": "d"}
-    assert "answer" in offered(schemas[7])  # the chain is done: free again
-    # ... and repeating a call then ends the search with the request for the answer (one call, no tools)
-    assert len(model.calls) == 9 and run.state.guards.answer_due and trace.counters["agent.stuck"] == 1
-    assert set(offered(schemas[8])) == {"answer"} and run.turns == 8 and run.forced
-    assert run.reason == "the model's final answer after a repeated call once the search was done"
-
-
-def test_a_chain_that_ran_stays_done_when_the_model_narrows_to_another_anchor(known_album):
-    other = json_turn("FilterMetadata", same_as_photo="heron", same=["day"], save_as="e")
-    run, trace, model = run_steered(known_album, [
-        json.dumps({"anchor": "penguin", "same": "day", "target": "heron"}),
-        json_turn("FilterMetadata", same_as_photo="penguin", same=["day"], save_as="d"),
-        json_turn("ImageSearch", query="heron", search_within="d"),
-        other, other,  # a new anchor, then its repeat: the chain is not reopened on "e"
-        json.dumps({"thought": "t", "final_answer": ["heron"]})])
-    assert run.answer == ["heron"] and "agent.chain_steered" not in trace.counters
-    assert run.state.guards.answer_due and run.forced and len(model.calls) == 6
-    assert set(offered(model.calls[5][1].json_schema)) == {"answer"}
-    asked = model.calls[5][0][-1].text  # the request restates the chain's result: its search's clear matches
-    assert asked.startswith("Your last tool call repeated an earlier one after your search was done")
-    assert "Your search for 'heron' within 'd' found these clear matches, best first: " in asked
-    within = run.state.turns[1].calls[0][1]
-    assert within.photos and within.photos[0] in asked.split("best first: ")[1]
-
-
-def test_a_split_without_an_anchor_steers_a_circling_model_to_its_target_search_then_to_the_answer(known_album):
-    """same "none": the chain is the one ImageSearch for the split's target (the 0.5B searched the query's other noun
-    and circled instead); once it ran, a repeat ends the search with the request for the answer, restating it."""
-    other = json_turn("ImageSearch", query="penguin")
-    run, trace, model = run_steered(known_album, [
-        json.dumps({"anchor": "penguin", "same": "none", "target": "heron"}),
-        other, other,  # the repeat is refused: steered to the target's search
-        json_turn("ImageSearch", query="heron"),
-        json_turn("GetMetadata", photo_ids=["heron"]), json_turn("GetMetadata", photo_ids=["heron"]),
-        json.dumps({"thought": "t", "final_answer": ["heron"]})])
-    assert run.answer == ["heron"] and trace.counters["agent.chain_steered"] == 1
-    steered = offered(model.calls[3][1].json_schema)  # call 0 is the split, 1 and 2 the searches
-    assert set(steered) == {"ImageSearch"}
-    assert steered["ImageSearch"]["properties"]["arguments"]["properties"]["query"] == {"const": "heron"}
-    assert "answer" in offered(model.calls[4][1].json_schema)  # the chain is done: free again
-    assert run.state.guards.answer_due and run.forced and len(model.calls) == 7
-    asked = model.calls[6][0][-1].text
-    assert "Your search for 'heron' found these clear matches, best first: " in asked
-    found = run.state.turns[2].calls[0][1]
-    assert found.photos and found.photos[0] in asked.split("best first: ")[1]
-
-
-def test_a_split_without_an_anchor_leaves_a_model_that_does_not_circle_alone(known_album):
-    run, trace, model = run_steered(known_album, [
-        json.dumps({"anchor": "penguin", "same": "none", "target": "heron"}),
-        json_turn("ImageSearch", query="penguin"), json_turn("ImageSearch", query="heron"),
-        json.dumps({"thought": "t", "final_answer": ["heron"]})])
-    assert run.answer == ["heron"] and not run.forced and "agent.chain_steered" not in trace.counters
-    assert not run.state.guards.answer_due and len(model.calls) == 4
-
-
-def run_covered(known_album, answers):
-    """A JSON-protocol agent that runs its split's chain (penguin -> same day -> sea bird), then answers ``answers``
-    in turn, with PhotoCraft's completeness fact (:class:`CoverMatches`) before the answer."""
-    from imagent.methods.chain_guards import CoverMatches
-
-    run, trace, model = run_steered(
-        known_album, [json.dumps({"anchor": "penguin", "same": "day", "target": "sea bird"}),
-                      json_turn("FilterMetadata", same_as_photo="penguin", same=["day"], save_as="d"),
-                      json_turn("ImageSearch", query="sea bird", search_within="d"),
-                      *(json.dumps({"thought": "t", "final_answer": a}) for a in answers)],
-        guard=CoverMatches(), query="the sea birds on the penguin day", clear_matches=True)
-    within = run.state.turns[1].calls[0][1]
-    return run, trace, model, within
-
-
-def test_an_answer_that_leaves_out_clear_matches_of_the_chain_is_sent_back_once_for_the_answer_again(known_album):
-    from imagent.agents.album_tools import clear_matches
-
-    probe = run_covered(known_album, [["penguin"]])[3]
-    ranked = [i for i in probe.photos if i in probe.scores]
-    matches = ranked[:clear_matches([probe.scores[i] for i in ranked])]
-    assert len(matches) >= 2, matches  # the fixture's search has more than one clear match
-    first, rest = matches[0], matches[1:]
-    run, trace, model, _ = run_covered(known_album, [[first], [first], [*matches]])
-    assert run.answer == [first] and len(model.calls) == 5  # sent back once; the second answer stands
-    assert run.state.turns[2].rejected_by == "CoverMatches" and not run.forced
-    told = model.calls[4][0][-1].text
-    assert told.startswith("AUDIT, COMPLETENESS: Your search for 'sea bird' within 'd' found these clear matches")
-    assert f"Your answer leaves out {', '.join(rest)}." in told
-    assert set(offered(model.calls[4][1].json_schema)) == {"answer"}  # the revised answer, no tools
-    assert trace.counters["agent.matches_missed"] == len(rest)
-    assert not run.state.answer_next and not run.state.retrieval_round
-
-    covered, trace, model, _ = run_covered(known_album, [[*matches, "frog"]])  # more than the matches: fine
-    assert covered.answer == [*matches, "frog"] and len(model.calls) == 4
-    assert "agent.matches_missed" not in trace.counters
-
-
-def test_the_trip_a_time_relation_names_is_the_first_after_the_anchor_with_a_photo_of_the_target():
-    """A search within the days after the anchor's covers several trips, one clear level a trip: the trip named is
-    the first with a photo in the upper half of the results' score range, and its photos above their own largest
-    drop are the ones wanted (``before``: the last such trip)."""
-    from imagent.methods.chain_guards import relation_trip, trips
-
-    times = {"a": "2020-05-01 10:00:00", "b": "2020-05-02 09:00:00", "c": "2020-05-09 12:00:00",
-             "d": "2020-04-20 08:00:00", "e": "2020-05-01 18:00:00", "f": "2020-05-09 12:30:00"}
-    assert trips(["c", "b", "a", "d", "e", "undated"], times, 1.0) == [["d"], ["a", "e", "b"], ["c"]]
-    assert trips(["c", "b", "a", "e"], times, 0) == [["a", "e"], ["b"], ["c"]]  # the same day only
-    assert trips(["c", "b", "a", "d"], times, 30) == [["d", "a", "b", "c"]]  # a wide gap: one trip
-    # c (a later trip) scores best; d (the first trip) scores low: no photo of the target; a and e do, b less so
-    scores = {"c": 0.9, "f": 0.8, "a": 0.7, "e": 0.66, "b": 0.3, "d": 0.2}
-    ranked = sorted(scores, key=lambda i: -scores[i])
-    likely, wanted, trip = relation_trip(ranked, scores, times, "after", 1.0)
-    assert likely == ["c", "f", "a", "e"] and wanted == ["a", "e"] and trip == ["a", "e", "b"]
-    likely, wanted, trip = relation_trip(ranked, scores, times, "before", 1.0)
-    assert wanted == ["c", "f"] and trip == ["c", "f"]
-    assert relation_trip([], {}, {}, "after", 1.0) == ([], [], [])
-
-
-def run_after(known_album, answers):
-    """The chain of a split with a time relation (tux -> the days after its day -> animal), then ``answers`` in
-    turn, with :class:`CoverMatches` before the answer."""
-    from imagent.methods.chain_guards import CoverMatches
-
-    run, trace, model = run_steered(
-        known_album, [json.dumps({"anchor": "tux", "same": "after", "target": "animal"}),
-                      json_turn("FilterMetadata", same_as_photo="tux", same=["after"], save_as="later"),
-                      json_turn("ImageSearch", query="animal", search_within="later"),
-                      *(json.dumps({"thought": "t", "final_answer": a}) for a in answers)],
-        guard=CoverMatches(), query="the animals from my first trip after the day I saw tux", clear_matches=True)
-    return run, trace, model
-
-
-def test_an_answer_holding_matches_of_a_later_trip_than_the_first_after_the_anchor_is_sent_back(known_album):
-    """A split with a time relation (``after``): the audit's constraint check names the clear matches of the first
-    trip after the anchor's day; an answer with clear matches of a later trip is sent back once, naming them, and
-    the answer of that trip alone passes."""
-    from imagent.methods.chain_guards import chain_matches
-
-    probe, _, _ = run_after(known_album, [["crow"], ["crow"]])
-    found = chain_matches(probe.state, probe.state.plan)
-    assert "crow" in found.matches and "crow" in found.elsewhere  # 2013-07-01: the fixture's one later trip
-    assert not found.elsewhere & set(found.wanted)
-    assert set(found.wanted) <= {"penguin", "heron", "duck", "frog", "blackbird"} and found.wanted  # 06-09/10
-    run, trace, model = run_after(known_album, [found.matches, found.matches])
-    assert run.answer == found.matches and len(model.calls) == 5  # sent back once; the second answer stands
-    told = model.calls[4][0][-1].text
-    assert told.startswith("AUDIT, CONSTRAINT: the query asks for the first trip after the anchor's day; your "
-                           "answer holds crow, from another trip.")
-    assert f"its clear matches on the first trip after the anchor's day, best first: {', '.join(found.wanted)}." in told
-    assert trace.counters["agent.matches_outside"] == 1 and set(offered(model.calls[4][1].json_schema)) == {
-        "answer"}
-    kept, trace, model = run_after(known_album, [found.wanted])  # that trip's matches: nothing to send back
-    assert kept.answer == found.wanted and len(model.calls) == 4 and not trace.counters.get("agent.matches_outside")
-
-
-def test_a_circling_model_with_a_time_relation_is_steered_to_the_photo_form_of_that_relation(known_album):
-    search = json_turn("ImageSearch", query="tux")
-    run, trace, model = run_steered(known_album, [
-        json.dumps({"anchor": "tux", "same": "after", "target": "bird"}), search, search,
-        json_turn("FilterMetadata", same_as_photo="tux", same=["after"], save_as="later"),
-        json.dumps({"thought": "t", "final_answer": ["crow"]})], query="the birds of my first trip after tux")
-    steered = offered(model.calls[3][1].json_schema)
-    assert set(steered) == {"FilterMetadata"} and trace.counters["agent.chain_steered"] == 1
-    assert steered["FilterMetadata"]["properties"]["arguments"]["properties"]["same"]["prefixItems"] == [
-        {"const": "after"}]
-    assert set(run.state.subsets["later"]) == {"penguin", "heron", "duck", "frog", "blackbird", "crow"}
-
-
-def test_the_narrowing_a_guard_names_takes_its_photo_from_the_anchors_own_search(known_album):
-    """Sent to FilterMetadata, the small model named the top photo of its latest search (a target's) as the anchor:
-    once the split's anchor was searched, the grammar offers only that search's clear matches as same_as_photo, and
-    the message names them."""
-    from imagent.agents.album_tools import clear_matches
-    from imagent.methods.chain_guards import ScopeFirst
-
-    run, _, model = run_steered(known_album, [
-        json.dumps({"anchor": "little penguin", "same": "day", "target": "bird"}),
-        json_turn("ImageSearch", query="little penguin"), json_turn("ImageSearch", query="bird"),
-        json.dumps({"thought": "t", "final_answer": ["crow"]}),
-        json_turn("FilterMetadata", same_as_photo="penguin", same=["day"], save_as="d"),
-        json.dumps({"thought": "t", "final_answer": ["heron"]})], guard=ScopeFirst(), query="the birds on the "
-        "day I saw the little penguin")
-    anchor = run.state.turns[0].calls[0][1]
-    ranked = [i for i in anchor.photos if i in anchor.scores]
-    photos = ranked[:clear_matches([anchor.scores[i] for i in ranked])]
-    assert photos and photos[0] == "penguin" and "crow" not in photos
-    fixed = offered(model.calls[4][1].json_schema)["FilterMetadata"]["properties"]["arguments"]["properties"]
-    assert fixed["same_as_photo"] == {"enum": photos} and fixed["same"]["prefixItems"] == [{"const": "day"}]
-    told = model.calls[4][0][-1].text
-    assert f"the photo of the little penguin ({' or '.join(photos[:5])}, found by your search)" in told
-    assert run.answer == ["heron"]
-
-
-def test_a_split_relation_in_time_the_query_does_not_state_is_read_as_the_same_day(known_album):
-    """The 0.5B gave "after" to queries with no word of time order ("the concert where I saw the fireworks"): such a
-    split is read as "day", with a note; a query that says "after" keeps it."""
-    run, trace, _ = run_steered(known_album, [json.dumps({"anchor": "penguin", "same": "after", "target": "bird"}),
-                                              json.dumps({"thought": "t", "final_answer": ["heron"]})],
-                                query="the birds at the beach where I saw the penguin")
-    step = next(s for s in trace.steps if s.name == "plan")
-    assert run.state.plan.same == "day" and step.outputs["same"] == "day"
-    assert any("no word of time order" in n for n in step.notes)
-    run, _, _ = run_steered(known_album, [json.dumps({"anchor": "penguin", "same": "before", "target": "bird"}),
-                                          json.dumps({"thought": "t", "final_answer": ["heron"]})],
-                            query="the birds from my last trip before the day I saw the penguin")
-    assert run.state.plan.same == "before"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from imagent.agents import AgentRuntime
-from imagent.agents.album_tools import album_tools, unavailable_tools_note
 from imagent.core.trace import Trace
+from imagent.methods.album.tools import album_tools, unavailable_tools_note
 from imagent.models.roles import Role
 
 pytestmark = [pytest.mark.real_model, pytest.mark.slow]

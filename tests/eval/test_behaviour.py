@@ -32,6 +32,19 @@ def test_behaviour_sums_sources_and_counts():
     assert b["error_reasons"] == {"boom": 1, "RuntimeError: raised": 1}
     assert record_source({"ids": ["a"]}) == "method"  # a record written before sources existed
     assert behaviour([])["fallback_rate"] == 0.0
+    assert b["code_selected_share"] is None and b["answer_origins"] == {}  # no record says who chose its answer
+
+
+def test_behaviour_averages_who_chose_the_answer_sets():
+    recs = [{"source": "method", "answer_origin": "code", "code_selected_share": 1.0},
+            {"source": "method", "answer_origin": "mixed", "code_selected_share": 0.5},
+            {"source": "fallback:best_candidates", "answer_origin": "code", "code_selected_share": 1.0},
+            {"source": "method", "answer_origin": "model", "code_selected_share": 0.0},
+            {"source": "error", "error": "boom", "answer_origin": "code", "code_selected_share": 1.0},  # no answer
+            {"source": "method", "ids": ["a"]}]  # a ranking method: no set, no origin
+    b = behaviour(recs)
+    assert b["code_selected_share"] == pytest.approx(2.5 / 4)
+    assert b["answer_origins"] == {"code": 2, "mixed": 1, "model": 1}
 
 
 def _config(tmp_path: Path, rules: list, default: str | None, name: str = "behaviour") -> Path:

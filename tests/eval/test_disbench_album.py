@@ -173,6 +173,18 @@ def test_eval_disbench_photocraft_and_imageseeker_scripted(user_env, tmp_path):
     assert "photos of the index have captions" in report and "reconstruction" in report
     per_query = json.loads((tmp_path / "pc" / "metrics.json").read_text())["per_query"]
     assert per_query[0]["turns"] == 3 and per_query[0]["tool_calls"] == 2 and per_query[0]["tokens"] > 0
+    # The scaffold profile (auto: none for the scripted text protocol) is in the run's identity and its reports, and
+    # who chose each answer: the model wrote both (no list computed by code was shown), so the share is 0.
+    metrics = json.loads((tmp_path / "pc" / "metrics.json").read_text())
+    assert metrics["scaffold"] == "none" and "- scaffold: **none**" in report
+    config = json.loads((tmp_path / "pc" / "config.json").read_text())
+    from imagent.eval.identity import identity
+
+    assert identity(config)["scaffold"] == "none" and config["method"]["params"]["scaffold"] == "auto"
+    assert behaviour["code_selected_share"] == 0.0 and behaviour["answer_origins"] == {"model": 2}
+    assert "- **code-selected share: 0.0%**" in report and "model 2" in report
+    assert [r["origin"] for r in per_query] == ["model", "model"] and [r["code_share"] for r in per_query] == [0, 0]
+    assert all(r["answer_origin"] == "model" and r["code_selected_share"] == 0.0 for r in records)
 
     ims = eval_run(cfg, tmp_path / "is", index, "imageseeker")
     assert ims["metrics"]["metrics"]["overall/em"] == 50.0
@@ -182,8 +194,14 @@ def test_eval_disbench_photocraft_and_imageseeker_scripted(user_env, tmp_path):
 
     res = CliRunner().invoke(app, ["eval", "--compare", str(tmp_path / "is"), str(tmp_path / "pc"), "--json"])
     assert res.exit_code == 0, res.output
-    rows = {r["metric"]: r for r in json.loads(res.stdout)["rows"]}
+    compared = json.loads(res.stdout)
+    rows = {r["metric"]: r for r in compared["rows"]}
     assert rows["overall/f1"]["delta"] == pytest.approx(0.0) and "inter/em" in rows
+    # who chose the answers, beside F1, and each run's scaffold in its label
+    assert rows["behaviour/code_selected_share"]["delta"] == pytest.approx(0.0)
+    assert set(compared["runs"]) == {"imageseeker (scaffold none)", "photocraft (scaffold none)"}
+    keys = [r["metric"] for r in compared["rows"]]
+    assert keys.index("behaviour/code_selected_share") < keys.index("behaviour/fallback_rate")
 
 
 def test_disbench_report_plots_set_scores_and_real_counts_on_two_queries(user_env, tmp_path):

@@ -86,10 +86,17 @@ def test_eval_disbench_real_server(server_config, tmp_path, method):
     if method == "photocraft":
         names = {s["name"] for r in records for s in r["trace"]["steps"]}
         assert "memory.skill" in names
-        # one audit a query on the JSON protocol (max_audits None: SMALL_MODEL_AUDITS), its decision derived
+        # one audit a query under the small scaffold (max_audits None, bounded by the profile), its decision derived
         for r in records:
             audits = [s for s in r["trace"]["steps"] if s["name"] == "memory.audit"]
             assert len(audits) <= 1 and all(a["outputs"]["decided_by"] == "checks" for a in audits)
+    # the JSON protocol's default scaffold, recorded in the run and its report, and who chose each answer
+    assert metrics["scaffold"] == "small" and "- scaffold: **small**" in (run_dir / "report.md").read_text()
+    for rec in records:
+        assert rec["answer_origin"] in ("model", "code", "mixed") and 0 <= rec["code_selected_share"] <= 1
+    share = metrics["behaviour"]["code_selected_share"]
+    assert share == pytest.approx(sum(r["code_selected_share"] for r in records) / 2)
+    assert sum(metrics["behaviour"]["answer_origins"].values()) == 2
     per_query = metrics["per_query"]
     assert [r["qid"] for r in per_query] == ["q01", "q02"]
     assert all(r["turns"] >= 1 and r["tokens"] > 0 and r["seconds"] > 0 for r in per_query)

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from imagent.agents.skills import SkillLibrary
 from imagent.agents.tools import ToolError
 from imagent.cli.main import app
 from imagent.core.config import IndexOptions
 from imagent.core.types import Query
 from imagent.eval.datasets import load_benchmark
+from imagent.methods.album.skills import SkillLibrary
 from imagent.methods.base import MethodContext, get_method
 from imagent.models.chat_scripted import ScriptedChatModel
 from imagent.models.roles import Roles
@@ -215,38 +215,125 @@ def test_a_blind_agent_reads_each_photos_date_place_and_caption(ctx_for, describ
     assert ("(score 0." in seen) is (describe is False)
 
 
-def test_photocrafts_completeness_fact_goes_before_its_audit_on_the_small_model_protocol(ctx_for, tmp_path):
-    """``audit_matches`` (None: on for the JSON protocol) puts :class:`CoverMatches` before the model's audit, with
-    the episodic memory only: ImageSeeker, memoryless, has no audit and no such check."""
+def test_both_agents_share_one_scaffold_and_differ_only_by_their_memories(ctx_for, tmp_path):
+    """Decision 10: the scaffold profile, the tools and the prompts' protocol are the same for both; PhotoCraft adds
+    the paper's memories (working memory with its MemoryCondense tool, the audit, skills) and nothing else."""
+    from imagent.methods.album.scaffold import NONE, SMALL
+    from imagent.methods.photocraft import ImageSeekerConfig, PhotoCraftConfig
+
     ctx = ctx_for(agent())
     q = query(ctx)
     album = Album(ctx.gallery, ctx.dual, ctx.text).scoped(q.candidates)
+    skills = {"skills_path": str(tmp_path / "s.jsonl")}
+    for scaffold, profile in (("auto", NONE), ("none", NONE), ("small", SMALL)):  # auto: the scripted backend
+        craft = get_method("photocraft")(ctx, skills | {"scaffold": scaffold})
+        seeker = get_method("imageseeker")(ctx, {"scaffold": scaffold})
+        assert craft.profile() is seeker.profile() is profile
+        craft_tools, seeker_tools = craft.tools(album, profile), seeker.tools(album, profile)
+        assert [t.name for t in craft_tools] == [t.name for t in seeker_tools]
+        assert [t.config for t in craft_tools] == [t.config for t in seeker_tools]
+        assert craft.worked_example(profile) == seeker.worked_example(profile)
+        memories = craft.memories(q, album, profile, craft_tools)
+        assert [type(h).__name__ for h in memories] == ["SkillInjection", "WorkingMemory", "EpisodicMemory"]
+        assert [t.name for t in craft_tools][-1] == "MemoryCondense"
+        assert [type(h).__name__ for h in seeker.memories(q, album, profile, seeker_tools)] == ["WorkingMemory"]
+        assert memories[2].max_audits == (1 if profile is SMALL else None)  # the small profile bounds the audit
+    extra = set(PhotoCraftConfig.model_fields) - set(ImageSeekerConfig.model_fields)
+    assert extra == {"working_memory", "summaries", "fidelity", "tau", "keep_verbatim", "episodic_memory",
+                     "max_audits", "semantic_memory", "skills_path", "theta_conf", "theta_retr", "merge_threshold"}
+    assert set(ImageSeekerConfig.model_fields) - set(PhotoCraftConfig.model_fields) == {"compression"}
+    tri_state = [k for k, f in PhotoCraftConfig.model_fields.items()
+                 if f.default is None and f.annotation == bool | None]
+    assert tri_state == ["describe_results"]  # no "None means on for the JSON protocol" knob is left
 
-    def hooks(name, small, **params):
-        method = get_method(name)(ctx, {"skills_path": str(tmp_path / "s.jsonl")} | params if name == "photocraft"
-                                  else params)
-        return [type(h).__name__ for h in method.agent_parts(q, album, small)[1]]
 
-    on = hooks("photocraft", True)
-    assert on.index("CoverMatches") == on.index("EpisodicMemory") - 1
-    assert "CoverMatches" not in hooks("photocraft", False)  # the paper's protocols: the model's audit alone
-    assert "CoverMatches" in hooks("photocraft", False, audit_matches=True)
-    assert "CoverMatches" not in hooks("photocraft", True, audit_matches=False)
-    assert "CoverMatches" not in hooks("photocraft", True, episodic_memory=False)
-    assert "CoverMatches" not in hooks("imageseeker", True)
+PINK = "u1001/13942060112"  # the flamingo photo
 
 
-@pytest.mark.parametrize("name", ["photocraft", "imageseeker"])
-def test_both_album_agents_build_their_chain_guards_with_the_trip_gap_of_their_config(ctx_for, tmp_path, name):
-    """The small-model guards (query split, steering, scope and target first) of either agent, and PhotoCraft's
-    completeness check, read ``trip_gap_days`` from the method's own config."""
-    ctx = ctx_for(agent())
-    q = query(ctx)
-    album = Album(ctx.gallery, ctx.dual, ctx.text).scoped(q.candidates)
-    params = {"trip_gap_days": 3.0} | ({"skills_path": str(tmp_path / "s.jsonl")} if name == "photocraft" else {})
-    method = get_method(name)(ctx, params)
-    guards = method.guard_hooks(q, True)
-    assert [type(h).__name__ for h in guards] == ["ChainPlan", "ChainSteer", "ScopeFirst", "TargetFirst"]
-    assert guards[1].gap_days == 3.0
-    cover = [h for h in method.agent_parts(q, album, True)[1] if type(h).__name__ == "CoverMatches"]
-    assert [h.gap_days for h in cover] == ([3.0] if name == "photocraft" else [])
+def episode_model():
+    """One scripted JSON-protocol episode for either agent: the split, an unnarrowed answer, the narrowing, an
+    unsearched answer, the target search, an answer leaving out its clear matches, then the answer the scaffold
+    named; the model's audit (PhotoCraft's memory) passes."""
+    replies = [json.dumps({"thought": "t", "tool": "ImageSearch", "arguments": {"query": "pink flamingo"}}),
+               json.dumps({"thought": "t", "final_answer": [PINK]}),
+               json.dumps({"thought": "t", "tool": "FilterMetadata",
+                           "arguments": {"same_as_photo": PINK, "same": ["day"], "save_as": "d"}}),
+               json.dumps({"thought": "t", "final_answer": [PINK]}),
+               json.dumps({"thought": "t", "tool": "ImageSearch",
+                           "arguments": {"query": "bird", "search_within": "d"}}),
+               json.dumps({"thought": "t", "final_answer": [PINK]})]
+
+    def reply(text):
+        if "Split a photo-album search" in text:
+            return json.dumps({"anchor": "pink flamingo", "same": "day", "target": "bird"})
+        if "[REFLECTION" in text:
+            return AGENT_RULES[0][1]
+        if replies:
+            return replies.pop(0)
+        named = text.rsplit("found these clear matches, best first: ", 1)[1].split(".", 1)[0]
+        return json.dumps({"thought": "t", "final_answer": named.split(", ")})
+
+    return ScriptedChatModel(default=reply)
+
+
+def run_episode(ctx_for, tmp_path, name, scaffold="small"):
+    model = episode_model()
+    ctx = ctx_for(model)
+    params = {"tool_mode": "json", "scaffold": scaffold}
+    if name == "photocraft":
+        params["skills_path"] = str(tmp_path / f"{name}.jsonl")
+    result = get_method(name)(ctx, params).search(query(ctx), top_k=10)
+    return result, model
+
+
+def directives(result):
+    """What the scaffold told the agent, turn by turn, and the calls it fixed next (from the trace)."""
+    return [(s.outputs["feedback"], s.outputs["rejected_by"]) for s in result.trace.steps
+            if s.outputs.get("rejected_by")]
+
+
+def test_scaffold_parity_both_agents_receive_the_same_directives_on_the_same_episode(ctx_for, tmp_path):
+    craft, craft_model = run_episode(ctx_for, tmp_path, "photocraft")
+    seeker, seeker_model = run_episode(ctx_for, tmp_path, "imageseeker")
+    told = directives(seeker)
+    assert [r for _, r in told] == ["Scaffold"] * 3 and directives(craft) == told
+    assert told[0][0].startswith("Not narrowed yet. Call FilterMetadata with same_as_photo = the photo of the pink "
+                                 f"flamingo ({PINK}, found by your search)")
+    assert told[1][0].startswith('Now call ImageSearch with {"query": "bird", "search_within": "d"}')
+    assert "Your answer leaves out" in told[2][0]
+
+    def scaffold_counts(result):
+        return {k: v for k, v in result.counts.items() if k.startswith("scaffold.")}
+
+    assert scaffold_counts(craft) == scaffold_counts(seeker) == {
+        "scaffold.query_split": 1, "scaffold.send_back.scope": 1, "scaffold.send_back.target": 1,
+        "scaffold.answer_only.cover": 1}
+
+    def next_grammars(result, model):  # the grammar of the turn after each directive (the agent's calls only)
+        turns = [p.json_schema for m, p in model.calls
+                 if "Split a photo-album" not in m[-1].text and "[REFLECTION" not in m[-1].text]
+        return [json.dumps(turns[s.inputs["turn"]], sort_keys=True) for s in result.trace.steps
+                if s.outputs.get("rejected_by")]
+
+    after = next_grammars(seeker, seeker_model)
+    assert len(after) == 3 and next_grammars(craft, craft_model) == after
+    assert '"const": "FilterMetadata"' in after[0] and '"const": "bird"' in after[1] and '"tool"' not in after[2]
+    # the memories are the only difference: PhotoCraft's audit ran once on the answer that stood
+    assert craft.counts["audits_passed"] == 1 and seeker.counts["audits_passed"] == 0
+    assert craft.answer_set == seeker.answer_set and len(craft.answer_set) >= 2
+
+
+def test_answer_origin_on_scripted_episodes(ctx_for, tmp_path):
+    """The answer the scaffold named (the clear matches of the chain's last search) is code's: origin "code",
+    share 1; under the papers' protocol (scaffold none) nothing is named and the model's answer is its own."""
+    for name in ("photocraft", "imageseeker"):
+        small, _ = run_episode(ctx_for, tmp_path, name)
+        assert (small.answer_origin, small.code_selected_share) == ("code", 1.0)
+        step = next(s for s in small.trace.steps if s.name == "answer")
+        assert step.inputs["scaffold"] == "small" and step.outputs["answer_origin"] == "code"
+        none, model = run_episode(ctx_for, tmp_path, name, scaffold="none")
+        assert none.answer_set == [PINK] and none.source == "method"
+        assert (none.answer_origin, none.code_selected_share) == ("model", 0.0)
+        assert not any("Split a photo-album" in p for p in model.prompts())
+        assert not any(k.startswith("scaffold.") for k in none.counts)
+        assert none.to_dict()["answer_origin"] == "model" and none.to_dict()["code_selected_share"] == 0.0

@@ -256,7 +256,7 @@ def test_quote_string_reads_back_as_the_same_text(text):
 
 def test_a_described_group_header_is_the_expression_that_selects_its_day_and_place():
     """Every header :func:`group_filter` writes parses, and selects exactly the photos of that day and place."""
-    from imagent.agents.album_tools import group_filter
+    from imagent.methods.album.tools import group_filter
 
     records = [*RECORDS,
                ImageRecord("aligre", "", taken_time=datetime(2013, 6, 9, 9), address="Marche d'Aligre, Paris, France"),

@@ -1,7 +1,8 @@
 """The agent runtime: typed state, typed tools, the native / text / JSON tool-call protocols, the loop.
 
-Any method that plans or acts with tools (PhotoCraft, ImageSeeker, OSCAR's planner) stands on this
-layer instead of writing its own loop::
+Generic: no method's tools, memories or prompts live here (the album agents' are in :mod:`imagent.methods.album`;
+``tests/test_layers.py`` keeps this layer from importing any method). Any method that plans or acts with tools
+(PhotoCraft, ImageSeeker, OSCAR's planner) stands on this layer instead of writing its own loop::
 
     from imagent.agents import AgentRuntime, AgentHooks, Tool, Observation, ToolError
 
@@ -21,10 +22,8 @@ Its modules, lowest first (each imports only those above it):
 - :mod:`imagent.agents.guards`: the small-model guards (repeated calls, copied example dates, loops);
 - :mod:`imagent.agents.protocols`: one class per protocol (:class:`NativeProtocol`, :class:`TextProtocol`,
   :class:`JsonProtocol`) behind :class:`TurnProtocol`;
-- :mod:`imagent.agents.runtime`: :class:`AgentRuntime` (the loop) and :class:`AgentHooks` (memory hook points);
-- :mod:`imagent.agents.memory`, :mod:`imagent.agents.skills`: PhotoCraft's memories as hooks;
-- :mod:`imagent.agents.album_tools`: the album tools (ImageSearch, GetMetadata, FilterMetadata,
-  ViewPhotos, WebSearch) as :class:`Tool` objects over :class:`imagent.tools.album.Album`.
+- :mod:`imagent.agents.runtime`: :class:`AgentRuntime` (the loop) and :class:`AgentHooks` (the hook points a
+  method's memories and scaffold use).
 """
 
 from __future__ import annotations

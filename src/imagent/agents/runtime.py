@@ -26,6 +26,7 @@ papers' agent is in ``docs/faithfulness.md`` (PhotoCraft).
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Container, Sequence
 from typing import Any, Literal
@@ -53,8 +54,8 @@ ToolMode = Literal["auto", "native", "text", "json"]
 
 NUDGE = ("You neither called a tool nor gave a final answer. Call a tool, or give your final answer "
          f"exactly as: {ANSWER_FORMAT}")
-SEARCH_FIRST = ("Do not answer yet: photo ids come only from tool results. Call a tool first (start with "
-                "ImageSearch and a few keywords), then answer from what it returns.")
+SEARCH_FIRST = ("Do not answer yet: photo ids come only from tool results. Call a tool first (start with a "
+                "search of a few keywords), then answer from what it returns.")
 ONE_TOOL_PER_STEP = ("Not run: one tool per step. Only the first call of a reply runs ({first}); this {tool} call was "
                     "not made. Read the result above, then call the next tool in your next reply if you still need it.")
 NOT_IN_ALBUM = ("Your final answer must list photo ids from the album and must not be empty. {detail}Use the "
@@ -393,6 +394,7 @@ class AgentRuntime:
         else:
             call.name = tool.name
             self.guards.record_use(call, tool, state)
+            state.tool_uses[tool.name] = state.tool_uses.get(tool.name, 0) + 1  # the call runs (or fails in the tool)
             try:
                 obs = tool(call.arguments, state.scope)
             except SearchCancelled:
@@ -463,7 +465,8 @@ class AgentRuntime:
         """The trace step's outputs: flat fields for one call, ``calls`` for all of them, then what the loop
         made of the turn (``protocol``, the proposed ``answer``, ids ``dropped``, ``feedback``...)."""
         calls = [{"tool": c.name, "arguments": c.arguments, "observation": o.short(), "photos": list(o.photos),
-                  "error": o.error, **({"data": o.data} if o.data else {})} for c, o in turn.calls]
+                  "error": o.error, **({"data": _as_data(o.result)} if o.result is not None else {})}
+                 for c, o in turn.calls]
         photos: list[str] = []
         for c in calls:
             photos += [p for p in c["photos"] if p not in photos]
@@ -491,6 +494,13 @@ class AgentRuntime:
         if turn.feedback is not None:
             out["feedback"] = turn.feedback
         return out
+
+
+def _as_data(result: Any) -> Any:
+    """A tool's typed result as the trace shows it (a dataclass as a dict; anything else as it is)."""
+    if dataclasses.is_dataclass(result) and not isinstance(result, type):
+        return dataclasses.asdict(result)
+    return result
 
 
 __all__ = [

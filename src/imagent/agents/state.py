@@ -73,7 +73,8 @@ class Observation:
     - ``images``: ``(photo id, image part)`` pairs to show the model: the runtime sends them in a user
       message after the tool messages, each id written beside its image (tool messages carry text only);
       a blind model gets each photo's text surrogate instead (the role's caption mode);
-    - ``data``: structured output for the trace (JSON-serialisable);
+    - ``result``: the tool's own typed result, for code that reads what a call found (a frozen dataclass of the
+      tool's module, e.g. an album search's ids, scores and times); the trace shows it as ``data``;
     - ``summary``: one line for the trace; defaults to the start of ``text``;
     - ``error``: True when this observation reports a failed call (set by the runtime for ToolErrors).
     """
@@ -82,7 +83,7 @@ class Observation:
     photos: list[str] = field(default_factory=list)
     scores: dict[str, float] = field(default_factory=dict)
     images: list[tuple[str, ImagePart]] = field(default_factory=list)
-    data: dict[str, Any] = field(default_factory=dict)
+    result: Any = None
     summary: str = ""
     error: bool = False
 
@@ -222,16 +223,6 @@ class NextCall:
 
 
 @dataclass
-class QueryPlan:
-    """A query split into its anchor, what the answer shares with the anchor (``day``, ``place``, ``city`` or
-    ``none``) and its target, as the agent's model wrote it before its first turn."""
-
-    anchor: str
-    same: str
-    target: str
-
-
-@dataclass
 class SkillUse:
     """The semantic-memory skill injected at the start (its id and similarity to the request)."""
 
@@ -259,6 +250,7 @@ class AgentState:
     turn: int = 0
     max_turns: int = DEFAULT_MAX_TURNS
     tool_calls: int = 0
+    tool_uses: dict[str, int] = field(default_factory=dict)  # calls that ran (or failed in the tool), by tool name
     prompt_tokens: int = 0
     completion_tokens: int = 0
     last_prompt_tokens: int = 0  # the size of the latest prompt: what a context-compression hook watches
@@ -267,7 +259,6 @@ class AgentState:
     compressions: list[Compression] = field(default_factory=list)
     audits: list[Audit] = field(default_factory=list)
     skill: SkillUse | None = None
-    plan: QueryPlan | None = None
     # A hook sent a proposed answer back for more retrieval (an audit that failed, an unnarrowed answer): the next
     # turn must call a tool (the JSON protocol's grammar offers no answer) until one runs.
     retrieval_round: bool = False
@@ -401,7 +392,6 @@ __all__ = [
     "NextCall",
     "Observation",
     "OneOf",
-    "QueryPlan",
     "SkillUse",
     "ToolCall",
     "ToolScope",

@@ -27,15 +27,15 @@ def library_path(path: Path | None, config: Path | None) -> Path:
     """The library file the commands act on (see the module doc)."""
     if path is not None:
         return path.expanduser()
-    from imagent.agents.skills import default_skills_path
     from imagent.core.config import load_settings
+    from imagent.methods.album.skills import default_skills_path
 
     configured = load_settings(config).methods.get("photocraft", {}).get("skills_path")
     return Path(configured).expanduser() if configured else default_skills_path()
 
 
 def _library(path: Path | None, config: Path | None):
-    from imagent.agents.skills import SkillLibrary
+    from imagent.methods.album.skills import SkillLibrary
 
     return SkillLibrary(library_path(path, config))
 

@@ -10,6 +10,11 @@ answered itself (:func:`own_items`), and a per-query ``source`` column.
 ``fallback_rate`` is the share of the run's queries (those with a record, errors included) whose result came
 from any fallback path; ``error_rate`` the share whose model calls failed (an error, scored as an empty answer);
 ``method_rate`` the rest: the three add up to 1.
+
+``code_selected_share`` (decision 10) is the mean, over the queries whose method answered a set and said who chose
+it, of the share of the set that equals a list computed by code (clear matches, a trip's photos, a fallback's
+candidates); ``answer_origins`` counts those answers by origin (``model``, ``code``, ``mixed``). None and {} for a
+method that answers no set.
 """
 
 from __future__ import annotations
@@ -31,17 +36,24 @@ def record_source(rec: Any) -> str:
 
 def behaviour(records: Iterable[Any]) -> dict[str, Any]:
     """``{"queries", "fallback_rate", "error_rate", "method_rate", "sources", "fallback_reasons", "error_reasons",
-    "counts"}`` over ``records``; ``counts`` sums every query's counts (errors included: their work happened)."""
+    "counts", "code_selected_share", "answer_origins"}`` over ``records``; ``counts`` sums every query's counts
+    (errors included: their work happened)."""
     recs = list(records)
     n = len(recs)
     sources: Counter[str] = Counter()
     counts: Counter[str] = Counter()
     fallback_reasons: Counter[str] = Counter()
     error_reasons: Counter[str] = Counter()
+    origins: Counter[str] = Counter()
+    shares: list[float] = []
     for rec in recs:
         src = record_source(rec)
         sources[src] += 1
         counts.update({str(k): int(v) for k, v in (rec.get("counts") or {}).items()})
+        share = rec.get("code_selected_share")
+        if src != Source.ERROR and isinstance(share, (int, float)):
+            shares.append(float(share))
+            origins[str(rec.get("answer_origin") or "unknown")] += 1
         reason = str(rec.get("source_reason") or rec.get("error") or "")
         if src == Source.ERROR:
             error_reasons[_short(reason) or "unknown"] += 1
@@ -58,6 +70,8 @@ def behaviour(records: Iterable[Any]) -> dict[str, Any]:
         "fallback_reasons": dict(fallback_reasons.most_common(10)),
         "error_reasons": dict(error_reasons.most_common(10)),
         "counts": dict(sorted(counts.items())),
+        "code_selected_share": sum(shares) / len(shares) if shares else None,
+        "answer_origins": dict(sorted(origins.items())),
     }
 
 

@@ -25,6 +25,8 @@ def load_run(run_dir: Path) -> dict[str, Any]:
 
 def run_label(run_dir: Path, data: dict[str, Any], taken: set[str]) -> str:
     label = data.get("method") or Path(run_dir).name
+    if data.get("method") and data.get("scaffold"):  # an album agent: its scaffold profile names the run too
+        label = f"{label} (scaffold {data['scaffold']})"
     if label in taken:
         label = Path(run_dir).name
     taken.add(label)
@@ -52,6 +54,8 @@ def compare_runs(run_dirs: Sequence[Path]) -> dict[str, Any]:
         for stage, ms in (data.get("stages") or {}).items():
             col.update({f"stage/{stage}/{k}": v for k, v in ms.items()})
         b = data.get("behaviour") or {}
+        if b.get("code_selected_share") is not None:  # who chose the answer sets, next to the metrics
+            col["behaviour/code_selected_share"] = b["code_selected_share"]
         for k in ("fallback_rate", "error_rate"):  # whose numbers they are: compared as the metrics are
             if k in b:
                 col[f"behaviour/{k}"] = b[k]
@@ -73,7 +77,7 @@ def compare_runs(run_dirs: Sequence[Path]) -> dict[str, Any]:
         rows.append(row)
     out = {
         "runs": {label: {"run_dir": str(d), "run_id": data.get("run_id"), "benchmark": data.get("benchmark"),
-                         "split": data.get("split"), "queries": data.get("queries")}
+                         "split": data.get("split"), "queries": data.get("queries"), "scaffold": data.get("scaffold")}
                  for (d, data), label in zip(runs, labels, strict=True)},
         "rows": rows,
         "warnings": warnings,
@@ -152,8 +156,9 @@ def compare_markdown(result: dict[str, Any]) -> str:
     labels = list(result["runs"])
     lines = ["# Comparison: " + " vs ".join(labels), ""]
     for label, info in result["runs"].items():
+        scaffold = f", scaffold {info['scaffold']}" if info.get("scaffold") else ""
         lines.append(f"- {label}: run `{info.get('run_id')}` in `{info['run_dir']}` ({info['benchmark']} "
-                     f"{info['split']}, {info['queries']} queries)")
+                     f"{info['split']}, {info['queries']} queries{scaffold})")
     two = len(labels) == 2
     lines += ["", "| metric | " + " | ".join(labels) + (" | delta |" if two else " |"),
               "| --- |" + " ---: |" * (len(labels) + (1 if two else 0))]

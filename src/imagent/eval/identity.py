@@ -3,8 +3,9 @@
 The identity holds the benchmark, split and loader options, the queries run (which ones, chosen how: limit,
 sample, seed, and a digest of their text and targets, so an edited annotation file is another run), the
 method with its resolved parameters, the ranking depth, the resolved settings (models, encoders, indexing),
-the images root and the index. Paths of caches, log levels and worker counts are not in it: they do not
-change what a run computes.
+the images root and the index, and for an album agent the scaffold profile it runs (``scaffold``: none or small,
+resolved from ``auto`` by the agent's backend: :func:`run_scaffold`). Paths of caches, log levels and worker counts
+are not in it: they do not change what a run computes.
 
 Two runs with the same identity share a folder (the second resumes the first); any difference gives another
 folder, and a ``--run-dir`` that holds a run of another identity is refused with the difference named
@@ -38,7 +39,19 @@ def identity(config: dict[str, Any]) -> dict[str, Any]:
     if not settings.get("encoders"):
         settings.pop("encoders", None)
     core["settings"] = settings
+    scaffold = run_scaffold(config)
+    if scaffold is not None:  # only the album agents have one (other methods' ids stay as they were)
+        core["scaffold"] = scaffold
     return core
+
+
+def run_scaffold(config: dict[str, Any]) -> str | None:
+    """The scaffold profile (``none`` or ``small``) a run of an album agent uses, resolved from its method
+    parameters and settings; None for a method without one (decision 10: every run records it)."""
+    from imagent.methods.album.scaffold import scaffold_from_settings
+
+    params = (config.get("method") or {}).get("params") or {}
+    return scaffold_from_settings(params, config.get("settings") or {})
 
 
 def run_id(config: dict[str, Any]) -> str:
@@ -160,4 +173,4 @@ def _allocate(sizes: dict[str, int], n: int) -> dict[str, int]:
 
 
 __all__ = ["NOT_IN_IDENTITY", "SAMPLES", "check_same_run", "differences", "flatten", "folder_name", "identity",
-           "queries_digest", "run_id", "select_items"]
+           "queries_digest", "run_id", "run_scaffold", "select_items"]

@@ -89,9 +89,9 @@ class RunRecord:
 
     ``ids``/``scores`` are the final top-k; ``stages`` the top-k of each named stage; ``extras`` and
     ``stage_extras`` a benchmark's own data beside them (CIRR: the ranked subset); ``answer_set`` the set a
-    set-valued method answered; ``trace`` the search's trace as a dict. Keys this version does not know are
-    kept in ``other`` and written back unchanged. Reading by key (``rec["ids"]``, ``rec.get("error")``) is
-    kept for code written against the JSON lines."""
+    set-valued method answered, with who chose it (``answer_origin``, ``code_selected_share``); ``trace`` the
+    search's trace as a dict. Keys this version does not know are kept in ``other`` and written back unchanged.
+    Reading by key (``rec["ids"]``, ``rec.get("error")``) is kept for code written against the JSON lines."""
 
     qid: str
     group: str | None = None
@@ -103,6 +103,10 @@ class RunRecord:
     seconds: float = 0.0
     model_calls: int = 0
     answer_set: list[str] | None = None
+    # Who chose a set answer (core/types.py:Result, decision 10): "model", "code" or "mixed", and the share of the
+    # set that equals a list computed by code (None: no set answer, or a method that does not say).
+    answer_origin: str = ""
+    code_selected_share: float | None = None
     # Whose answer it is (``core/types.py:Source``: method, fallback:<name>, error), why when it is not the
     # method's own, and the method's own behaviour counts (summed by :mod:`imagent.eval.behaviour`).
     source: str = "method"

@@ -18,6 +18,7 @@ from imagent.core.trace import stage_of
 from imagent.eval import metrics as M
 from imagent.eval.behaviour import behaviour, own_items, record_source
 from imagent.eval.datasets import Benchmark, EvalItem, Predictions
+from imagent.eval.identity import run_scaffold
 from imagent.eval.records import (
     METRICS,
     REPORT_MD,
@@ -296,9 +297,16 @@ def _behaviour_lines(b: dict[str, Any] | None) -> list[str]:
     n = b["queries"]
     fallbacks = sum(v for k, v in b["sources"].items() if k.startswith("fallback:"))
     errors = b["sources"].get("error", 0)
-    return [f"- **fallback rate: {100 * b['fallback_rate']:.1f}%** ({fallbacks} of {n} queries answered by a fallback "
-            f"path); errors: {100 * b['error_rate']:.1f}% ({errors}); the method's own answers: "
-            f"{100 * b['method_rate']:.1f}%"]
+    out = [f"- **fallback rate: {100 * b['fallback_rate']:.1f}%** ({fallbacks} of {n} queries answered by a fallback "
+           f"path); errors: {100 * b['error_rate']:.1f}% ({errors}); the method's own answers: "
+           f"{100 * b['method_rate']:.1f}%"]
+    if b.get("code_selected_share") is not None:  # who chose the answer sets (decision 10)
+        origins = b.get("answer_origins") or {}
+        out.append(f"- **code-selected share: {100 * b['code_selected_share']:.1f}%** of the answer sets' photos "
+                   "equal a list computed by code (clear matches, a trip's photos, a fallback's candidates); answers "
+                   "by origin over " + f"{sum(origins.values())} queries: "
+                   + ", ".join(f"{k} {v}" for k, v in origins.items()))
+    return out
 
 
 def _behaviour_section(b: dict[str, Any] | None) -> list[str]:
@@ -327,6 +335,8 @@ def render_report(config: dict[str, Any], metrics: dict[str, Any], steps: list[d
         f"- queries: {metrics['queries']} ({metrics['completed']} completed, {metrics['errors']} failed, "
         f"{metrics['missing']} not run){' - limited run' if metrics.get('limited') else ''}",
         *_behaviour_lines(metrics.get("behaviour")),
+        *([f"- scaffold: **{metrics['scaffold']}** (the album agents' one scaffold profile: none = the papers' "
+           "protocol, small = imagent's aids for small models)"] if metrics.get("scaffold") else []),
         f"- top-k kept per query: {config['top_k']}",
         _provenance_line(metrics.get("provenance") or {}),
         f"- method parameters: `{method['params']}`",
@@ -440,6 +450,9 @@ def write_outputs(run_dir: Path, bench: Benchmark, split: str, items: Sequence[E
         "rankings_with_duplicates": dup,
         "behaviour": behaviour(ordered),
     }
+    scaffold = run_scaffold(config)
+    if scaffold is not None:
+        metrics["scaffold"] = scaffold
     own = own_items(items, recs)
     if final and len(own) < len(items):  # the headline numbers include fallbacks or errors: show the own ones too
         metrics["metrics_own"] = {"queries": len(own), "metrics": bench.metrics(predictions_from_results(scored), own)

@@ -64,6 +64,8 @@ def query_runner(ws: Workspace, prepared: PreparedMethod, top_k: int, bench: Ben
             seconds=round(time.perf_counter() - t0, 4),
             model_calls=result.trace.model_calls,
             answer_set=list(result.answer_set) if result.answer_set is not None else None,
+            answer_origin=result.answer_origin,
+            code_selected_share=result.code_selected_share,
             source=result.source,
             source_reason=result.source_reason,
             counts=dict(result.counts),

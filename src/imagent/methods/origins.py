@@ -14,13 +14,12 @@ from typing import Any
 IMAGENT_FIELDS: frozenset[str] = frozenset({
     "concurrency", "max_calls", "allow_missing_captions", "parse_retries", "json_retries", "max_field_chars",
     "tool_mode", "tool_protocol", "loop_guard", "stuck_after", "repeat_limit", "fallback_k", "fallback_top_k",
-    "compact_prompt", "context_limit", "compress_at", "agent_role", "memory_role", "skills_path", "batch_questions",
+    "context_limit", "compress_at", "agent_role", "memory_role", "skills_path", "batch_questions",
     "grammar_max_calls",
     "plan_retries", "planner_max_tokens", "max_calls_per_plan", "library", "mip_time_limit_s", "retrievers",
     "exclude_gallery_exemplars", "genecis_templates", "chat_mode", "stages", "max_tokens", "max_view",
-    "search_first", "scope_first", "target_first", "chain_plan", "audit_own_words", "clear_matches",
-    "audit_matches",
-    "anchor_filters", "web_search",
+    "search_first", "web_search",
+    "scaffold",  # the album agents' scaffold profile (none | small; auto: small for the llama.cpp JSON protocol)
     "keep_verbatim", "max_audits",
     "include_reference_caption", "max_verified",
     "text_similarity", "visual_similarity", "text_questions", "visual_questions",

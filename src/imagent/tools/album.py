@@ -2,7 +2,7 @@
 
 :class:`Album` wraps a :class:`~imagent.index.gallery.Gallery` (one user's photos) and its encoders. It
 is the data side of PhotoCraft's and ImageSeeker's tools (Table 4 of the PhotoCraft paper); the agent
-side (:mod:`imagent.agents.album_tools`) turns it into typed tools and holds the named subsets.
+side (:mod:`imagent.methods.album.tools`) turns it into typed tools and holds the named subsets.
 
 - :meth:`Album.search`: cosine top-k in the album's vector spaces, optionally within a subset and
   with a *visual cue* (a photo whose vector joins the query);

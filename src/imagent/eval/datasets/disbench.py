@@ -344,6 +344,10 @@ class DISBench(Benchmark):
                 "f1": 100 * M.set_f1(pred, gold),
                 "predicted": len(set(pred)),
                 "gold": len(set(gold)),
+                # who chose the answer (decision 10): model, code or mixed, and the share equal to a code-made list
+                "origin": rec.answer_origin or "",
+                "code_share": (round(100 * float(rec.code_selected_share), 1)
+                               if rec.code_selected_share is not None else None),
                 "turns": int(rec.counts.get("turns", 0)),  # the agent's own count (Result.counts)
                 "tool_calls": sum(int(s.get("tool_calls", 0) or 0) for s in steps),
                 "tokens": sum(int(s.get("prompt_tokens", 0) or 0) + int(s.get("completion_tokens", 0) or 0)

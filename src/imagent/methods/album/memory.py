@@ -1,5 +1,8 @@
 """PhotoCraft's memories (Sec. 3.2) as :class:`~imagent.agents.runtime.AgentHooks`, each switchable.
 
+They read what the tools found from the calls' typed results (:mod:`imagent.methods.album.tools`), never from a
+tool's name or its text.
+
 - :class:`WorkingMemory` (``before_turn``): when the context nears its limit (or the agent called
   ``MemoryCondense``), the history after the task is compressed by one model call. PhotoCraft's form
   writes three summaries (Eq. 1): *digest* (step-level actions and outcomes), *session* (key decisions
@@ -22,7 +25,7 @@
 - :class:`SkillInjection` (``on_start``): the semantic memory's retrieval step: the skill whose source query
   is most similar to the query text is prepended to the user message when the similarity exceeds
   ``theta_retr``; skills distilled from the same query are left out.
-  Distillation happens after the episode is scored (see :mod:`imagent.agents.skills`).
+  Distillation happens after the episode is scored (see :mod:`imagent.methods.album.skills`).
 
 Deviations where the paper is silent: how many metadata messages are kept verbatim
 (``keep_verbatim``, default 3, newest first), the context limit itself (``context_limit``: the
@@ -41,9 +44,10 @@ from string import Template
 from typing import Any, ClassVar
 
 from imagent.agents.runtime import AgentHooks
-from imagent.agents.skills import SkillLibrary
 from imagent.agents.state import AgentState, Audit, Compression, Observation, SkillUse, ToolScope
 from imagent.agents.tools import Tool
+from imagent.methods.album.skills import SkillLibrary
+from imagent.methods.album.tools import METADATA_RESULTS, SearchResult
 from imagent.models.base import ImagePart, Message
 
 SUMMARY_KINDS = ("digest", "session", "working")
@@ -157,7 +161,7 @@ class WorkingMemory(AgentHooks):
     - ``context_limit`` / ``compress_at``: compress when the estimated prompt exceeds their product;
     - ``structured``: PhotoCraft's three summaries (``summaries`` picks which) or one free-form text;
     - ``fidelity_check`` / ``tau`` / ``keep_verbatim``: the validator and what it keeps;
-    - ``metadata_tools``: the tools whose messages carry metadata (ids, dates, places);
+    - ``metadata_results``: the typed tool results whose messages carry metadata (ids, dates, places);
     - ``known_ids``: the album's ids (what counts as a photo id in a message);
     - ``in_context``: the compressor is the agent's own model: it reads the history where it already is (the
       conversation, then the request as one more user message; ``$history`` names "the conversation above")
@@ -182,9 +186,8 @@ class WorkingMemory(AgentHooks):
 
     def __init__(self, role: Any, prompt: str, *, context_limit: int = 32768, compress_at: float = 0.8,
                  structured: bool = True, summaries: Sequence[str] = SUMMARY_KINDS, fidelity_check: bool = True,
-                 tau: float = 0.5, keep_verbatim: int = 3, metadata_tools: Sequence[str] = ("GetMetadata",
-                 "FilterMetadata"), known_ids: Container[str] | None = None, min_messages: int = 2,
-                 in_context: bool = False) -> None:
+                 tau: float = 0.5, keep_verbatim: int = 3, metadata_results: tuple[type, ...] = METADATA_RESULTS,
+                 known_ids: Container[str] | None = None, min_messages: int = 2, in_context: bool = False) -> None:
         bad = [s for s in summaries if s not in SUMMARY_KINDS]
         if bad or (structured and not summaries):
             raise ValueError(f"summaries must be a non-empty subset of {SUMMARY_KINDS}, not {list(summaries)}")
@@ -198,7 +201,7 @@ class WorkingMemory(AgentHooks):
         self.fidelity_check = fidelity_check and structured
         self.tau = tau
         self.keep_verbatim = keep_verbatim
-        self.metadata_tools = {t.lower() for t in metadata_tools}
+        self.metadata_results = metadata_results
         self.known_ids = known_ids
         self.min_messages = min_messages
         self.requested = False
@@ -235,7 +238,7 @@ class WorkingMemory(AgentHooks):
         out = list(self._carried)
         for turn in state.turns[self._turns_done:]:
             for call, obs in turn.calls:
-                if obs.error or call.name.lower() not in self.metadata_tools:
+                if obs.error or not isinstance(obs.result, self.metadata_results):
                     continue
                 out.append((call.name, obs, extract_facts(obs.text, self.known_ids, call.arguments)))
         return out
@@ -417,8 +420,7 @@ class EpisodicMemory(AgentHooks):
 
     def __init__(self, role: Any, prompt: str, feedback: str,
                  reload: Callable[[list[str]], list[tuple[str, ImagePart]]], *, max_reload: int = 10,
-                 max_audits: int | None = None, search_tools: Sequence[str] = ("ImageSearch",),
-                 context_limit: int | None = None, own_words: int = 0) -> None:
+                 max_audits: int | None = None, context_limit: int | None = None, own_words: int = 0) -> None:
         self.role = role
         self.own_words = own_words  # a failed check counts only when its note has this many words of its own
         self.prompt = prompt
@@ -426,18 +428,17 @@ class EpisodicMemory(AgentHooks):
         self.reload = reload
         self.max_reload = max_reload
         self.max_audits = max_audits
-        self.search_tools = {t.lower() for t in search_tools}
         self.context_limit = context_limit
         self.audits = 0
 
     def used_keywords(self, state: AgentState) -> list[str]:
-        """The search texts the agent already tried (so a new round can differ from them)."""
+        """The search texts the agent already tried (so a new round can differ from them): the queries of the
+        searches that ran (their typed results)."""
         out: list[str] = []
-        for turn in state.turns:
-            for call, _ in turn.calls:
-                q = call.arguments.get("query") if call.name.lower() in self.search_tools else None
-                if isinstance(q, str) and q.strip() and q.strip() not in out:
-                    out.append(q.strip())
+        for _, obs in state.calls():
+            q = obs.result.query.strip() if isinstance(obs.result, SearchResult) else ""
+            if q and q not in out:
+                out.append(q)
         return out
 
     def _audit_message(self, answer: list[str], pred: str, shown: int) -> Message:

@@ -9,16 +9,17 @@ from typing import Any, ClassVar
 
 import pytest
 
-from imagent.agents.memory import (
+from imagent.agents.runtime import AgentRuntime
+from imagent.agents.tools import Observation, Tool
+from imagent.core.trace import Trace
+from imagent.methods.album.memory import (
     EpisodicMemory,
     MemoryCondense,
     WorkingMemory,
     extract_facts,
     fidelity,
 )
-from imagent.agents.runtime import AgentRuntime
-from imagent.agents.tools import Observation, Tool
-from imagent.core.trace import Trace
+from imagent.methods.album.tools import MetadataResult, SearchResult
 from imagent.models.base import ImagePart
 from imagent.models.chat_scripted import ScriptedChatModel
 from imagent.models.roles import Role
@@ -40,7 +41,8 @@ class FakeMetadata(Tool):
 
     def run(self, args, state):
         lines = [f"{p}: time={META[p][0]}; address={META[p][1]}" for p in args["photo_ids"]]
-        return Observation("\n".join(lines), photos=list(args["photo_ids"]))
+        return Observation("\n".join(lines), photos=list(args["photo_ids"]),
+                           result=MetadataResult(tuple(args["photo_ids"])))
 
 
 class FakeSearch(Tool):
@@ -51,7 +53,9 @@ class FakeSearch(Tool):
 
     def run(self, args, state):
         hits = ["u1/1001", "u1/1002"] if "bird" in args["query"] else ["u1/2001"]
-        return Observation(", ".join(hits), photos=hits, scores={h: 0.5 for h in hits})
+        result = SearchResult(args["query"], args.get("search_within"), tuple(hits), (0.5,) * len(hits),
+                              ("",) * len(hits), tuple(hits))
+        return Observation(", ".join(hits), photos=hits, scores={h: 0.5 for h in hits}, result=result)
 
 
 def call(name: str, **arguments: Any) -> str:
@@ -258,7 +262,7 @@ def test_the_decision_is_derived_from_the_checks():
     """A verdict and a decision that disagree cannot be written: there is no decision field; the audit passes
     exactly when every check is ok and no photo is to be removed (seen with the offline model: "these photos must
     go" beside "decision: pass")."""
-    from imagent.agents.memory import AUDIT_SCHEMA, audit_decision, audit_schema
+    from imagent.methods.album.memory import AUDIT_SCHEMA, audit_decision, audit_schema
 
     assert "decision" not in AUDIT_SCHEMA["properties"] and "verdict" not in AUDIT_SCHEMA["properties"]
     assert all(AUDIT_SCHEMA["properties"][k]["properties"]["ok"] == {"type": "boolean"}
@@ -270,7 +274,7 @@ def test_the_decision_is_derived_from_the_checks():
     assert audit_decision({**fine, "anchor": "ok"}, ["a"])[0] == "revise"  # a check that is not an object fails
     # With the audit's prompt: a failure whose note only copies the prompt's words is not counted; one that says
     # something of its own (a photo, what it shows) is.
-    from imagent.agents.memory import own_words
+    from imagent.methods.album.memory import own_words
 
     prompt = "3. TARGET: Does each proposed photo satisfy the TARGET itself? Photos that only match the anchor must go."
     parroted = {**fine, "target": {"note": "Each proposed photo that only match the anchor must go", "ok": False}}
@@ -299,7 +303,7 @@ def test_the_decision_is_derived_from_the_checks():
     assert audits[0].outputs["checks_ok"] == dict.fromkeys(fine, True) and audits[0].outputs["remove"] == ["u1/2001"]
     assert "photos that do not fit the target: u1/2001" in agent.prompts()[1]
     assert run.answer == ["u1/1001", "u1/1002"]
-    from imagent.methods.base import load_prompt
+    from imagent.methods.album import load_prompt
 
     assert '"ok": true or false' in load_prompt("photocraft/audit.txt")
 
@@ -380,8 +384,8 @@ def test_the_audit_prompt_is_fitted_to_the_window():
 def test_the_audit_reads_the_days_and_places_the_answer_spans():
     from datetime import datetime
 
-    from imagent.agents.memory import AUDIT_CHECK_CHARS, AUDIT_SCHEMA, answer_spread
     from imagent.core.types import ImageRecord
+    from imagent.methods.album.memory import AUDIT_CHECK_CHARS, AUDIT_SCHEMA, answer_spread
 
     def part(pid: str) -> ImagePart:
         when, where = META[pid]
@@ -406,158 +410,3 @@ def test_the_audit_reads_the_days_and_places_the_answer_spans():
     assert "span 1 day(s): 2014-04-20 and 1 place(s): Melbourne Zoo." in auditor.prompts()[0]
     assert all(AUDIT_SCHEMA["properties"][k]["properties"]["note"]["maxLength"] == AUDIT_CHECK_CHARS
                for k in ("anchor", "constraint", "target", "completeness"))
-
-
-# --------------------------------------------------------------------------- scope first (small-model guard)
-
-
-class FakeFilter(Tool):
-    name = "FilterMetadata"
-    description = "filter by metadata"
-    parameters: ClassVar[dict[str, Any]] = {"type": "object", "properties": {"expression": {"type": "string"}},
-                                            "required": ["expression"]}
-
-    def run(self, args, state):
-        hits = [p for p, (when, _) in META.items() if when.startswith("2014-04-20")]
-        return Observation(", ".join(hits), photos=hits)
-
-
-def scoped_run(replies: list[str], hooks: list[Any]) -> tuple[Any, Trace]:
-    runtime = AgentRuntime(Role("agent", ScriptedChatModel(default=sequence(*replies))),
-                           [FakeSearch(), FakeMetadata(), FakeFilter()], "You search photos.", max_turns=8,
-                           hooks=hooks, known_ids=ALBUM)
-    trace = Trace()
-    with trace.activate():
-        return runtime.run("the birds on the day I saw the flamingo"), trace
-
-
-def test_scope_first_sends_an_unnarrowed_answer_back_once():
-    from imagent.methods.chain_guards import SCOPE_FIRST, ScopeFirst
-
-    # Answer from the anchor's own search: sent back; after FilterMetadata the answer stands (and is audited).
-    replies = [call("ImageSearch", query="flamingo"), 'The final answer is: ["u1/2001"]',
-               call("FilterMetadata", expression="time >= '2014-04-20' and time < '2014-04-21'"),
-               'The final answer is: ["u1/1001", "u1/1002"]']
-    auditor = ScriptedChatModel(default=sequence(audit("pass")))
-    epi = EpisodicMemory(Role("auditor", auditor), AUDIT_PROMPT, FEEDBACK, lambda ids: [])
-    run, trace = scoped_run(replies, [ScopeFirst(), epi])
-    assert run.answer == ["u1/1001", "u1/1002"] and run.source == "model"
-    turn2 = next(s for s in trace.steps if s.name == "turn.2")
-    assert turn2.outputs["rejected_by"] == "ScopeFirst" and SCOPE_FIRST[:40] in turn2.outputs["feedback"]
-    assert len(auditor.calls) == 1  # the unnarrowed answer was not worth an audit
-    # Sent back once only: a query without an anchor answers again and that answer stands.
-    run, trace = scoped_run([call("ImageSearch", query="bird"), 'The final answer is: ["u1/1001"]'], [ScopeFirst()])
-    assert run.answer == ["u1/1001"] and run.turns == 3
-    assert sum(1 for t in run.state.turns if t.rejected_by == "ScopeFirst") == 1
-    # search_within counts as narrowing.
-    run, _ = scoped_run([call("ImageSearch", query="bird", search_within="that_day"),
-                         'The final answer is: ["u1/1001"]'], [ScopeFirst()])
-    assert run.turns == 2
-
-
-class SavingFilter(FakeFilter):
-    def run(self, args, state):
-        obs = super().run(args, state)
-        state.save_subset("that_day", list(obs.photos))
-        return Observation(obs.text + " Saved as subset 'that_day'.", photos=obs.photos, data={"subset": "that_day"})
-
-
-def test_target_first_sends_an_answer_back_until_the_target_was_searched_within_the_subset():
-    from imagent.methods.chain_guards import TARGET_FIRST, ScopeFirst, TargetFirst
-
-    def run_with(replies: list[str]) -> tuple[Any, Trace]:
-        runtime = AgentRuntime(Role("agent", ScriptedChatModel(default=sequence(*replies))),
-                               [FakeSearch(), FakeMetadata(), SavingFilter()], "You search photos.", max_turns=8,
-                               hooks=[ScopeFirst(), TargetFirst()], known_ids=ALBUM)
-        trace = Trace()
-        with trace.activate():
-            return runtime.run("the birds on the day I saw the flamingo"), trace
-
-    narrow = call("FilterMetadata", expression="time >= '2014-04-20' and time < '2014-04-21'")
-    # Narrowed, then answered from the day's list: sent back once, naming the subset to search within.
-    run, trace = run_with([call("ImageSearch", query="flamingo"), narrow, 'The final answer is: ["u1/2001"]',
-                           call("ImageSearch", query="bird", search_within="that_day"),
-                           'The final answer is: ["u1/1001", "u1/1002"]'])
-    assert run.answer == ["u1/1001", "u1/1002"] and run.turns == 5
-    turn3 = next(s for s in trace.steps if s.name == "turn.3")
-    assert turn3.outputs["rejected_by"] == "TargetFirst"
-    assert turn3.outputs["feedback"] == TARGET_FIRST.format(subset="that_day") and "'that_day'" in TARGET_FIRST.format(
-        subset="that_day")
-    # Once only: a second answer without the target search stands.
-    run, _ = run_with([call("ImageSearch", query="flamingo"), narrow, 'The final answer is: ["u1/2001"]',
-                       'The final answer is: ["u1/1001"]'])
-    assert run.answer == ["u1/1001"] and sum(1 for t in run.state.turns if t.rejected_by == "TargetFirst") == 1
-    # Nothing narrowed: not its business (ScopeFirst's); searched within after the narrowing: the answer stands.
-    assert TargetFirst.unsearched_subset(run.state) == "that_day"
-    run, _ = run_with([call("ImageSearch", query="flamingo"), narrow,
-                       call("ImageSearch", query="bird", search_within="that_day"), 'The final answer is: ["u1/1001"]'])
-    assert run.turns == 4 and not any(t.rejected_by for t in run.state.turns)
-
-
-def test_chain_plan_splits_the_query_and_names_the_next_call_in_the_guards_messages():
-    from imagent.agents.state import QueryPlan
-    from imagent.methods.chain_guards import PLAN_SCHEMA, ChainPlan, ScopeFirst, TargetFirst
-
-    def run_with(replies: list[str]) -> tuple[Any, Trace, ScriptedChatModel]:
-        model = ScriptedChatModel(default=sequence(*replies))
-        role = Role("agent", model)
-        plan = ChainPlan(role, "the birds on the day I saw the flamingo")
-        runtime = AgentRuntime(role, [FakeSearch(), FakeMetadata(), SavingFilter()], "You search photos.",
-                               max_turns=8, hooks=[plan, ScopeFirst(), TargetFirst()], known_ids=ALBUM)
-        trace = Trace()
-        with trace.activate():
-            return runtime.run("the birds on the day I saw the flamingo"), trace, model
-
-    split = json.dumps({"anchor": "flamingo", "same": "day", "target": "bird"})
-    narrow = call("FilterMetadata", expression="time >= '2014-04-20' and time < '2014-04-21'")
-    run, trace, model = run_with([split, call("ImageSearch", query="flamingo"), 'The final answer is: ["u1/2001"]',
-                                  narrow, 'The final answer is: ["u1/2001"]',
-                                  call("ImageSearch", query="bird", search_within="that_day"),
-                                  'The final answer is: ["u1/1001", "u1/1002"]'])
-    assert run.answer == ["u1/1001", "u1/1002"]
-    step = next(s for s in trace.steps if s.name == "plan")
-    assert step.outputs == {"parsed": True, "anchor": "flamingo", "same": "day", "target": "bird"}
-    assert run.state.plan == QueryPlan("flamingo", "day", "bird")
-    first, params = model.calls[0]
-    assert params.json_schema == PLAN_SCHEMA and "flamingo" in first[0].text  # one grammar-constrained call
-    task = run.state.messages[1].text
-    assert task.endswith("Your plan: find the anchor 'flamingo'; keep the photos of its same day (FilterMetadata "
-                         "same_as_photo); search for the target 'bird' within them.")
-    feedback = [s.outputs["feedback"] for s in trace.steps if s.outputs and s.outputs.get("rejected_by")]
-    assert feedback == ["Not narrowed yet. Call FilterMetadata with same_as_photo = the photo of the flamingo "
-                        "(u1/2001, found by your search) and same = [\"day\"], then search for 'bird' within it.",
-                        'Now call ImageSearch with {"query": "bird", "search_within": "that_day"}, then answer with '
-                        "the photos of that list that show bird."]
-    # A split without an anchor: nothing to narrow, the answer stands; a split that does not parse changes nothing.
-    run, _, _ = run_with([json.dumps({"anchor": "-", "same": "none", "target": "bird"}),
-                          call("ImageSearch", query="bird"), 'The final answer is: ["u1/1001"]'])
-    assert run.answer == ["u1/1001"] and run.turns == 2
-    run, trace, _ = run_with(["no json here", "still none", call("ImageSearch", query="flamingo"),
-                              'The final answer is: ["u1/2001"]', narrow, 'The final answer is: ["u1/1001"]',
-                              'The final answer is: ["u1/1001"]'])
-    step = next(s for s in trace.steps if s.name == "plan")
-    assert step.outputs == {"parsed": False} and "Your plan" not in run.state.messages[1].text
-    assert run.state.plan is None
-    assert [s.outputs["feedback"][:20] for s in trace.steps if s.outputs and s.outputs.get("rejected_by")] == [
-        "Not narrowed yet. Ca", "Now find the TARGET "]
-    # A time relation: the task and the message name the photo form's words for it (another visit: the place, on
-    # other days).
-    run, trace, model = run_with([json.dumps({"anchor": "flamingo", "same": "other visit", "target": "bird"}),
-                                  call("ImageSearch", query="flamingo"), 'The final answer is: ["u1/2001"]'])
-    assert run.state.messages[1].text.endswith(
-        "Your plan: find the anchor 'flamingo'; keep the photos of its place on other days (FilterMetadata "
-        "same_as_photo, same [\"place\", \"other_day\"]); search for the target 'bird' within them.")
-    assert [s.outputs["feedback"] for s in trace.steps if s.outputs and s.outputs.get("rejected_by")] == [
-        "Not narrowed yet. Call FilterMetadata with same_as_photo = the photo of the flamingo (u1/2001, found by "
-        "your search) and same = [\"place\", \"other_day\"], then search for 'bird' within it."]
-
-
-def test_scope_first_and_anchor_filters_are_imagent_knobs_off_the_paper():
-    from imagent.methods.photocraft import ImageSeekerConfig, PhotoCraftConfig
-
-    for cfg in (PhotoCraftConfig(), ImageSeekerConfig()):  # the same guards for both methods
-        assert cfg.scope_first is None and cfg.anchor_filters is True  # small-model (JSON protocol) guards
-        assert cfg.target_first is None and cfg.clear_matches is None
-    from imagent.methods.origins import IMAGENT_FIELDS
-
-    assert {"scope_first", "anchor_filters", "target_first", "clear_matches", "stuck_after"} <= IMAGENT_FIELDS

@@ -7,9 +7,16 @@ import json
 import pytest
 
 from imagent.agents import AgentRuntime, ToolError, ToolScope
-from imagent.agents.album_tools import AlbumToolsConfig, WebSearchTool, album_tools, unavailable_tools_note
 from imagent.core.cache import DiskCache
 from imagent.core.trace import Trace
+from imagent.methods.album.tools import (
+    AlbumToolsConfig,
+    FilterResult,
+    SearchResult,
+    WebSearchTool,
+    album_tools,
+    unavailable_tools_note,
+)
 from imagent.models.chat_scripted import ScriptedChatModel
 from imagent.models.roles import Role
 from imagent.tools.web_text import WebResult
@@ -69,14 +76,14 @@ def test_filter_saves_a_named_subset_that_search_uses(tools, state):
     assert "replaces" not in again.text
     other = tools["FilterMetadata"]({"expression": "device ~ 'iphone'", "save_as": "penguin_day"}, state)
     assert "Saved as subset 'penguin_day' (it replaces the earlier subset of that name, 4 photos)" in other.text
-    assert len(state.subsets["penguin_day"]) == other.data["count"]
+    assert len(state.subsets["penguin_day"]) == other.result.count and other.result.subset == "penguin_day"
 
 
 def test_unsaved_results_are_saved_under_a_generated_name(tools, state):
     obs = tools["FilterMetadata"]({"expression": "address ~ 'cape town'"}, state)
     assert state.subsets["filter_1"] == ["penguin", "heron", "duck", "frog", "blackbird"]
-    assert "Saved as subset 'filter_1'" in obs.text and obs.data == {"count": 5, "subset": "filter_1",
-                                                                     "expression": "address ~ 'cape town'"}
+    assert "Saved as subset 'filter_1'" in obs.text and obs.result == FilterResult(
+        "address ~ 'cape town'", None, (), "filter_1", 5, ("penguin", "heron", "duck"))  # 3 listed
     small = tools["FilterMetadata"]({"expression": "address ~ 'paris'"}, state)  # short lists too: searchable
     assert small.photos == ["crow"] and state.subsets["filter_2"] == ["crow"] and "'filter_2'" in small.text
     none = tools["FilterMetadata"]({"expression": "address ~ 'nowhere'"}, state)
@@ -179,7 +186,7 @@ def test_an_anchor_constraint_target_search_end_to_end(known_album):
 def test_fidelity_validator_reads_places_from_real_get_metadata_output(tools, state):
     """The validator (Eq. 2) on GetMetadata's own text: the places it prints count, so a summary that keeps
     the ids and dates but drops the place loses the message (issue 27)."""
-    from imagent.agents.memory import extract_facts, fidelity
+    from imagent.methods.album.memory import extract_facts, fidelity
 
     call = {"photo_ids": ["penguin", "hen"]}
     obs = tools["GetMetadata"](call, state)
@@ -197,7 +204,7 @@ def test_fidelity_validator_reads_places_from_real_get_metadata_output(tools, st
 
 
 def test_described_results_give_each_photo_its_date_place_and_caption(known_album, state):
-    from imagent.agents.album_tools import described_groups, short_place
+    from imagent.methods.album.tools import described_groups, short_place
 
     tools = {t.name: t for t in album_tools(known_album, AlbumToolsConfig(describe=True, list_limit=3))}
     assert "id | score | time | caption" in tools["ImageSearch"].description
@@ -213,7 +220,7 @@ def test_described_results_give_each_photo_its_date_place_and_caption(known_albu
     assert first == f"penguin | {score:.2f} | 10:15 | {r.caption}"
     assert short_place(r) == "Boulders Beach, Cape Town"  # the venue and town: enough to filter on
     copied = tools["FilterMetadata"]({"expression": group.rstrip(":")}, state)
-    assert "penguin" in copied.photos and copied.data["count"] >= 1
+    assert "penguin" in copied.photos and copied.result.count >= 1
     day = tools["FilterMetadata"]({"expression": "time >= '2013-06-09' and time < '2013-06-10'", "save_as": "d"},
                                   state)
     lines = day.text.splitlines()
@@ -296,7 +303,7 @@ def test_filter_metadata_keeps_the_days_after_or_before_a_photo_or_its_place_on_
 
 
 def test_clear_matches_are_the_results_above_the_largest_score_drop(known_album, state):
-    from imagent.agents.album_tools import clear_matches
+    from imagent.methods.album.tools import clear_matches
 
     assert clear_matches([0.92, 0.42, 0.38, 0.38]) == 1  # the anchor stands alone
     assert clear_matches([0.50, 0.45, 0.43, 0.40, 0.36, 0.26, 0.25]) == 5  # the drop after the fifth
@@ -308,7 +315,14 @@ def test_clear_matches_are_the_results_above_the_largest_score_drop(known_album,
     n = clear_matches(scores)
     assert obs.text.splitlines()[-1] == (f"Clear matches (above the largest score drop, {scores[n - 1]:.2f} -> "
                                          f"{scores[n]:.2f}): " + ", ".join(obs.photos[:n]))
+    # the typed result carries what code reads: the query, ids, scores, times and the clear matches it named
+    found = obs.result
+    assert isinstance(found, SearchResult) and found.query == "a little penguin" and found.within is None
+    assert found.ids == tuple(obs.photos) and found.scores == tuple(scores) and found.shown
+    assert found.matches == tuple(obs.photos[:n]) and found.times[0] == "2013-06-09 10:15:00"
     # off by default, and never on the paper's plain (id and score) results
     for off in (AlbumToolsConfig(describe=True), AlbumToolsConfig(clear_matches=True)):
         tool = {t.name: t for t in album_tools(known_album, off)}["ImageSearch"]
-        assert "Clear matches" not in tool({"query": "a little penguin", "top_k": 4}, state).text
+        plain = tool({"query": "a little penguin", "top_k": 4}, state)
+        assert "Clear matches" not in plain.text
+        assert not plain.result.shown and plain.result.matches == found.matches  # computed, not shown

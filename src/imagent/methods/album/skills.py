@@ -280,23 +280,25 @@ class SkillLibrary:
 
 
 def trajectory_text(trace: dict[str, Any], max_chars: int = 6000) -> str:
-    """An abbreviated trajectory from a trace (``Trace.to_dict()``): per agent turn its reasoning,
-    tool, arguments and observation summary. The newest turns are kept when it is too long."""
+    """An abbreviated trajectory from a trace (``Trace.to_dict()``), every step in order under its name as a
+    label (the paper's distiller reads the entire trajectory): a step's reasoning, each call with its arguments
+    and observation summary and a proposed answer where it has them, else its outputs in short. No step is picked
+    or skipped by its name. The newest steps are kept when it is too long."""
     lines: list[str] = []
     for step in trace.get("steps", []):
-        name = str(step.get("name", ""))
         out = step.get("outputs") or {}
-        if name.startswith("turn."):
-            reasoning = " ".join(str(out.get("reasoning") or "").split())[:300]
-            row = f"[{name}] {reasoning}".rstrip()
-            for c in out.get("calls") or []:
+        row = f"[{step.get('name', '')}]"
+        calls = out.get("calls") or []
+        if "reasoning" in out or calls:
+            row = f"{row} {' '.join(str(out.get('reasoning') or '').split())[:300]}".rstrip()
+            for c in calls:
                 args = json.dumps(c.get("arguments"), ensure_ascii=False)[:200]
                 row += f"\n  -> {c.get('tool')}({args}): {str(c.get('observation', ''))[:200]}"
             if out.get("answer") is not None:
                 row += f"\n  answer: {out.get('answer')}"
-            lines.append(row)
-        elif name.startswith("memory."):
-            lines.append(f"[{name}] {json.dumps(out, ensure_ascii=False, default=str)[:200]}")
+        else:
+            row += f" {json.dumps(out, ensure_ascii=False, default=str)[:200]}"
+        lines.append(row)
     text = "\n".join(lines)
     return text if len(text) <= max_chars else "...\n" + text[-max_chars:]
 

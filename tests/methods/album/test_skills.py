@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from imagent.agents.memory import SkillInjection
 from imagent.agents.runtime import AgentRuntime
-from imagent.agents.skills import (
+from imagent.cli.main import app
+from imagent.core.trace import Trace
+from imagent.methods.album.memory import SkillInjection
+from imagent.methods.album.skills import (
     Skill,
     SkillLibrary,
     SkillLibraryError,
@@ -21,8 +23,6 @@ from imagent.agents.skills import (
     skill_problems,
     trajectory_text,
 )
-from imagent.cli.main import app
-from imagent.core.trace import Trace
 from imagent.models.chat_scripted import ScriptedChatModel
 from imagent.models.roles import Role
 
