@@ -15,6 +15,7 @@ import ast
 import importlib.util
 import json
 import re
+import sys
 from collections.abc import Iterator
 from importlib.resources import files
 from pathlib import Path
@@ -28,7 +29,7 @@ HOLDOUT = REPO / "benchmarks" / "holdout_album.py"
 # The module-level constant of benchmarks/holdout_album.py holding its query phrasing templates (strings, or lists /
 # dicts of them, placeholders in {} or <>). Until the generator exposes it, the templates are read from the f-strings
 # it writes its queries with (the "query" entries of its dicts).
-HOLDOUT_TEMPLATES = "QUERY_TEMPLATES"
+HOLDOUT_TEMPLATES = "PHRASINGS"
 RUN = 5
 
 # NLTK's English stop words (179), written out: the test needs no corpus download.
@@ -110,7 +111,11 @@ def holdout_templates(path: Path = HOLDOUT, name: str = HOLDOUT_TEMPLATES) -> li
     spec = importlib.util.spec_from_file_location("holdout_album_templates", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while it loads
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.modules.pop(spec.name, None)
     if hasattr(module, name):
         return list(_flatten(getattr(module, name)))
     out = []
@@ -179,8 +184,8 @@ def test_the_check_reads_the_album_prompts_and_both_query_sources():
 
 def test_the_check_catches_a_paraphrase_and_passes_other_text():
     queries = mini_queries() + holdout_templates()
-    old_example = {"worked example": "The dogs I photographed on the day I saw the lighthouse."}
-    assert overlaps(old_example, queries)  # the generator's template, other nouns: caught
+    templated = {"worked example": "Which kites did I take pictures of on the same day as the red tractor?"}
+    assert overlaps(templated, queries)  # a generator template (PHRASINGS), other nouns: caught
     copied = {"split prompt": 'e.g. "The birds I photographed on the day I saw the pink flamingo." -> ...'}
     assert overlaps(copied, queries)  # q01 itself
     stop_words_only_differ = {"p": "birds, photographed: the day, and then saw a pink flamingo"}
