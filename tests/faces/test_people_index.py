@@ -113,6 +113,13 @@ def test_copies_join_his_group_and_the_name_survives_a_reindex(tmp_path, build_p
     biden_id = next(pid for pid, files in kit.groups_by_file(g).items() if BIDEN in files)
     assert rows[2]["people"] == [f"#{biden_id}"]
     assert Album(g).metadata([by_name["obama.jpg"]], ["people"]) == [{"id": by_name["obama.jpg"], "people": ["Barack"]}]
+    # ... as the album agents read it: GetMetadata's line names the people; FilterMetadata offers the person field
+    from imagent.agents.state import ToolScope
+    from imagent.methods.album.tools import AlbumToolsConfig, FilterMetadataTool, GetMetadataTool
+
+    seen = GetMetadataTool(Album(g), AlbumToolsConfig()).run({"photo_ids": [by_name["vienna_crop.jpg"]]}, ToolScope())
+    assert "people Barack" in seen.text
+    assert "person = 'Name'" in FilterMetadataTool(Album(g), AlbumToolsConfig()).description
     assert where("person = 'BARACK'") == where(f"person = {obama_id}") == where(f"person = '#{obama_id}'")
     assert where("person ~ 'arac'") == {*OBAMA, *added}
     assert where("person = 'Barack' and place ~ 'Vienna'") == set(added)  # with place and time

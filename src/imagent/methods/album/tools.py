@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from imagent.agents.state import Observation, ToolScope
 from imagent.agents.tools import Tool, ToolError
 from imagent.core.cache import DiskCache, stable_key
+from imagent.index.people import people_index
 from imagent.tools.album import METADATA_FIELDS, Album, format_time
 from imagent.tools.filter_lang import quote_string
 from imagent.tools.web_text import WebResult as WebHit
@@ -399,6 +400,10 @@ def _metadata_line(row: dict[str, Any]) -> str:
         bits.append(f"address {row['address'] or 'unknown'}")
     if "device" in row:
         bits.append(f"device {row['device'] or 'unknown'}")
+    if "people" in row:  # the index has face data (imagent.index.people): names, "#id" for a group not named yet
+        bits.append(f"people {', '.join(row['people']) or 'none'}")
+    if row.get("labels"):  # what the pixel model saw (imagent.index.pixels), offered as text
+        bits.append("labels " + ", ".join(f"{x['name']} {float(x['p']):.2f}" for x in row["labels"]))
     return f"{row['id']}: " + "; ".join(bits)
 
 
@@ -422,6 +427,15 @@ class FilterMetadataTool(_AlbumTool):
         super().__init__(album, config)
         if config.anchor_filters:
             self.example = {"same_as_photo": "<photo id>", "same": ["day"], "save_as": "that_day"}
+        # The fields this album has beyond time, place and device, named only when it has them.
+        extra = []
+        if album.label_min_p is not None and album.gallery.has_space("visual"):
+            extra.append("label ~ 'kite' (what the pixel model saw, or a kind it belongs to)")
+        if people_index(album.gallery).has_data:
+            extra.append("person = 'Name' (a person the user named)")
+        if extra:
+            self.description = self.description.replace("lat/lon comparisons,",
+                                                        "lat/lon comparisons, " + ", ".join(extra) + ",")
 
     def grammar_parameters(self, ids: Sequence[str], subsets: Sequence[str]) -> dict[str, Any] | None:
         """With ``anchor_filters``, only the photo form: a photo the tools returned and what to keep the same."""
