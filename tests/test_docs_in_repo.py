@@ -9,8 +9,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md")),
         *sorted((REPO / "src" / "imagent" / "eval" / "data").glob("*/README.md"))]
-# The README's draft (issue 39) links as README.md will, from the repository root.
-LINKS_FROM_ROOT = {REPO / "docs" / "_readme_draft.md"}
 
 
 def test_docs_point_only_inside_the_repository():
@@ -23,6 +21,6 @@ def test_docs_point_only_inside_the_repository():
         for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
             if re.match(r"[a-z]+://", target) or target.endswith(".png"):
                 continue
-            if not ((REPO if path in LINKS_FROM_ROOT else path.parent) / target).exists():
+            if not (path.parent / target).exists():
                 bad.append(f"{path.relative_to(REPO)}: link {target} does not exist")
     assert not bad, "\n".join(bad)

@@ -38,7 +38,7 @@ def test_the_site_builds_strictly_with_no_warning(site: tuple[Path, str]) -> Non
     assert not warnings, "\n".join(warnings)
     for page in ("index.html", "methods/xr/index.html", "reference/api/index.html", "faithfulness/index.html"):
         assert (out / page).is_file(), page
-    assert not (out / "_readme_draft").exists() and not (out / "_hooks").exists()
+    assert not (out / "_hooks").exists()
 
 
 def test_the_api_reference_renders_the_docstrings_cleanly(site: tuple[Path, str]) -> None:
