@@ -64,3 +64,18 @@ def synthetic_album(synthetic_gallery, caption_dual, minilm):
     from imagent.tools.album import Album
 
     return Album(synthetic_gallery, caption_dual, minilm).scoped([row[0] for row in SYNTHETIC_ALBUM])
+
+
+@pytest.fixture
+def album_method(synthetic_gallery, caption_dual, minilm):
+    """``make(model, **config)``: the ``album`` method over the synthetic album with ``model`` in every role."""
+    from imagent.methods.album.method import AlbumSearch
+    from imagent.methods.base import MethodContext
+    from imagent.models.roles import Roles
+
+    def make(model, **config):
+        ctx = MethodContext(gallery=synthetic_gallery, dual=caption_dual, text=minilm,
+                            roles=Roles.from_models({"default": model}))
+        return AlbumSearch(ctx, config)
+
+    return make

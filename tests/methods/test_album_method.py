@@ -15,9 +15,8 @@ from imagent.core.types import Query
 from imagent.methods.album.config import AlbumConfig
 from imagent.methods.album.method import AlbumSearch
 from imagent.methods.album.plan import plan_schema
-from imagent.methods.base import MethodContext, describe_methods, get_method
+from imagent.methods.base import describe_methods, get_method
 from imagent.methods.origins import field_origins
-from imagent.models.roles import Roles
 
 from .conftest import SYNTHETIC_ALBUM
 
@@ -31,13 +30,8 @@ def plan_reply(**fields) -> str:
 
 
 @pytest.fixture
-def method(synthetic_gallery, caption_dual, minilm):
-    def make(model, **config):
-        ctx = MethodContext(gallery=synthetic_gallery, dual=caption_dual, text=minilm,
-                            roles=Roles.from_models({"default": model}))
-        return AlbumSearch(ctx, config)
-
-    return make
+def method(album_method):
+    return album_method
 
 
 def test_result_says_code_chose_the_answer_and_what_it_cost(method, scripted):

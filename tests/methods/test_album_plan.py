@@ -177,16 +177,6 @@ def test_prompt_is_a_static_prefix_with_the_search_last():
     assert set(RELATIONS) >= COUNTED
 
 
-@pytest.fixture
-def album_method(synthetic_gallery, caption_dual, minilm):
-    def make(model, **config):
-        ctx = MethodContext(gallery=synthetic_gallery, dual=caption_dual, text=minilm,
-                            roles=Roles.from_models({"default": model}))
-        return AlbumSearch(ctx, config)
-
-    return make
-
-
 def album_query(text: str) -> Query:
     return Query(text=text, id="t", candidates=[row[0] for row in SYNTHETIC_ALBUM])
 
