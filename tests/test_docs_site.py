@@ -155,4 +155,6 @@ def test_every_registered_method_has_a_row_on_the_methods_overview() -> None:
 
     overview = (DOCS / "methods" / "index.md").read_text(encoding="utf-8")
     listed = {row[0].strip("`") for header, rows in _tables(overview) if header[0] == "method" for row in rows}
-    assert set(METHODS.names()) <= listed, sorted(set(METHODS.names()) - listed)
+    # The shipped methods (tests register doubles of their own in the same registry while the suite runs).
+    shipped = {n for n in METHODS.names() if METHODS[n].__module__.startswith("imagent.")}
+    assert {"clip", "album", "photocraft"} <= shipped and shipped <= listed, sorted(shipped - listed)

@@ -584,7 +584,9 @@ class Workspace:
         text = LazyEncoder(load_text, model_id_for("text", s.text_embedder))
         dual = LazyEncoder(load_dual, model_id_for("dual", s.dual_encoder, s.text_embedder),
                            sees_pixels=sees_pixels_for("dual", s.dual_encoder))
-        pixels = None if ray else self.pixel_stage(dual)  # on Ray, the actors' own encoders embed (no labels)
+        # The pixel model runs here, one pass a photo, on Ray too (labels, visual features and ConSE vectors are the
+        # same as a local build's); on Ray its ConSE text vectors come from a local text model, not the actors.
+        pixels = self.pixel_stage(None if ray else dual)
         with cluster:
             report = build_index(source, root, dual, text, options, captioner=captioner, progress=progress,
                                  captions=Path(captions) if captions is not None else None,

@@ -255,8 +255,9 @@ def test_unparsable_reasoner_falls_back_to_the_reference_caption(roles_context, 
     assert len(r.calls) == 2 * 2  # one retry for each reasoner step
     assert verifier.calls == []  # no propositions: nothing to verify
     assert result.stages["stage2"].ids == result.stages["stage1"].ids
-    # The reference caption is the description: the frog itself ranks first.
-    assert result.stages["stage1"].ids[0] == frog.id
+    # The reference caption is the description: the frog itself ranks first (or its twin stamp: two stamps have
+    # the caption "A frog.", whose scores tie to the last bits, so which comes first is float noise).
+    assert stamps_gallery.record(result.stages["stage1"].ids[0]).caption == "A frog."
     # Not the method's own answer: the result names the fallback paths that stood in.
     assert result.source == "fallback:stage1_reference_description"
     assert result.source_reason == ("stage1_reference_description (stage1_fallback = 1); "
