@@ -59,7 +59,9 @@ class ClipBaseline(Method):
                 vec = l2_normalize(cfg.text_weight * vec + (1.0 - cfg.text_weight) * ref)
                 step.outputs["fused_with_reference"] = ref_rec.id
             if self.ctx.caption_mode:
-                step.note("caption mode: image vectors are caption embeddings")
+                step.note("caption mode: image vectors are caption embeddings"
+                          + (", and what the pixel model saw (ConSE) for photos without a caption"
+                             if self.ctx.gallery.has_space("visual") else ""))
         with trace.step("retrieve", space=SPACE_IMAGE, k=top_k) as step:
             ranking = self.ctx.rank(query, vec, SPACE_IMAGE, top_k)
             step.outputs["top"] = ranking.head(5)
