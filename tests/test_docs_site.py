@@ -125,10 +125,11 @@ def test_hyper_parameter_tables_match_the_config_classes() -> None:
 
 
 def _step_literals() -> list[re.Pattern[str]]:
-    """Every string literal in the methods' code that can name a trace step, an f-string's fields as wildcards
-    (``f"tacir.tool.{tool}"`` matches ``tacir.tool.search``)."""
+    """Every string literal in the methods' and the agent runtime's code that can name a trace step, an f-string's
+    fields as wildcards (``f"tacir.tool.{tool}"`` matches ``tacir.tool.search``)."""
     found: set[str] = set()
-    for path in (REPO / "src" / "imagent" / "methods").rglob("*.py"):
+    src = REPO / "src" / "imagent"
+    for path in [*(src / "methods").rglob("*.py"), *(src / "agents").rglob("*.py")]:  # the agent runtime's turns
         found |= set(re.findall(r"""f?["']([a-z][a-z0-9_.{}]*)["']""", path.read_text(encoding="utf-8")))
     return [re.compile(re.sub(r"\\\{[a-z_]+\\\}", ".+", re.escape(s)) + "$") for s in found]
 

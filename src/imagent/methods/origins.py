@@ -18,7 +18,7 @@ IMAGENT_FIELDS: frozenset[str] = frozenset({
     "grammar_max_calls",
     "plan_retries", "planner_max_tokens", "max_calls_per_plan", "library", "mip_time_limit_s", "retrievers",
     "exclude_gallery_exemplars", "genecis_templates", "chat_mode", "stages", "max_tokens", "max_view",
-    "search_first", "web_search",
+    "search_first", "web_search", "describe_results",
     "scaffold",  # the album agents' scaffold profile (none | small; auto: small for the llama.cpp JSON protocol)
     "keep_verbatim", "max_audits",
     "include_reference_caption", "max_verified",
