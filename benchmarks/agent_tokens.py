@@ -289,6 +289,23 @@ def run_method(ws: Workspace, log: CallLog, method: str, benchmark: str, root: P
     return rows
 
 
+
+def fresh_workspace(prefix: str, sets: list[str]) -> tuple[Path, Workspace, Any, Path, str, int]:
+    """A workspace over a new temporary folder with an empty call cache (every call real) that shares the assembled
+    GGUFs: ``(work dir, workspace, the default role's model entry, its GGUF path, model id, threads)``."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    cache = work / "cache"
+    cache.mkdir()
+    real_models = Path(load_settings(sets=sets).cache_dir).expanduser() / "models"  # the assembled GGUFs
+    real_models.mkdir(parents=True, exist_ok=True)
+    (cache / "models").symlink_to(real_models, target_is_directory=True)
+    settings = load_settings(sets=[*sets, f"cache_dir={cache}", f"index={work / 'index'}"])
+    name, cfg = settings.model_for_role("default")
+    if cfg.backend != "llama.cpp":
+        raise SystemExit(f"the default role's model {name!r} is not an in-process llama.cpp model")
+    model_path, model_id = chat_llamacpp.resolve_model_path(cfg.model, cache)
+    return work, Workspace(settings), cfg, model_path, model_id, cfg.n_threads or os.cpu_count() or 1
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=None, help="offline model name or .gguf path (default: the configured "
@@ -321,19 +338,7 @@ def main(argv: list[str] | None = None) -> None:
         if not OscarConfig().library_path().is_file():  # no golden library built: plan without demonstrations
             print("OSCAR: no golden library (imagent oscar build-library); planning without demonstrations")
             sets.append("methods.oscar.demonstrations=false")
-    work = Path(tempfile.mkdtemp(prefix="agent-tokens-"))
-    cache = work / "cache"
-    cache.mkdir()
-    real_models = Path(load_settings(sets=sets).cache_dir).expanduser() / "models"  # the assembled GGUFs
-    real_models.mkdir(parents=True, exist_ok=True)
-    (cache / "models").symlink_to(real_models, target_is_directory=True)
-    settings = load_settings(sets=[*sets, f"cache_dir={cache}", f"index={work / 'index'}"])
-    ws = Workspace(settings)
-    name, cfg = settings.model_for_role("default")
-    if cfg.backend != "llama.cpp":
-        raise SystemExit(f"the default role's model {name!r} is not an in-process llama.cpp model")
-    model_path, model_id = chat_llamacpp.resolve_model_path(cfg.model, cache)
-    threads = cfg.n_threads or os.cpu_count() or 1
+    work, ws, cfg, model_path, model_id, threads = fresh_workspace("agent-tokens-", sets)
     fa = cfg.flash_attn
     print(f"model {model_id} ({model_path.stat().st_size / 1e6:,.0f} MB), {threads} threads, flash attention "
           f"{'on' if fa else 'off'}; load average {os.getloadavg()[0]:.2f}", flush=True)

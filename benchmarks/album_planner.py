@@ -27,16 +27,18 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from agent_tokens import ALBUM, CallLog, album_subset, measure_speed, run_method  # the same token accounting
-
-from imagent.api import Workspace
-from imagent.core.config import load_settings
-from imagent.models import chat_llamacpp
+from agent_tokens import (  # the same token accounting
+    ALBUM,
+    CallLog,
+    album_subset,
+    fresh_workspace,
+    measure_speed,
+    run_method,
+)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -46,19 +48,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--set", dest="sets", action="append", default=[], help="config key=value (repeatable)")
     args = ap.parse_args(argv)
 
-    work = Path(tempfile.mkdtemp(prefix="album-planner-"))
-    cache = work / "cache"
-    cache.mkdir()
-    real_models = Path(load_settings(sets=args.sets).cache_dir).expanduser() / "models"
-    real_models.mkdir(parents=True, exist_ok=True)
-    (cache / "models").symlink_to(real_models, target_is_directory=True)
-    settings = load_settings(sets=[*args.sets, f"cache_dir={cache}", f"index={work / 'index'}"])
-    ws = Workspace(settings)
-    name, cfg = settings.model_for_role("default")
-    if cfg.backend != "llama.cpp":
-        raise SystemExit(f"the default role's model {name!r} is not an in-process llama.cpp model")
-    model_path, model_id = chat_llamacpp.resolve_model_path(cfg.model, cache)
-    threads = cfg.n_threads or os.cpu_count() or 1
+    work, ws, cfg, model_path, model_id, threads = fresh_workspace("album-planner-", args.sets)
     print(f"model {model_id}, {threads} threads; load average {os.getloadavg()[0]:.2f}", flush=True)
 
     log = CallLog()
