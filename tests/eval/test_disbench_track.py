@@ -108,11 +108,13 @@ def test_a_text_space_or_an_unstated_search_is_open(indexes, minilm):
 
 def test_describe_run_states_the_derived_track_and_its_reason():
     bench = load_benchmark("disbench", images_root=ALBUM, track="standard")
-    open_usage = {"track": "Open", "reasons": ["its search space 'image' is embedded by caption:x"]}
+    open_usage = {"track": "Open", "reasons": ["its search space 'image' is embedded by caption:x"],
+                  "method": "imageseeker"}
     info = bench.describe_run(open_usage)
     assert info["track"] == "Open" and info["track_reason"] == open_usage["reasons"][0]
     assert info["track_requested"].startswith("Standard (track=standard)")
     assert info["imageseeker"] == IMAGESEEKER_NOTE and "reconstruction" in IMAGESEEKER_NOTE
+    assert "imageseeker" not in bench.describe_run({**open_usage, "method": "photocraft"})  # another method's run
     std = bench.describe_run({"track": "Standard", "reasons": []})
     assert std["track"] == "Standard" and "only image embeddings" in std["track_reason"]
     asked_open = load_benchmark("disbench", images_root=ALBUM, track="open").describe_run(

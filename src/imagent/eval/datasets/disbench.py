@@ -174,7 +174,7 @@ class DISBench(Benchmark):
 
     def describe_run(self, usage: dict[str, Any] | None = None) -> dict[str, str]:
         """The track and why (from ``usage``: :func:`derive_track`'s record of what the run used; without it
-        the track is unknown), the captions sidecar, and what ImageSeeker is here."""
+        the track is unknown), the captions sidecar, and, for an ImageSeeker run, what ImageSeeker is here."""
         files = self._caption_files() if self.options.track == "open" else {}
         captions = (f"captions sidecar for {len(files)} user(s) ({', '.join(sorted(files))})" if files
                     else "no captions sidecar used")
@@ -193,7 +193,8 @@ class DISBench(Benchmark):
             if self.options.track == "standard" and track == "Open":
                 out["track_requested"] = "Standard (track=standard), but the run used what the Open track allows"
         out["captions"] = captions
-        out["imageseeker"] = IMAGESEEKER_NOTE
+        if usage is None or usage.get("method") == "imageseeker":  # only where the run is (or may be) ImageSeeker
+            out["imageseeker"] = IMAGESEEKER_NOTE
         return out
 
     def _root_dir(self) -> Path:
