@@ -71,6 +71,11 @@ def test_people_api_lists_names_merges_and_filters(served, faces_kit):
             crop = np.asarray(im.convert("RGB"))
         faces, _, _ = FaceModel().faces(np.ascontiguousarray(np.asarray(Image.fromarray(crop).resize((400, 400)))))
         assert len(faces) == 1
+        # kept in the index folder and served from there (the same bytes, no second decode)
+        crops_dir = Path(gallery.root) / "face-thumbnails"
+        kept = list((crops_dir / "200").rglob("*.jpg"))
+        assert len(kept) == 1 and kept[0].read_bytes() == thumb.content
+        assert client.get(obama["thumbnails"][0], params={"size": 200}).content == thumb.content
 
         named = client.post(f"/api/people/{obama['id']}/name", json={"name": "Barack"})
         assert named.status_code == 200 and named.json()["name"] == "Barack" and named.json()["previous"] is None
@@ -98,10 +103,19 @@ def test_people_api_lists_names_merges_and_filters(served, faces_kit):
         assert other["id"] not in {g["id"] for g in after}
 
         face = detail["face_list"][0]["id"]
+        assert client.get(f"/api/faces/{face}/thumbnail").status_code == 200
+        assert list(crops_dir.rglob(f"f{face}-*.jpg"))
         assert client.post(f"/api/faces/{face}/split", json={}).json()["new_group"] is True
         assert client.post(f"/api/faces/{face}/remove").json()["face"] == face
         assert client.get(f"/api/faces/{face}/thumbnail").status_code == 404  # deleted
+        assert not list(crops_dir.rglob(f"f{face}-*.jpg"))  # and its kept crops with it
         assert client.get("/api/faces/123456/thumbnail").status_code == 404
+    # forget deletes the kept crops with the rest of the face data
+    from imagent.index.people import forget
+
+    assert list(crops_dir.rglob("*.jpg"))
+    done = forget(gallery)
+    assert done["face_crops_removed"] >= 1 and not crops_dir.exists()
 
 
 def test_face_thumbnails_follow_the_image_rules(served):

@@ -259,7 +259,8 @@ def forget(ctx: typer.Context, yes: Annotated[bool, typer.Option("--yes", "-y", 
     _done(ctx, json_out, done,
           f"deleted all face data of {gallery.root}: {done['faces']} faces (boxes and descriptors), "
           f"{done['people']} people, the scans of {done['photos_scanned']} photos; {done['files_removed']} file(s) "
-          f"removed ({Path(done['database']).name}); nothing about a face is left in the index. {again}")
+          f"removed ({Path(done['database']).name}), {done.get('face_crops_removed', 0)} cached face crop(s) of the "
+          f"web page deleted; nothing about a face is left in the index. {again}")
 
 
 __all__ = ["app", "print_face_pass"]

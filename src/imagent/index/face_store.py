@@ -19,6 +19,7 @@ groups are :mod:`imagent.index.people`.
 from __future__ import annotations
 
 import contextlib
+import shutil
 import sqlite3
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -30,6 +31,7 @@ from imagent.core.text import display_path
 from imagent.index.store import from_sql, sql_text
 
 FACES_DB = "faces.sqlite"
+FACE_THUMBS = "face-thumbnails"  # the web's face crops, cached (imagent.server.people); face data like the rest
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS scans (
@@ -56,6 +58,21 @@ class FaceDataMissing(LookupError):
 
 def faces_path(index_root: str | Path) -> Path:
     return Path(index_root).expanduser() / FACES_DB
+
+
+def face_crop_key(face_id: int, digest: str) -> str:
+    """The cache name of face ``face_id``'s crops (``digest``: of its photo's content and its box)."""
+    return f"f{int(face_id)}-{digest[:24]}"
+
+
+def drop_face_crops(index_root: str | Path, face_id: int) -> int:
+    """Delete the cached crops of one face (every size); returns how many."""
+    n = 0
+    for f in (Path(index_root).expanduser() / FACE_THUMBS).glob(f"*/*/{face_crop_key(face_id, '')}*.jpg"):
+        with contextlib.suppress(OSError):
+            f.unlink()
+            n += 1
+    return n
 
 
 class FaceStore:
@@ -135,8 +152,9 @@ class FaceStore:
 
     def forget(self) -> dict[str, int]:
         """Delete every face, box, descriptor, person and scan: rows erased (freed pages overwritten), the
-        database vacuumed and checkpointed, then its files removed. Returns what was deleted."""
-        counts = {"faces": 0, "people": 0, "photos_scanned": 0, "files_removed": 0}
+        database vacuumed and checkpointed, then its files removed, and the web's cached face crops
+        (:data:`FACE_THUMBS`). Returns what was deleted."""
+        counts = {"faces": 0, "people": 0, "photos_scanned": 0, "files_removed": 0, "face_crops_removed": 0}
         if self.exists():
             with contextlib.suppress(FaceDataMissing), self.write() as c:
                 counts["faces"] = c.execute("SELECT COUNT(*) FROM faces").fetchone()[0]
@@ -156,6 +174,10 @@ class FaceStore:
             if p.exists():
                 p.unlink()
                 counts["files_removed"] += 1
+        crops = self.path.parent / FACE_THUMBS
+        if crops.is_dir():
+            counts["face_crops_removed"] = sum(1 for f in crops.rglob("*") if f.is_file())
+            shutil.rmtree(crops)
         return counts
 
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from imagent.index.face_store import FaceDataMissing, FaceStore, drop_empty_people
+from imagent.index.face_store import FaceDataMissing, FaceStore, drop_empty_people, drop_face_crops
 from imagent.index.store import from_sql, sql_text
 
 DEFAULT_MIN_GROUP = 3
@@ -314,6 +314,7 @@ def remove_face(gallery: Any, face_id: int) -> dict[str, Any]:
         c.execute("DELETE FROM faces WHERE id = ?", (face.id,))
         c.execute("UPDATE scans SET faces = faces - 1 WHERE photo = ? AND faces > 0", (sql_text(face.photo),))
         drop_empty_people(c)
+    drop_face_crops(gallery.root, face.id)
     return {"face": face.id, "photo": face.photo, "from": face.person}
 
 

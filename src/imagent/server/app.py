@@ -62,7 +62,7 @@ from imagent.methods.base import describe_methods
 from imagent.models.base import ChatError
 from imagent.server.discovery import remove_discovery, write_discovery
 from imagent.server.jobs import SearchJobs, TooManySearches
-from imagent.server.library import library_router
+from imagent.server.library import library_router, still_indexed
 from imagent.server.limits import MAX_TOP_K, RequestLimitError, check_params, check_request
 from imagent.server.people import people_router
 from imagent.server.security import Guard, HostPolicy, csp_for_html
@@ -251,7 +251,17 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
             raise HTTPException(409, f"the file of {image_id!r} changed since it was indexed ({exc}); "
                                      "re-run imagent index to serve it") from None
 
-    app.include_router(people_router(workspace, gallery, photo_bytes))
+    def photo_unchanged(image_id: str) -> None:
+        """The check of /api/images without reading the file (before a cached face crop is served)."""
+        rec = known(image_id)
+        if not os.path.isfile(rec.path):
+            raise HTTPException(404, f"the file of {image_id!r} is not on disk")
+        why = still_indexed(rec, fingerprint_of(image_id))
+        if why:
+            raise HTTPException(409, f"the file of {image_id!r} changed since it was indexed ({why}); "
+                                     "re-run imagent index to serve it")
+
+    app.include_router(people_router(workspace, gallery, photo_bytes, photo_unchanged))
 
     # ------------------------------------------------------------------ uploads
 

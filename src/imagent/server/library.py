@@ -164,7 +164,8 @@ def render_thumbnail(data: bytes, size: int, max_pixels: int) -> bytes:
 
 
 class ThumbnailCache:
-    """Thumbnails in ``<index>/thumbnails/<size>/<key[:2]>/<key>.jpg``, written once (atomically) and read after.
+    """Thumbnails in ``<root>/<size>/<key[:2]>/<key>.jpg`` (the library's: ``<index>/thumbnails``; face crops:
+    ``<index>/face-thumbnails``), written once (atomically) and read after.
     ``workers`` decodes run at once (a page of a grid asks for sixty)."""
 
     def __init__(self, root: Path, workers: int = 2) -> None:
@@ -181,12 +182,13 @@ class ThumbnailCache:
         except OSError:
             return None
 
-    def make(self, key: str, size: int, read: Callable[[], bytes], max_pixels: int) -> bytes:
+    def make(self, key: str, size: int, render: Callable[[], bytes]) -> bytes:
+        """The thumbnail ``key`` at ``size``: from disk, else ``render()`` (at most ``workers`` at once), kept."""
         with self._slots:
             hit = self.get(key, size)  # another request may have made it while this one waited
             if hit is not None:
                 return hit
-            data = render_thumbnail(read(), size, max_pixels)
+            data = render()
             self.made += 1
             self._store(self.path(key, size), data)
             return data
@@ -319,7 +321,7 @@ def library_router(workspace: Workspace, gallery: Gallery, card: Callable[[Image
             return read_file(rec, fingerprint, limits.max_file_bytes)
 
         try:
-            data = thumbs.make(key, int(size), read, limits.max_pixels)
+            data = thumbs.make(key, int(size), lambda: render_thumbnail(read(), int(size), limits.max_pixels))
         except FileNotFoundError as exc:
             raise HTTPException(404, f"the file of {image_id!r} is not on disk ({exc})") from None
         except file_changed as exc:

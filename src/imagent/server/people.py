@@ -17,20 +17,25 @@ Included by :func:`imagent.server.app.create_app` (same Host, token and body-siz
 
 A face thumbnail is cut only from a face the index holds, out of the photo's file as ``/api/images`` serves it
 (the path comes from the index and the file must still be the one indexed: the same check), decoded within the
-pixel budget. An index without face data answers the list with ``{"people": [], "faces": null}`` and 404 for the
-rest. Names are checked as ``imagent people name`` checks them (:func:`imagent.index.people.check_name`).
+pixel budget, and kept in ``<index>/face-thumbnails`` (served again after the file's size and time are checked;
+``imagent people forget`` deletes the folder with the rest of the face data). An index without face data answers
+the list with ``{"people": [], "faces": null}`` and 404 for the rest. Names are checked as ``imagent people name``
+checks them (:func:`imagent.index.people.check_name`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from imagent.core.imageio import ImageLoadError, image_from_bytes
-from imagent.index.face_store import FaceDataMissing
+from imagent.index.face_store import FACE_THUMBS, FaceDataMissing, face_crop_key
 from imagent.index.people import (
     Face,
     PeopleError,
@@ -45,6 +50,7 @@ from imagent.index.people import (
     scan_summary,
     split_face,
 )
+from imagent.server.library import ThumbnailCache
 
 try:
     from fastapi import APIRouter, HTTPException, Query
@@ -101,11 +107,22 @@ def crop_face(data: bytes, box: tuple[float, float, float, float], size: int, ma
     return out.getvalue()
 
 
-def people_router(workspace: Any, gallery: Any, photo_bytes: Callable[[str], bytes]) -> APIRouter:
+def crop_digest(record: Any, box: tuple[float, float, float, float]) -> str:
+    """What a face crop is cut from: the photo's content (hash, else id and path) and the box."""
+    photo = record.content_hash or f"{record.id}\0{record.path}"
+    return hashlib.sha256(f"{photo}\0{','.join(f'{v:.2f}' for v in box)}".encode("utf-8", "replace")).hexdigest()
+
+
+def people_router(workspace: Any, gallery: Any, photo_bytes: Callable[[str], bytes],
+                  photo_unchanged: Callable[[str], None]) -> APIRouter:
     """The routes above over ``gallery``. ``photo_bytes(image_id)`` returns a photo's file exactly as
-    ``/api/images`` would serve it (raising the same HTTP errors), so face crops pass the same checks."""
+    ``/api/images`` would serve it (raising the same HTTP errors), so face crops pass the same checks;
+    ``photo_unchanged(image_id)`` raises those errors when the file is gone or changed (without reading it), the
+    check before a cached crop is served. Crops are kept in ``<index>/face-thumbnails`` (face data: ``imagent
+    people forget`` deletes them, removing a face deletes its crops)."""
     router = APIRouter()
     indexing = workspace.settings.indexing
+    crops = ThumbnailCache(Path(gallery.root) / FACE_THUMBS, workers=min(4, os.cpu_count() or 1))
 
     def people_error(exc: Exception) -> HTTPException:
         if isinstance(exc, FaceDataMissing):
@@ -171,12 +188,21 @@ def people_router(workspace: Any, gallery: Any, photo_bytes: Callable[[str], byt
             face = await run_in_threadpool(face_of, gallery, face_id)
         except (PeopleError, FaceDataMissing) as exc:
             raise people_error(exc) from None
-        data = await run_in_threadpool(photo_bytes, face.photo)  # the /api/images checks
+        key = face_crop_key(face.id, crop_digest(gallery.record(face.photo), face.box))
+        headers = {"Cache-Control": "private, max-age=3600"}
+        jpeg = crops.get(key, size)
+        if jpeg is not None:
+            await run_in_threadpool(photo_unchanged, face.photo)  # a kept crop, but only of a file still indexed
+            return Response(jpeg, media_type="image/jpeg", headers=headers)
+
+        def render() -> bytes:
+            return crop_face(photo_bytes(face.photo), face.box, size, indexing.max_pixels)  # the /api/images checks
+
         try:
-            jpeg = await run_in_threadpool(crop_face, data, face.box, size, indexing.max_pixels)
+            jpeg = await run_in_threadpool(crops.make, key, size, render)
         except ImageLoadError as exc:
             raise HTTPException(409, f"the photo of face {face_id} cannot be decoded ({exc})") from None
-        return Response(jpeg, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=3600"})
+        return Response(jpeg, media_type="image/jpeg", headers=headers)
 
     return router
 
