@@ -214,3 +214,60 @@ def test_bootstrap_interval_of_a_constant_and_a_mixed_difference():
     assert lo < 0 < hi and lo == pytest.approx(-hi, abs=0.2)
     lo, hi = bootstrap_ci(np.array([1.0] * 30 + [0.0] * 10))
     assert 0.5 < lo < 0.75 < hi < 0.95
+
+
+def _album_run(folder: Path, method: str, album: str, f1: list[float], seconds: float, calls: float,
+               scaffold: str | None = "small") -> Path:
+    """A finished DISBench-style run folder written by hand (config.json and metrics.json as a run writes them)."""
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"run_id": f"{method}-{album}", "images_root": f"/albums/{album}"}))
+    rows = [{"qid": f"g{i:02d}", "f1": v, "em": 100.0 if v == 100 else 0.0, "source": "method"}
+            for i, v in enumerate(f1)]
+    metrics = {"benchmark": "disbench", "split": "all", "method": method, "queries": len(f1),
+               "scaffold": scaffold, "metrics": {"overall/f1": float(np.mean(f1))},
+               "behaviour": {"fallback_rate": 0.0, "code_selected_share": 0.5},
+               "run": {"queries_scored": len(f1), "errors": 0, "seconds_per_query_mean": seconds,
+                       "model_calls_per_query": calls}, "per_query": rows}
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+    return folder
+
+
+def test_compare_groups_of_runs_pairs_queries_across_albums(tmp_path):
+    """A folder of runs (one per album) is one side: metrics averaged over its runs, queries paired album by album
+    (the same query id on two albums is two queries), the tests and intervals pooled over all of them."""
+    from imagent.eval.compare import compare_runs
+    from imagent.eval.records import RunError
+
+    a, b = tmp_path / "agent", tmp_path / "album"
+    _album_run(a / "s1", "photocraft", "s1", [0.0, 50.0, 100.0], 100.0, 8.0)
+    _album_run(a / "s2", "photocraft", "s2", [0.0, 0.0], 200.0, 10.0)
+    _album_run(b / "s1", "album", "s1", [100.0, 50.0, 100.0], 2.0, 1.0, scaffold=None)
+    _album_run(b / "s2", "album", "s2", [100.0, 0.0], 4.0, 1.0, scaffold=None)
+    out = compare_runs([a, b])
+    assert list(out["runs"]) == ["photocraft (scaffold small)", "album"] and not out["warnings"]
+    assert [m["album"] for m in out["runs"]["album"]["members"]] == ["/albums/s1", "/albums/s2"]
+    rows = {r["metric"]: r for r in out["rows"]}
+    assert rows["overall/f1"]["photocraft (scaffold small)"] == pytest.approx((50.0 + 0.0) / 2)  # each run once
+    assert rows["overall/f1"]["album"] == pytest.approx((250 / 3 + 50.0) / 2)
+    assert rows["cost/seconds_per_query_mean"]["photocraft (scaffold small)"] == pytest.approx(700 / 5)  # per query
+    pq = out["per_query"]
+    assert pq["queries"] == 5 and pq["wins"] == 2 and pq["losses"] == 0 and pq["ties"] == 3
+    assert set(pq["examples"]["wins"]) == {"/albums/s1:g00", "/albums/s2:g00"}
+    f1 = next(r for r in out["bootstrap"] if r["metric"] == "f1")
+    assert f1["queries"] == 5 and f1["difference"] == pytest.approx(200 / 5) and f1["ci_low"] >= 0
+    # the CLI writes the report with the members named
+    res = CliRunner().invoke(app(), ["eval", "--compare", str(a), str(b), "--compare-report", str(tmp_path / "c.md")])
+    assert res.exit_code == 0, res.output
+    text = (tmp_path / "c.md").read_text()
+    assert "the mean of 2 runs" in text and "on `/albums/s2`, 2 queries" in text
+    # groups of different albums are compared, with a warning; a group mixing methods or asking one album twice
+    # is refused
+    _album_run(b / "s3", "album", "s3", [100.0], 2.0, 1.0, scaffold=None)
+    assert any("only in one of them /albums/s3" in w for w in compare_runs([a, b])["warnings"])
+    _album_run(a / "s3", "imageseeker", "s3", [0.0], 50.0, 5.0)
+    with pytest.raises(RunError, match="mixes runs"):
+        compare_runs([a, b])
+    (a / "s3" / "metrics.json").unlink()
+    _album_run(b / "s1-again", "album", "s1", [0.0], 2.0, 1.0, scaffold=None)
+    with pytest.raises(RunError, match="two runs of one album"):
+        compare_runs([a, b])

@@ -171,7 +171,9 @@ def register(app: typer.Typer, get_workspace: Callable[..., Any]) -> None:
         compare: Annotated[tuple[Path, Path] | None, typer.Option("--compare", help="two runs' metrics side by "
                                                                   "side, per-query deltas, paired tests and "
                                                                   "bootstrap intervals, as Markdown and HTML "
-                                                                  "(RUN_A RUN_B)")] = None,
+                                                                  "(RUN_A RUN_B; each may be a folder of runs, "
+                                                                  "one per album: their means, pooled tests)")
+                                                     ] = None,
         compare_report: Annotated[Path | None, typer.Option(
             "--compare-report", help="where --compare writes its Markdown report (default: "
             "compare-<id A>-vs-<id B>.md beside RUN_A's folder)")] = None,

@@ -1,6 +1,12 @@
 """Side-by-side metrics of finished runs (``imagent eval --compare RUN_A RUN_B``), and for two runs of the
 same queries a paired per-query comparison: wins, losses, ties, two significance tests, per-query deltas and
-bootstrap confidence intervals of each metric difference. :mod:`imagent.eval.compare_html` renders it as HTML."""
+bootstrap confidence intervals of each metric difference. :mod:`imagent.eval.compare_html` renders it as HTML.
+
+Either side may be a *group*: a folder holding several finished runs of one method (with one scaffold profile), one
+run per album or seed (``runs/photocraft/s1``, ``runs/photocraft/s2``, ...). A group's metrics are the means over
+its runs (cost: per query over all of them); its queries are named ``<album>:<query id>`` (the album: the run's
+images root, else its annotations), so two groups are paired query by query across all their albums and the tests
+and intervals pool them."""
 
 from __future__ import annotations
 
@@ -23,6 +29,73 @@ def load_run(run_dir: Path) -> dict[str, Any]:
     return data
 
 
+def is_group(path: Path) -> bool:
+    """Whether ``path`` is a folder of finished runs (no run of its own)."""
+    path = Path(path)
+    return (path.is_dir() and not RunFolder(path).metrics_path.is_file()
+            and any(RunFolder(p).metrics_path.is_file() for p in path.iterdir() if p.is_dir()))
+
+
+def album_key(data: dict[str, Any]) -> str:
+    """What a run's queries were asked of: its images root, else its annotations, else its run id."""
+    cfg = data.get("config") or {}
+    where = cfg.get("images_root") or (cfg.get("images") or {}).get("root") or cfg.get("annotations")
+    return str(where or data.get("run_id"))
+
+
+def load_group(group_dir: Path) -> dict[str, Any]:
+    """A folder of finished runs of one method as one run: the members' metrics averaged (each run counts once),
+    seconds and model calls per query over all their queries, their per-query rows with ``<album>:`` before each
+    query id. A :class:`~imagent.eval.records.RunError` when the runs are of different methods, benchmarks,
+    splits or scaffold profiles, or two of them asked the same album."""
+    from imagent.eval.records import RunError
+
+    members = [(p, load_run(p)) for p in sorted(Path(group_dir).iterdir())
+               if p.is_dir() and RunFolder(p).metrics_path.is_file()]
+    first = members[0][1]
+    for p, data in members[1:]:
+        for key in ("method", "benchmark", "split", "scaffold"):
+            if data.get(key) != first.get(key):
+                raise RunError(f"{group_dir} mixes runs: {p.name} has {key}={data.get(key)!r}, {members[0][0].name} "
+                               f"has {first.get(key)!r} (a group holds one method's runs, one per album)")
+    keys = [album_key(d) for _, d in members]
+    if len(set(keys)) < len(keys):
+        raise RunError(f"{group_dir} holds two runs of one album ({sorted(k for k in keys if keys.count(k) > 1)[0]})")
+
+    def mean_of(dicts: list[dict[str, Any]]) -> dict[str, float]:
+        shared = [k for k in dicts[0] if all(isinstance(d.get(k), (int, float)) for d in dicts)]
+        return {k: float(np.mean([d[k] for d in dicts])) for k in shared}
+
+    runs = [d.get("run") or {} for _, d in members]
+    queries = [int(r.get("queries_scored") or d.get("queries") or 0) for r, (_, d) in zip(runs, members, strict=True)]
+    total = max(1, sum(queries))
+    cost: dict[str, Any] = {"errors": sum(int(r.get("errors") or 0) for r in runs)}
+    for k in ("seconds_per_query_mean", "model_calls_per_query"):
+        if all(isinstance(r.get(k), (int, float)) for r in runs):
+            cost[k] = sum(float(r[k]) * n for r, n in zip(runs, queries, strict=True)) / total
+    per_query = []
+    for key, (_, d) in zip(keys, members, strict=True):
+        for row in d.get("per_query") or []:
+            name = f"{key}:{row.get('query') or row.get('qid') or row.get('id')}"
+            per_query.append({**row, **{k: name for k in ("query", "qid", "id") if k in row}, "qid": name})
+    ids = [str(d.get("run_id")) for _, d in members]
+    return {
+        "benchmark": first.get("benchmark"), "split": first.get("split"), "method": first.get("method"),
+        "scaffold": first.get("scaffold"), "queries": sum(int(d.get("queries") or 0) for _, d in members),
+        "metrics": mean_of([d.get("metrics") or {} for _, d in members]),
+        "behaviour": mean_of([d.get("behaviour") or {} for _, d in members]),
+        "run": cost, "per_query": per_query, "config": {},
+        "run_id": "group-" + "-".join(i[:6] for i in ids),
+        "members": [{"run_dir": str(p), "run_id": d.get("run_id"), "album": k, "queries": d.get("queries"),
+                     "metrics": d.get("metrics") or {}} for (p, d), k in zip(members, keys, strict=True)],
+    }
+
+
+def load_side(path: Path) -> dict[str, Any]:
+    """One side of a comparison: a run (:func:`load_run`) or a group of runs (:func:`load_group`)."""
+    return load_group(path) if is_group(path) else load_run(path)
+
+
 def run_label(run_dir: Path, data: dict[str, Any], taken: set[str]) -> str:
     label = data.get("method") or Path(run_dir).name
     if data.get("method") and data.get("scaffold"):  # an album agent: its scaffold profile names the run too
@@ -39,7 +112,7 @@ def compare_runs(run_dirs: Sequence[Path]) -> dict[str, Any]:
     Rows cover the final metrics, then each run's stages (``stage/<name>/<metric>``), then the fallback and error
     rates (``behaviour/...``: a run whose answers are more often fallbacks is not the better method), then cost.
     With two runs a ``delta`` (second minus first) is added."""
-    runs = [(Path(d), load_run(Path(d))) for d in run_dirs]
+    runs = [(Path(d), load_side(Path(d))) for d in run_dirs]
     taken: set[str] = set()
     labels = [run_label(d, data, taken) for d, data in runs]
     warnings = []
@@ -77,7 +150,8 @@ def compare_runs(run_dirs: Sequence[Path]) -> dict[str, Any]:
         rows.append(row)
     out = {
         "runs": {label: {"run_dir": str(d), "run_id": data.get("run_id"), "benchmark": data.get("benchmark"),
-                         "split": data.get("split"), "queries": data.get("queries"), "scaffold": data.get("scaffold")}
+                         "split": data.get("split"), "queries": data.get("queries"), "scaffold": data.get("scaffold"),
+                         **({"members": data["members"]} if "members" in data else {})}
                  for (d, data), label in zip(runs, labels, strict=True)},
         "rows": rows,
         "warnings": warnings,
@@ -85,6 +159,12 @@ def compare_runs(run_dirs: Sequence[Path]) -> dict[str, Any]:
     out["curves"] = {label: {"recall": (data.get("recall_curve") or {}).get("final") or {},
                              "sets": data.get("set_scores") or {}}
                      for (_, data), label in zip(runs, labels, strict=True)}
+    groups = [{m["album"] for m in data["members"]} for _, data in runs if "members" in data]
+    if len(groups) == 2 and groups[0] != groups[1]:
+        warnings.append("the groups asked different albums: only in one of them "
+                        + ", ".join(sorted(groups[0] ^ groups[1])))
+    elif len(groups) == 1 and len(runs) == 2:
+        warnings.append("one side is a group of runs and the other a single run: no query is paired")
     if len(runs) == 2:
         rows_a, rows_b = runs[0][1].get("per_query") or [], runs[1][1].get("per_query") or []
         paired = paired_comparison(rows_a, rows_b, labels)
@@ -157,6 +237,12 @@ def compare_markdown(result: dict[str, Any]) -> str:
     lines = ["# Comparison: " + " vs ".join(labels), ""]
     for label, info in result["runs"].items():
         scaffold = f", scaffold {info['scaffold']}" if info.get("scaffold") else ""
+        if info.get("members"):
+            lines.append(f"- {label}: the mean of {len(info['members'])} runs in `{info['run_dir']}` "
+                         f"({info['benchmark']} {info['split']}, {info['queries']} queries{scaffold}):")
+            lines += [f"  - run `{m['run_id']}` ({Path(m['run_dir']).name}) on `{m['album']}`, {m['queries']} queries"
+                      for m in info["members"]]
+            continue
         lines.append(f"- {label}: run `{info.get('run_id')}` in `{info['run_dir']}` ({info['benchmark']} "
                      f"{info['split']}, {info['queries']} queries{scaffold})")
     two = len(labels) == 2
