@@ -15,6 +15,8 @@ prints per configuration and per comparison a line
 The album agents take minutes a query with the offline 0.5B on 2 cores; ``--limit`` takes a stratified sample of
 each album's queries (the same queries for every configuration). A fresh call cache under ``OUT/cache`` (every
 model call computed; the assembled GGUFs are linked in), one llama.cpp thread per run, ``--jobs`` runs at once.
+``calls`` counts every call a method made; ``s`` is honest only for calls computed in this folder's cache (a query
+whose calls were cached by an earlier run takes well under a second).
 
     python benchmarks/album_compare.py OUT [--seeds 2101,2102,2103] [--limit 4] [--jobs 2]
         [--configs album,photocraft:small,photocraft:none,imageseeker:small,imageseeker:none]
@@ -121,8 +123,9 @@ def main(argv: list[str] | None = None) -> None:
                    for s in seeds]
         n = sum(m["queries"] for m in metrics)
         f1, em = (sum(m["metrics"].get(k, 0.0) for m in metrics) / len(metrics) for k in ("overall/f1", "overall/em"))
-        calls, secs = (sum(m["run"][k] * m["queries"] for m in metrics) / max(1, n)
-                       for k in ("model_calls_per_query", "seconds_per_query_mean"))
+        # every call the method made (served by the call cache or not: a resumed or repeated run has cached ones)
+        calls = sum(m["run"].get("model_calls", 0) + m["run"].get("cached_calls", 0) for m in metrics) / max(1, n)
+        secs = sum(m["run"]["seconds_per_query_mean"] * m["queries"] for m in metrics) / max(1, n)
         share = [m.get("behaviour", {}).get("code_selected_share") for m in metrics]
         share_text = f"{sum(share) / len(share):.2f}" if all(isinstance(x, (int, float)) for x in share) else "n/a"
         print(f"album_compare config={config} seeds={len(seeds)} queries={n} f1={f1:.1f} em={em:.1f} "
