@@ -17,8 +17,10 @@ subcommand (``imagent people --index DIR name 3 Anna``) apply to it too.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -45,8 +47,15 @@ def _context(ctx: typer.Context, index_dir: Path | None, config: Path | None, se
     return ws, ws.gallery(index_dir or parent.get("index"))
 
 
-def _no_face_data(gallery: Any) -> HintedError:
-    return HintedError(f"the index at {gallery.root} has no face data", _NO_FACES_HINT)
+@contextlib.contextmanager
+def _face_data(gallery: Any) -> Iterator[None]:
+    """The index's missing face data as the commands' one hinted error."""
+    from imagent.index.face_store import FaceDataMissing
+
+    try:
+        yield
+    except FaceDataMissing:
+        raise HintedError(f"the index at {gallery.root} has no face data", _NO_FACES_HINT) from None
 
 
 def print_face_pass(faces: Any) -> None:
@@ -79,15 +88,12 @@ def people(
     ctx.obj = {"index": index_dir, "config": config, "sets": set_ or [], "json": json_out}
     if ctx.invoked_subcommand:
         return
-    from imagent.index.face_store import FaceDataMissing
     from imagent.index.people import list_people, scan_summary
 
     ws, gallery = _context(ctx, None, None, None)
-    try:
+    with _face_data(gallery):
         groups = list_people(gallery, ws.settings.indexing.face_min_group)
         summary = scan_summary(gallery)
-    except FaceDataMissing:
-        raise _no_face_data(gallery) from None
     rows = []
     for p in groups:
         photos = [{"id": i, "path": gallery.record(i).path} for i in p.photos]
@@ -123,14 +129,11 @@ def show(ctx: typer.Context, person: Annotated[str, typer.Argument(help="a group
          index_dir: IndexOpt = None, config: ConfigOpt = None, set_: SetOpt = None,
          json_out: JsonOpt = False) -> None:
     """One group's faces: face id, photo, box (fractions of the photo) and size; the ids split and remove take."""
-    from imagent.index.face_store import FaceDataMissing
     from imagent.index.people import get_person
 
     _ws, gallery = _context(ctx, index_dir, config, set_)
-    try:
+    with _face_data(gallery):
         p = get_person(gallery, person)
-    except FaceDataMissing:
-        raise _no_face_data(gallery) from None
     faces = [{**f.to_dict(), "path": gallery.record(f.photo).path} for f in p.faces]
     if json_out or (ctx.obj or {}).get("json"):
         _write({"id": p.id, "name": p.name, "faces": faces})
@@ -159,16 +162,13 @@ def name(ctx: typer.Context, person: Annotated[int, typer.Argument(help="the gro
          index_dir: IndexOpt = None, config: ConfigOpt = None, set_: SetOpt = None,
          json_out: JsonOpt = False) -> None:
     """Name a group. The name is kept through every re-index; search with --where "person = 'NAME'"."""
-    from imagent.index.face_store import FaceDataMissing
     from imagent.index.people import name_person
 
     if (new_name is None) == (not clear):
         raise HintedError("give a NAME, or --clear to take the name off", 'e.g. imagent people name 3 "Anna"')
     _ws, gallery = _context(ctx, index_dir, config, set_)
-    try:
+    with _face_data(gallery):
         done = name_person(gallery, person, None if clear else new_name)
-    except FaceDataMissing:
-        raise _no_face_data(gallery) from None
     line = (f"group {person} is now named {done['name']!r}" if done["name"] else f"group {person} has no name now")
     if done["name"]:
         line += f"; search: imagent search --where \"person = {_quoted(done['name'])}\""
@@ -188,14 +188,11 @@ def merge(ctx: typer.Context, into: Annotated[int, typer.Argument(help="the grou
           index_dir: IndexOpt = None, config: ConfigOpt = None, set_: SetOpt = None,
           json_out: JsonOpt = False) -> None:
     """One person split over several groups: every face of the others joins the first; the others go."""
-    from imagent.index.face_store import FaceDataMissing
     from imagent.index.people import merge_people
 
     _ws, gallery = _context(ctx, index_dir, config, set_)
-    try:
+    with _face_data(gallery):
         done = merge_people(gallery, into, others)
-    except FaceDataMissing:
-        raise _no_face_data(gallery) from None
     _done(ctx, json_out, done, f"{done['faces_moved']} face(s) of group(s) {', '.join(map(str, done['merged']))} "
           f"joined group {into}" + (f" ({done['name']})" if done["name"] else ""))
 
@@ -207,14 +204,11 @@ def split(ctx: typer.Context, face: Annotated[int, typer.Argument(help="a face i
           index_dir: IndexOpt = None, config: ConfigOpt = None, set_: SetOpt = None,
           json_out: JsonOpt = False) -> None:
     """A face in the wrong group: move it to a new group of its own (or --to another); it stays there."""
-    from imagent.index.face_store import FaceDataMissing
     from imagent.index.people import split_face
 
     _ws, gallery = _context(ctx, index_dir, config, set_)
-    try:
+    with _face_data(gallery):
         done = split_face(gallery, face, to)
-    except FaceDataMissing:
-        raise _no_face_data(gallery) from None
     where = f"a new group {done['to']}" if done["new_group"] else f"group {done['to']}"
     _done(ctx, json_out, done, f"face {face} moved from group {done['from']} to {where}")
 
@@ -226,14 +220,11 @@ def remove(ctx: typer.Context, face: Annotated[int, typer.Argument(help="a face 
            json_out: JsonOpt = False) -> None:
     """A face that is nobody (a false detection, a stranger): its box and descriptor are deleted and its photo is
     not looked at again."""
-    from imagent.index.face_store import FaceDataMissing
     from imagent.index.people import remove_face
 
     _ws, gallery = _context(ctx, index_dir, config, set_)
-    try:
+    with _face_data(gallery):
         done = remove_face(gallery, face)
-    except FaceDataMissing:
-        raise _no_face_data(gallery) from None
     _done(ctx, json_out, done, f"face {face} deleted (it was in group {done['from']})")
 
 

@@ -224,24 +224,9 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
         rec = known(image_id)
         return {**rec.to_dict(), "place": record_place(rec)}
 
-    @app.get("/api/images/{image_id:path}")
-    def image(image_id: str) -> Response:
-        # Only files the index recorded are served: the id is looked up, never used as a path.
-        rec = known(image_id)
-        try:
-            data = read_indexed_file(rec, fingerprint_of(image_id), workspace.settings.indexing.max_file_bytes)
-        except FileNotFoundError as exc:
-            raise HTTPException(404, f"the file of {image_id!r} is not on disk ({exc})") from None
-        except FileChanged as exc:
-            raise HTTPException(409, f"the file of {image_id!r} changed since it was indexed ({exc}); "
-                                     "re-run imagent index to serve it") from None
-        media = mimetypes.guess_type(rec.path)[0] or "application/octet-stream"
-        if media in ("image/heic", "image/heif") or rec.path.lower().endswith((".heic", ".heif", ".hif")):
-            data, media = _as_jpeg(data, workspace.settings.indexing.max_pixels), "image/jpeg"  # browsers show JPEG
-        return Response(data, media_type=media, headers={"Cache-Control": "private, max-age=3600"})
-
     def photo_bytes(image_id: str) -> bytes:
-        """A photo's file with the checks of /api/images, for other routes (face crops)."""
+        """A photo's file as the index recorded it (the id is looked up, never used as a path): 404 when it is
+        gone, 409 when it changed since indexing. /api/images and the face crops read through it."""
         rec = known(image_id)
         try:
             return read_indexed_file(rec, fingerprint_of(image_id), workspace.settings.indexing.max_file_bytes)
@@ -250,6 +235,15 @@ def create_app(workspace: Workspace, index: str | Path | None = None, token: str
         except FileChanged as exc:
             raise HTTPException(409, f"the file of {image_id!r} changed since it was indexed ({exc}); "
                                      "re-run imagent index to serve it") from None
+
+    @app.get("/api/images/{image_id:path}")
+    def image(image_id: str) -> Response:
+        rec = known(image_id)
+        data = photo_bytes(image_id)
+        media = mimetypes.guess_type(rec.path)[0] or "application/octet-stream"
+        if media in ("image/heic", "image/heif") or rec.path.lower().endswith((".heic", ".heif", ".hif")):
+            data, media = _as_jpeg(data, workspace.settings.indexing.max_pixels), "image/jpeg"  # browsers show JPEG
+        return Response(data, media_type=media, headers={"Cache-Control": "private, max-age=3600"})
 
     def photo_unchanged(image_id: str) -> None:
         """The check of /api/images without reading the file (before a cached face crop is served)."""
