@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # run from
 from imagent.api import Workspace
 from imagent.core.config import Settings
 from imagent.index.builder import build_index
+from imagent.index.parts import IndexParts
 
 ADJECTIVES = ["red", "blue", "green", "tiny", "huge", "old", "new", "shiny", "striped", "wooden"]
 
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
                 text.encode_texts(texts[i : i + batch])
             encode_s.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
-            report = build_index(tmp / "m.jsonl", tmp / f"index{rep}", dual, text, ws.settings.indexing)
+            report = build_index(tmp / "m.jsonl", tmp / f"index{rep}", IndexParts.of(dual, text), ws.settings.indexing)
             build_s.append(time.perf_counter() - t0)
             if report.added != args.rows:
                 raise SystemExit(f"indexed {report.added} of {args.rows} rows: {report.skipped[:3]}")

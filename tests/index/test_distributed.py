@@ -15,6 +15,7 @@ import pytest
 from imagent.core.config import IndexOptions
 from imagent.index.builder import build_index
 from imagent.index.gallery import Gallery
+from imagent.index.parts import IndexParts
 
 ray = pytest.importorskip("ray")
 
@@ -81,11 +82,11 @@ def test_a_killed_worker_is_restarted_and_the_index_equals_a_local_build(tmp_pat
 
     manifest = _manifest(tmp_path)
     local = hash_encoder_factory()()
-    build_index(manifest, tmp_path / "local", local, local, IndexOptions())
+    build_index(manifest, tmp_path / "local", IndexParts.of(local, local), IndexOptions())
     marker = str(tmp_path / "died")
     pool = RayEncoderPool(hash_encoder_factory(marker), actors=2, chunk_size=8)
     try:
-        report = build_index(manifest, tmp_path / "ray", pool, pool, IndexOptions(batch_size=64))
+        report = build_index(manifest, tmp_path / "ray", IndexParts.of(pool, pool), IndexOptions(batch_size=64))
     finally:
         pool.close()
     assert os.path.exists(marker), "the worker never died: the fault was not exercised"
@@ -114,13 +115,16 @@ def test_extra_encoders_run_as_pools_too(tmp_path, cluster):
 
     manifest = _manifest(tmp_path, 20)
     local = hash_encoder_factory()()
-    build_index(manifest, tmp_path / "local", local, local, IndexOptions(),
-                extras=[ExtraEncoder("h2", "text", local), ExtraEncoder("h3", "dual", local)])
-    build_index(manifest, tmp_path / "ray", local, local, IndexOptions())  # the extra spaces come later, on Ray
+    build_index(manifest, tmp_path / "local",
+                IndexParts.of(local, local, extras=[ExtraEncoder("h2", "text", local), ExtraEncoder("h3", "dual", local)]),
+                IndexOptions())
+    build_index(manifest, tmp_path / "ray",
+                IndexParts.of(local, local), IndexOptions())  # the extra spaces come later, on Ray
     pools = [RayEncoderPool(hash_encoder_factory(), actors=1, chunk_size=8) for _ in range(2)]
     try:
-        report = build_index(manifest, tmp_path / "ray", local, local, IndexOptions(),
-                             extras=[ExtraEncoder("h2", "text", pools[0]), ExtraEncoder("h3", "dual", pools[1])])
+        report = build_index(manifest, tmp_path / "ray",
+                             IndexParts.of(local, local, extras=[ExtraEncoder("h2", "text", pools[0]), ExtraEncoder("h3", "dual", pools[1])]),
+                             IndexOptions())
     finally:
         for p in pools:
             p.close()

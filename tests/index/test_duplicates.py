@@ -15,6 +15,7 @@ from imagent.core.config import IndexOptions
 from imagent.index.builder import build_index
 from imagent.index.duplicates import collapse, duplicate_groups
 from imagent.index.gallery import Gallery
+from imagent.index.parts import IndexParts
 
 
 class ThumbDual:
@@ -58,7 +59,7 @@ def _names(group):
 
 def test_exact_reencoded_and_resized_copies_are_grouped_not_a_different_photo(tmp_path, images, tiny):
     folder = _folder(tmp_path, images)
-    r = build_index(folder, tmp_path / "idx", None, tiny)
+    r = build_index(folder, tmp_path / "idx", IndexParts.of(None, tiny))
     assert any("identical content" in reason for _, reason in r.skipped)  # the exact copy is not indexed twice
     g = Gallery(tmp_path / "idx")
     groups = duplicate_groups(g)
@@ -77,12 +78,12 @@ def test_exact_reencoded_and_resized_copies_are_grouped_not_a_different_photo(tm
 
 def test_image_vectors_confirm_near_duplicates(tmp_path, images, tiny):
     folder = _folder(tmp_path, images)
-    build_index(folder, tmp_path / "idx", ThumbDual(tiny), tiny)
+    build_index(folder, tmp_path / "idx", IndexParts.of(ThumbDual(tiny), tiny))
     g = Gallery(tmp_path / "idx")
     near = [x for x in duplicate_groups(g) if x.kind == "near"]
     assert [_names(x) for x in near] == [["a.jpg", "a_half.jpg", "a_q40.jpg"]]
     # image vectors that say the files differ (a hash of their bytes): the perceptual hashes alone are not enough
-    build_index(folder, tmp_path / "idx2", BytesDual(tiny), tiny)
+    build_index(folder, tmp_path / "idx2", IndexParts.of(BytesDual(tiny), tiny))
     assert not [x for x in duplicate_groups(Gallery(tmp_path / "idx2")) if x.kind == "near"]
 
 
@@ -103,7 +104,7 @@ def test_duplicates_command_and_collapse(tmp_path, images, tiny, monkeypatch):
     from imagent.cli.main import app
 
     folder = _folder(tmp_path, images)
-    build_index(folder, tmp_path / "idx", None, tiny)
+    build_index(folder, tmp_path / "idx", IndexParts.of(None, tiny))
     out = CliRunner().invoke(app, ["duplicates", "--index", str(tmp_path / "idx"), "--json"])
     assert out.exit_code == 0, out.output
     groups = json.loads(out.stdout)["groups"]

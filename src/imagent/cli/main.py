@@ -77,8 +77,9 @@ def index(
     captions: Annotated[Path | None, typer.Option(
         "--captions", help="import captions: JSONL/JSON/CSV rows {id|file|path, caption} (stored as given)")] = None,
     ray: Annotated[str | None, typer.Option(
-        "--ray", help="embed on a Ray cluster: local (start one here), auto (join this one's), or HOST:PORT")] = None,
-    ray_actors: Annotated[int, typer.Option(help="encoder actors per model on the Ray cluster", min=1)] = 2,
+        "--ray", help="compute every per-photo stage (pixels, embedding, faces) on a Ray cluster: local (start one "
+                      "here), auto (join this one's), or HOST:PORT")] = None,
+    ray_actors: Annotated[int, typer.Option(help="index actors on the Ray cluster", min=1)] = 2,
     ray_gpus: Annotated[float, typer.Option(help="GPUs per Ray actor (1 on a GPU cluster)", min=0)] = 0.0,
     config: ConfigOpt = None,
     set_: SetOpt = None,
@@ -86,8 +87,8 @@ def index(
 ) -> None:
     """Index a gallery: records, metadata (EXIF time/GPS), embeddings. Incremental and resumable.
 
-    With --ray the same build runs with its encoders on a Ray cluster (actor pools; the database stays
-    here and is committed batch by batch, so a killed run resumes like a local one)."""
+    With --ray the same build computes every per-photo stage on a Ray cluster (actors holding the models; the
+    database stays here and is committed chunk by chunk, so a killed run resumes like a local one)."""
     from rich.markup import escape
     from rich.text import Text
 
