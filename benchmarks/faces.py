@@ -5,8 +5,8 @@ Speed: a folder of camera-sized photos is built from the shipped test photos (``
 Biden, public domain) and scikit-image's (the astronaut; a cup, a rocket and a cat without a human face): each is
 pasted at a random scale onto a 3000x2000 JPEG, so decoding, scaling and detecting cost what a phone's photo does.
 The face scan of ``imagent index`` (:mod:`imagent.index.faces`: decode within the pixel budget, scale to
-``face_side``, detect, 5-point landmarks, 128-d descriptors) runs over it with ``--workers`` processes (dlib holds
-the GIL, so workers are processes), once with HOG at the default ``face_side`` (2048) and once with the CNN
+``faces.side``, detect, 5-point landmarks, 128-d descriptors) runs over it with ``--workers`` processes (dlib holds
+the GIL, so workers are processes), once with HOG at the default ``faces.side`` (2048) and once with the CNN
 detector at ``--cnn-side`` 1024 (where it finds faces of the same share of a photo as HOG at 2048; at 2048 it took
 ~30 s a photo here) on ``--cnn-photos`` photos. Model loading is not counted (workers are started and warmed first).
 

@@ -253,3 +253,69 @@ def test_the_import_reader_sees_function_level_and_relative_imports(tmp_path):
     f.write_text("def g():\n    from imagent.methods.album import tools\nfrom ..methods import base\nimport json\n")
     names = imported_modules(f, tmp_path)
     assert {"imagent.methods.album.tools", "imagent.methods.base", "json"} <= names
+
+
+# --------------------------------------------------------------------------- one index composition
+
+# What only the composition (index/parts.py) makes: the encoders wrapped for a build, the per-photo stages with
+# their models' loaders, the face model, the parts themselves and the Ray runner.
+COMPOSED = {"LazyEncoder", "PixelStage", "FaceStage", "FaceModel", "IndexParts", "RayRunner"}
+
+
+def calls_of(path: Path, names: set[str], root: Path = SRC) -> list[tuple[str, int, str]]:
+    """``(file, line, called name)`` of every call in ``path`` of a function or class named in ``names`` (a bare
+    name or the last part of an attribute: ``faces.FaceModel(...)``)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+            if name in names:
+                out.append((str(path.relative_to(root)), node.lineno, name))
+    return out
+
+
+def test_only_the_composition_builds_index_parts_and_every_build_goes_through_it():
+    """Issue 44: the parts of an index build are made in one place (index/parts.py: compose_index and
+    IndexParts.of) and passed as one object; every interface indexes through Workspace.index, the one caller of
+    build_index outside the index package; eval indexing (ensure_index) calls Workspace.index, never the builder."""
+    made = [c for p in sorted(SRC.rglob("*.py")) for c in calls_of(p, COMPOSED)
+            if p.relative_to(SRC).as_posix() != "index/parts.py"]
+    assert not made, "index parts made outside index/parts.py:\n" + "\n".join(map(str, made))
+    builds = [c for p in sorted(SRC.rglob("*.py")) if p.relative_to(SRC).parts[0] != "index"
+              for c in calls_of(p, {"build_index"})]
+    assert [(f, name) for f, _, name in builds] == [("api.py", "build_index")], builds
+    api = ast.parse((SRC / "api.py").read_text(encoding="utf-8"))
+    index_fn = next(n for n in ast.walk(api) if isinstance(n, ast.FunctionDef) and n.name == "index")
+    assert calls_of_node(index_fn, {"build_index", "compose_index"}) == {"build_index", "compose_index"}
+    indexing = SRC / "eval" / "indexing.py"
+    assert not calls_of(indexing, {"build_index", "compose_index"})
+    assert "imagent.index.builder" not in imported_modules(indexing)
+    ensure = next(n for n in ast.walk(ast.parse(indexing.read_text(encoding="utf-8")))
+                  if isinstance(n, ast.FunctionDef) and n.name == "ensure_index")
+    assert "index" in calls_of_node(ensure, {"index"}), "ensure_index indexes through Workspace.index"
+
+
+def calls_of_node(node: ast.AST, names: set[str]) -> set[str]:
+    found = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Call):
+            f = n.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+            if name in names:
+                found.add(name)
+    return found
+
+
+def test_the_composition_check_sees_a_part_made_elsewhere(tmp_path):
+    f = tmp_path / "x.py"
+    f.write_text("from imagent.models import faces\nm = faces.FaceModel(opts)\ne = LazyEncoder(load)\n")
+    assert sorted(name for _, _, name in calls_of(f, COMPOSED, tmp_path)) == ["FaceModel", "LazyEncoder"]
+
+
+def test_no_writes_into_an_objects_dict():
+    """Lazy parts live in typed holders (Workspace.parts), never in ``obj.__dict__[...]`` or ``__dict__.setdefault``."""
+    hits = [f"{p.relative_to(SRC)}:{n}" for p in sorted(SRC.rglob("*.py"))
+            for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+            if re.search(r"__dict__\s*(\[|\.setdefault|\.update|\.pop)", line)]
+    assert not hits, hits

@@ -512,7 +512,7 @@ class Workspace:
     # ------------------------------------------------------------------ indexing
     def index(self, source: str | Path, index: str | Path | None = None, *, caption_missing: bool = False,
               captions: str | Path | None = None, ray: str | None = None, ray_actors: int = 2, ray_gpus: float = 0.0,
-              progress: Callable[[int, int, str], None] | None = None) -> IndexReport:
+              ray_chunk: int = 64, progress: Callable[[int, int, str], None] | None = None) -> IndexReport:
         """Index ``source`` (a folder of images, or a manifest) into ``index`` (None: the configured one):
         records, metadata, embeddings, labels, faces; incremental and resumable. Returns the builder's report.
 
@@ -521,7 +521,8 @@ class Workspace:
         that finds nothing new loads none), and are then shared with its searches. With ``caption_missing`` the
         captioner role captions uncaptioned images, unless its model cannot see images: then captioning is refused
         (first warning of the report). ``captions`` imports captions from a file. ``ray`` ("local", "auto" or
-        HOST:PORT) computes every per-photo stage on a Ray cluster, on ``ray_actors`` actors (``ray_gpus`` each)."""
+        HOST:PORT) computes every per-photo stage on a Ray cluster, on ``ray_actors`` actors (``ray_gpus`` each),
+        ``ray_chunk`` photos a task."""
         import contextlib
         import os
 
@@ -542,7 +543,7 @@ class Workspace:
             options = options.model_copy(update={"caption_missing": False})
         # A CPU an actor on a cluster; on this machine alone (local) the actors share its cores.
         cpus = min(1.0, (os.cpu_count() or 1) / ray_actors) if ray == "local" else 1.0
-        plan = RayPlan(actors=ray_actors, cpus_per_actor=cpus, gpus_per_actor=ray_gpus) if ray else None
+        plan = RayPlan(ray_actors, ray_chunk, cpus, ray_gpus) if ray else None
         cluster: Any = contextlib.nullcontext()
         if plan is not None:
             from imagent.index.distributed import ray_cluster

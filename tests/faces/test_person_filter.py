@@ -88,7 +88,7 @@ def test_missing_face_models_are_said_and_indexing_goes_on(tmp_path, monkeypatch
     Image.new("RGB", (64, 48), "red").save(folder / "red.png")
     report = build_index(folder, tmp_path / "index", IndexParts.of(caption_dual, minilm))
     assert report.added == 1 and report.faces.status == "unavailable"
-    assert "imagent[offline]" in report.faces.summary() and 'indexing.faces = "off"' in report.faces.summary()
+    assert "imagent[offline]" in report.faces.summary() and 'faces.mode = "off"' in report.faces.summary()
     Image.new("RGB", (64, 48), "blue").save(folder / "blue.png")
     with pytest.raises(faces.FaceModelError, match="dlib is not installed"):
         build_index(folder, tmp_path / "index", IndexParts.of(caption_dual, minilm, faces=FaceOptions(mode="on")))

@@ -81,6 +81,8 @@ def index(
                       "here), auto (join this one's), or HOST:PORT")] = None,
     ray_actors: Annotated[int, typer.Option(help="index actors on the Ray cluster", min=1)] = 2,
     ray_gpus: Annotated[float, typer.Option(help="GPUs per Ray actor (1 on a GPU cluster)", min=0)] = 0.0,
+    ray_chunk: Annotated[int, typer.Option(help="photos a Ray task computes (each committed as it returns)", min=1)
+                         ] = 64,
     config: ConfigOpt = None,
     set_: SetOpt = None,
     json_out: JsonOpt = False,
@@ -103,7 +105,7 @@ def index(
             bar.update(task, completed=done, total=total, item=escape(Path(path).name[:40]))
 
         report = ws.index(source, index_dir, caption_missing=caption_missing, captions=captions, ray=ray,
-                          ray_actors=ray_actors, ray_gpus=ray_gpus, progress=on_progress)
+                          ray_actors=ray_actors, ray_gpus=ray_gpus, ray_chunk=ray_chunk, progress=on_progress)
     if json_out:
         console.print_json(json.dumps({"index": display_path(root), **report.to_dict()}, default=str))
         return

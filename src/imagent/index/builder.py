@@ -542,7 +542,7 @@ def build_index(
     report.coverage(gallery, parts.dual)
     # After the snapshot: a kill here leaves the records and vectors complete (faces: imagent.index.faces).
     for stage in parts.after:
-        run_after(gallery, stage, parts.runner, max(1, options.batch_size), source_is_folder(source), progress)
+        run_after(gallery, stage, parts.runner, _chunk(parts, options), source_is_folder(source), progress)
         report.warnings.extend(stage.notes())
     faces = [s for s in parts.after if s.name == "faces"]
     report.faces = getattr(faces[0], "report", None) if faces else None
@@ -574,7 +574,7 @@ def _catch_up_inline(gallery: Gallery, parts: IndexParts, options: IndexOptions,
                      progress: Progress | None) -> None:
     """Each inline stage over the stored photos it owes (any source's), in stage order: the pixel model first (its
     labels feed caption mode's image vectors), then the spaces the index gains; each commits chunk by chunk."""
-    batch = max(1, options.batch_size)
+    batch = _chunk(parts, options)
     for stage in parts.inline:
         done = catch_up(gallery, stage, parts.runner, batch, progress)
         if stage is parts.embed:
@@ -582,6 +582,11 @@ def _catch_up_inline(gallery: Gallery, parts: IndexParts, options: IndexOptions,
         elif done and stage is parts.pixels:
             report.warnings.append("the pixel model labelled the photos indexed before it (labels, visual features)")
         report.warnings.extend(stage.notes())
+
+
+def _chunk(parts: IndexParts, options: IndexOptions) -> int:
+    """Photos a catch-up chunk holds (each committed on its own): the runner's task size (Ray), else a batch."""
+    return max(1, parts.runner.chunk_size or options.batch_size)
 
 
 def _pixel_run(parts: IndexParts) -> dict[str, Any]:

@@ -128,13 +128,6 @@ def space_encoders(dual: Any, text: Any, extras: Sequence[ExtraEncoder] = ()) ->
     return out
 
 
-def space_models(dual: DualEncoder | None, text: TextEmbedder | None, extras: Sequence[ExtraEncoder] = (),
-                 spaces: Collection[str] | None = None) -> dict[str, tuple[str, int]]:
-    """space -> (model id, dim) for the spaces these encoders can fill (only ``spaces``, when given)."""
-    return {space: (enc.model_id, enc.dim) for space, enc in space_encoders(dual, text, extras).items()
-            if spaces is None or space in spaces}
-
-
 def _unwrap(encoder: Any) -> Any:
     return encoder.get() if isinstance(encoder, LazyEncoder) else encoder
 
@@ -373,4 +366,4 @@ def gallery_from_records(
 
 
 __all__ = ["EmbedRow", "EmbedStage", "ExtraEncoder", "LazyEncoder", "PendingRecord", "add_records", "embedding_text",
-           "gallery_from_records", "space_encoders", "space_models"]
+           "gallery_from_records", "space_encoders"]

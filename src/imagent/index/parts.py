@@ -190,16 +190,18 @@ class IndexParts:
     def of(cls, dual: DualEncoder | None, text: TextEmbedder | None, *, extras: Sequence[ExtraEncoder] = (),
            pixel_model: Any = None, pixel_options: PixelOptions | None = None,
            faces: FaceOptions | None = None, places: PlaceOptions | None = None, ann: AnnOptions | None = None,
-           captioner: Role | None = None, limits: IndexOptions | None = None) -> IndexParts:
+           captioner: Role | None = None, limits: IndexOptions | None = None, runner: Runner | None = None
+           ) -> IndexParts:
         """Parts around encoders (and a pixel model) already made: tests, benchmarks, the Python API. ``faces``
-        (default ``FaceOptions()``, mode auto) configures the face stage; ``limits`` bound its decodes."""
+        (default ``FaceOptions()``, mode auto) configures the face stage; ``limits`` bound its decodes; ``runner``
+        (default: this process) is where the stages compute."""
         caption_mode = False
         if pixel_model is not None and dual is not None and not getattr(dual, "sees_pixels", True):
             caption_mode = hasattr(dual.get() if isinstance(dual, LazyEncoder) else dual, "text_embedder")
         return _assemble(dual, text, list(extras), (lambda: pixel_model) if pixel_model is not None else None,
                          pixel_options or PixelOptions(), caption_mode, faces or FaceOptions(),
                          limits or IndexOptions(), captioner, places or PlaceOptions(), ann or AnnOptions(),
-                         LocalRunner(), 1)
+                         runner or LocalRunner(), 1)
 
 
 def _stages(pixels: PixelStage | None, embed: EmbedStage, faces: FaceStage) -> list[Stage]:
