@@ -174,6 +174,7 @@ def ray_main(photos: int, actors: int, chunk: int) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from faces import camera_folder
     from imagent.index.distributed import ray_cluster
+    from imagent.index.gallery import Gallery
     from imagent.index.parts import RayPlan, compose_index
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -181,33 +182,39 @@ def ray_main(photos: int, actors: int, chunk: int) -> int:
         tmp = Path(d)
         folder = tmp / "photos"
         folder.mkdir()
-        paths = camera_folder(folder, photos)
+        camera_folder(folder, photos)
         ws = Workspace(Settings(index=tmp / "index", cache_dir=tmp / "cache", cache_calls=False))
-        records = [ImageRecord(id=f"p{n}", path=p) for n, p in enumerate(paths)]
-        rates: dict[str, dict[str, float]] = {}
-        rows: dict[str, dict[str, list[Any]]] = {"local": {}, "ray": {}}
         t0 = time.perf_counter()
         with ray_cluster("local", num_cpus=cores):
             start_s = time.perf_counter() - t0
-            plan = RayPlan(actors, chunk, min(1.0, cores / actors))
-            for mode, parts in (("local", compose_index(ws.settings, ws.parts.models)),
-                                ("ray", compose_index(ws.settings, ray=plan))):
-                recs = [ImageRecord(id=r.id, path=r.path) for r in records]
-                try:
-                    for stage in parts.stages:  # in their order: the embedding reads the pixel model's labels
-                        warm(parts.runner, stage, recs, actors if mode == "ray" else 1)
-                        seconds, out = stage_pass(parts.runner, stage, recs, chunk if mode == "ray" else len(recs))
-                        rates.setdefault(stage.name, {})[mode] = seconds
-                        rows[mode][stage.name] = out
-                finally:
-                    parts.close()
             t1 = time.perf_counter()
             local = ws.index(folder, tmp / "local")
             local_s = time.perf_counter() - t1
             t1 = time.perf_counter()
             on_ray = ws.index(folder, tmp / "ray", ray="auto", ray_actors=actors, ray_chunk=chunk)
             ray_s = time.perf_counter() - t1
-        built = same_builds(tmp / "local", tmp / "ray")
+            built = same_builds(tmp / "local", tmp / "ray")
+            # The stages again over the records as the builder made them (derived text, no labels yet), each timed
+            # locally and on Ray one after the other, so a change in the machine's load meets both.
+            stored = [ImageRecord.from_dict({**r.to_dict(), "labels": []}) for r in Gallery(tmp / "local").records()]
+            recs = {"local": [ImageRecord.from_dict(r.to_dict()) for r in stored],
+                    "ray": [ImageRecord.from_dict(r.to_dict()) for r in stored]}
+            runs = {"local": compose_index(ws.settings, ws.parts.models),
+                    "ray": compose_index(ws.settings, ray=RayPlan(actors, chunk, min(1.0, cores / actors)))}
+            rates: dict[str, dict[str, float]] = {}
+            rows: dict[str, dict[str, list[Any]]] = {"local": {}, "ray": {}}
+            try:
+                for n, stage in enumerate(runs["local"].stages):  # in order: the embedding reads the labels
+                    for mode, parts in runs.items():
+                        mine = parts.stages[n]
+                        warm(parts.runner, mine, recs[mode], actors if mode == "ray" else 1)
+                        seconds, out = stage_pass(parts.runner, mine, recs[mode],
+                                                  chunk if mode == "ray" else len(stored))
+                        rates.setdefault(stage.name, {})[mode] = seconds
+                        rows[mode][stage.name] = out
+            finally:
+                for parts in runs.values():
+                    parts.close()
     print(f"{photos} camera-sized photos, {cores} cores; Ray: {actors} actors, {chunk} photos a task "
           f"(cluster start {start_s:.1f} s, not counted); models loaded before timing")
     print(f"{'stage':8} {'local photos/s':>15} {'ray photos/s':>13} {'ray/local time':>15}  same results")
