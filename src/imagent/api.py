@@ -505,9 +505,11 @@ class Workspace:
         p = self.parts
         with p.lock:
             hit = p.duplicates.get(g.root)
-            if hit is None or hit[0] != g.generation():
-                hit = p.duplicates[g.root] = (g.generation(), duplicate_groups(g, self.settings.indexing))
-            return hit[1]
+        if hit is None or hit[0] != g.generation():  # computed outside the lock: other searches go on meanwhile
+            hit = (g.generation(), duplicate_groups(g, self.settings.indexing))
+            with p.lock:
+                p.duplicates[g.root] = hit
+        return hit[1]
 
     # ------------------------------------------------------------------ indexing
     def index(self, source: str | Path, index: str | Path | None = None, *, caption_missing: bool = False,

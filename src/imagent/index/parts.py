@@ -61,9 +61,6 @@ class Models:
                 self._loaded[key] = make()
             return self._loaded[key]
 
-    def loaded(self, key: str) -> bool:
-        return key in self._loaded
-
     @property
     def text_embedder(self) -> TextEmbedder:
         return self._once("text", lambda: build_text_embedder(self.settings.text_embedder))
