@@ -38,7 +38,7 @@ from pydantic import BaseModel, Field, PlainValidator, field_validator, model_va
 from pydantic.json_schema import SkipJsonSchema
 
 from imagent.core.cache import DiskCache
-from imagent.core.config import Settings, load_settings, register_secret_env_names
+from imagent.core.config import PIXEL_MODEL_NAMES, Settings, load_settings, register_secret_env_names
 from imagent.core.trace import Trace
 from imagent.core.types import ImageRecord, Query, Result
 from imagent.index.embedding import ExtraEncoder, LazyEncoder
@@ -308,32 +308,35 @@ class Workspace:
         if cfg.backend == "caption":
             return build_dual_encoder(cfg, text_embedder=self._text_embedder_for(cfg))
         limits = self.settings.indexing
-        if cfg.backend == "effnet-lite0":  # the pixel model, shared with the index's labels (one pass a photo)
+        if cfg.backend in PIXEL_MODEL_NAMES:  # the pixel model, shared with the index's labels (one pass a photo)
             return build_dual_encoder(cfg, text_embedder=self._text_embedder_for(cfg), pixel_model=self.pixel_model,
                                       pixel_options=self.settings.pixels)
         return build_dual_encoder(cfg, max_pixels=limits.max_pixels, max_bytes=limits.max_file_bytes)
 
     @cached_property
     def pixel_model(self) -> Any:
-        """The ImageNet classifier of ``[pixels]`` (:class:`~imagent.models.pixels.EffNetLite0`), loaded on first
-        use and shared by the index's labels and the ``effnet-lite0`` dual encoder."""
-        from imagent.models.pixels import EffNetLite0
+        """The ImageNet classifier (:class:`~imagent.models.pixels.EffNetLite`): the pixel dual encoder's model when
+        ``dual_encoder.backend`` names one, else ``pixels.model``; loaded on first use and shared by the index's
+        labels and the pixel dual encoder (:func:`~imagent.models.pixels.pixel_model_name`)."""
+        from imagent.models.pixels import EffNetLite, pixel_model_name
 
         limits = self.settings.indexing
-        return EffNetLite0(self.settings.pixels, self.settings.dual_encoder.device if
-                           self.settings.dual_encoder.backend == "effnet-lite0" else "cpu",
-                           max_pixels=limits.max_pixels, max_bytes=limits.max_file_bytes)
+        dual = self.settings.dual_encoder
+        name = pixel_model_name(self.settings.pixels, dual.backend)
+        return EffNetLite(self.settings.pixels, dual.device if dual.backend == name else "cpu",
+                          max_pixels=limits.max_pixels, max_bytes=limits.max_file_bytes, name=name)
 
     def pixel_stage(self, dual: Any = None) -> Any:
         """What ``imagent index`` runs with each batch when a pixel model is configured (``pixels.model``, or the
-        ``effnet-lite0`` dual encoder): a :class:`~imagent.index.pixels.PixelStage` that loads on first use; None
+        pixel dual encoder): a :class:`~imagent.index.pixels.PixelStage` that loads on first use; None
         with ``pixels.model = "none"`` and another dual encoder. ``dual`` (default: the configured one) is the
         image space's encoder: in caption mode its text model embeds the ConSE vectors of captionless photos."""
         from imagent.index.pixels import PixelStage
-        from imagent.models.pixels import FEATURE_DIM, FEATURE_MODEL_ID, Conse
+        from imagent.models.pixels import FEATURE_DIM, Conse, feature_model_id, pixel_model_name
 
         s = self.settings
-        if s.pixels.model == "none" and s.dual_encoder.backend != "effnet-lite0":
+        name = pixel_model_name(s.pixels, s.dual_encoder.backend)
+        if name is None:
             return None
         load_conse = None
         if s.dual_encoder.backend == "caption":
@@ -341,7 +344,7 @@ class Workspace:
                 enc = dual if dual is not None else self.dual_encoder
                 enc = enc.get() if hasattr(enc, "get") else enc
                 return Conse(enc.text_embedder, s.pixels)
-        return PixelStage(lambda: self.pixel_model, load_conse, FEATURE_MODEL_ID, FEATURE_DIM)
+        return PixelStage(lambda: self.pixel_model, load_conse, feature_model_id(name), FEATURE_DIM)
 
     def encoder(self, name: str) -> Any:
         """The extra encoder ``[encoders.<name>]``, loaded on first use and then shared. A text embedder, or a

@@ -337,7 +337,8 @@ def models(
          "sees_pixels": False, "spaces": ["caption_text"]},
     ]
     if s.pixels.model != "none":  # the pixel model: labels, visual features, ConSE (imagent/models/pixels.py)
-        rows.append({"part": "pixels", "backend": s.pixels.model, "model": "EfficientNet-Lite0, ImageNet-1k",
+        rows.append({"part": "pixels", "backend": s.pixels.model,
+                     "model": f"EfficientNet-Lite{s.pixels.model[-1]}, ImageNet-1k",
                      "sees_pixels": True, "spaces": ["visual", "image (captionless photos, caption mode)"]})
     for ext in ws.extra_encoders:  # [encoders.<name>]: extra retrievers, each its own index spaces
         cfg = s.encoders[ext.name]

@@ -54,7 +54,10 @@ class EncoderConfig(_Strict):
 
 
 # Built-in encoder backends by kind (imagent.models.registry); an extra encoder's kind follows from its backend.
-DUAL_ENCODER_BACKENDS = ("hf", "open_clip", "caption", "effnet-lite0")
+# The pixel models (imagent.models.pixels): ImageNet classifiers from PyPI, each also a dual-encoder backend (ConSE).
+PIXEL_MODEL_NAMES = ("effnet-lite0", "effnet-lite1", "effnet-lite2")
+DEFAULT_PIXEL_MODEL = "effnet-lite0"
+DUAL_ENCODER_BACKENDS = ("hf", "open_clip", "caption", *PIXEL_MODEL_NAMES)
 TEXT_EMBEDDER_BACKENDS = ("sentence-transformers",)
 # An extra encoder's name is part of its spaces' names (``image@siglip``), folder and file names in the index and
 # OSCAR's tool names: lowercase letters, digits and underscores.
@@ -87,7 +90,7 @@ class ExtraEncoderConfig(EncoderConfig):
                 self.kind == "text" and self.backend in DUAL_ENCODER_BACKENDS):
             raise ValueError(f"backend {self.backend!r} is not a {self.kind} backend: leave kind out, or use "
                              f"{', '.join(DUAL_ENCODER_BACKENDS if self.kind == 'dual' else TEXT_EMBEDDER_BACKENDS)}")
-        if not self.model and self.backend not in ("caption", "effnet-lite0"):
+        if not self.model and self.backend not in ("caption", *PIXEL_MODEL_NAMES):
             raise ValueError(f"backend {self.backend!r} needs model = a hub id or a local path")
         return self
 
@@ -199,8 +202,9 @@ class PixelOptions(_Strict):
     image vector. ``model = "none"`` turns the pixel model off. Values marked imagent's own were chosen on half of
     the shipped stamps (their captions as queries), never on an evaluation query (docs/pixels.md)."""
 
-    model: Literal["effnet-lite0", "none"] = Field(
-        "effnet-lite0", description="the pixel model run at index time (none: no labels, visual features or ConSE)")
+    model: Literal["effnet-lite0", "effnet-lite1", "effnet-lite2", "none"] = Field(
+        DEFAULT_PIXEL_MODEL, description="the pixel model run at index time: EfficientNet-Lite0, -Lite1 or -Lite2 "
+        "(none: no labels, visual features or ConSE; a dual_encoder.backend naming a pixel model takes precedence)")
     conse_top: int = Field(10, ge=1, le=1000, description="ConSE's T: class names averaged per image (paper: 10)")
     template: str = Field("a photo of a {name}", description="text embedded for a class ({name}); imagent's own")
     parent_depth: int = Field(2, ge=0, le=8, description="WordNet parent categories joined to a class's text; "

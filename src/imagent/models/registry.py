@@ -31,6 +31,8 @@ _BUILT_IN: dict[str, dict[str, str]] = {
         "open_clip": "imagent.models.encoders:OpenCLIPDualEncoder.from_config",
         "caption": "imagent.models.encoders:CaptionDualEncoder.from_config",
         "effnet-lite0": "imagent.models.pixels:PixelDualEncoder.from_config",
+        "effnet-lite1": "imagent.models.pixels:PixelDualEncoder.from_config",
+        "effnet-lite2": "imagent.models.pixels:PixelDualEncoder.from_config",
     },
     "text": {
         "sentence-transformers": "imagent.models.encoders:SentenceTransformerEmbedder.from_config",
