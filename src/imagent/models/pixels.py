@@ -474,5 +474,5 @@ class PixelDualEncoder:
 EffNetLite0 = EffNetLite
 
 __all__ = ["FEATURE_DIM", "PIXEL_MODELS", "Conse", "EffNetLite", "EffNetLite0", "PixelDualEncoder", "PixelModelSpec",
-           "PixelOutput", "class_parents", "class_text", "classes_matching", "conse_identity", "feature_model_id", "is_pixel_backend",
-           "label_data", "label_matches", "pixel_model_name", "pixel_spec"]
+           "PixelOutput", "class_parents", "class_text", "classes_matching", "conse_identity", "feature_model_id",
+           "is_pixel_backend", "label_data", "label_matches", "pixel_model_name", "pixel_spec"]

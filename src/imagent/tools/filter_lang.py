@@ -598,5 +598,5 @@ def label_indices(labels: Sequence[dict[str, Any]], min_p: float) -> list[int]:
     return [int(x["index"]) for x in labels if "index" in x and float(x.get("p", 0)) >= min_p]
 
 
-__all__ = ["ALLOWED", "FIELDS", "MAX_NESTING", "AlbumMeta", "FilterError", "label_indices", "parse_filter", "parse_time_prefix",
-           "quote_string", "tokenize", "wall_seconds"]
+__all__ = ["ALLOWED", "FIELDS", "MAX_NESTING", "AlbumMeta", "FilterError", "label_indices", "parse_filter",
+           "parse_time_prefix", "quote_string", "tokenize", "wall_seconds"]
