@@ -140,3 +140,18 @@ def test_the_ocr_section_is_configurable():
 
     s = load_settings(None, None, ["ocr.enabled=false", "ocr.max_side=960", "ocr.min_confidence=0.7"])
     assert (s.ocr.enabled, s.ocr.max_side, s.ocr.min_confidence, s.ocr.model) == (False, 960, 0.7, "rapidocr")
+
+
+def test_words_the_recogniser_ran_together_are_cut_apart_for_search():
+    from imagent.models.ocr import split_words
+
+    # PP-OCRv4 often drops the space between English words; search should still find each word.
+    assert split_words("GARAGESALE") == ["garage", "sale"]
+    assert split_words("9:30 GATEPARKING") == ["9", "30", "gate", "parking"]
+    assert split_words("Boston RepairPlatform") == ["boston", "repair", "platform"]
+    assert split_words("2019Hotel") == ["2019", "hotel"]
+    # Words are never cut when they are words, nor short runs, nor other scripts.
+    assert split_words("Departures Information carpet SINTRA Cafe Sol") == [
+        "departures", "information", "carpet", "sintra", "cafe", "sol"]
+    assert split_words("出口 EXIT") == ["出口", "exit"]
+    assert split_words("") == []

