@@ -139,6 +139,14 @@ class SearchRequest(BaseModel):
     (when taken); ``like`` a photo (gallery id or image file) to find more like, instead of text;
     ``collapse_duplicates`` one photo per duplicate group (:mod:`imagent.index.duplicates`).
 
+    ``read_query``: read the question first (:mod:`imagent.tools.query_reader`): the people, places and dates it
+    names become filters (with ``where``), the rest is the text searched, and with only filters the matching photos
+    are listed in time order; the result says what was understood (``Result.understood``). The routed plain-words
+    path sets it (``imagent search`` without ``--method``, the web search box); a method named explicitly, as a
+    research run does, leaves it off. ``unlink``: understood filters to read as words instead, by their keys
+    (``"place:Kyoto"``: a chip the person removed). A method that reads the question itself (the ``album`` method,
+    ``Method.reads_question``) gets it whole, with the reading in ``query.extra["reading"]``.
+
     ``reference_upload`` is the web server's (an id from ``POST /api/uploads``, which the server resolves).
     :attr:`LOCAL_FIELDS` never travel to a server: ``index`` (None: the configured one; a server answers on its
     own) and ``query``, a query already built (an evaluation's benchmark query with its id, dialogue,
@@ -162,6 +170,10 @@ class SearchRequest(BaseModel):
     like: str | Path | SkipJsonSchema[RecordObject] | None = Field(
         None, description="more like this photo (a gallery id), instead of a text")
     collapse_duplicates: bool = Field(False, description="one photo per duplicate group (imagent duplicates)")
+    read_query: bool = Field(False, description="read the question first: people, places and dates it names become "
+                                                "filters, the rest is searched (the plain-words search box)")
+    unlink: list[str] = Field(default_factory=list, max_length=50,
+                              description="understood filters to read as words instead ('place:Kyoto')")
     index: SkipJsonSchema[str | Path | None] = None
     query: SkipJsonSchema[QueryObject | None] = None
 
@@ -176,6 +188,14 @@ class SearchRequest(BaseModel):
     def _unicode(cls, value: str | None) -> str | None:
         if value is not None and not is_unicode(value):
             raise ValueError("not valid Unicode text (it holds a lone surrogate)")
+        return value
+
+    @field_validator("unlink")
+    @classmethod
+    def _keys(cls, value: list[str]) -> list[str]:
+        for key in value:
+            if len(key) > 300 or not is_unicode(key):
+                raise ValueError("each key is at most 300 characters of valid Unicode")
         return value
 
     @model_validator(mode="after")
@@ -234,6 +254,7 @@ class PreparedSearch:
     prepared_method: PreparedMethod
     query: Query
     like: ImageRecord | None = None  # the photo "more like this" ranks by (request.like resolved)
+    reading: Any = None  # what the query reader understood (request.read_query), a QueryReading
 
     @property
     def method_class(self) -> type[Method]:
@@ -459,6 +480,7 @@ class Workspace:
         cls = method.method_class
         from imagent.tools import photo_search
 
+        req, reading = self._read(req, cls)
         if req.like is not None and (req.text.strip() or req.reference is not None or req.query is not None):
             raise ValueError("like ranks by the photo alone: give no text and no reference with it")
         if req.uses_method and req.task not in cls.tasks:
@@ -470,8 +492,27 @@ class Workspace:
             ref = self.resolve_reference(req.reference, req.index) if req.reference is not None else None
             exclude = [ref.id] if ref is not None and not req.keep_reference and ref.id in g else []
             query = Query(text=req.text, reference=ref, exclude=exclude)
+        if reading is not None:
+            query.extra["reading"] = reading
         like = self.resolve_reference(req.like, req.index) if req.like is not None else None
-        return PreparedSearch(req, method, photo_search.apply_filter(query, g, req.where), like)
+        return PreparedSearch(req, method, photo_search.apply_filter(query, g, req.where), like, reading)
+
+    def _read(self, req: SearchRequest, cls: type[Method]) -> tuple[SearchRequest, Any]:
+        """``req`` as searched after the query reader read its question (``read_query``; a plain question only: no
+        reference, "more like this" or built query): the filters understood joined to ``where`` and the content
+        words as the text, unless the method reads the question itself. Returns ``(request, reading or None)``."""
+        if not req.read_query or not req.text.strip() or req.query is not None or req.reference is not None \
+                or req.like is not None:
+            return req, None
+        from imagent.tools.query_reader import read_query
+
+        reading = read_query(req.text, self.gallery(req.index), unlink=req.unlink)
+        if cls.reads_question or (reading.where is None and not reading.content):
+            return req, reading
+        where = req.where
+        if reading.where is not None:
+            where = reading.where if req.where is None else f"({req.where}) and {reading.where}"
+        return req.model_copy(update={"text": reading.content, "where": where}), reading
 
     def _build_method(self, prepared: PreparedMethod) -> Method:
         return prepared.method_class(self.context(prepared.index), prepared.config)
@@ -488,6 +529,9 @@ class Workspace:
             trace = trace or Trace()
             trace.max_calls = req.max_calls if trace.max_calls is None else min(trace.max_calls, req.max_calls)
         g = self.gallery(req.index)
+        if prepared.reading is not None:  # what the question was read as, the first step of the trace
+            trace = trace or Trace()
+            record_reading(trace, prepared.reading, applied=not prepared.method_class.reads_question)
         top_k = req.top_k * 4 + 10 if req.collapse_duplicates else req.top_k  # room for the ones collapsed
         if prepared.like is not None:  # more like this photo: its own vector
             space = photo_search.like_space(g, req.method)
@@ -503,6 +547,9 @@ class Workspace:
         result = photo_search.finish(result, g, prepared.query, req.sort)
         if req.collapse_duplicates:
             result = photo_search.collapse_duplicates(result, g, self.duplicate_groups(req.index), req.top_k)
+        if prepared.reading is not None:
+            result.understood = {**prepared.reading.to_dict(),
+                                 "filtered": not prepared.method_class.reads_question}
         return result
 
     # ------------------------------------------------------------------ one-call search
@@ -641,15 +688,33 @@ def extra_encoders(settings: Settings, load: Any) -> list[ExtraEncoder]:
     return out
 
 
-def route_method(text: str, gallery: Gallery) -> Any:
-    """The method a plain-words query goes to (the web UI's search box, ``imagent search`` without ``--method``):
-    album-style queries (a relation to an anchor: "the birds from the day I saw the penguin") to the ``album``
-    method, others to the best content search ``gallery`` supports; a :class:`~imagent.methods.routing.Route`
-    with the method, the kind, the reason and, when the album method is not installed, the fallback taken."""
+def route_method(text: str, gallery: Gallery, unlink: list[str] | None = None) -> Any:
+    """The method a plain-words query goes to (the web UI's search box, ``imagent search`` without ``--method``),
+    after the query reader read it (:mod:`imagent.tools.query_reader`; ``unlink`` as in :class:`SearchRequest`):
+    album-style queries (a relation to an anchor: "the birds from the day I saw the penguin", the Nth day of a
+    trip) to the ``album`` method, a question naming only people, places and dates to the listing of their photos,
+    others to the best content search ``gallery`` supports; a :class:`~imagent.methods.routing.Route` with the
+    method, the kind, the reason, what was understood and, when the album method is not installed, the fallback
+    taken. The search then goes with ``read_query=True``."""
     from imagent.methods.base import METHODS
     from imagent.methods.routing import route
+    from imagent.tools.query_reader import read_query
 
-    return route(text, gallery, lambda name: name in METHODS)
+    reading = read_query(text, gallery, unlink=unlink or []) if text.strip() else None
+    return route(text, gallery, lambda name: name in METHODS, reading)
+
+
+def record_reading(trace: Trace, reading: Any, applied: bool = True) -> None:
+    """A trace step ``read`` with what the query reader understood (typed fields: ``Result.understood`` carries
+    the same)."""
+    with trace.step("read", question=reading.text) as step:
+        step.outputs = {"understood": [u.label for u in reading.understood], "where": reading.where,
+                        "content": reading.content, "labels": list(reading.labels), "trip_day": reading.trip_day,
+                        "filtered": applied}
+        for note in reading.notes:
+            step.note(note)
+        if not applied and reading.where:
+            step.note("the method reads the question itself: the filters understood are shown, not applied here")
 
 
 # --------------------------------------------------------------------- results as data

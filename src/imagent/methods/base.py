@@ -223,6 +223,10 @@ class Method(ABC):
     # Trace counters that mean a named fallback stood in for part of the method (unusable model output): a
     # result whose trace counts any has ``source`` ``fallback:<name>`` (the first counted, in this order).
     fallback_counters: ClassVar[dict[str, str]] = {}
+    # True for a method that reads a plain-words question itself (the ``album`` method: its relations need the
+    # whole question): a request with ``read_query`` hands it the question whole and the query reader's reading in
+    # ``query.extra["reading"]`` instead of filtering by what was understood (``Workspace.prepare``).
+    reads_question: ClassVar[bool] = False
 
     def __init__(self, ctx: MethodContext, config: MethodConfig | dict[str, Any] | None = None) -> None:
         self.ctx = ctx

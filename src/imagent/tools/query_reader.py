@@ -113,6 +113,9 @@ COUNTRY_FORMS: dict[str, tuple[str, ...]] = {
 # "my second day", "day 3", "the last day"
 ORDINAL_DAYS = {"first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5, "sixth": 6, "seventh": 7,
                 "eighth": 8, "ninth": 9, "tenth": 10, "last": -1, "final": -1}
+# Words that pick one journey among several ("my other trip to Kyoto"): a relation, left to the album method.
+RANKS = frozenset({"other", "another", "next", "previous", "earlier", "later", "same", "different", "latest",
+                   "recent", "most"})
 _TOKEN = re.compile(r"\d{4}-\d{1,2}(?:-\d{1,2})?|[^\W_]+(?:['’][^\W_]+)*")
 _ORDINAL_NUMBER = re.compile(r"(\d{1,2})(?:st|nd|rd|th)")
 
@@ -591,6 +594,9 @@ class _Reader:
             if link.kind not in ("place", "time"):
                 continue
             for k in (link.start - 1, link.start - 2, link.end, link.end + 1):
+                before = self.at(k - 1)
+                if before in ORDINAL_DAYS or before in RANKS or _ORDINAL_NUMBER.fullmatch(before):
+                    continue  # "my second trip to Japan", "my other visit to Kyoto": which one is a relation
                 if self.at(k) in JOURNEY_WORDS and k not in covered:
                     between = range(k + 1, link.start) if k < link.start else range(link.end, k)
                     if all(self.at(j) in FRAME_WORDS for j in between):
@@ -649,5 +655,5 @@ def read_query(question: str, gallery: Any = None, *, today: date | None = None,
     return _Reader(question, vocab, names, today or date.today(), unlink, hemisphere).read()
 
 
-__all__ = ["FRAME_WORDS", "KINDS", "QueryReading", "Span", "Understood", "Vocabulary", "fold", "read_query", "stem",
-           "vocabulary", "words_of"]
+__all__ = ["FRAME_WORDS", "JOURNEY_WORDS", "KINDS", "QueryReading", "Span", "Understood", "Vocabulary", "fold",
+           "read_query", "stem", "vocabulary", "words_of"]
