@@ -207,12 +207,21 @@ class Route:
 
 
 def unlinked_text(text: str, reading: Any) -> str:
-    """``text`` without the spans the reader linked (people, places, dates) and the journey words they frame ("trip"
-    in "my trip to Japan"): where relation signals are looked for."""
+    """``text`` without the spans the reader linked (people, places, dates) and the journey words they frame, with
+    the framing words before them ("during our holiday" in "food during our holiday in Greece", "on my trip" in "...
+    on my trip to Japan"): where relation signals are looked for."""
     from imagent.tools.query_reader import JOURNEY_WORDS
 
-    cut = [(s.start, s.end) for s in reading.spans
-           if s.kind in ("person", "place", "time") or (s.kind == "frame" and s.text.lower() in JOURNEY_WORDS)]
+    spans = sorted(reading.spans, key=lambda s: s.start)
+    cut = []
+    for n, s in enumerate(spans):
+        if s.kind in ("person", "place", "time"):
+            cut.append((s.start, s.end))
+        elif s.kind == "frame" and s.text.lower() in JOURNEY_WORDS:
+            k = n
+            while k > 0 and spans[k - 1].kind == "frame":
+                k -= 1
+            cut.append((spans[k].start, s.end))
     out, at = [], 0
     for start, end in sorted(cut):
         out.append(text[at:start])
