@@ -7,71 +7,31 @@ NAME in CITY"`` returns exactly that person's photos in that city."""
 from __future__ import annotations
 
 import json
-from datetime import date, datetime
+from datetime import date
 from pathlib import Path
 
 import pytest
-from PIL import Image
 from typer.testing import CliRunner
+
+from testkit import name_trip_people, trips_folder
 
 pytestmark = pytest.mark.real_model
 
-KYOTO = (35.0116, 135.7681)
-LISBON = (38.7223, -9.1393)
-# file -> (source, city, day): Barack twice in Kyoto and once in Lisbon, Joe once in each, photos without a face.
-TRIPS = {
-    "IMG_0001.jpg": ("obama.jpg", KYOTO, datetime(2023, 4, 10, 9, 30)),
-    "IMG_0002.jpg": ("obama2.jpg", KYOTO, datetime(2023, 4, 11, 15, 0)),
-    "IMG_0003.jpg": ("biden_mirrored", KYOTO, datetime(2023, 4, 11, 16, 0)),
-    "IMG_0004.jpg": ("rocket", KYOTO, datetime(2023, 4, 12, 10, 0)),
-    "IMG_0005.jpg": ("astronaut", KYOTO, datetime(2023, 4, 12, 11, 0)),
-    "IMG_0006.jpg": ("obama3.jpg", LISBON, datetime(2024, 7, 1, 10, 0)),
-    "IMG_0007.jpg": ("biden.jpg", LISBON, datetime(2024, 7, 2, 12, 0)),
-    "IMG_0008.jpg": ("coffee", LISBON, datetime(2024, 7, 3, 8, 45)),
-}
 BARACK_KYOTO = {"IMG_0001.jpg", "IMG_0002.jpg"}
 JOE_LISBON = {"IMG_0007.jpg"}
 
 
-def trips_folder(dest: Path, kit, geo_photo) -> Path:
-    """:data:`TRIPS` written as camera JPEGs with EXIF date and GPS."""
-    src = dest.parent / "sources"
-    src.mkdir(parents=True, exist_ok=True)
-    for name in ("rocket", "astronaut", "coffee"):
-        kit.skimage_photo(name, src / f"{name}.png")
-    with Image.open(kit.FACES / kit.BIDEN) as im:
-        im.transpose(Image.Transpose.FLIP_LEFT_RIGHT).save(src / "biden_mirrored.png")
-    for file, (source, gps, taken) in TRIPS.items():
-        path = kit.FACES / source if source.endswith(".jpg") else src / f"{source}.png"
-        geo_photo(path, dest / file, taken, gps)
-    return dest
-
-
-def name_groups(gallery) -> dict[str, int]:
-    """Names the group of IMG_0001 "Barack" and the group of IMG_0007 "Joe"; returns name -> group id."""
-    from imagent.index.people import list_people, name_person
-
-    out = {}
-    for p in list_people(gallery):
-        files = {Path(gallery.record(i).path).name for i in p.photos}
-        for name, file in (("Barack", "IMG_0001.jpg"), ("Joe", "IMG_0007.jpg")):
-            if file in files:
-                name_person(gallery, p.id, name)
-                out[name] = p.id
-    return out
-
-
 @pytest.fixture(scope="module")
-def trips(tmp_path_factory, caption_dual, minilm, faces_kit, geo_photo):
-    """``(gallery, groups)``: :data:`TRIPS` indexed (caption mode, faces found), Barack and Joe named."""
+def trips(tmp_path_factory, caption_dual, minilm, geo_photo):
+    """``(gallery, groups)``: ``testkit.TRIPS`` indexed (caption mode, faces found), Barack and Joe named."""
     from imagent.index.builder import build_index
     from imagent.index.gallery import Gallery
 
     root = tmp_path_factory.mktemp("trips")
-    folder = trips_folder(root / "photos", faces_kit, geo_photo)
+    folder = trips_folder(root / "photos", geo_photo)
     build_index(folder, root / "index", caption_dual, minilm)
     gallery = Gallery(root / "index")
-    groups = name_groups(gallery)
+    groups = name_trip_people(gallery)
     assert set(groups) == {"Barack", "Joe"} and groups["Barack"] != groups["Joe"]
     return gallery, groups
 
@@ -169,16 +129,16 @@ def test_the_request_path_applies_what_was_understood(trips, tmp_path):
     assert plain.reading is None and plain.request.text == "photos of Barack in Kyoto" and plain.request.where is None
 
 
-def test_cli_search_photos_of_name_in_city_returns_exactly_those(tmp_path, faces_kit, geo_photo):
+def test_cli_search_photos_of_name_in_city_returns_exactly_those(tmp_path, geo_photo):
     """The issue's "done when", from the CLI: index a folder, name two people, ask in plain words."""
     from imagent.cli.main import app
     from imagent.index.gallery import Gallery
 
     runner = CliRunner()
-    photos, index = trips_folder(tmp_path / "photos", faces_kit, geo_photo), str(tmp_path / "index")
+    photos, index = trips_folder(tmp_path / "photos", geo_photo), str(tmp_path / "index")
     built = runner.invoke(app, ["index", str(photos), "--index", index])
     assert built.exit_code == 0, built.output
-    groups = name_groups(Gallery(index))
+    groups = name_trip_people(Gallery(index))
     for name, gid in groups.items():  # named through the CLI too (a second time: the same name is kept)
         named = runner.invoke(app, ["people", "name", str(gid), name, "--index", index])
         assert named.exit_code == 0, named.output
