@@ -46,7 +46,7 @@ from imagent.index.gallery import Gallery
 
 # Results as data (re-exported: callers read them from the request path).
 from imagent.index.result_rows import record_place, result_json, result_rows, shown_labels  # noqa: F401
-from imagent.methods.base import Method, MethodConfig, MethodContext, get_method, summarize_query
+from imagent.methods.base import Method, MethodConfig, MethodContext, get_method, pixel_notice, summarize_query
 from imagent.models.base import ChatModel
 from imagent.models.registry import (
     build_chat_model,
@@ -139,13 +139,8 @@ class SearchRequest(BaseModel):
     (when taken); ``like`` a photo (gallery id or image file) to find more like, instead of text;
     ``collapse_duplicates`` one photo per duplicate group (:mod:`imagent.index.duplicates`).
 
-    ``read_query``: read the question first (:mod:`imagent.tools.query_reader`): the people, places and dates it
-    names become filters (with ``where``), the rest is the text searched, and with only filters the matching photos
-    are listed in time order; the result says what was understood (``Result.understood``). The routed plain-words
-    path sets it (``imagent search`` without ``--method``, the web search box); a method named explicitly, as a
-    research run does, leaves it off. ``unlink``: understood filters to read as words instead, by their keys
-    (``"place:Kyoto"``: a chip the person removed). A method that reads the question itself (the ``album`` method,
-    ``Method.reads_question``) gets it whole, with the reading in ``query.extra["reading"]``.
+    ``read_query`` (set by the routed plain-words path, off for a method named explicitly): the question is read
+    first (:func:`imagent.tools.query_reader.search_words`; ``unlink`` names understood filters to read as words).
 
     ``reference_upload`` is the web server's (an id from ``POST /api/uploads``, which the server resolves).
     :attr:`LOCAL_FIELDS` never travel to a server: ``index`` (None: the configured one; a server answers on its
@@ -172,8 +167,8 @@ class SearchRequest(BaseModel):
     collapse_duplicates: bool = Field(False, description="one photo per duplicate group (imagent duplicates)")
     read_query: bool = Field(False, description="read the question first: people, places and dates it names become "
                                                 "filters, the rest is searched (the plain-words search box)")
-    unlink: list[str] = Field(default_factory=list, max_length=50,
-                              description="understood filters to read as words instead ('place:Kyoto')")
+    unlink: list[Annotated[str, Field(max_length=300)]] = Field(
+        default_factory=list, max_length=50, description="understood filters to read as words ('place:Kyoto')")
     index: SkipJsonSchema[str | Path | None] = None
     query: SkipJsonSchema[QueryObject | None] = None
 
@@ -188,14 +183,6 @@ class SearchRequest(BaseModel):
     def _unicode(cls, value: str | None) -> str | None:
         if value is not None and not is_unicode(value):
             raise ValueError("not valid Unicode text (it holds a lone surrogate)")
-        return value
-
-    @field_validator("unlink")
-    @classmethod
-    def _keys(cls, value: list[str]) -> list[str]:
-        for key in value:
-            if len(key) > 300 or not is_unicode(key):
-                raise ValueError("each key is at most 300 characters of valid Unicode")
         return value
 
     @model_validator(mode="after")
@@ -498,21 +485,14 @@ class Workspace:
         return PreparedSearch(req, method, photo_search.apply_filter(query, g, req.where), like, reading)
 
     def _read(self, req: SearchRequest, cls: type[Method]) -> tuple[SearchRequest, Any]:
-        """``req`` as searched after the query reader read its question (``read_query``; a plain question only: no
-        reference, "more like this" or built query): the filters understood joined to ``where`` and the content
-        words as the text, unless the method reads the question itself. Returns ``(request, reading or None)``."""
-        if not req.read_query or not req.text.strip() or req.query is not None or req.reference is not None \
-                or req.like is not None:
+        """``req`` as searched once its question is read (``read_query``, a plain question only), and the reading."""
+        if not req.read_query or not req.text.strip() or req.query or req.reference is not None or req.like:
             return req, None
-        from imagent.tools.query_reader import read_query
+        from imagent.tools.query_reader import search_words
 
-        reading = read_query(req.text, self.gallery(req.index), unlink=req.unlink)
-        if cls.reads_question or (reading.where is None and not reading.content):
-            return req, reading
-        where = req.where
-        if reading.where is not None:
-            where = reading.where if req.where is None else f"({req.where}) and {reading.where}"
-        return req.model_copy(update={"text": reading.content, "where": where}), reading
+        text, where, reading = search_words(req.text, req.where, self.gallery(req.index), unlink=req.unlink,
+                                            whole=cls.reads_question)
+        return req.model_copy(update={"text": text, "where": where}), reading
 
     def _build_method(self, prepared: PreparedMethod) -> Method:
         return prepared.method_class(self.context(prepared.index), prepared.config)
@@ -531,7 +511,7 @@ class Workspace:
         g = self.gallery(req.index)
         if prepared.reading is not None:  # what the question was read as, the first step of the trace
             trace = trace or Trace()
-            record_reading(trace, prepared.reading, applied=not prepared.method_class.reads_question)
+            prepared.reading.record(trace, applied=not prepared.method_class.reads_question)
         top_k = req.top_k * 4 + 10 if req.collapse_duplicates else req.top_k  # room for the ones collapsed
         if prepared.like is not None:  # more like this photo: its own vector
             space = photo_search.like_space(g, req.method)
@@ -690,67 +670,13 @@ def extra_encoders(settings: Settings, load: Any) -> list[ExtraEncoder]:
 
 def route_method(text: str, gallery: Gallery, unlink: list[str] | None = None) -> Any:
     """The method a plain-words query goes to (the web UI's search box, ``imagent search`` without ``--method``),
-    after the query reader read it (:mod:`imagent.tools.query_reader`; ``unlink`` as in :class:`SearchRequest`):
-    album-style queries (a relation to an anchor: "the birds from the day I saw the penguin", the Nth day of a
-    trip) to the ``album`` method, a question naming only people, places and dates to the listing of their photos,
-    others to the best content search ``gallery`` supports; a :class:`~imagent.methods.routing.Route` with the
-    method, the kind, the reason, what was understood and, when the album method is not installed, the fallback
-    taken. The search then goes with ``read_query=True``."""
+    once the query reader read it (``unlink`` as in :class:`SearchRequest`): album-style queries ("the birds from the
+    day I saw the penguin") to the ``album`` method, others to the best content search ``gallery`` supports, or to
+    the listing of the photos a question names only people, places and dates of; a
+    :class:`~imagent.methods.routing.Route` (the search then goes with ``read_query=True``)."""
     from imagent.methods.base import METHODS
     from imagent.methods.routing import route
     from imagent.tools.query_reader import read_query
 
     reading = read_query(text, gallery, unlink=unlink or []) if text.strip() else None
     return route(text, gallery, lambda name: name in METHODS, reading)
-
-
-def record_reading(trace: Trace, reading: Any, applied: bool = True) -> None:
-    """A trace step ``read`` with what the query reader understood (typed fields: ``Result.understood`` carries
-    the same)."""
-    with trace.step("read", question=reading.text) as step:
-        step.outputs = {"understood": [u.label for u in reading.understood], "where": reading.where,
-                        "content": reading.content, "labels": list(reading.labels), "trip_day": reading.trip_day,
-                        "filtered": applied}
-        for note in reading.notes:
-            step.note(note)
-        if not applied and reading.where:
-            step.note("the method reads the question itself: the filters understood are shown, not applied here")
-
-
-# --------------------------------------------------------------------- results as data
-
-
-
-def pixel_notice(method: Method) -> list[str]:
-    """A warning when the spaces ``method`` searches see no photo's pixels though some photos lack captions: they
-    are found by file-name words, dates and places only (said before the first result, not only in the trace).
-    Computed once per state of the index."""
-    from imagent.index.pixels import answered_by
-
-    g = method.ctx.gallery
-    spaces = [s for s in method.search_spaces() or [] if g.has_space(s)]
-    info = g.spaces()
-    if not spaces or any(s.split("@")[0] == "image" and not info[s].model_id.startswith("caption:") for s in spaces):
-        return []
-    key = (g.generation(), len(g), spaces[0])
-    memo = g.__dict__.setdefault("_pixel_notice", {})
-    if key not in memo:
-        seen = [answered_by(r, spaces[0], info[spaces[0]].model_id) for r in g.records()]
-        blind = seen.count("names") + seen.count("nothing")
-        labelled = any(r.labels for r in g.records()) if blind else False
-        memo.clear()
-        if not blind or seen.count("pixels"):
-            memo[key] = []
-        elif labelled:
-            memo[key] = [f"{method.name} searches {spaces[0]}: {blind} of {len(seen)} photos have no caption and are "
-                         "matched there by words from their file names, dates and places; the pixel model has seen "
-                         "them: the default method (clip) searches them by their pixels"]
-        else:
-            memo[key] = [f"nothing sees pixels here: {blind} of {len(seen)} photos have no caption and are searched "
-                         "by words from their file names, dates and places only (the pixel model is off or has not "
-                         "run on them: `imagent index SRC` with pixels.model = \"effnet-lite0\", or a dual encoder "
-                         "that sees pixels)"]
-    return list(memo[key])
-
-
-
