@@ -124,6 +124,10 @@ def test_the_request_path_applies_what_was_understood(trips, tmp_path):
     # with --where, both hold
     both = ws.prepare(SearchRequest("Barack", read_query=True, where="time >= '2024'"))
     assert both.request.where == "(time >= '2024') and person = 'Barack'" and not both.uses_method
+    # nothing linked: searched as written (as with a method named explicitly), the reading still said
+    words = ws.prepare(SearchRequest("a rocket on the launch pad", read_query=True))
+    assert words.request.text == "a rocket on the launch pad" and words.request.where is None
+    assert words.reading.content == "rocket launch pad"
     # a method named explicitly (a research run) reads nothing: the text is searched whole, nothing understood
     plain = ws.prepare(SearchRequest("photos of Barack in Kyoto", method="caption"))
     assert plain.reading is None and plain.request.text == "photos of Barack in Kyoto" and plain.request.where is None

@@ -525,12 +525,11 @@ def search_words(question: str, where: str | None, gallery: Any, *, unlink: Iter
     ``(text, where, reading)``. The filters understood are joined to ``where`` (both hold) and the content words are
     the text (empty with only filters: the matching photos are listed in time order); ``whole`` (a method that reads
     the question itself, ``Method.reads_question``) keeps the question and ``where`` as they are, the reading beside
-    them. A question with nothing linked and nothing but framing words is searched as written."""
+    them. A question with nothing linked is searched as written (as a method named explicitly searches it)."""
     reading = read_query(question, gallery, unlink=unlink)
-    if whole or (reading.where is None and not reading.content):
+    if whole or reading.where is None:
         return question, where, reading
-    if reading.where is not None:
-        where = reading.where if where is None else f"({where}) and {reading.where}"
+    where = reading.where if where is None else f"({where}) and {reading.where}"
     return reading.content, where, reading
 
 
