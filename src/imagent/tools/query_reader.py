@@ -287,7 +287,7 @@ class _Reader:
         self.words = words_of(question)
         self.w = [x.lower for x in self.words]
         self.vocab = vocab
-        self.people = {tuple(fold(n).split()): n for n in people}
+        self.people = {tuple(w.lower for w in words_of(n)): n for n in people}
         self.today = today
         self.unlink = {fold(k) for k in unlink}
         self.hemisphere = hemisphere

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)*")  # a word: letters and digits, with inner apostrophes
 # Generic words of a place's name, left aside when a span is compared with it ("Place des Festivals").
 PLACE_GENERIC = frozenset({"place", "the", "of", "de", "des", "du", "la", "le", "les", "da", "do", "di", "del",
                            "della", "dos", "das", "van", "von", "der", "den", "het", "el", "al", "los", "las"})
@@ -25,7 +26,7 @@ PLACE_GENERIC = frozenset({"place", "the", "of", "de", "des", "du", "la", "le", 
 
 def fold(text: str) -> str:
     """Lower case without accents: ``Montréal`` and ``montreal`` match."""
-    norm = unicodedata.normalize("NFKD", text)
+    norm = unicodedata.normalize("NFKD", text.replace("’", "'"))
     return "".join(c for c in norm if not unicodedata.combining(c)).casefold()
 
 
@@ -42,7 +43,10 @@ def stem(word: str) -> str:
 
 
 def word_keys(text: str) -> tuple[str, ...]:
-    return tuple(stem(w) for w in re.findall(r"[^\W_]+", fold(text)))
+    """``text``'s words as the reader compares them: folded, crudely singular, split as a question is (letters and
+    digits with inner apostrophes: "O'Hare" is one word, "Anna-Maria" two)."""
+    words = (w[:-2] if w.endswith("'s") and len(w) > 2 else w for w in WORD.findall(fold(text)))
+    return tuple(stem(w) for w in words)  # a possessive 's left off, as the reader leaves it off a question's words
 
 
 @dataclass
