@@ -331,3 +331,16 @@ def test_any_text_reads_without_error_and_every_filter_parses():
             parse_filter(r.where)
         assert r.to_dict()["text"] == text
     assert read_query("x" * 5000, vocab=VOCAB, people=PEOPLE).content == "x" * 5000
+
+
+def test_names_that_are_also_words_or_months():
+    people = ["May", "Rose", "Joe"]
+
+    def r(text):
+        return read_query(text, vocab=VOCAB, people=people, today=TODAY)
+
+    assert r("photos of May").where == "person = 'May'" and r("May in Kyoto").people[0].value == "May"
+    assert r("Kyoto in May").where == "place ~ 'Kyoto' and month = 5"  # a date after "in"
+    assert r("with May in May 2023").where == "person = 'May' and time = '2023-05'"
+    assert r("a rose").people == [] and r("a rose").content == "rose"  # a thing, not Rose
+    assert r("Rose").where == "person = 'Rose'" and r("joe").where == "person = 'Joe'"

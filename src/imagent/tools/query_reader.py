@@ -84,6 +84,8 @@ JOURNEY_WORDS = frozenset({"trip", "trips", "visit", "visits", "holiday", "holid
 # Words before a span that make it a place ("in Paris"), or a person ("with Anna", "of Anna").
 PLACE_PREPOSITIONS = frozenset({"in", "at", "from", "to", "near", "around", "outside", "inside", "across",
                                 "through", "visiting", "visited", "into"})
+TIME_PREPOSITIONS = frozenset({"in", "during", "last", "this", "since", "until", "till", "before", "after", "early",
+                               "late", "mid", "every", "each", "on"})
 PERSON_CUES = frozenset({"of", "with", "and", "featuring", "showing", "by"})
 # Capitalised words that are not names, though they may look like one.
 NOT_NAMES = frozenset({"i", "christmas", "xmas", "easter", "halloween", "thanksgiving", "hanukkah", "diwali",
@@ -305,8 +307,9 @@ class _Reader:
         for n in range(min(4, len(self.w) - i), 0, -1):  # the longest name first
             key = tuple(self.w[i: i + n])
             name = self.people.get(key)
-            if name is not None:
-                return _Link(i, i + n, "person", name, f"person = {quote_string(name)}")
+            if name is not None and (n > 1 or self.words[i].cap or not (self._common(i) or self.at(i - 1) in
+                                                                        ("a", "an", "the", "some", "my", "our"))):
+                return _Link(i, i + n, "person", name, f"person = {quote_string(name)}")  # not "may", "a rose"
         # One word of exactly one person's name ("Barack" for "Barack Obama"), written as a name or not a word that
         # means something else here (a label, a date, a framing word).
         word = self.words[i]
@@ -400,10 +403,14 @@ class _Reader:
         return _Link(t.start, t.end, "time", t.label, t.where, t.facets, t.note)
 
     def _prefer(self, link: _Link) -> int:
-        """Among links of one length: a place after "in", "at"...; a person elsewhere; a date last."""
+        """Among links of one length: a place after "in", "at"...; a date after "in", "last", "since"... ("in May"
+        with a person named May); a person elsewhere; then a place; a date last."""
+        before = self.at(link.start - 1)
         if link.kind == "place":
-            return 3 if self.at(link.start - 1) in PLACE_PREPOSITIONS else 1
-        return {"person": 2, "time": 0}[link.kind]
+            return 3 if before in PLACE_PREPOSITIONS else 1
+        if link.kind == "time":
+            return 4 if before in TIME_PREPOSITIONS else 0
+        return 2
 
     def read(self) -> QueryReading:
         links, trip_days = self.links()
