@@ -45,7 +45,14 @@ from imagent.index.embedding import ExtraEncoder, LazyEncoder
 from imagent.index.gallery import Gallery
 
 # Results as data (re-exported: callers read them from the request path).
-from imagent.index.result_rows import record_place, result_json, result_rows, shown_labels  # noqa: F401
+from imagent.index.result_rows import (  # noqa: F401
+    card_labels,
+    matches_only,
+    record_place,
+    result_json,
+    result_rows,
+    shown_labels,
+)
 from imagent.methods.base import Method, MethodConfig, MethodContext, get_method, pixel_notice, summarize_query
 from imagent.models.base import ChatModel
 from imagent.models.registry import (
@@ -406,6 +413,7 @@ class Workspace:
             g.configure(self.settings.indexing)
             g.labels_as_text = self.settings.pixels.labels_as_text  # read by the album tools and DISBench's track
             g.label_min_p = self.settings.pixels.label_min_p
+            g.pixel_options = self.settings.pixels  # result cards' labels, pixel descriptions (label_show_p)
         return g
 
     def context(self, index: str | Path | None = None) -> MethodContext:
@@ -418,6 +426,7 @@ class Workspace:
             roles=self.roles,
             extras={e.name: e for e in self.extra_encoders},
             tools=build_tools(self.settings, self.call_cache, text_embedder=self.text_embedder),
+            results=self.settings.results,
         )
 
     def method(self, name: str, index: str | Path | None = None, **overrides: Any) -> Method:
@@ -517,7 +526,8 @@ class Workspace:
             space = photo_search.like_space(g, req.method)
             vec = photo_search.like_vector(g, prepared.like, space, self.dual_encoder, self.text_embedder,
                                            lambda: self.pixel_model)
-            result = photo_search.more_like(g, prepared.like, vec, space, prepared.query, top_k, trace)
+            result = photo_search.more_like(g, prepared.like, vec, space, prepared.query, top_k, trace,
+                                            self.settings.results)
             result.spaces = [space]
         elif not prepared.uses_method:  # a filter alone: the matching photos in time order
             result = photo_search.listing(g, prepared.query, top_k, trace)

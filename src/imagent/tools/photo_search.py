@@ -24,10 +24,12 @@ from typing import Any
 
 import numpy as np
 
+from imagent.core.config import ResultOptions
 from imagent.core.trace import Trace
 from imagent.core.types import ImageRecord, MetadataConstraints, Query, Ranking, Result
 from imagent.index.embedding import embedding_text
 from imagent.index.gallery import SPACE_CAPTION_TEXT, SPACE_IMAGE, Gallery
+from imagent.index.levels import gallery_cut
 from imagent.index.pixels import SPACE_VISUAL
 from imagent.tools.album import Album
 from imagent.tools.filter_lang import FilterError, parse_filter
@@ -87,7 +89,7 @@ def allowed(result: Result, gallery: Gallery, query: Query) -> Result:
     if all(mask) and (result.answer_set is None or all(allowed_ids(result.answer_set, gallery, query))):
         return result
     ranking = Ranking([i for i, m in zip(result.ranking.ids, mask, strict=True) if m],
-                      [s for s, m in zip(result.ranking.scores, mask, strict=True) if m])
+                      [s for s, m in zip(result.ranking.scores, mask, strict=True) if m], result.ranking.cut)
     answer = None if result.answer_set is None else [
         i for i, m in zip(result.answer_set, allowed_ids(result.answer_set, gallery, query), strict=True) if m]
     return replace(result, ranking=ranking, answer_set=answer)
@@ -101,7 +103,7 @@ def time_sorted(ranking: Ranking, gallery: Gallery) -> Ranking:
         return (0, t.isoformat(), n) if t is not None else (1, "", n)
 
     order = sorted(range(len(ranking.ids)), key=key)
-    return Ranking([ranking.ids[n] for n in order], [ranking.scores[n] for n in order])
+    return Ranking([ranking.ids[n] for n in order], [ranking.scores[n] for n in order], ranking.cut)
 
 
 def finish(result: Result, gallery: Gallery, query: Query, sort: str) -> Result:
@@ -142,7 +144,8 @@ def collapse_duplicates(result: Result, gallery: Gallery, groups: Any, top_k: in
 
     keep, dropped = collapse(result.ranking.ids, groups)
     keep = keep[:top_k]
-    ranking = Ranking([result.ranking.ids[k] for k in keep], [result.ranking.scores[k] for k in keep])
+    ranking = Ranking([result.ranking.ids[k] for k in keep], [result.ranking.scores[k] for k in keep],
+                      result.ranking.cut)
     result.trace.counters["duplicates_collapsed"] = dropped
     return replace(result, ranking=ranking)
 
@@ -184,13 +187,15 @@ def like_vector(gallery: Gallery, record: ImageRecord, space: str, dual: Any, te
 
 
 def more_like(gallery: Gallery, record: ImageRecord, vector: np.ndarray, space: str, query: Query, top_k: int,
-              trace: Trace | None = None) -> Result:
+              trace: Trace | None = None, results: ResultOptions | None = None) -> Result:
     """The photos most like ``record`` (cosine of its vector in ``space``), the photo itself left out, inside
-    the query's filter."""
+    the query's filter; with ``results``, where its matches stop (``Ranking.cut``, :mod:`imagent.index.levels`)."""
     trace = trace or Trace()
     trace.method = "like"
     exclude = list(dict.fromkeys([*query.exclude, *([record.id] if record.id in gallery else [])]))
     with trace.step("like", photo=record.id, space=space) as step:
         ranking = gallery.search(vector, space, top_k, query.constraints, query.candidates, exclude)
+        if results is not None:
+            ranking.cut = gallery_cut(gallery, vector, space, results, leave_out=[record.id])
         step.outputs["top"] = ranking.head()
     return Result(ranking, trace)
