@@ -103,6 +103,7 @@ class CIReVLConfig(MethodConfig):
 @register_method
 class CIReVL(Method):
     name = "cirevl"
+    image_roles = ("captioner",)  # the reference, described
     tasks = frozenset({"cir"})
     Config = CIReVLConfig
     description = "caption the reference, LLM-edit the caption by the modification, retrieve the result"

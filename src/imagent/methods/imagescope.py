@@ -144,6 +144,7 @@ class Proposition:
 @register_method
 class ImageScope(Method):
     name = "imagescope"
+    image_roles = ("captioner", "verifier", "evaluator")  # the reference; stage-2 and stage-3 candidates
     tasks = frozenset({"tir", "cir", "chat"})
     Config = ImageScopeConfig
     description = "3-granularity target descriptions, predicate verification of the top k, pairwise evaluation"
@@ -417,6 +418,9 @@ class ImageScope(Method):
         if record.captions:
             return record.caption, "stored caption"
         if self.ctx.roles["captioner"].caption_mode:
+            if record.id in self.ctx.gallery and self.ctx.gallery.record(record.id).description:
+                # what the pixel model saw (labels, people, date, place): a pixel description, not a caption
+                return self.ctx.describe_image(self.ctx.gallery.record(record.id)), "pixel description"
             note(f"reference {record.id} has no stored caption and the captioner cannot see images: "
                  "empty reference description")
             return "", "none (no caption, and the captioner sees no pixels)"
