@@ -258,7 +258,8 @@ def show_result(result: Any, gallery: Any, title: str, json_out: bool, paths: bo
     from imagent.cli.render import print_result
 
     if stop is not None:
-        result = matches_only(result, len(result.ranking)) if result.ranking.cut is not None else replace(
+        levelled = result.ranking.cut is not None and result.answer_set is None
+        result = matches_only(result, len(result.ranking)) if levelled else replace(
             result, ranking=result.ranking.top(stop))
 
     if json_out:

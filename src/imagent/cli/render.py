@@ -118,7 +118,7 @@ def match_summary(result: Result, gallery: Gallery) -> str:
     """One line on where a ranking's matches stop (:mod:`imagent.index.levels`): how many strong and possible matches
     it holds and what the rest of the gallery is; "" for a ranking without match levels."""
     cut = result.ranking.cut
-    if cut is None:
+    if cut is None or result.answer_set is not None:
         return ""
     levels = [cut.level(float(s)) for s in result.ranking.scores]
     strong, possible = levels.count(MATCH_STRONG), levels.count(MATCH_POSSIBLE)
@@ -135,7 +135,7 @@ def match_summary(result: Result, gallery: Gallery) -> str:
 def print_result(console: Console, result: Result, gallery: Gallery, title: str = "") -> None:
     rows = result_rows(result, gallery)
     answered = {r.get("matched_by") for r in rows} - {None}
-    levels = result.ranking.cut is not None  # a match column instead of the raw score (kept in --json)
+    levels = any(r["match"] is not None for r in rows)  # a match column instead of the raw score (kept in --json)
     # What answered each result: a column when it differs between rows, else one line under the table.
     extra = [c for c in ("taken", "place", "labels") if any(r.get(c) for r in rows)] + (
         ["matched_by"] if len(answered) > 1 else [])

@@ -7,8 +7,9 @@ pixel model has seen the photo (:mod:`imagent.index.pixels`) the index knows mor
 
 - its labels of probability at least ``pixels.label_show_p`` (the floor of the result cards), best first, each with
   its everyday parent category (the nearest WordNet parent whose concordance count reaches
-  ``pixels.parent_min_count``: "flamingo (bird)", "tabby cat (cat)", "convertible (car)"), at most
-  :data:`MAX_LABELS`; "nothing it could name with confidence" when none reaches the floor;
+  ``pixels.parent_min_count``: "flamingo (bird)", "tabby cat (cat)", "convertible (car)"), then a category that
+  labels below the floor reach together ("bird (perhaps jacamar, macaw)"), at most :data:`MAX_LABELS`; "nothing it
+  could name with confidence" when nothing reaches the floor;
 - the people named in it (face groups with a name, :mod:`imagent.index.people`);
 - the text found in it: :func:`text_in_photo` is the one place where the OCR stage's text lines join (issue 45,
   item 1); it gives nothing until that stage stores them;
@@ -51,16 +52,25 @@ def everyday_parent(label: dict[str, Any], min_count: int) -> str | None:
 
 
 def described_labels(record: ImageRecord, options: PixelOptions) -> list[str]:
-    """``["flamingo (bird)", ...]``: the record's labels of at least ``options.label_show_p``, best first."""
-    out = []
+    """``["flamingo (bird)", ...]``: the record's labels of at least ``options.label_show_p``, best first; then an
+    everyday category that labels below the floor reach together ("bird (perhaps jacamar, macaw)": the model is sure
+    of the kind, not of which one), at most :data:`MAX_LABELS` in all."""
+    out: list[str] = []
+    named: set[str] = set()
+    kinds: dict[str, list[tuple[float, str]]] = {}
     for label in record.labels:
-        if float(label.get("p", 0.0)) < options.label_show_p:
-            continue
+        p = float(label.get("p", 0.0))
+        name = str(label.get("name", "?"))
         parent = everyday_parent(label, options.parent_min_count)
-        out.append(f"{label.get('name', '?')} ({parent})" if parent else str(label.get("name", "?")))
-        if len(out) == MAX_LABELS:
-            break
-    return out
+        if p >= options.label_show_p:
+            out.append(f"{name} ({parent})" if parent else name)
+            named.add((parent or name).lower())
+        elif parent:
+            kinds.setdefault(parent, []).append((p, name))
+    for parent, members in sorted(kinds.items(), key=lambda kv: -sum(p for p, _ in kv[1])):
+        if sum(p for p, _ in members) >= options.label_show_p and parent.lower() not in named:
+            out.append(f"{parent} (perhaps {', '.join(n for _, n in members[:2])})")
+    return out[:MAX_LABELS]
 
 
 def text_in_photo(record: ImageRecord) -> list[str]:
@@ -86,6 +96,12 @@ def pixel_description(record: ImageRecord, people: list[str], options: PixelOpti
     return f"{PREFIX}: " + "; ".join(parts)
 
 
+def describes_pixels(gallery: Any) -> bool:
+    """Whether ``gallery``'s photos without a caption read as their pixel description: the pixel model has seen them
+    (the index has its ``visual`` space) and labels reach models as text (``pixels.labels_as_text``)."""
+    return bool(getattr(gallery, "labels_as_text", True)) and gallery.has_space("visual")
+
+
 def describe_records(gallery: Any, records: list[ImageRecord]) -> None:
     """Set :attr:`ImageRecord.description` on those of ``records`` without a caption that the pixel model has seen,
     from ``gallery``'s pixel options and people (what :meth:`Gallery.record` and :meth:`Gallery.records` do)."""
@@ -102,5 +118,5 @@ def describe_records(gallery: Any, records: list[ImageRecord]) -> None:
         rec.description = pixel_description(rec, names, options, as_text)
 
 
-__all__ = ["MAX_LABELS", "PREFIX", "describe_records", "described_labels", "everyday_parent", "pixel_description",
-           "text_in_photo"]
+__all__ = ["MAX_LABELS", "PREFIX", "describe_records", "described_labels", "describes_pixels", "everyday_parent",
+           "pixel_description", "text_in_photo"]

@@ -14,8 +14,8 @@ def result_rows(result: Result, gallery: Gallery) -> list[dict[str, Any]]:
     """One row per result: ``{rank, id, score, match, path, caption, taken, place, labels, matched_by, people}``
     (what ``--json`` and the web API return); ``match`` how well it matches (:mod:`imagent.index.levels`):
     ``strong``, ``possible`` or ``none``, or None for a ranking whose scores are not compared with the gallery's (a
-    method's re-ranking, an album answer, a small gallery); ``taken`` (ISO date-time) and ``place`` (the given
-    address, else the place name found for the GPS, else "lat, lon") are None when unknown; ``labels`` what the
+    method's re-ranking, a result with an answer set, a small gallery); ``taken`` (ISO date-time) and ``place`` (the
+    given address, else the place name found for the GPS, else "lat, lon") are None when unknown; ``labels`` what the
     pixel model saw (``[{"name", "p"}]``, those of at least ``pixels.label_show_p``: :func:`card_labels`);
     ``matched_by`` what the score compared the query with for this photo: ``pixels``, ``caption``, ``names``
     (file-name words, date, place), ``looks`` (visual features), ``nothing``, or None when the result does not say
@@ -28,7 +28,7 @@ def result_rows(result: Result, gallery: Gallery) -> list[dict[str, Any]]:
     people = people_index(gallery)
     spaces = gallery.spaces()
     main = next((s for s in result.spaces if s in spaces), None)
-    cut = result.ranking.cut
+    cut = result.ranking.cut if result.answer_set is None else None  # a set answer is never cut
     rows = []
     for rank, (image_id, score) in enumerate(zip(result.ranking.ids, result.ranking.scores, strict=True), 1):
         rec = gallery.record(image_id)
@@ -84,7 +84,7 @@ def result_json(result: Result, gallery: Gallery) -> str:
     payload: dict[str, Any] = {"results": result_rows(result, gallery), "source": result.source,
                                "source_reason": result.source_reason, "counts": dict(result.counts),
                                "warnings": list(result.warnings), "trace": result.trace.to_dict()}
-    if result.ranking.cut is not None:  # where the matches stop, as scores (the rows' ``match``)
+    if result.ranking.cut is not None and result.answer_set is None:  # where the matches stop (the rows' ``match``)
         payload["match_cut"] = result.ranking.cut.to_dict()
     if result.stages:
         payload["stages"] = {k: v.to_dict() for k, v in result.stages.items()}

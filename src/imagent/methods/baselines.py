@@ -114,6 +114,9 @@ class CIReVL(Method):
     def estimate_calls(cls, config: MethodConfig, query: Query | None = None) -> int:
         return 1  # the edit; +1 captioner call for a reference without a caption that a vision model describes
 
+    def search_spaces(self) -> list[str]:
+        return [SPACE_IMAGE]  # the edited description against the image vectors
+
     def run(self, query: Query, top_k: int, trace: Trace) -> Ranking:
         cfg: CIReVLConfig = self.config  # type: ignore[assignment]
         assert query.reference is not None

@@ -47,6 +47,7 @@ from pydantic import Field, field_validator
 from imagent.core.concurrency import map_threads
 from imagent.core.trace import Trace, note
 from imagent.core.types import ImageRecord, Query, Ranking, Result
+from imagent.index.describe import describes_pixels
 from imagent.index.gallery import SPACE_CAPTION_DUAL, SPACE_IMAGE
 from imagent.methods.base import (
     Method,
@@ -59,7 +60,7 @@ from imagent.methods.base import (
     summarize_query,
     text_score_vector,
 )
-from imagent.methods.captions import CaptionsConfig, check_captions, note_capped
+from imagent.methods.captions import CaptionsConfig, caption_coverage, check_captions, note_capped
 from imagent.models.base import ImagePart, Message
 from imagent.models.roles import parse_yes_no
 
@@ -174,11 +175,18 @@ class ImageScope(Method):
             uses.append("the tau-weighted text-to-text term of Eq. 7")
         if self.ctx.caption_mode:
             uses.append("the image term (caption mode: image vectors are caption embeddings)")
-        for stage, role in ((2, "verifier"), (3, "evaluator")):
-            if stage in cfg.stages and self.ctx.roles[role].caption_mode:
-                uses.append(f"the stage-{stage} {role} (it reads captions in place of pixels)")
+        described = describes_pixels(self.ctx.gallery)  # a photo without a caption reads as what the pixel model saw
+        readers = [f"stage-{stage} {role}" for stage, role in ((2, "verifier"), (3, "evaluator"))
+                   if stage in cfg.stages and self.ctx.roles[role].caption_mode]
+        if not described:
+            uses += [f"the {r} (it reads captions in place of pixels)" for r in readers]
         ids = query.candidates if query is not None else None
-        return check_captions(self.ctx.gallery, self.name, uses, cfg.allow_missing_captions, ids)
+        out = check_captions(self.ctx.gallery, self.name, uses, cfg.allow_missing_captions, ids)
+        with_caption, total = caption_coverage(self.ctx.gallery, ids)
+        if described and readers and with_caption < total:
+            out.append(f"the {' and the '.join(readers)} read(s) the {total - with_caption} photos without a caption "
+                       "as their pixel description (what the pixel model saw: labels as text, not a caption)")
+        return out
 
     def run(self, query: Query, top_k: int, trace: Trace) -> tuple[Ranking, dict[str, Ranking]]:
         with trace.step("reference", task=query.task) as step:
