@@ -166,6 +166,10 @@ class ImageScope(Method):
 
     config: ImageScopeConfig
 
+    def search_spaces(self) -> list[str]:
+        """Stage 1's spaces (Eq. 7): the image vectors, and the caption vectors when tau weighs them."""
+        return [SPACE_IMAGE] + ([SPACE_CAPTION_DUAL] if self.config.tau > 0 else [])
+
     # ------------------------------------------------------------------ entry points
     def preflight(self, query: Query | None = None) -> list[str]:
         """Refuse an index without captions when a stage reads them (see the module doc)."""

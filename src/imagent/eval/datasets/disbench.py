@@ -105,12 +105,12 @@ def derive_track(method: Any, caption_missing: bool = False) -> dict[str, Any]:
                        f"({by_captioner} written by a captioner, {len(captioned) - by_captioner} given)")
     if caption_missing:
         reasons.append("the index was built with caption_missing on (a captioner describes uncaptioned photos)")
-    described = sum(1 for r in records if not r.has_caption and r.description)  # pixel descriptions: labels as text
-    if captioned or derived or described:
+    read_as_labels = sum(1 for r in records if not r.has_caption and r.description)  # pixel descriptions (decision 11)
+    if captioned or derived or read_as_labels:
         for role in method.text_readers():
-            reasons.append(f"the {role} role's model cannot see pixels: photos reach it as text (captions, "
-                           f"what the pixel model saw as words (class labels: decision 11) for {described} photos, "
-                           f"or words derived from file names, dates and places for {derived} photos)")
+            reasons.append(f"the {role} role's model cannot see pixels: photos reach it as text (captions, what the "
+                           f"pixel model saw as words (class labels: decision 11) for {read_as_labels} photos, or "
+                           f"words derived from file names, dates and places for {derived} photos)")
     # Decision 11: class labels stored as text and searched (the album tools' metadata and label filter, or a
     # caption-mode image space whose captionless photos are ConSE vectors of their stored labels) are text derived
     # from the photos; ConSE vectors from the pixel model's own pass (effnet-lite0) are image embeddings.
