@@ -128,6 +128,9 @@ def print_result(console: Console, result: Result, gallery: Gallery, title: str 
         cells += [_cell(row, c) for c in extra]
         table.add_row(*(plain(c) for c in (*cells, row["caption"] or "")))  # text, never markup
     console.print(table)
+    if not rows:  # nothing shown: what the search said about it (a filter's near miss: use place ~ 'Kyoto')
+        for warning in result.warnings:
+            console.print(warning, style="yellow", highlight=False, markup=False, soft_wrap=True)
     if len(answered) == 1:
         console.print(f"every result answered by its {ANSWERED.get(next(iter(answered)), next(iter(answered)))}",
                       style="dim", highlight=False, markup=False)
