@@ -189,9 +189,14 @@ class IndexOptions(_Strict):
         # `faces = true|false` (and `--set indexing.faces=off`, which YAML reads as false) are on and off.
         return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
     # Near-duplicates (imagent duplicates, search --collapse-duplicates; imagent/index/duplicates.py): perceptual
-    # hashes at most this many bits apart (of 64), confirmed by this image-vector cosine where vectors see pixels.
+    # hashes at most this many bits apart (of 64), confirmed by a cosine in the space that sees pixels, with a floor
+    # per space: each the first floor above the 99th percentile of unrelated photos' cosines in that space
+    # (benchmarks/duplicates.py: visual 0.51, ConSE image vectors 0.85), which keeps half-size quality-70 copies.
+    # imagent's own.
     duplicate_max_distance: int = Field(4, ge=0, le=32, description="pHash bits two near-duplicates may differ in")
     duplicate_min_cosine: float = Field(0.9, ge=-1, le=1, description="image-vector cosine two near-duplicates reach")
+    duplicate_min_visual: float = Field(0.6, ge=-1, le=1,
+                                        description="visual-feature cosine two near-duplicates reach")
 
 
 class PixelOptions(_Strict):
