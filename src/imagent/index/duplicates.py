@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from imagent.core.config import IndexOptions
-from imagent.core.imageio import ImageLoadError, open_image
+from imagent.core.imageio import ImageLoadError, open_image_scaled
 from imagent.core.types import ImageRecord
 from imagent.index.gallery import SPACE_IMAGE, Gallery
 from imagent.index.pixels import SPACE_VISUAL
@@ -70,12 +70,17 @@ def _member(rec: ImageRecord) -> Member:
     return Member(rec.id, rec.path, _size(rec.path), rec.taken_time.isoformat() if rec.taken_time else None)
 
 
+# pHash looks at a 32x32 grey thumbnail: the image is decoded no larger than this a side (a 100-MP photo is not
+# held whole), far above what the thumbnail's own downscaling smooths away.
+HASH_SIDE = 256
+
+
 def perceptual_hash(path: str, options: IndexOptions) -> int | None:
     """The 64-bit pHash of the image at ``path`` (None when it cannot be read)."""
     import imagehash
 
     try:
-        with open_image(path, options.max_pixels, options.max_file_bytes) as im:
+        with open_image_scaled(path, HASH_SIDE, options.max_pixels, options.max_file_bytes) as im:
             return int(str(imagehash.phash(im.convert("L"))), 16)
     except (ImageLoadError, OSError, ValueError):
         return None
