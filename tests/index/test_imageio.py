@@ -342,8 +342,24 @@ print(peak() - base)
 """
 
 
+_LARGE = (6000, 5000)
+
+
+@pytest.fixture(scope="module")
+def large_png(tmp_path_factory) -> Path:
+    """A 30-MP PNG under 2 MB on disk (a flat picture with a shape), written once for the module."""
+    from PIL import ImageDraw
+
+    path = tmp_path_factory.mktemp("large") / "big.png"
+    im = Image.new("RGB", _LARGE, (40, 120, 200))
+    ImageDraw.Draw(im).ellipse((1000, 1000, 4000, 3500), fill=(250, 250, 0))
+    im.save(path, compress_level=1)
+    assert path.stat().st_size < 2_000_000
+    return path
+
+
 @pytest.mark.parametrize("call", ["probe", "open", "224:short", "2048:long", "256:short", "1024:short"])
-def test_decoding_a_large_png_takes_about_its_pixels_not_four_times(tmp_path, call):
+def test_decoding_a_large_png_takes_about_its_pixels_not_four_times(large_png, call):
     """Issue 47 (hostile finding 10): a large, small-on-disk PNG is decoded with at most 1.5x its pixel bytes
     (width x height x 3) at the peak, in a fresh process: the probe, a whole decode (RGB, upright: kept as decoded)
     and each reduced one an index pass makes (pixel model 224, faces 2048 on the long side, pHash 256, image
@@ -351,17 +367,9 @@ def test_decoding_a_large_png_takes_about_its_pixels_not_four_times(tmp_path, ca
     import subprocess
     import sys
 
-    from PIL import ImageDraw
-
-    path = tmp_path / "big.png"
-    w, h = 6000, 5000
-    im = Image.new("RGB", (w, h), (40, 120, 200))
-    ImageDraw.Draw(im).ellipse((1000, 1000, 4000, 3500), fill=(250, 250, 0))
-    im.save(path, compress_level=1)
-    del im
-    assert path.stat().st_size < 2_000_000  # 30 MP, under 2 MB on disk
+    w, h = _LARGE
     src = str(Path(__file__).resolve().parents[2] / "src")
-    out = subprocess.run([sys.executable, "-c", _PEAK, str(path), call], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", _PEAK, str(large_png), call], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": src}, timeout=120)
     assert out.returncode == 0, out.stderr
     assert int(out.stdout) <= 1.5 * w * h * 3, f"{call}: peak {int(out.stdout) / (w * h * 3):.2f}x the pixel bytes"
