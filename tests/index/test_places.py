@@ -66,6 +66,7 @@ def test_a_point_at_sea_has_no_place_and_names_resolve():
     assert places.reverse(0.0, -140.0) is None  # the Pacific: the nearest town is hundreds of km away
     assert places.reverse(40.0, -40.0) is None  # mid-Atlantic
     assert places.reverse(0.0, -140.0, max_km=2000) is not None  # the limit is a setting
+    assert places.reverse(float("nan"), 16.37) is None and places.reverse(91.0, 0.0) is None  # not on Earth
     vienna = places.find("vienna")
     assert vienna is not None and vienna.country == "Austria"
     assert places.find("Paris, Texas").region == "Texas" and places.find("Paris").country == "France"

@@ -186,6 +186,8 @@ def _place(loc: dict[str, Any], countries: dict[str, str], km: float = 0.0) -> P
 
 
 def _one(t: _Table, lat: float, lon: float, max_km: float, town_km: float, municipal_km: float) -> Place | None:
+    if not (math.isfinite(lat) and math.isfinite(lon) and -90 <= lat <= 90):
+        return None  # not a point on Earth
     q = _xyz(np.array([lat]), np.array([lon]))[0]
     _, first = t.tree.query(q, k=1)
     d0 = haversine(lat, lon, float(t.locs[int(first)]["latitude"]), float(t.locs[int(first)]["longitude"]))
