@@ -94,7 +94,7 @@ def png_strips(data: bytes, im: Image.Image, rows: int) -> Iterator[Image.Image]
     layout = PngLayout(data)
     if not layout.ok or im.format != "PNG" or len(im.tile) != 1 or im.size != (layout.width, layout.height):
         return None
-    rawmode = im.tile[0].args
+    rawmode = im.tile[0][3]  # the tile's codec arguments: the raw mode of its rows
     if not isinstance(rawmode, str) or rawmode != im.mode:  # 8-bit samples decode into their own mode
         return None
     im.info.setdefault("exif", layout.exif or b"")
