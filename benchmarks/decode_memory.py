@@ -14,7 +14,9 @@ decode and how long it took. ``ratio`` is that peak over the picture's pixel byt
 
 ``--index`` also indexes a folder holding only the PNG with the default offline setup (pixel model, faces) in a
 fresh process, beside a folder of one small photo (models loaded, nothing large decoded), and prints both peaks
-and times. Run ``python benchmarks/decode_memory.py [--megapixels 99.8] [--index]`` on a quiet machine.
+and times; ``--compare-src DIR`` does the same with another checkout's ``src`` (e.g. the main branch before this
+change), alternating with this one. Run ``python benchmarks/decode_memory.py [--megapixels 99.8] [--index]`` on a
+quiet machine.
 """
 
 from __future__ import annotations
@@ -62,8 +64,8 @@ for line in open("/proc/self/status"):
 """
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": SRC, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+def _env(src: str = SRC) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": src, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
 def make_png(path: Path, megapixels: float) -> tuple[int, int]:
@@ -101,9 +103,9 @@ def measure(path: Path, call: str) -> tuple[int, float]:
     return int(peak), float(seconds)
 
 
-def index_run(folder: Path, index: Path) -> str:
+def index_run(folder: Path, index: Path, src: str = SRC) -> str:
     out = subprocess.run([sys.executable, "-c", _INDEX, str(folder), str(index)], capture_output=True, text=True,
-                         env=_env(), timeout=1800)
+                         env=_env(src), timeout=1800)
     if out.returncode != 0:
         raise SystemExit(f"index failed: {out.stderr[-2000:]}")
     peak, seconds, added, skipped = out.stdout.split()
@@ -115,6 +117,8 @@ def main() -> None:
     ap.add_argument("--megapixels", type=float, default=99.8, help="the PNG's size")
     ap.add_argument("--jpeg-megapixels", type=float, default=48.0)
     ap.add_argument("--index", action="store_true", help="also index a folder of the PNG (default offline setup)")
+    ap.add_argument("--compare-src", help="another checkout's src folder to index with too (--index)")
+    ap.add_argument("--skip-decode", action="store_true", help="only the --index part")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="imagent-decode-") as tmp:
         root = Path(tmp)
@@ -124,7 +128,7 @@ def main() -> None:
         for name, (path, (w, h)) in files.items():
             print(f"file {name} size={w}x{h} megapixels={w * h / 1e6:.1f} disk_kb={path.stat().st_size / 1024:.0f} "
                   f"pixel_mb={w * h * 3 / 2**20:.0f}")
-            for call in CALLS:
+            for call in (CALLS if not args.skip_decode else ()):
                 peak, seconds = measure(path, call)
                 print(f"decode file={name} call={call} peak_mb={peak / 2**20:.0f} ratio={peak / (w * h * 3):.2f} "
                       f"seconds={seconds:.2f}")
@@ -134,8 +138,10 @@ def main() -> None:
             (root / "small").mkdir()
             Image.new("RGB", (640, 480), (90, 140, 60)).save(root / "small" / "one.jpg", quality=90)
             start = time.perf_counter()
-            print(f"index folder=small {index_run(root / 'small', root / 'index-small')}")
-            print(f"index folder=large_png {index_run(root / 'big', root / 'index-big')}")
+            for name, src in [("this", SRC)] + ([("compare", args.compare_src)] if args.compare_src else []):
+                for folder in ("small", "big"):
+                    result = index_run(root / folder, root / f"index-{name}-{folder}", src)
+                    print(f"index src={name} folder={'large_png' if folder == 'big' else folder} {result}")
             print(f"index total_seconds={time.perf_counter() - start:.1f}")
 
 
