@@ -149,6 +149,9 @@ def print_result(console: Console, result: Result, gallery: Gallery, title: str 
         table.add_row(*(plain(c) for c in (*cells, row["caption"] or "")))  # text, never markup
     if rows:
         console.print(table)
+    else:  # nothing shown: what the search said about it (a filter's near miss: use place ~ 'Kyoto')
+        for warning in result.warnings:
+            console.print(warning, style="yellow", highlight=False, markup=False, soft_wrap=True)
     summary = match_summary(result, gallery)
     if summary:
         console.print(summary, highlight=False, markup=False)

