@@ -17,7 +17,9 @@ Prints, each as a ``name key=value ...`` line:
 2. ``report``: the configured rule on the report half, the same columns;
 3. ``count``: the configured rule on queries with 0, 1 and 5 true matches (a word's other true matches taken out of the
    gallery's scores): how many strong, possible and none the true ones get and how many false strong photos appear;
-4. ``labels``: the labels shown on cards by floor (the top 3 of each stamp): how many, and the share judged right
+4. ``like``: *more like this* on the pixels index (each stamp's visual feature against the others'): how many strong
+   and possible results a photo gets and the share of them in its category;
+5. ``labels``: the labels shown on cards by floor (the top 3 of each stamp): how many, and the share judged right
    (a word of the label's class name, WordNet synonyms or parents is a word of the stamp's caption or category,
    singular forms), with the two labels the cards must not show ("maraca" on the mushroom, "shower cap" on the red
    anemone).
@@ -164,6 +166,32 @@ def counts(tables: dict, truth: dict[str, set[str]], rule: ResultOptions) -> Non
                   + f" false_shown_per_query={false_shown / max(1, queries):.2f}")
 
 
+def like(ws: Workspace, index: Path, rule: ResultOptions) -> None:
+    """*More like this* on the pixels index: every stamp's visual feature against the others' (itself left out, as
+    the search does); a strong or possible result is right when it shares the stamp's category path."""
+    g = ws.gallery(index)
+    cats = {r["id"]: r["category"] for r in stamp_rows()}
+    mat = g.vectors("visual")
+    ids = list(g.ids)
+    counts = {"strong": [0, 0], "possible": [0, 0]}
+    none_queries = 0
+    for n, i in enumerate(ids):
+        s = np.delete(mat @ mat[n], n)
+        others = [x for x in ids if x != i]
+        cut = match_cut(s, rule)
+        shown = 0
+        for x, score in zip(others, s, strict=True):
+            level = cut.level(float(score))
+            if level in counts:
+                counts[level][0] += cats[x] == cats[i]
+                counts[level][1] += 1
+                shown += 1
+        none_queries += shown == 0
+    for level, (right, total) in counts.items():
+        print(f"like level={level} shown_per_query={total / len(ids):.2f} same_category={right / max(1, total):.2f}")
+    print(f"like queries={len(ids)} with_no_match={none_queries}")
+
+
 def _stem(word: str) -> str:
     w = word.lower()
     if w.endswith("ies") and len(w) > 4:
@@ -204,7 +232,7 @@ def labels(ws: Workspace, index: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--work", type=Path, help="keep the two indexes here (default: a temporary folder)")
-    ap.add_argument("--skip", default="", help="comma-separated parts to leave out: grid,report,count,labels")
+    ap.add_argument("--skip", default="", help="comma-separated parts to leave out: grid,report,count,like,labels")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     with tempfile.TemporaryDirectory() as tmp:
@@ -222,6 +250,8 @@ def main() -> None:
             report(tables, truth, rule)
         if "count" not in skip:
             counts(tables, truth, rule)
+        if "like" not in skip:
+            like(ws, indexes["pixels"], rule)
         if "labels" not in skip:
             labels(ws, indexes["pixels"])
 

@@ -113,7 +113,9 @@ def result_from_payload(payload: dict[str, Any]) -> Any:
     cut = payload.get("match_cut")  # where the matches stop: the rows' levels come back the same
     return Result(
         ranking=Ranking([r["id"] for r in rows], [float(r["score"]) for r in rows],
-                        MatchCut(**cut) if isinstance(cut, dict) else None),
+                        MatchCut(**{k: cut[k] for k in MatchCut.__dataclass_fields__ if k in cut})
+                        if isinstance(cut, dict) and {"strong", "possible", "median", "spread", "photos"} <= set(cut)
+                        else None),
         trace=trace,
         stages={k: ranking(v) for k, v in (payload.get("stages") or {}).items()},
         answer_set=payload.get("answer_set"),

@@ -270,7 +270,10 @@ function renderMatches(rows, append) {
   $("possible-count").textContent = `(${nPossible})`;
   $("possible-box").hidden = !nPossible;
   if (!append) $("possible-box").open = false;
-  if (shown) shown.ended = cut && strong.length + possible.length < rows.length;  // a result below the matches came
+  if (shown) {
+    shown.levels = Boolean(cut);  // shown as matches (the count says "matches")
+    shown.ended = Boolean(cut) && strong.length + possible.length < rows.length;  // a result below the matches came
+  }
   const note = $("match-note");
   note.hidden = !cut;
   if (!cut) return;
@@ -290,7 +293,7 @@ function updateMore() {
   const nPossible = $("possible").children.length;
   let count = plural(n, "result");
   if (shown && shown.listing) count = `${n} of ${plural(shown.total, "photo")}`;
-  else if (shown && shown.cut) count = matches(n - nPossible) + (nPossible ? `, ${nPossible} possible` : "");
+  else if (shown && shown.levels) count = matches(n - nPossible) + (nPossible ? `, ${nPossible} possible` : "");
   $("search-count").textContent = count;
 }
 // ------------------------------------------------------------------ reference
