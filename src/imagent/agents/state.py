@@ -14,7 +14,8 @@ Every part of :mod:`imagent.agents` reads and writes these types, never a string
 - :class:`ToolScope`: all a tool's ``run`` receives besides its arguments: the saved subsets (named id lists),
   the album scope (the ids an answer may name) and a way to ask for a history rewrite after the turn;
 - :class:`GuardState`: what the small-model guards (:mod:`imagent.agents.guards`) remember;
-- :class:`AgentState`: the history (messages), turns, counters, candidates seen, memories' records;
+- :class:`HookRecords`: what hooks record (their own typed records, kept by type);
+- :class:`AgentState`: the history (messages), turns, counters, candidates seen, the hooks' records;
 - :class:`AgentRun`: the outcome: the answer and how it was obtained (``source``, ``forced``, ``reason``).
 """
 
@@ -24,7 +25,7 @@ import json
 from collections.abc import Callable, Container, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, TypeVar
 
 from imagent.core.trace import Trace
 from imagent.models.base import ImagePart, Message
@@ -35,6 +36,7 @@ DEFAULT_MAX_TURNS = 30
 # How much of an observation the trace keeps as its summary (the model reads the whole text).
 SUMMARY_CHARS = 400
 
+R = TypeVar("R")
 Mode = Literal["native", "text", "json"]
 CallPath = Literal["native", "text", "json", "none"]
 AnswerSource = Literal["model", "fallback"]
@@ -186,25 +188,6 @@ class GuardState:
         self.ids_used.clear()
 
 
-@dataclass
-class Compression:
-    """A working-memory compression: the turn it came before and what triggered it."""
-
-    turn: int
-    trigger: str
-
-
-@dataclass
-class Audit:
-    """An episodic-memory audit of a proposed answer: its turn, whether it passed, its four checks (``verdict``)
-    and its decision ("pass" or "revise")."""
-
-    turn: int
-    passed: bool
-    verdict: dict[str, str] = field(default_factory=dict)
-    decision: str = ""
-
-
 @dataclass(frozen=True)
 class OneOf:
     """A :class:`NextCall` argument that is one of these values (the grammar's ``enum``), not a fixed one."""
@@ -222,12 +205,38 @@ class NextCall:
     arguments: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
-class SkillUse:
-    """The semantic-memory skill injected at the start (its id and similarity to the request)."""
+class HookRecords:
+    """What hooks record during one run, kept by record type: a hook adds its own typed records and code reads
+    them back by type; the runtime knows none of the types (a method's memories define them)::
 
-    id: str
-    similarity: float
+        @dataclass
+        class Checked:                    # a hook's own record type, in the hook's module
+            turn: int
+            passed: bool
+
+        state.records.add(Checked(turn=state.turn, passed=True))
+        state.records.of(Checked)         # -> list[Checked], in the order added
+        state.records.last(Checked)       # -> the latest Checked, or None
+    """
+
+    def __init__(self) -> None:
+        self._by_type: dict[type, list[Any]] = {}
+
+    def add(self, record: object) -> None:
+        """Keep ``record`` under its own type."""
+        self._by_type.setdefault(type(record), []).append(record)
+
+    def of(self, kind: type[R]) -> list[R]:
+        """The records of type ``kind``, in the order added (a copy)."""
+        return list(self._by_type.get(kind, ()))
+
+    def last(self, kind: type[R]) -> R | None:
+        """The latest record of type ``kind``, or None."""
+        kept = self._by_type.get(kind)
+        return kept[-1] if kept else None
+
+    def __repr__(self) -> str:
+        return f"HookRecords({ {k.__name__: len(v) for k, v in self._by_type.items()} })"
 
 
 @dataclass
@@ -237,8 +246,8 @@ class AgentState:
     The history (:attr:`messages`) changes only through methods: :meth:`start`, :meth:`add_message`,
     :meth:`set_task` (a hook prefixing the task), :meth:`fold_history` (a compression) and the rewrites a
     tool deferred (:meth:`apply_rewrites`). ``candidates`` keeps the best retrieval score seen per photo
-    (the never-empty fall-back). The memories' own records are typed fields (``compressions``, ``audits``,
-    ``skill``)."""
+    (the never-empty fall-back). Hooks keep their own typed records in :attr:`records` (:class:`HookRecords`: by
+    record type; the state knows none of the types)."""
 
     query: str
     trace: Trace
@@ -256,9 +265,7 @@ class AgentState:
     last_prompt_tokens: int = 0  # the size of the latest prompt: what a context-compression hook watches
     turns: list[TurnRecord] = field(default_factory=list)
     guards: GuardState = field(default_factory=GuardState)
-    compressions: list[Compression] = field(default_factory=list)
-    audits: list[Audit] = field(default_factory=list)
-    skill: SkillUse | None = None
+    records: HookRecords = field(default_factory=HookRecords)
     # A hook sent a proposed answer back for more retrieval (an audit that failed, an unnarrowed answer): the next
     # turn must call a tool (the JSON protocol's grammar offers no answer) until one runs.
     retrieval_round: bool = False
@@ -383,16 +390,14 @@ __all__ = [
     "AgentRun",
     "AgentState",
     "AnswerSource",
-    "Audit",
     "CallPath",
     "CallResult",
-    "Compression",
     "GuardState",
+    "HookRecords",
     "Mode",
     "NextCall",
     "Observation",
     "OneOf",
-    "SkillUse",
     "ToolCall",
     "ToolScope",
     "TurnRecord",
