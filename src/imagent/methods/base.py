@@ -443,8 +443,8 @@ METHODS: Registry[type[Method]] = Registry("method", {
     "imagescope": "imagent.methods.imagescope:ImageScope",
     "xr": "imagent.methods.xr:XR",
     "tacir": "imagent.methods.tacir:TaCIR",
-    "imageseeker": "imagent.methods.photocraft:ImageSeeker",
-    "photocraft": "imagent.methods.photocraft:PhotoCraft",
+    "imageseeker": "imagent.methods.album.photocraft:ImageSeeker",
+    "photocraft": "imagent.methods.album.photocraft:PhotoCraft",
     "oscar": "imagent.methods.oscar.method:Oscar",
     "album": "imagent.methods.album.method:AlbumSearch",
 })

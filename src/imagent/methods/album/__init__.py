@@ -1,11 +1,13 @@
 """Album search: everything that searches one person's photo album lives here.
 
-The album tools (ImageSearch, GetMetadata, FilterMetadata, ViewPhotos: :mod:`~imagent.methods.album.tools`), the
-album agents' memories (:mod:`~imagent.methods.album.memory`) and skills (:mod:`~imagent.methods.album.skills`),
-their prompts (``prompts/photocraft``, ``prompts/imageseeker``, ``prompts/scaffold``), the one scaffold policy
-applied equally to PhotoCraft and ImageSeeker (:mod:`~imagent.methods.album.scaffold`), and imagent's own ``album``
-method (a planner: one grammar-constrained model call parses the query into a typed plan that code executes).
-``agents/`` stays generic and imports nothing from here.
+The album agents PhotoCraft and ImageSeeker (:mod:`~imagent.methods.album.photocraft`, registered as ``photocraft``
+and ``imageseeker``), the album tools (ImageSearch, GetMetadata, FilterMetadata, ViewPhotos:
+:mod:`~imagent.methods.album.tools`), the album agents' memories (:mod:`~imagent.methods.album.memory`) and skills
+(:mod:`~imagent.methods.album.skills`), their prompts (``prompts/photocraft``, ``prompts/imageseeker``,
+``prompts/scaffold``), the one scaffold policy applied equally to PhotoCraft and ImageSeeker
+(:mod:`~imagent.methods.album.scaffold`), and imagent's own ``album`` method (a planner: one grammar-constrained
+model call parses the query into a typed plan that code executes). ``agents/`` stays generic and imports nothing
+from here.
 """
 
 from __future__ import annotations
