@@ -186,7 +186,7 @@ def test_think_blocks_are_stripped_in_linear_time():
     import re
     import time
 
-    from imagent.agents.protocol import _strip_think
+    from imagent.agents.wire import _strip_think
 
     reference = re.compile(r"<think>.*?</think>", re.S | re.I)
     rng = random.Random(3)

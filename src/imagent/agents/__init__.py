@@ -17,7 +17,7 @@ Its modules, lowest first (each imports only those above it):
   :class:`AgentState`, :class:`AgentRun` (the answer and how it was obtained);
 - :mod:`imagent.agents.tools`: :class:`Tool` (name, description, JSON-Schema ``parameters``,
   ``run(args, scope) -> Observation``), :class:`ToolError`, :func:`validate_args`;
-- :mod:`imagent.agents.protocol`: the wire formats: :func:`parse_tool_calls` (the ``<tool_call>`` text
+- :mod:`imagent.agents.wire`: the wire formats: :func:`parse_tool_calls` (the ``<tool_call>`` text
   protocol), :func:`parse_final_answer` (``The final answer is: [...]``), the JSON protocol's schema, prompts;
 - :mod:`imagent.agents.guards`: the small-model guards (repeated calls, copied example dates, loops);
 - :mod:`imagent.agents.protocols`: one class per protocol (:class:`NativeProtocol`, :class:`TextProtocol`,
@@ -28,16 +28,6 @@ Its modules, lowest first (each imports only those above it):
 
 from __future__ import annotations
 
-from imagent.agents.protocol import (
-    format_tool_call,
-    format_tool_response,
-    native_tool_calls,
-    parse_final_answer,
-    parse_tool_calls,
-    strip_tool_calls,
-    text_protocol_prompt,
-    tools_as_openai,
-)
 from imagent.agents.protocols import ANSWER_FORMAT, JsonProtocol, NativeProtocol, TextProtocol, TurnProtocol
 from imagent.agents.runtime import AgentHooks, AgentRuntime, ToolMode
 from imagent.agents.state import (
@@ -51,6 +41,16 @@ from imagent.agents.state import (
     TurnRecord,
 )
 from imagent.agents.tools import Tool, ToolError, validate_args
+from imagent.agents.wire import (
+    format_tool_call,
+    format_tool_response,
+    native_tool_calls,
+    parse_final_answer,
+    parse_tool_calls,
+    strip_tool_calls,
+    text_protocol_prompt,
+    tools_as_openai,
+)
 
 __all__ = [
     "ANSWER_FORMAT",

@@ -132,7 +132,7 @@ class AgentRuntime:
       ``parallel_tool_calls=false``, and on every protocol a reply's calls after its first are not run, each
       answered with an observation saying so (:data:`ONE_TOOL_PER_STEP`, counted ``agent.extra_calls_refused``);
     - ``worked_example``: one worked example for the compact prompt, written in the protocol's own turns
-      (:func:`~imagent.agents.protocol.render_worked_example`); where it is shown, the guards refuse a call
+      (:func:`~imagent.agents.wire.render_worked_example`); where it is shown, the guards refuse a call
       that copies one of its dates.
     """
 

@@ -69,7 +69,7 @@ class Tool(ABC):
                 "function": {"name": self.name, "description": self.description, "parameters": self.parameters}}
 
     def grammar_parameters(self, ids: Sequence[str], subsets: Sequence[str]) -> dict[str, Any] | None:
-        """:attr:`parameters` as a schema a grammar can enforce (the JSON protocol, :mod:`imagent.agents.protocol`):
+        """:attr:`parameters` as a schema a grammar can enforce (the JSON protocol, :mod:`imagent.agents.wire`):
         strings and lists bounded (a small model loops inside an unbounded one), photo-id parameters limited
         to ``ids`` (the ids the tools returned so far: a model cannot name a photo it has not seen), subset
         parameters to ``subsets`` (left out while none is saved); descriptions, defaults and numeric bounds
