@@ -45,7 +45,7 @@ from typing import Any, ClassVar
 
 from imagent.agents.runtime import AgentHooks
 from imagent.agents.state import AgentState, Observation, ToolScope
-from imagent.agents.tools import Tool
+from imagent.agents.tools import NoArgs, Tool
 from imagent.methods.album.skills import SkillLibrary
 from imagent.methods.album.tools import METADATA_RESULTS, SearchResult
 from imagent.models.base import ImagePart, Message
@@ -338,18 +338,19 @@ class WorkingMemory(AgentHooks):
                           "message(s) verbatim")
 
 
-class MemoryCondense(Tool):
+class MemoryCondense(Tool[NoArgs]):
     """The agent's own handle on working memory (Table 4): compress the history before the next turn."""
 
     name = "MemoryCondense"
     description = ("Condense the conversation so far into working memory (a digest of steps, the session's key "
                    "decisions and your current plan), keeping photo ids, dates and places. Use it when the "
                    "history grows long. It does not search or load photos.")
+    Args = NoArgs
+
     def __init__(self, memory: WorkingMemory) -> None:
         self.memory = memory
-        self.parameters = {"type": "object", "properties": {}, "additionalProperties": False}
 
-    def run(self, args: dict[str, Any], scope: ToolScope) -> Observation:
+    def run(self, args: NoArgs, scope: ToolScope) -> Observation:
         self.memory.request()
         return Observation("The history will be condensed into working memory before your next turn.",
                            summary="memory condense requested")
