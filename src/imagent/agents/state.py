@@ -12,7 +12,7 @@ Every part of :mod:`imagent.agents` reads and writes these types, never a string
 - :class:`CallResult`: a call and its observation (unpacks as ``call, observation``);
 - :class:`TurnRecord`: one turn: the reasoning, the calls and their results, a proposed answer;
 - :class:`ToolScope`: all a tool's ``run`` receives besides its arguments: the saved subsets (named id lists),
-  the album scope (the ids an answer may name) and a way to ask for a history rewrite after the turn;
+  the search's scope (the ids an answer may name) and a way to ask for a history rewrite after the turn;
 - :class:`GuardState`: what the small-model guards (:mod:`imagent.agents.guards`) remember;
 - :class:`HookRecords`: what hooks record (their own typed records, kept by type);
 - :class:`AgentState`: the history (messages), turns, counters, candidates seen, the hooks' records;
@@ -31,7 +31,7 @@ from imagent.core.trace import Trace
 from imagent.models.base import ImagePart, Message
 from imagent.tools.base import ToolError
 
-# Paper defaults (A.2.2): 30 interaction turns, then the agent must answer.
+# The default turn budget, after which the agent must answer (a method passes its own).
 DEFAULT_MAX_TURNS = 30
 # How much of an observation the trace keeps as its summary (the model reads the whole text).
 SUMMARY_CHARS = 400
@@ -69,14 +69,14 @@ class Observation:
     """What a tool call returns.
 
     - ``text``: what the model reads (the ``tool`` message, or the text protocol's ``<tool_response>``);
-    - ``photos``: the album ids it returned, in order (traces and the web UI show them as thumbnails);
+    - ``photos``: the photo ids it returned, in order (traces and the web UI show them as thumbnails);
     - ``scores``: retrieval scores of returned photos, where the tool has them; the runtime keeps the
       best score seen per photo (the never-empty fall-back answers with the best of them);
     - ``images``: ``(photo id, image part)`` pairs to show the model: the runtime sends them in a user
       message after the tool messages, each id written beside its image (tool messages carry text only);
       a blind model gets each photo's text surrogate instead (the role's caption mode);
     - ``result``: the tool's own typed result, for code that reads what a call found (a frozen dataclass of the
-      tool's module, e.g. an album search's ids, scores and times); the trace shows it as ``data``;
+      tool's module, e.g. a search's ids, scores and times); the trace shows it as ``data``;
     - ``summary``: one line for the trace; defaults to the start of ``text``;
     - ``error``: True when this observation reports a failed call (set by the runtime for ToolErrors).
     """
@@ -106,7 +106,7 @@ class CallResult(NamedTuple):
 @dataclass
 class TurnRecord:
     """One turn: what the model said, which calls it made and what came back. ``final``: the last call,
-    without tools, after the turn budget was spent; ``dropped``: proposed ids the album does not have;
+    without tools, after the turn budget was spent; ``dropped``: proposed ids outside the search's scope;
     ``feedback``: what the loop told the model after it
     (a nudge, an answer sent back); ``rejected_by``: the hook that rejected the proposed answer."""
 
@@ -127,25 +127,26 @@ class TurnRecord:
 class ToolScope:
     """What a tool's ``run`` receives besides its arguments (never the loop itself).
 
-    - ``subsets``: named id lists (``FilterMetadata(save_as=...)``, used by ``search_within``) so hundreds of
-      ids need not pass through the context;
-    - ``album``: the ids an answer may name (the album's scope); None accepts any id;
+    - ``subsets``: named id lists a tool saved (e.g. a filter's result) so a later call names the subset
+      instead of passing hundreds of ids through the context;
+    - ``known_ids``: the ids an answer may name (the search's scope); None accepts any id;
     - :meth:`defer`: a tool that must rewrite the history (a condense tool) registers the rewrite here; the
       runtime applies it once the turn's messages are in."""
 
-    def __init__(self, album: Container[str] | None = None) -> None:
+    def __init__(self, known_ids: Container[str] | None = None) -> None:
         self.subsets: dict[str, list[str]] = {}
-        self.album = album
+        self.known_ids = known_ids
         self._rewrites: list[Callable[[list[Message]], list[Message]]] = []
 
     def save_subset(self, name: str, ids: Sequence[str]) -> None:
         self.subsets[name.strip()] = list(ids)
 
-    def subset(self, name: str) -> list[str]:
-        """A saved subset; :class:`ToolError` naming the saved ones when it does not exist."""
+    def subset(self, name: str, how_to_save: str = "") -> list[str]:
+        """A saved subset; :class:`ToolError` naming the saved ones when it does not exist (``how_to_save``: what
+        the message says when none is saved yet, e.g. which tool saves one)."""
         key = name.strip()
         if key not in self.subsets:
-            have = ", ".join(repr(k) for k in self.subsets) or "none yet (FilterMetadata with save_as makes one)"
+            have = ", ".join(repr(k) for k in self.subsets) or "none yet" + (f" ({how_to_save})" if how_to_save else "")
             raise ToolError(f"no saved subset named {name!r}; saved subsets: {have}")
         return self.subsets[key]
 
@@ -358,7 +359,7 @@ class AgentRun:
 
     ``source``: "model" (the model's answer) or "fallback" (best candidates seen, or the method's fallback
     search); ``forced``: the answer came from the last call without tools after the turn budget was spent;
-    ``reason`` says why in words; ``dropped`` lists proposed ids the album does not have."""
+    ``reason`` says why in words; ``dropped`` lists proposed ids outside the search's scope."""
 
     answer: list[str]
     source: AnswerSource

@@ -2,7 +2,7 @@
 
 Subclass :class:`Tool`, set ``name``, ``description`` and ``Args`` (a :class:`ToolArgs` model: one field per
 argument, with its description and bounds) and implement ``run``; ``run`` receives the validated arguments as an
-``Args`` instance and a :class:`~imagent.agents.state.ToolScope` (the saved subsets, the album scope), never the
+``Args`` instance and a :class:`~imagent.agents.state.ToolScope` (the saved subsets, the search's scope), never the
 loop, and returns an :class:`~imagent.agents.state.Observation`::
 
     class EchoArgs(ToolArgs):
@@ -65,7 +65,7 @@ class Tool(ABC, Generic[A]):
     Subclasses set ``name``, ``description`` and ``Args`` (their :class:`ToolArgs` model; an instance may set a
     subclass with bounds from its settings, :func:`with_fields`) and implement :meth:`run`. ``run`` receives the
     validated arguments (an ``Args`` instance, defaults filled in) and the run's
-    :class:`~imagent.agents.state.ToolScope` (the named subsets, the album scope); it returns an
+    :class:`~imagent.agents.state.ToolScope` (the named subsets, the search's scope); it returns an
     :class:`Observation` or raises :class:`ToolError`.
     """
 

@@ -273,6 +273,8 @@ def _subset_name(value: str) -> str:
 # fields one ``*_args`` function redefines (cached per setting: a search builds its tools once per query).
 
 SUBSET_PATTERN = "^[A-Za-z0-9_.-]{1,64}$"
+# How a subset gets saved, as an unknown subset's error tells the model.
+SAVE_HINT = "FilterMetadata with save_as makes one"
 SameAs = Literal[SAME_AS]  # type: ignore[valid-type]
 MetadataField = Literal[METADATA_FIELDS]  # type: ignore[valid-type]
 
@@ -369,7 +371,7 @@ class ImageSearchTool(_AlbumTool):
     def run(self, args: ImageSearchArgs, scope: ToolScope) -> Observation:
         query = args.query or ""
         within_name = args.search_within
-        within = scope.subset(within_name) if within_name else None
+        within = scope.subset(within_name, SAVE_HINT) if within_name else None
         cue = args.visual_cue or None
         ranking = self.album.search(query, args.top_k, within=within, visual_cue=cue)
         scope = f" within subset {within_name!r} ({len(within or [])} photos)" if within_name else ""
@@ -510,7 +512,7 @@ class FilterMetadataTool(_AlbumTool):
     def run(self, args: FilterMetadataArgs, scope: ToolScope) -> Observation:
         expr, named = self.expression(args)
         within_name = args.search_within
-        within = scope.subset(within_name) if within_name else None
+        within = scope.subset(within_name, SAVE_HINT) if within_name else None
         save_as = _subset_name(args.save_as) if args.save_as else None
         ids = self.album.filter(expr, within)
         limit = self.config.list_limit
