@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import dataclass
 
 import pytest
 
@@ -400,6 +401,30 @@ class Recorder(AgentHooks):
 
     def on_finish(self, state, run):
         self.events.append(f"finish:{run.source}")
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A hook's own record type (the runtime knows nothing of it)."""
+
+    turn: int
+    passed: bool
+
+
+class Checker(AgentHooks):
+    def before_answer(self, state, answer):
+        ok = state.tool_calls > 0
+        state.records.add(Checked(state.turn, ok))
+        return None if ok else "search first"
+
+
+def test_a_hook_keeps_its_own_typed_records_in_the_state():
+    model = scripted(['The final answer is: ["p1"]', call("ImageSearch", query="birds"), 'The final answer is: ["p2"]'])
+    run, _ = run_agent(model, hooks=[Checker()])
+    assert run.answer == ["p2"]
+    assert run.state.records.of(Checked) == [Checked(1, False), Checked(3, True)]
+    assert run.state.records.last(Checked) == Checked(3, True)
+    assert run.state.records.of(Recorder) == [] and run.state.records.last(Recorder) is None
 
 
 def test_hooks_run_at_their_points_and_an_audit_can_reject_an_answer():
