@@ -12,6 +12,7 @@ import contextvars
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -163,8 +164,10 @@ class BlindDescriptionError(ValueError):
     """A method needed an image described, but it has no caption and no configured model sees pixels."""
 
 
+@cache
 def load_prompt(relative: str) -> str:
-    """A prompt template shipped in ``imagent/methods/prompts/`` (prompts live in their own files)."""
+    """A prompt template shipped in ``imagent/methods/prompts/`` (prompts live in their own files); read once per
+    process (methods ask for their prompts on every query)."""
     from importlib.resources import files
 
     return (files("imagent.methods") / "prompts" / relative).read_text(encoding="utf-8").strip()

@@ -12,9 +12,13 @@ from here.
 
 from __future__ import annotations
 
+from functools import cache
 
+
+@cache
 def load_prompt(relative: str) -> str:
-    """A prompt shipped in ``imagent/methods/album/prompts/`` (e.g. ``photocraft/system.txt``)."""
+    """A prompt shipped in ``imagent/methods/album/prompts/`` (e.g. ``photocraft/system.txt``); read once per
+    process (the album agents ask for theirs on every query)."""
     from importlib.resources import files
 
     return (files("imagent.methods.album") / "prompts" / relative).read_text(encoding="utf-8").strip()
