@@ -188,17 +188,19 @@ def search(
     if where is not None:
         check_where(where, gallery)
     if top_k is None:  # a filter alone lists every photo it matches ("person = 'Anna'": all of her photos)
-        top_k = max(1, len(gallery)) if where is not None and not text.strip() and ref is None and like is None \
-            else 10
+        alone = (where is not None and not text.strip()) or (route is not None and route.kind == "filter")
+        top_k = max(1, len(gallery)) if alone and ref is None and like is None else 10
     request = SearchRequest(text, method=method, top_k=top_k, reference=ref, keep_reference=keep_reference,
                             max_calls=max_calls, index=index_dir, where=where, sort=sort, like=like,
-                            collapse_duplicates=collapse_duplicates)
+                            collapse_duplicates=collapse_duplicates, read_query=route is not None)
     prepared = prepare_search(ws, request)
     title = f"{method}: {text}" + (f" (where {where})" if where else "") + (" (by time)" if sort == "time" else "")
     if like is not None or not prepared.uses_method:  # more like a photo, or a filter alone: no model call
         result = ws.run(prepared)
+        shown = prepared.request.where
         show_result(result, gallery, f"like {like}" + (f" (where {where})" if where else "") if like is not None
-                    else f"--where {where}", json_out, paths)
+                    else f"{text} (where {shown})" if prepared.reading is not None else f"--where {where}",
+                    json_out, paths)
         return
     estimate = prepared.estimate
     if estimate and not json_out and not paths:
@@ -228,8 +230,14 @@ def default_method(text: str, ref: str | None, like: str | None, gallery: Any) -
 
     route = route_method(text, gallery)
     why = route.fallback or route.reason
-    err_console.print(f"method: {route.method} ({why}; --method picks another)", highlight=False, markup=False,
+    method = route.method if route.kind != "filter" else "filter"
+    err_console.print(f"method: {method} ({why}; --method picks another)", highlight=False, markup=False,
                       soft_wrap=True)
+    if route.understood is not None:  # what the query reader linked: people, places, dates, and the content
+        err_console.print(f"understood: {route.understood['describe']}", highlight=False, markup=False,
+                          soft_wrap=True)
+        for note in route.understood["notes"]:
+            err_console.print(f"note: {note}", highlight=False, markup=False, soft_wrap=True)
     return route.method, route
 
 

@@ -119,6 +119,7 @@ def result_from_payload(payload: dict[str, Any]) -> Any:
         source_reason=payload.get("source_reason") or "",
         counts={str(k): int(v) for k, v in (payload.get("counts") or {}).items()},
         warnings=[str(w) for w in payload.get("warnings") or []],
+        understood=payload.get("understood") if isinstance(payload.get("understood"), dict) else None,
     )
 
 

@@ -268,6 +268,10 @@ class Result:
     # The vector spaces the ranking was scored in (the method's ``search_spaces``, or "more like this"'s space),
     # so each result row can say what answered it (a caption, the pixels, file-name words); empty when unknown.
     spaces: list[str] = field(default_factory=list)
+    # What the query reader understood of a plain-words question (``QueryReading.to_dict()`` of
+    # :mod:`imagent.tools.query_reader`: the people, places and dates linked as filters, the content words, notes);
+    # None when the question was not read (a method named explicitly, a reference, "more like this").
+    understood: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         Source.check(self.source)
@@ -303,4 +307,6 @@ class Result:
             d["answer_set"] = list(self.answer_set)
             d["answer_origin"] = self.answer_origin
             d["code_selected_share"] = self.code_selected_share
+        if self.understood is not None:
+            d["understood"] = self.understood
         return d

@@ -60,4 +60,6 @@ def result_json(result: Result, gallery: Gallery) -> str:
                                "warnings": list(result.warnings), "trace": result.trace.to_dict()}
     if result.stages:
         payload["stages"] = {k: v.to_dict() for k, v in result.stages.items()}
+    if result.understood is not None:  # what the query reader understood (the web app's chips)
+        payload["understood"] = result.understood
     return json.dumps(payload, indent=2, ensure_ascii=False, default=str)

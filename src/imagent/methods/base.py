@@ -226,6 +226,10 @@ class Method(ABC):
     # Trace counters that mean a named fallback stood in for part of the method (unusable model output): a
     # result whose trace counts any has ``source`` ``fallback:<name>`` (the first counted, in this order).
     fallback_counters: ClassVar[dict[str, str]] = {}
+    # True for a method that reads a plain-words question itself (the ``album`` method: its relations need the
+    # whole question): a request with ``read_query`` hands it the question whole and the query reader's reading in
+    # ``query.extra["reading"]`` instead of filtering by what was understood (``Workspace.prepare``).
+    reads_question: ClassVar[bool] = False
 
     def __init__(self, ctx: MethodContext, config: MethodConfig | dict[str, Any] | None = None) -> None:
         self.ctx = ctx
@@ -476,6 +480,37 @@ def get_method(name: str) -> type[Method]:
     return METHODS.lookup(name)
 
 
+def pixel_notice(method: Method) -> list[str]:
+    """A warning when the spaces ``method`` searches see no photo's pixels though some photos lack captions: they
+    are found by file-name words, dates and places only (said before the first result, not only in the trace).
+    Computed once per state of the index."""
+    from imagent.index.pixels import answered_by
+
+    g = method.ctx.gallery
+    spaces = [s for s in method.search_spaces() or [] if g.has_space(s)]
+    info = g.spaces()
+    if not spaces or any(s.split("@")[0] == "image" and not info[s].model_id.startswith("caption:") for s in spaces):
+        return []
+    key = (g.generation(), len(g), spaces[0])
+    memo = g.__dict__.setdefault("_pixel_notice", {})
+    if key not in memo:
+        seen = [answered_by(r, spaces[0], info[spaces[0]].model_id) for r in g.records()]
+        blind = seen.count("names") + seen.count("nothing")
+        labelled = any(r.labels for r in g.records()) if blind else False
+        memo.clear()
+        if not blind or seen.count("pixels"):
+            memo[key] = []
+        elif labelled:
+            memo[key] = [f"{method.name} searches {spaces[0]}: {blind} of {len(seen)} photos have no caption and are "
+                         "matched there by words from their file names, dates and places; the pixel model has seen "
+                         "them: the default method (clip) searches them by their pixels"]
+        else:
+            memo[key] = [f"nothing sees pixels here: {blind} of {len(seen)} photos have no caption and are searched "
+                         "by words from their file names, dates and places only (the pixel model is off or has not "
+                         "run on them: `imagent index SRC` with pixels.model = \"effnet-lite0\", or a dual encoder "
+                         "that sees pixels)"]
+    return list(memo[key])
+
 __all__ = [
     "METHODS",
     "SPACE_CAPTION_DUAL",
@@ -491,6 +526,7 @@ __all__ = [
     "keep_best",
     "list_methods",
     "load_prompt",
+    "pixel_notice",
     "ranking_from_scores",
     "register_method",
     "text_score_vector",

@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from imagent.agents.state import Observation, ToolScope
 from imagent.agents.tools import Tool, ToolArgs, ToolError, with_fields
 from imagent.core.cache import DiskCache, stable_key
+from imagent.core.types import Ranking
 from imagent.index.people import people_index
 from imagent.tools.album import METADATA_FIELDS, Album, format_time
 from imagent.tools.filter_lang import quote_string
@@ -67,6 +68,10 @@ class AlbumToolsConfig(BaseModel):
     clear_matches: bool = Field(False, description="a described ImageSearch result ends with the photos above its "
                                 "largest score drop (clear_matches): a small model reads the score gap from one "
                                 "line instead of comparing twenty numbers")
+    read_query: bool = Field(False, description="imagent's own, off as in the papers (their ImageSearch takes the "
+                             "words as given): ImageSearch reads its query first (imagent.tools.query_reader): a "
+                             "person, place or date of this album it names limits the search to their photos, and "
+                             "the rest of the words are searched ('birds in Lisbon': birds, among the Lisbon photos)")
 
 
 @dataclass(frozen=True)
@@ -373,8 +378,17 @@ class ImageSearchTool(_AlbumTool):
         within_name = args.search_within
         within = scope.subset(within_name, SAVE_HINT) if within_name else None
         cue = args.visual_cue or None
-        ranking = self.album.search(query, args.top_k, within=within, visual_cue=cue)
         scope = f" within subset {within_name!r} ({len(within or [])} photos)" if within_name else ""
+        if self.config.read_query and query:  # a person, place or date named: their photos only
+            from imagent.tools.query_reader import read_query
+
+            reading = read_query(query, self.album.gallery)
+            if reading.where is not None:
+                within = self.album.filter(reading.where, within)
+                scope += f" (understood: {reading.describe()}; {len(within)} photos)"
+                query = reading.content or query
+        ranking = self.album.search(query, args.top_k, within=within, visual_cue=cue) \
+            if within is None or within else Ranking([], [])
         what = " + ".join(x for x in (repr(query) if query else "", f"visual cue {cue}" if cue else "") if x)
         if not ranking.ids:
             return Observation(f"No photos found for {what}{scope}.",

@@ -16,6 +16,10 @@ let upload = null;       // the uploaded reference: {id, url, name}
 let likeId = null;       // "more like this": the gallery id the next search ranks by
 // What the results on screen came from: {url, body, listing, where, pageSize, page, pages} ("More results" goes on)
 let shown = null;
+// The query reader's filters the person removed (keys such as "place:Kyoto"): the next search reads those words as
+// words. Reset when the words in the box change.
+let unlinked = [];
+let unlinkedFor = null;  // the text they were removed from
 
 // ------------------------------------------------------------------ rendering trace values
 
@@ -207,7 +211,33 @@ function addCards(list, items, append) {
   return cards.length;
 }
 
+// What the query reader understood of the words (people, places, dates: filters; the rest: what is looked for), as
+// chips; removing one runs the search again with those words read as words (the request's unlink).
+function renderUnderstood(u) {
+  const box = $("understood-box");
+  if (!u || (!u.understood.length && !u.notes.length)) { box.hidden = true; $("understood").replaceChildren(); return; }
+  const chips = u.understood.map((c) => {
+    const x = el("button", { type: "button", class: "chip-remove", text: "×", "aria-label": `Search without ${c.label}` });
+    x.addEventListener("click", () => {
+      if (!unlinked.includes(c.key)) unlinked.push(c.key);
+      unlinkedFor = $("query").value.trim();
+      runSearch(true);
+    });
+    return el("li", { class: `chip understood-${c.kind}`, "data-key": c.key, title: c.where }, el("span", { text: c.label }), x);
+  });
+  if (u.content) chips.push(el("li", { class: "chip content", title: "searched for" }, el("span", { text: u.content })));
+  if (u.trip_day !== null && u.trip_day !== undefined) {
+    chips.push(el("li", { class: "chip content" }, el("span", { text: `day ${u.trip_day > 0 ? u.trip_day : "last"} of a trip` })));
+  }
+  $("understood").replaceChildren(...chips);
+  const notes = $("understood-notes");
+  notes.textContent = u.notes.join(" · ");
+  notes.hidden = !u.notes.length;
+  box.hidden = false;
+}
+
 function renderResults(data, append = false) {
+  renderUnderstood(data.understood);
   const note = sourceNote(data.source, data.source_reason);
   $("source-note").hidden = !note;
   $("source-note").textContent = note;
@@ -335,6 +365,7 @@ function searchUrl(text, like) {
     if (v) q.set(key, v);
   }
   for (const c of extraChips) q.append(c.kind, c.value);
+  if (text) for (const key of unlinked) q.append("not", key);
   if (like) q.set("like", like);
   if ($("method").value !== "auto") q.set("method", $("method").value);
   const s = q.toString();
@@ -362,6 +393,8 @@ function showSearchFromUrl() {
   }
   const method = q.get("method");
   if (method && methods[method]) $("method").value = method;
+  unlinked = q.getAll("not");
+  unlinkedFor = (q.get("q") || "").trim();
   likeId = q.get("like");
   renderChips();
   runSearch(false);
@@ -383,6 +416,7 @@ function showRoute(r) {
   const note = $("route-note");
   if (r.fallback) note.textContent = `Searched by content (${r.method}): ${r.fallback}.`;
   else if (r.kind === "album") note.textContent = `An album search (${r.method}): ${r.reason}.`;
+  else if (r.kind === "filter") note.textContent = `Listed, no model: ${r.reason}.`;
   else note.textContent = `Searched with ${r.method}: ${r.reason}.`;
   note.className = r.fallback ? "warning" : "muted";
   note.hidden = false;
@@ -394,6 +428,7 @@ async function runSearch(push) {
   const text = $("query").value;
   const like = likeId;
   likeId = null;
+  if (text.trim() !== unlinkedFor) { unlinked = []; unlinkedFor = text.trim(); }  // new words: read them afresh
   const reference = upload ? null : ($("reference").value.trim() || null);
   let where = buildWhere();
   const url = searchUrl(like ? "" : text.trim(), like);
@@ -412,14 +447,18 @@ async function runSearch(push) {
     return;
   }
   let method = $("method").value;
+  let readQuery = false;  // a plain-words search reads its question (people, places, dates become filters)
   $("route-note").hidden = true;
+  $("understood-box").hidden = true;
   if (method === "auto") {
     if (reference || upload) method = "clip";  // a composed query: the clip baseline fuses text and image
     else {
       try {
-        const r = await getJson(`/api/route?text=${enc(like ? "" : text)}`);
+        const nots = unlinked.map((k) => `&unlink=${enc(k)}`).join("");
+        const r = await getJson(`/api/route?text=${enc(like ? "" : text)}${nots}`);
         method = r.method;
-        if (!like) showRoute(r);
+        readQuery = !like && Boolean(text.trim());
+        if (!like) { showRoute(r); renderUnderstood(r.understood); }
       } catch (e) { setStatus(`error: ${e.message}`, true); return; }
     }
   }
@@ -427,6 +466,7 @@ async function runSearch(push) {
   const body = {
     text: like ? "" : text, method, top_k: pageSize, reference, reference_upload: upload ? upload.id : null,
     keep_reference: $("keep-reference").checked, params, where, sort: $("sort").value, like,
+    read_query: readQuery, unlink: readQuery ? unlinked : [],
   };
   await startSearch(body, { url, body, topK: pageSize, pageSize, listing: false }, false);
 }
@@ -449,7 +489,7 @@ async function runListing(state, append) {
     $("results").classList.remove("stale");
   }
   shown = { ...state, listing: true, pages: data.pages, total: data.total };
-  for (const id of ["route-note", "source-note", "answer-box"]) $(id).hidden = true;
+  for (const id of ["route-note", "source-note", "answer-box", "understood-box"]) $(id).hidden = true;
   renderFilter({ where: state.where, sort: "time", matches: data.total });
   addCards($("results"), data.photos, append);
   $("trace-summary").replaceChildren(el("p", { text: `filter: ${plural(data.total, "match")}, in time order, no model` }));
