@@ -185,7 +185,7 @@ def test_labels_reach_getmetadata_and_the_web_card(camera):
     from imagent.agents.state import ToolScope
     from imagent.methods.album.tools import AlbumToolsConfig, FilterMetadataTool, GetMetadataTool
 
-    seen = GetMetadataTool(Album(g), AlbumToolsConfig()).run({"photo_ids": [fid]}, ToolScope())
+    seen = GetMetadataTool(Album(g), AlbumToolsConfig())({"photo_ids": [fid]}, ToolScope())
     assert "labels zebra 0." in seen.text  # as the album agents read it
     assert "label ~ 'kite'" in FilterMetadataTool(Album(g), AlbumToolsConfig()).description
     g.labels_as_text = False  # a run that keeps labels out of the tools
