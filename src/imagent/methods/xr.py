@@ -21,7 +21,6 @@ candidate's caption C_a (``caption_dual`` space: the CLIP text encoder on both s
 candidates outside k' follow the re-ranked block in RRF order.
 
 Other choices the paper leaves open, each documented where it is made:
-
 - C (line 1) is the index's captions, computed once at indexing time and cached there. C_r (line 2) is the
   reference record's caption (or its index entry's); only a reference with no caption costs a ``captioner`` call.
   An index where no image of the pool has a caption (file-name words do not count) is refused before any model
