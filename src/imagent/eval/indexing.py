@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from imagent.api import Workspace
-from imagent.core.config import Settings
+from imagent.core.config import PIXEL_MODEL_NAMES, Settings
 from imagent.eval.datasets import Benchmark
 from imagent.eval.records import INDEX_MARKER, json_default, write_json_atomic
 from imagent.index.parts import stages_key
@@ -92,9 +92,9 @@ def index_encoders(settings: Settings) -> dict[str, Any]:
     if stages:  # left out when a manifest's build runs no stage besides the embedding (the key indexes had before)
         out["stages"] = stages
     backend = settings.dual_encoder.backend
-    # T, template and parents shape the ConSE vectors: every image vector with effnet-lite0, the captionless photos'
-    # in caption mode with the pixel model
-    if backend == "effnet-lite0" or (backend == "caption" and "pixels" in stages):
+    # T, template and parents shape the ConSE vectors: every image vector with a pixel dual encoder, the captionless
+    # photos' in caption mode with the pixel model
+    if backend in PIXEL_MODEL_NAMES or (backend == "caption" and "pixels" in stages):
         keep = ("conse_top", "template", "parent_depth", "parent_min_count", "labels_top_k")
         out["pixels"] = {k: v for k, v in settings.pixels.model_dump(mode="json").items() if k in keep}
     return out
@@ -105,7 +105,8 @@ def shared_index_dir(ws: Workspace, bench: Benchmark, split: str, images_root: P
     split, image folder and encoders under the cache directory, so every run with the same models
     (any method, any parameters) reuses it instead of indexing the benchmark again."""
     root = images_root or bench.images_root
-    key = {"images_root": str(Path(root).expanduser().resolve()) if root else "", **index_encoders(ws.settings)}
+    key = {"images_root": str(Path(root).expanduser().resolve()) if root else "", **index_encoders(ws.settings),
+           **bench.index_key()}  # loader options that change the gallery (stamps' captions=withheld)
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     return Path(ws.settings.cache_dir) / "eval-indexes" / f"{bench.name}-{split}-{digest}"
 

@@ -128,6 +128,12 @@ def space_encoders(dual: Any, text: Any, extras: Sequence[ExtraEncoder] = ()) ->
     return out
 
 
+def is_pixel_backend(name: str) -> bool:
+    from imagent.models.pixels import is_pixel_backend as known
+
+    return known(name)
+
+
 def _unwrap(encoder: Any) -> Any:
     return encoder.get() if isinstance(encoder, LazyEncoder) else encoder
 
@@ -238,7 +244,7 @@ class EmbedStage(Stage):
         def images_in(encoder: Any) -> np.ndarray:
             key = f"{encoder.model_id}|images"
             if key not in done:
-                if seen is not None and str(encoder.model_id).startswith("effnet-lite0+"):
+                if seen is not None and is_pixel_backend(str(encoder.model_id).split("+", 1)[0]):
                     done[key] = _unwrap(encoder).conse.vectors([row.tops for row in seen])  # unreadable: zeros
                 else:
                     done[key] = np.asarray(encoder.encode_images(list(records)), dtype=np.float32)

@@ -27,6 +27,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from imagent.core.config import (
+    PIXEL_MODEL_NAMES,
     AnnOptions,
     EncoderConfig,
     FaceOptions,
@@ -71,15 +72,18 @@ class Models:
 
     @property
     def pixel_model(self) -> Any:
-        """The ImageNet classifier of ``[pixels]`` (:class:`~imagent.models.pixels.EffNetLite0`), shared by the index's
-        labels and the ``effnet-lite0`` dual encoder."""
+        """The ImageNet classifier (:class:`~imagent.models.pixels.EffNetLite`): the pixel dual encoder's model when
+        ``dual_encoder.backend`` names one, else ``pixels.model``; shared by the index's labels and the pixel dual
+        encoder (:func:`~imagent.models.pixels.pixel_model_name`)."""
 
         def make() -> Any:
-            from imagent.models.pixels import EffNetLite0
+            from imagent.models.pixels import EffNetLite, pixel_model_name
 
             s = self.settings
-            device = s.dual_encoder.device if s.dual_encoder.backend == "effnet-lite0" else "cpu"
-            return EffNetLite0(s.pixels, device, max_pixels=s.indexing.max_pixels, max_bytes=s.indexing.max_file_bytes)
+            name = pixel_model_name(s.pixels, s.dual_encoder.backend)
+            device = s.dual_encoder.device if s.dual_encoder.backend == name else "cpu"
+            return EffNetLite(s.pixels, device, max_pixels=s.indexing.max_pixels, max_bytes=s.indexing.max_file_bytes,
+                              name=name)
 
         return self._once("pixels", make)
 
@@ -104,7 +108,7 @@ class Models:
         if cfg.backend == "caption":
             return build_dual_encoder(cfg, text_embedder=self._text_embedder_for(cfg))
         limits = self.settings.indexing
-        if cfg.backend == "effnet-lite0":  # the pixel model, shared with the index's labels (one pass a photo)
+        if cfg.backend in PIXEL_MODEL_NAMES:  # the pixel model, shared with the index's labels (one pass a photo)
             return build_dual_encoder(cfg, text_embedder=self._text_embedder_for(cfg), pixel_model=self.pixel_model,
                                       pixel_options=self.settings.pixels)
         return build_dual_encoder(cfg, max_pixels=limits.max_pixels, max_bytes=limits.max_file_bytes)
@@ -196,6 +200,7 @@ class IndexParts:
         if pixel_model is not None and dual is not None and not getattr(dual, "sees_pixels", True):
             caption_mode = hasattr(dual.get() if isinstance(dual, LazyEncoder) else dual, "text_embedder")
         return _assemble(dual, text, list(extras), (lambda: pixel_model) if pixel_model is not None else None,
+                         getattr(pixel_model, "name", None) or "effnet-lite0",
                          pixel_options or PixelOptions(), caption_mode, faces or FaceOptions(),
                          limits or IndexOptions(), captioner, places or PlaceOptions(), ann or AnnOptions(),
                          runner or LocalRunner(), 1)
@@ -207,17 +212,17 @@ def _stages(pixels: PixelStage | None, embed: EmbedStage, faces: FaceStage) -> l
     return [s for s in (pixels, embed, faces) if s is not None]
 
 
-def _assemble(dual: Any, text: Any, extras: list[ExtraEncoder], load_pixels: Callable[[], Any] | None,
+def _assemble(dual: Any, text: Any, extras: list[ExtraEncoder], load_pixels: Callable[[], Any] | None, pixel_name: str,
               pixel_options: PixelOptions, caption_mode: bool, face_options: FaceOptions, limits: IndexOptions,
               captioner: Role | None, places: PlaceOptions, ann: AnnOptions, runner: Runner,
               face_workers: int) -> IndexParts:
     from imagent.models import faces as face_models
-    from imagent.models.pixels import FEATURE_DIM, FEATURE_MODEL_ID, Conse
+    from imagent.models.pixels import FEATURE_DIM, Conse, feature_model_id
 
     pixels = None
     conse = None
     if load_pixels is not None:
-        pixels = PixelStage(load_pixels, pixel_options, caption_mode, FEATURE_MODEL_ID, FEATURE_DIM)
+        pixels = PixelStage(load_pixels, pixel_options, caption_mode, feature_model_id(pixel_name), FEATURE_DIM)
         if caption_mode:  # ConSE vectors of captionless photos, in the image space's own text model
             conse = partial(_conse, dual, pixel_options, Conse)
     embed = EmbedStage(dual, text, extras, conse)
@@ -254,14 +259,17 @@ def compose_index(settings: Settings, models: Models | None = None, *, captioner
     dual = LazyEncoder(lambda: models.dual_encoder, model_id_for("dual", s.dual_encoder, s.text_embedder),
                        sees_pixels=sees_pixels_for("dual", s.dual_encoder))
     extras = extra_encoders(s, models.encoder)
-    wants_pixels = s.pixels.model != "none" or s.dual_encoder.backend == "effnet-lite0"
+    from imagent.models.pixels import pixel_model_name
+
+    pixel_name = pixel_model_name(s.pixels, s.dual_encoder.backend)
     runner: Runner = LocalRunner()
     if ray is not None:
         from imagent.index.distributed import RayRunner
 
         runner = RayRunner(partial(actor_parts, _actor_settings(s, ray)), ray.actors, ray.chunk_size,
                            ray.cpus_per_actor, ray.gpus_per_actor)
-    return _assemble(dual, text, extras, (lambda: models.pixel_model) if wants_pixels else None, s.pixels,
+    return _assemble(dual, text, extras, (lambda: models.pixel_model) if pixel_name else None,
+                     pixel_name or "effnet-lite0", s.pixels,
                      s.dual_encoder.backend == "caption", s.faces, s.indexing, captioner, s.places, s.ann, runner,
                      1 if ray is not None else s.faces.workers)
 

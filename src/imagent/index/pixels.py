@@ -93,7 +93,9 @@ class PixelStage(Stage):
         seen = gallery.spaces().get(SPACE_VISUAL)
         if seen is not None and seen.model_id != self.model_id:
             raise GalleryError(f"index {gallery.root} holds 'visual' vectors from {seen.model_id}, but the pixel "
-                               f"model is {self.model_id}; use another --index or set pixels.model = \"none\"")
+                               f"model is {self.model_id}; keep the index's model (pixels.model = "
+                               f"\"{seen.model_id.split(':')[0]}\"), use another --index or set pixels.model = "
+                               "\"none\"")
 
     def compute(self, records: list[ImageRecord], earlier: Mapping[str, list[Any]], part: tuple[str, ...] = ()
                 ) -> list[PixelRow]:

@@ -38,6 +38,7 @@ class AlbumSearch(Method):
     tasks: ClassVar[frozenset[str]] = frozenset({"tir"})
     Config = AlbumConfig
     config: AlbumConfig
+    reads_question = True  # the whole question, with the query reader's reading in query.extra["reading"]
     description = ("imagent's own album search (not a paper's): one grammar-constrained model call parses the "
                    "query into a typed plan (target, anchor, relation in time or place), code executes it over the "
                    "album; answers a set in <= 2 model calls")
