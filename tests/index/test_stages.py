@@ -112,6 +112,31 @@ def test_the_composition_is_built_from_the_settings_without_loading_a_model():
     assert [st.name for st in off.stages] == ["embed", "faces"] and "side1024" in off.stage("faces").version
 
 
+def test_a_stage_is_registered_by_one_factory_in_stages_and_reads_its_own_section(folder, tmp_path, tiny,
+                                                                                     monkeypatch):
+    from imagent.index import parts as parts_module
+
+    made: list[Any] = []
+
+    def path_lengths(ctx: parts_module.StageContext) -> PathLength | None:
+        made.append(ctx)
+        return None if ctx.settings.faces.mode == "off" else PathLength("1")  # off by its section (here: faces')
+
+    monkeypatch.setattr(parts_module, "STAGES", (path_lengths, *parts_module.STAGES))
+    composed = compose_index(Settings())
+    assert [st.name for st in composed.stages] == ["lengths", "pixels", "embed", "faces"]
+    assert made[-1].settings.faces.mode == "auto" and not made[-1].dual.loaded  # built from the settings, lazily
+    assert [st.name for st in IndexParts.of(None, tiny, faces=FaceOptions(mode="off")).stages] == ["embed", "faces"]
+
+    parts = IndexParts.of(None, tiny, settings=Settings(faces={"mode": "off"}), faces=FaceOptions(mode="auto",
+                                                                                               workers=1))
+    lengths = parts.stage("lengths")
+    assert isinstance(lengths, PathLength) and made[-1].settings.faces.mode == "auto"  # the named section wins
+    parts.stages.remove(parts.stage("faces"))
+    report = build_index(folder, tmp_path / "idx", parts, IndexOptions(batch_size=4))
+    assert report.stages["lengths"]["photos"] == 6 and len(Gallery(tmp_path / "idx").vectors("lengths")) == 6
+
+
 def test_old_indexing_keys_load_with_a_note_naming_the_new_one():
     import warnings
 

@@ -14,8 +14,8 @@ the web) gets its parts here and hands them to :func:`imagent.index.builder.buil
   :class:`~imagent.index.distributed.RayRunner`, each actor composing its own parts from the same settings).
 
 The models themselves are :class:`Models` (each loaded on first use, once, and shared with the workspace's searches).
-Adding a per-photo pass is one :class:`~imagent.index.stages.Stage` class and one line in :func:`_stages`
-(docs/architecture.md, "Adding a stage").
+Adding a per-photo pass is one module (its :class:`~imagent.index.stages.Stage` class and a factory from a
+:class:`StageContext`) and one line in :data:`STAGES` (docs/architecture.md, "Adding a stage").
 """
 
 from __future__ import annotations
@@ -191,45 +191,80 @@ class IndexParts:
     def of(cls, dual: DualEncoder | None, text: TextEmbedder | None, *, extras: Sequence[ExtraEncoder] = (),
            pixel_model: Any = None, pixel_options: PixelOptions | None = None,
            faces: FaceOptions | None = None, places: PlaceOptions | None = None, ann: AnnOptions | None = None,
-           captioner: Role | None = None, limits: IndexOptions | None = None, runner: Runner | None = None
-           ) -> IndexParts:
+           captioner: Role | None = None, limits: IndexOptions | None = None, runner: Runner | None = None,
+           settings: Settings | None = None) -> IndexParts:
         """Parts around encoders (and a pixel model) already made: tests, benchmarks, the Python API. ``faces``
         (default ``FaceOptions()``, mode auto) configures the face stage; ``limits`` bound its decodes; ``runner``
-        (default: this process) is where the stages compute."""
+        (default: this process) is where the stages compute; ``settings`` gives the sections not named here (a
+        stage's own, e.g. ``[ocr]``), the named ones replacing its."""
         caption_mode = False
         if pixel_model is not None and dual is not None and not getattr(dual, "sees_pixels", True):
             caption_mode = hasattr(dual.get() if isinstance(dual, LazyEncoder) else dual, "text_embedder")
-        return _assemble(dual, text, list(extras), (lambda: pixel_model) if pixel_model is not None else None,
-                         getattr(pixel_model, "name", None) or "effnet-lite0",
-                         pixel_options or PixelOptions(), caption_mode, faces or FaceOptions(),
-                         limits or IndexOptions(), captioner, places or PlaceOptions(), ann or AnnOptions(),
-                         runner or LocalRunner(), 1)
+        base = settings or Settings()
+        named = {"pixels": pixel_options, "faces": faces, "places": places, "ann": ann, "indexing": limits}
+        s = base.model_copy(update={k: v for k, v in named.items() if v is not None})
+        ctx = StageContext(s, dual, text, list(extras), (lambda: pixel_model) if pixel_model is not None else None,
+                           getattr(pixel_model, "name", None) or "effnet-lite0", caption_mode)
+        return _assemble(ctx, captioner, runner or LocalRunner())
 
 
-def _stages(pixels: PixelStage | None, embed: EmbedStage, faces: FaceStage) -> list[Stage]:
-    """The per-photo stages in the order they run: a stage sees the results of those before it in a chunk (the
-    embedding reads the pixel model's labels and top classes). A new pass is registered here."""
-    return [s for s in (pixels, embed, faces) if s is not None]
+@dataclass(frozen=True)
+class StageContext:
+    """What the per-photo stages are built from (:data:`STAGES`): the settings (a stage reads its own section,
+    ``settings.faces``, ``settings.ocr``, and the decode limits ``settings.indexing``), the encoders, the pixel
+    model's loader and name, and ``workers``: the processes a stage may start for itself (1 on Ray: the actors are
+    the workers). Building a stage loads nothing: a model loads on the stage's first compute."""
+
+    settings: Settings
+    dual: Any
+    text: Any
+    extras: list[ExtraEncoder]
+    load_pixels: Callable[[], Any] | None = None
+    pixel_name: str = "effnet-lite0"
+    caption_mode: bool = False
+    workers: int = 1
 
 
-def _assemble(dual: Any, text: Any, extras: list[ExtraEncoder], load_pixels: Callable[[], Any] | None, pixel_name: str,
-              pixel_options: PixelOptions, caption_mode: bool, face_options: FaceOptions, limits: IndexOptions,
-              captioner: Role | None, places: PlaceOptions, ann: AnnOptions, runner: Runner,
-              face_workers: int) -> IndexParts:
-    from imagent.models import faces as face_models
-    from imagent.models.pixels import FEATURE_DIM, Conse, feature_model_id
+StageFactory = Callable[[StageContext], Stage | None]
 
-    pixels = None
+
+def _pixel_stage(ctx: StageContext) -> PixelStage | None:
+    from imagent.models.pixels import FEATURE_DIM, feature_model_id
+
+    if ctx.load_pixels is None:
+        return None
+    return PixelStage(ctx.load_pixels, ctx.settings.pixels, ctx.caption_mode, feature_model_id(ctx.pixel_name),
+                      FEATURE_DIM)
+
+
+def _embed_stage(ctx: StageContext) -> EmbedStage:
     conse = None
-    if load_pixels is not None:
-        pixels = PixelStage(load_pixels, pixel_options, caption_mode, feature_model_id(pixel_name), FEATURE_DIM)
-        if caption_mode:  # ConSE vectors of captionless photos, in the image space's own text model
-            conse = partial(_conse, dual, pixel_options, Conse)
-    embed = EmbedStage(dual, text, extras, conse)
-    load_faces = partial(face_models.FaceModel, face_options, max_pixels=limits.max_pixels,
-                         max_file_bytes=limits.max_file_bytes)
-    faces = FaceStage(face_options, load_faces, face_workers)
-    return IndexParts(embed, _stages(pixels, embed, faces), captioner, places, ann, runner)
+    if ctx.load_pixels is not None and ctx.caption_mode:  # ConSE vectors of captionless photos (its text model)
+        from imagent.models.pixels import Conse
+
+        conse = partial(_conse, ctx.dual, ctx.settings.pixels, Conse)
+    return EmbedStage(ctx.dual, ctx.text, ctx.extras, conse)
+
+
+def _face_stage(ctx: StageContext) -> FaceStage:
+    from imagent.models import faces as face_models
+
+    limits = ctx.settings.indexing
+    load = partial(face_models.FaceModel, ctx.settings.faces, max_pixels=limits.max_pixels,
+                   max_file_bytes=limits.max_file_bytes)
+    return FaceStage(ctx.settings.faces, load, ctx.workers)
+
+
+# The per-photo stages in the order they run: a stage sees the results of those before it in a chunk (the embedding
+# reads the pixel model's labels and top classes). A factory returns None when its stage is off. A new pass is one
+# line here: its factory, defined beside its Stage class in its own module (docs/architecture.md, "Adding a stage").
+STAGES: tuple[StageFactory, ...] = (_pixel_stage, _embed_stage, _face_stage)
+
+
+def _assemble(ctx: StageContext, captioner: Role | None, runner: Runner) -> IndexParts:
+    stages = [stage for make in STAGES if (stage := make(ctx)) is not None]
+    embed = next(s for s in stages if isinstance(s, EmbedStage))
+    return IndexParts(embed, stages, captioner, ctx.settings.places, ctx.settings.ann, runner)
 
 
 def _conse(dual: Any, options: PixelOptions, conse_class: Any) -> Any:
@@ -268,10 +303,10 @@ def compose_index(settings: Settings, models: Models | None = None, *, captioner
 
         runner = RayRunner(partial(actor_parts, _actor_settings(s, ray)), ray.actors, ray.chunk_size,
                            ray.cpus_per_actor, ray.gpus_per_actor)
-    return _assemble(dual, text, extras, (lambda: models.pixel_model) if pixel_name else None,
-                     pixel_name or "effnet-lite0", s.pixels,
-                     s.dual_encoder.backend == "caption", s.faces, s.indexing, captioner, s.places, s.ann, runner,
-                     1 if ray is not None else s.faces.workers)
+    ctx = StageContext(s, dual, text, extras, (lambda: models.pixel_model) if pixel_name else None,
+                       pixel_name or "effnet-lite0", s.dual_encoder.backend == "caption",
+                       1 if ray is not None else s.faces.workers)
+    return _assemble(ctx, captioner, runner)
 
 
 def actor_parts(settings: Settings) -> IndexParts:
@@ -301,5 +336,5 @@ def stages_key(settings: Settings, from_folder: bool) -> dict[str, str]:
     return out
 
 
-__all__ = ["IndexParts", "Models", "RayPlan", "actor_parts", "compose_index", "extra_encoders",
-           "stages_key"]
+__all__ = ["STAGES", "IndexParts", "Models", "RayPlan", "StageContext", "StageFactory", "actor_parts",
+           "compose_index", "extra_encoders", "stages_key"]

@@ -22,8 +22,8 @@ a killed run resumes at the first photo not committed. A stage whose output is i
 
 Runners compute chunks: :class:`LocalRunner` in this process; :class:`imagent.index.distributed.RayRunner` on Ray
 actors, results in input order. :func:`catch_up` runs one stage over the stored photos it owes, chunk by chunk,
-committing each chunk as it comes back. Adding a pass is one :class:`Stage` subclass registered in the composition
-(:func:`imagent.index.parts.compose_index`); docs/architecture.md shows how.
+committing each chunk as it comes back. Adding a pass is one module (a :class:`Stage` subclass and its factory)
+and one line in :data:`imagent.index.parts.STAGES`; docs/architecture.md shows how.
 """
 
 from __future__ import annotations
