@@ -127,7 +127,6 @@ def test_a_half_size_quality_70_copy_of_a_small_photo_is_grouped_with_its_origin
     group, confirmed by the pixel model's real visual features at their own floor (duplicate_min_visual); the
     image vectors' 0.9, which confirmed them before, would part them; a different picture stays apart."""
     from imagent.index.duplicates import _pixel_space, min_cosine
-    from imagent.index.pixels import PixelStage
     from imagent.models.encoders import CaptionDualEncoder
     from imagent.models.pixels import EffNetLite0
 
@@ -141,7 +140,7 @@ def test_a_half_size_quality_70_copy_of_a_small_photo_is_grouped_with_its_origin
     with Image.open(stamps / "animals__birds__duck.jpg") as im:
         im.convert("RGB").save(d / "duck.jpg", quality=92)
     effnet = EffNetLite0()
-    build_index(d, tmp_path / "idx", CaptionDualEncoder(minilm), minilm, pixels=PixelStage(lambda: effnet, None))
+    build_index(d, tmp_path / "idx", IndexParts.of(CaptionDualEncoder(minilm), minilm, pixel_model=effnet))
     g = Gallery(tmp_path / "idx")
     assert _pixel_space(g) == "visual" and min_cosine("visual", IndexOptions()) == 0.6
     near = [x for x in duplicate_groups(g) if x.kind == "near"]

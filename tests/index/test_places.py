@@ -142,7 +142,7 @@ def test_names_from_an_older_rule_are_renamed_on_the_next_index(tmp_path, images
     images.jpeg(folder / "torre.jpg", 1, images.exif(datetime(2023, 5, 2, 11, 0), (38.6916, -9.2160)))
     images.jpeg(folder / "vienna.jpg", 2, images.exif(datetime(2023, 5, 9, 11, 0), VIENNA))
     idx = tmp_path / "idx"
-    build_index(folder, idx, None, tiny)
+    build_index(folder, idx, IndexParts.of(None, tiny))
     g = Gallery(idx)
     keys = {i: (k, fp) for k, (i, fp) in g.fingerprints().items()}
     with g.transaction() as c:  # as the rule of issue 23 stored it
@@ -153,7 +153,7 @@ def test_names_from_an_older_rule_are_renamed_on_the_next_index(tmp_path, images
                 g.upsert(c, r, *keys[r.id], {SPACE_CAPTION_TEXT: tiny.encode_texts([r.derived_text])[0]})
     with sqlite3.connect(idx / "records.sqlite") as con:
         con.execute("UPDATE meta SET value = 'places-1' WHERE key LIKE 'upgrade:%'")
-    r = build_index(folder, idx, None, tiny)
+    r = build_index(folder, idx, IndexParts.of(None, tiny))
     assert (r.unchanged, r.upgraded) == (2, 1)
     by = {x.path.rsplit("/", 1)[-1]: x for x in Gallery(idx).records()}
     assert by["torre.jpg"].place == "Lisbon, Portugal" and by["vienna.jpg"].place == "Vienna, Austria"

@@ -68,7 +68,7 @@ def upgraded(rec: ImageRecord, root: str | None, options: PlaceOptions) -> Image
     they are the same already (nothing to store or re-embed)."""
     # Named anew by the current rule when the data is here (a stored name from an older rule is replaced);
     # without it, what is stored stays.
-    place = place_for(rec, options) if options.place_names and places.available() else rec.place
+    place = place_for(rec, options) if options.names and places.available() else rec.place
     new = replace(rec, place=place, captions=list(rec.captions), tags=list(rec.tags), extra=dict(rec.extra))
     if not new.captions:
         new.derived_text = _derived(new, root)
