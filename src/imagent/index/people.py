@@ -191,7 +191,22 @@ def list_people(gallery: Any, min_group: int = DEFAULT_MIN_GROUP) -> list[Person
             people[pid] = Person(pid, name)
     for p in people.values():
         p.tiny = len(p.faces) < min_group
-    return sorted(people.values(), key=lambda p: (not p.faces, p.tiny, -len(p.faces), p.id))
+    return sorted(people.values(), key=people_order)
+
+
+def people_order(p: Person) -> tuple:
+    """How People lists groups: those with faces first, the tiny ones last, groups of unsure detections after
+    the others (:func:`unsure`), then by size (faces) and the best detection's confidence."""
+    return (not p.faces, p.tiny, unsure(p), -len(p.faces), -max((f.score for f in p.faces), default=0.0), p.id)
+
+
+SURE_SCORE = 1.0  # a detection this confident is a face beyond doubt (dlib HOG margins of real faces: 0.9-2.0)
+
+
+def unsure(p: Person) -> bool:
+    """A group no person named made only of detections below :data:`SURE_SCORE`: listed after every other group
+    of its size class, so a named person is never below one (issue 47)."""
+    return not p.name and all(f.score < SURE_SCORE for f in p.faces)
 
 
 def get_person(gallery: Any, person: int | str) -> Person:
