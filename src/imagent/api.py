@@ -39,6 +39,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from imagent.core.cache import DiskCache
 from imagent.core.config import Settings, load_settings, register_secret_env_names
+from imagent.core.text import display_path
 from imagent.core.trace import Trace
 from imagent.core.types import ImageRecord, Query, Result
 from imagent.index.embedding import ExtraEncoder, LazyEncoder
@@ -84,19 +85,26 @@ class TaskMismatch(ValueError):
 
 
 class UnknownReference(ValueError):
-    """A reference that is neither an image id in the gallery nor a file; the message names the closest id
-    (or the id of the closest file name: folder ids are content hashes)."""
+    """A reference that is neither an image id in the gallery, nor a file, nor the name of one photo the index holds;
+    the message names the closest file names of the index (or ids), never a path it did not resolve."""
 
-    def __init__(self, ref: str, gallery: Gallery) -> None:
+    def __init__(self, ref: str, gallery: Gallery, matches: list[ImageRecord] | None = None) -> None:
         import difflib
 
+        if matches:  # a name several photos have: which one is meant
+            shown = "; ".join(f"{r.id} ({display_path(r.path)})" for r in matches[:5])
+            more = f" and {len(matches) - 5} more" if len(matches) > 5 else ""
+            super().__init__(f"reference {ref!r} names {len(matches)} photos in the gallery: {shown}{more}; give "
+                             "one of their ids")
+            self.reference = ref
+            return
         close = difflib.get_close_matches(ref, [str(i) for i in gallery.ids], n=1, cutoff=0.6)
         guess = f" (did you mean {close[0]!r}?)" if close else ""
         if not close:
-            stems = {Path(r.path).stem: r.id for r in gallery.records()}
-            near = difflib.get_close_matches(ref, list(stems), n=1, cutoff=0.6)
+            names = {display_path(Path(r.path).name) for r in gallery.records() if r.path}
+            near = difflib.get_close_matches(display_path(Path(ref).name), sorted(names), n=3, cutoff=0.6)
             if near:
-                guess = f" (did you mean {stems[near[0]]!r}, the file {near[0]!r}?)"
+                guess = f" (files in the index with a similar name: {', '.join(near)})"
         super().__init__(f"reference {ref!r} is neither an image id in the gallery nor a file{guess}")
         self.reference = ref
 
@@ -397,11 +405,14 @@ class Workspace:
 
         return Roles(factory, self.call_cache)
 
-    def gallery(self, index: str | Path | None = None, create: bool = False) -> Gallery:
+    def gallery(self, index: str | Path | None = None, create: bool = False, fresh: bool = False) -> Gallery:
+        """The gallery at ``index`` (the configured one by default), opened once and then shared. ``fresh``: reopened
+        first when a build committed since it was opened (a server serving the newest index without a restart;
+        searches still running keep the object they started with)."""
         root = Path(index).expanduser() if index else self.settings.index
         key = f"_gallery::{root}"
         g = self.__dict__.get(key)
-        if g is None:
+        if g is None or (fresh and not g.is_current()):
             g = self.__dict__[key] = Gallery(root, create=create)
             g.configure(self.settings.indexing)
             g.labels_as_text = self.settings.pixels.labels_as_text  # read by the album tools and DISBench's track
@@ -631,8 +642,9 @@ class Workspace:
         return self.method("photocraft", index, **(params or {})).mark_answer_correct(query, trace)
 
     def resolve_reference(self, reference: str | Path | ImageRecord, index: str | Path | None = None) -> ImageRecord:
-        """A reference given as a gallery id, a path inside the gallery, or any image file;
-        :class:`UnknownReference` (with the closest ids) when it is neither an id nor a file."""
+        """A reference given as a gallery id, an image file, or the file name (or the end of the path) of one photo
+        the index holds, from any working folder (:func:`records_named`); :class:`UnknownReference` (with the
+        closest names) when it is none of them, or names several photos."""
         if isinstance(reference, ImageRecord):
             return reference
         from imagent.index.builder import record_for_file
@@ -642,7 +654,12 @@ class Workspace:
         if ref in g:
             return g.record(ref)
         if not Path(ref).expanduser().exists():
-            raise UnknownReference(ref, g)
+            from imagent.tools.photo_search import records_named
+
+            named = records_named(g, ref)
+            if len(named) == 1:  # a file name the index knows (IMG_0053.jpg from any folder)
+                return named[0]
+            raise UnknownReference(ref, g, named)
         return record_for_file(Path(ref), g)
 
 

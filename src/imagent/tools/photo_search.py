@@ -10,9 +10,9 @@ go through :func:`apply_filter` before the method runs and :func:`finish` after 
   (the exact scan of the pool, or the approximate store's filtered search);
 - ``sort="time"`` lists the method's results in the order they were taken (photos without a time last);
 - a search with a filter and no text lists the matching photos in time order (:func:`listing`);
-- ``--like ID|FILE`` ranks by the photo itself (:func:`more_like`: its visual features when the pixel model has
-  seen the photos, else its image vector; its caption vector with ``--method caption``), the photo left out of its
-  own results.
+- ``--like ID|FILE|NAME`` ranks by the photo itself (:func:`more_like`: its visual features when the pixel model
+  has seen the photos, else its image vector; its caption vector with ``--method caption``), the photo left out of
+  its own results; a file name the index knows (``IMG_0053.jpg``) names it from any folder (:func:`records_named`).
 
 A bad expression raises :class:`~imagent.tools.filter_lang.FilterError` saying where and what is allowed.
 """
@@ -194,3 +194,17 @@ def more_like(gallery: Gallery, record: ImageRecord, vector: np.ndarray, space: 
         ranking = gallery.search(vector, space, top_k, query.constraints, query.candidates, exclude)
         step.outputs["top"] = ranking.head()
     return Result(ranking, trace)
+
+
+def records_named(gallery: Gallery, name: str) -> list[ImageRecord]:
+    """The photos whose file name is ``name`` (``IMG_0053.jpg``), or whose path ends with it (``2019/IMG_0053.jpg``):
+    exact first, else ignoring case."""
+    text = str(name).strip().replace("\\", "/")
+    if not text or text in (".", ".."):
+        return []
+    tail = "/" + text.lstrip("/")
+    exact = [r for r in gallery.records() if r.path and ("/" + r.path.replace("\\", "/")).endswith(tail)]
+    if exact:
+        return exact
+    low = tail.casefold()
+    return [r for r in gallery.records() if r.path and ("/" + r.path.replace("\\", "/")).casefold().endswith(low)]
