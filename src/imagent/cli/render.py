@@ -12,6 +12,7 @@ from rich.tree import Tree
 
 from imagent.api import result_rows
 from imagent.cli.terminal import plain
+from imagent.core.text import plural
 from imagent.core.types import Result
 from imagent.index.gallery import Gallery
 
@@ -47,14 +48,14 @@ def _is_turn(out: dict[str, Any]) -> bool:
 def print_trace(console: Console, result: Result) -> None:
     t = result.trace
     # Everything from the method's outputs (captions, model text, file names) is escaped: text, never markup.
-    tree = Tree(f"[bold]trace[/] {escape(t.method)}: {t.model_calls} model calls, {t.seconds:.2f} s")
+    tree = Tree(f"[bold]trace[/] {escape(t.method)}: {plural(t.model_calls, 'model call')}, {t.seconds:.2f} s")
     for step in t.steps:
         d = step.to_dict()
         label = f"[cyan]{escape(step.name)}[/] {step.seconds:.2f} s"
         if d["model_calls"] or d["cached_calls"]:
-            label += f", {d['model_calls']} calls ({d['cached_calls']} cached)"
+            label += f", {plural(d['model_calls'], 'call')} ({d['cached_calls']} cached)"
         if d["tool_calls"]:
-            label += f", {d['tool_calls']} tool calls"
+            label += f", {plural(d['tool_calls'], 'tool call')}"
         node = tree.add(label)
         for line in _turn_lines(step.outputs) if _is_turn(step.outputs) else [
                 escape(f"{k}: {_short(v)}") for k, v in step.outputs.items()]:
@@ -114,12 +115,16 @@ def _cell(row: dict[str, Any], col: str) -> str:
     return value or ""
 
 
-def print_result(console: Console, result: Result, gallery: Gallery, title: str = "") -> None:
-    rows = result_rows(result, gallery)
-    answered = {r.get("matched_by") for r in rows} - {None}
-    # What answered each result: a column when it differs between rows, else one line under the table.
-    extra = [c for c in ("taken", "place", "labels") if any(r.get(c) for r in rows)] + (
-        ["matched_by"] if len(answered) > 1 else [])
+NARROW = 110  # columns below which results are stacked (one block per photo) instead of a wide table
+
+
+def fit_path(path: str, limit: int) -> str:
+    """:func:`short_path`, then cut in the middle to ``limit`` characters at most (the end of the file name kept)."""
+    text = short_path(path, limit)
+    return text if len(text) <= limit else "…" + text[-(limit - 1):]
+
+
+def _wide_table(rows: list[dict[str, Any]], extra: list[str], title: str) -> Table:
     table = Table(title=title or None)
     for col in ("rank", "id", "score", "path", *extra, "caption"):
         table.add_column("by" if col == "matched_by" else col, overflow="fold")
@@ -127,7 +132,37 @@ def print_result(console: Console, result: Result, gallery: Gallery, title: str 
         cells = [str(row["rank"]), row["id"], f"{row['score']:.4f}", short_path(row["path"] or "")]
         cells += [_cell(row, c) for c in extra]
         table.add_row(*(plain(c) for c in (*cells, row["caption"] or "")))  # text, never markup
-    console.print(table)
+    return table
+
+
+def _stacked_table(rows: list[dict[str, Any]], extra: list[str], title: str, width: int) -> Table:
+    """A narrow terminal's results: rank and score, then one block per photo: its path on one line (shortened to
+    fit), its id, when and where, labels, what matched it, and the caption (wrapped)."""
+    table = Table(title=title or None, show_lines=True)
+    table.add_column("#", no_wrap=True, justify="right")
+    table.add_column("score", no_wrap=True)
+    table.add_column("photo", overflow="fold")
+    room = max(20, width - 24)  # the photo column: the width less the first two columns, borders and padding
+    for row in rows:
+        when_where = " · ".join(x for x in (_cell(row, "taken"), row.get("place") or "") if x)
+        lines = [fit_path(row["path"] or "", room), row["id"], when_where]
+        lines += [f"{'by' if c == 'matched_by' else c}: {_cell(row, c)}" for c in extra
+                  if c not in ("taken", "place") and _cell(row, c)]
+        lines.append(row["caption"] or "")
+        table.add_row(str(row["rank"]), f"{row['score']:.4f}", plain("\n".join(x for x in lines if x)))
+    return table
+
+
+def print_result(console: Console, result: Result, gallery: Gallery, title: str = "") -> None:
+    """The results as a table (stacked, one block per photo, on a terminal narrower than :data:`NARROW`
+    columns: a path never folds over lines), what answered them, the score's meaning and the trace."""
+    rows = result_rows(result, gallery)
+    answered = {r.get("matched_by") for r in rows} - {None}
+    # What answered each result: a column when it differs between rows, else one line under the table.
+    extra = [c for c in ("taken", "place", "labels") if any(r.get(c) for r in rows)] + (
+        ["matched_by"] if len(answered) > 1 else [])
+    narrow = console.width < NARROW
+    console.print(_stacked_table(rows, extra, title, console.width) if narrow else _wide_table(rows, extra, title))
     if len(answered) == 1:
         console.print(f"every result answered by its {ANSWERED.get(next(iter(answered)), next(iter(answered)))}",
                       style="dim", highlight=False, markup=False)

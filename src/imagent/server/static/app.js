@@ -98,8 +98,8 @@ function renderKeyValues(obj, depth = 0) {
 
 function stepCost(step) {
   let cost = `${step.seconds.toFixed(2)} s`;
-  if (step.model_calls || step.cached_calls) cost += ` · ${step.model_calls} model calls (${step.cached_calls} cached)`;
-  if (step.tool_calls) cost += ` · ${step.tool_calls} tool calls`;
+  if (step.model_calls || step.cached_calls) cost += ` · ${plural(step.model_calls, "model call")} (${step.cached_calls} cached)`;
+  if (step.tool_calls) cost += ` · ${plural(step.tool_calls, "tool call")}`;
   return cost;
 }
 
@@ -143,7 +143,7 @@ function runningStep(name, index) {
 }
 
 function renderTraceSummary(trace) {
-  const summary = `${trace.method}: ${trace.model_calls} model calls, ${trace.seconds.toFixed(2)} s`;
+  const summary = `${trace.method}: ${plural(trace.model_calls, "model call")}, ${trace.seconds.toFixed(2)} s`;
   $("trace-summary").replaceChildren(el("p", { text: summary }),
     Object.keys(trace.counters).length ? renderKeyValues(trace.counters) : "");
 }
@@ -335,7 +335,7 @@ function liveStatus() {
   const secs = ((performance.now() - current.t0) / 1000).toFixed(1);
   const est = current.estimate ? ` / ~${current.estimate}` : "";
   const step = current.step ? `step ${current.step} · ` : "";
-  setStatus(`searching with ${current.method}… ${step}${current.calls}${est} model calls · ${secs} s`);
+  setStatus(`searching with ${current.method}… ${step}${current.calls}${est} model call${current.calls === 1 && !est ? "" : "s"} · ${secs} s`);
 }
 
 function finish(message, isError) {
@@ -412,6 +412,23 @@ function moreLike(id) {
   $("search-form").requestSubmit();
 }
 
+// "More like this": the photo the results are like, above them (its thumbnail, name, when and where).
+async function showLikePhoto(id) {
+  const box = $("like-box");
+  box.hidden = !id;
+  if (!id) return;
+  $("like-img").src = thumbUrl(id);
+  $("like-link").href = photoUrl(id);
+  $("like-name").textContent = "this photo";
+  $("like-when").textContent = "";
+  try {
+    const p = await getJson(`/api/photos/${enc(id)}`);
+    $("like-img").alt = altText(p);
+    $("like-name").textContent = p.file;
+    $("like-when").textContent = whenWhere(p.taken, p.place);
+  } catch (e) { /* the results still show; the photo may be gone from the library */ }
+}
+
 function showRoute(r) {
   const note = $("route-note");
   if (r.fallback) note.textContent = `Searched by content (${r.method}): ${r.fallback}.`;
@@ -440,7 +457,8 @@ async function runSearch(push) {
     if (url !== location.pathname + location.search) history.pushState({}, "", url);
   }
   showView("search");
-  document.title = `${text.trim() || "Search"} · ${lib.name || "imagent"}`;
+  showLikePhoto(like);
+  document.title = `${like ? "More like this" : (text.trim() || "Search")} · ${lib.name || "imagent"}`;
   const pageSize = Math.min(Number($("top-k").value) || 60, MAX_RESULTS);
   if (where && !text.trim() && !reference && !upload && !like) {  // a filter alone: its photos in time order
     await runListing({ url, where, pageSize, page: 0 }, false);
@@ -492,10 +510,10 @@ async function runListing(state, append) {
   for (const id of ["route-note", "source-note", "answer-box", "understood-box"]) $(id).hidden = true;
   renderFilter({ where: state.where, sort: "time", matches: data.total });
   addCards($("results"), data.photos, append);
-  $("trace-summary").replaceChildren(el("p", { text: `filter: ${plural(data.total, "match")}, in time order, no model` }));
+  $("trace-summary").replaceChildren(el("p", { text: `filter: ${plural(data.total, "match", "matches")}, in time order, no model` }));
   $("trace").replaceChildren();
   updateMore();
-  setStatus(`${$("results").children.length} results in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+  setStatus(`${plural($("results").children.length, "result")} in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
 }
 
 function moreResults() {
@@ -552,7 +570,7 @@ async function startSearch(body, state, append) {
     renderResults(p, append);
     renderTrace(p.trace);
     updateMore();
-    finish(`${$("results").children.length} results in ${((performance.now() - current.t0) / 1000).toFixed(1)} s`, false);
+    finish(`${plural($("results").children.length, "result")} in ${((performance.now() - current.t0) / 1000).toFixed(1)} s`, false);
   });
   onEvent("error", (p) => {
     if (p.trace) renderTraceSummary(p.trace);
