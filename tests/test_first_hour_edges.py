@@ -17,7 +17,6 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from imagent.cli.main import app
-from imagent.core.text import plural
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "imagent"
 
@@ -86,6 +85,8 @@ def test_results_fit_an_80_column_terminal(geo_photos):
 
 
 def test_counts_are_said_in_the_right_number():
+    from imagent.core.text import plural
+
     assert [plural(1, "result"), plural(2, "result"), plural(0, "photo")] == ["1 result", "2 results", "0 photos"]
     assert plural(1, "match", "matches") == "1 match" and plural(3, "person", "people") == "3 people"
     # No count is followed by a noun in the plural (or "(s)") unless plural() chose it: the CLI, the server and the

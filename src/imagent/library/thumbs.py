@@ -33,7 +33,7 @@ THUMB_DIR = "thumbnails"
 THUMB_MARGIN = 0.25  # of a face box's size, added on every side of a face crop
 # A face crop's JPEG decode holds at most this many pixels (a bigger photo is decoded smaller by DCT scaling; a face
 # crop is at most 512 px, so only a photo whose faces are tiny would want more).
-CROP_DECODE_PIXELS = 24_000_000
+CROP_DECODE_PIXELS = 32_000_000  # a 100-MP photo (the default indexing.max_pixels) at 1/2 scale: 25 MP
 
 Box = tuple[float, float, float, float]
 

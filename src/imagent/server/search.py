@@ -28,7 +28,8 @@ from imagent.api import PreparedSearch, SearchRequest, TaskMismatch, Workspace, 
 from imagent.core.imageio import ImageLoadError
 from imagent.core.trace import Trace
 from imagent.core.types import ImageRecord, Result
-from imagent.library import LibraryService, photo_card
+from imagent.library import LibraryService
+from imagent.library import service as library_service
 from imagent.server.errors import describe_error
 from imagent.server.jobs import SearchJobs, TooManySearches
 from imagent.server.limits import RequestLimitError, check_params, check_request
@@ -110,8 +111,8 @@ class Searches:
                               "matches": result.trace.counters.get("where_matches")}
         if result.answer_set is not None:
             data["answer_set"] = list(result.answer_set)
-            data["answer"] = [photo_card(gallery.record(i), gallery).to_dict() for i in result.answer_set
-                              if i in gallery]
+            card = library_service.photo_card
+            data["answer"] = [card(gallery.record(i), gallery).to_dict() for i in result.answer_set if i in gallery]
         return data
 
     def run(self, prepared: PreparedSearch, req: SearchRequest, trace: Trace) -> dict[str, Any]:
