@@ -39,14 +39,20 @@ from pydantic.json_schema import SkipJsonSchema
 
 from imagent.core.cache import DiskCache
 from imagent.core.config import Settings, load_settings, register_secret_env_names
-from imagent.core.text import display_path
 from imagent.core.trace import Trace
 from imagent.core.types import ImageRecord, Query, Result
 from imagent.index.embedding import ExtraEncoder, LazyEncoder
 from imagent.index.gallery import Gallery
 
 # Results as data (re-exported: callers read them from the request path).
-from imagent.index.result_rows import record_place, result_json, result_rows, shown_labels  # noqa: F401
+from imagent.index.result_rows import (  # noqa: F401
+    card_labels,
+    matches_only,
+    record_place,
+    result_json,
+    result_rows,
+    shown_labels,
+)
 from imagent.methods.base import Method, MethodConfig, MethodContext, get_method, pixel_notice, summarize_query
 from imagent.models.base import ChatModel
 from imagent.models.registry import (
@@ -57,6 +63,7 @@ from imagent.models.registry import (
     sees_pixels_for,
 )
 from imagent.models.roles import Roles
+from imagent.tools.photo_search import UnknownReference
 
 
 def user_error_types() -> tuple[type[BaseException], ...]:
@@ -82,31 +89,6 @@ class TaskMismatch(ValueError):
         what = {"tir": "needs a reference image", "cir": "takes no reference image"}.get(task, f"takes no {task} query")
         super().__init__(f"method {method!r} {what} (it handles {sorted(tasks)} queries)")
         self.method, self.task, self.tasks = method, task, tasks
-
-
-class UnknownReference(ValueError):
-    """A reference that is neither an image id in the gallery, nor a file, nor the name of one photo the index holds;
-    the message names the closest file names of the index (or ids), never a path it did not resolve."""
-
-    def __init__(self, ref: str, gallery: Gallery, matches: list[ImageRecord] | None = None) -> None:
-        import difflib
-
-        if matches:  # a name several photos have: which one is meant
-            shown = "; ".join(f"{r.id} ({display_path(r.path)})" for r in matches[:5])
-            more = f" and {len(matches) - 5} more" if len(matches) > 5 else ""
-            super().__init__(f"reference {ref!r} names {len(matches)} photos in the gallery: {shown}{more}; give "
-                             "one of their ids")
-            self.reference = ref
-            return
-        close = difflib.get_close_matches(ref, [str(i) for i in gallery.ids], n=1, cutoff=0.6)
-        guess = f" (did you mean {close[0]!r}?)" if close else ""
-        if not close:
-            names = {display_path(Path(r.path).name) for r in gallery.records() if r.path}
-            near = difflib.get_close_matches(display_path(Path(ref).name), sorted(names), n=3, cutoff=0.6)
-            if near:
-                guess = f" (files in the index with a similar name: {', '.join(near)})"
-        super().__init__(f"reference {ref!r} is neither an image id in the gallery nor a file{guess}")
-        self.reference = ref
 
 
 def _python_object(cls: type) -> Callable[[Any], Any]:
@@ -417,6 +399,7 @@ class Workspace:
             g.configure(self.settings.indexing)
             g.labels_as_text = self.settings.pixels.labels_as_text  # read by the album tools and DISBench's track
             g.label_min_p = self.settings.pixels.label_min_p
+            g.pixel_options = self.settings.pixels  # result cards' labels, pixel descriptions (label_show_p)
         return g
 
     def context(self, index: str | Path | None = None) -> MethodContext:
@@ -429,6 +412,7 @@ class Workspace:
             roles=self.roles,
             extras={e.name: e for e in self.extra_encoders},
             tools=build_tools(self.settings, self.call_cache, text_embedder=self.text_embedder),
+            results=self.settings.results,
         )
 
     def method(self, name: str, index: str | Path | None = None, **overrides: Any) -> Method:
@@ -528,7 +512,8 @@ class Workspace:
             space = photo_search.like_space(g, req.method)
             vec = photo_search.like_vector(g, prepared.like, space, self.dual_encoder, self.text_embedder,
                                            lambda: self.pixel_model)
-            result = photo_search.more_like(g, prepared.like, vec, space, prepared.query, top_k, trace)
+            result = photo_search.more_like(g, prepared.like, vec, space, prepared.query, top_k, trace,
+                                            self.settings.results)
             result.spaces = [space]
         elif not prepared.uses_method:  # a filter alone: the matching photos in time order
             result = photo_search.listing(g, prepared.query, top_k, trace)

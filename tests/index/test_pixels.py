@@ -255,7 +255,7 @@ def test_duplicates_are_confirmed_by_visual_features(tmp_path, effnet, minilm):
     a, b = (g.vector("visual", m.id) for m in groups[0].members)
     assert float(a @ b) >= 0.9
     # The same pair fails when the features must agree more than they can.
-    assert duplicate_groups(g, IndexOptions(duplicate_max_distance=10, duplicate_min_cosine=0.99999)) == []
+    assert duplicate_groups(g, IndexOptions(duplicate_max_distance=10, duplicate_min_visual=0.99999)) == []
 
 
 def test_nothing_sees_pixels_says_so_before_the_first_result(tmp_path):

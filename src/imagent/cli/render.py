@@ -13,7 +13,7 @@ from rich.tree import Tree
 from imagent.api import result_rows
 from imagent.cli.terminal import plain
 from imagent.core.text import plural
-from imagent.core.types import Result
+from imagent.core.types import MATCH_POSSIBLE, MATCH_STRONG, Result
 from imagent.index.gallery import Gallery
 
 
@@ -106,12 +106,12 @@ ANSWERED = {"pixels": "pixels (the image encoder, or the pixel model's labels)",
 
 
 def _cell(row: dict[str, Any], col: str) -> str:
-    """A result row's cell: the date without seconds' fractions, labels as ``flamingo 0.90``."""
+    """A result row's cell: the date without seconds' fractions, labels by name (those above the cards' floor)."""
     value = row.get(col)
     if col == "taken":
         return (value or "")[:19].replace("T", " ")
     if col == "labels":
-        return ", ".join(f"{x['name']} {x['p']:.2f}" for x in value or [])
+        return ", ".join(x["name"] for x in value or [])
     return value or ""
 
 
@@ -124,45 +124,76 @@ def fit_path(path: str, limit: int) -> str:
     return text if len(text) <= limit else "…" + text[-(limit - 1):]
 
 
-def _wide_table(rows: list[dict[str, Any]], extra: list[str], title: str) -> Table:
+def match_summary(result: Result, gallery: Gallery) -> str:
+    """One line on where a ranking's matches stop (:mod:`imagent.index.levels`): how many strong and possible matches
+    it holds and what the rest of the gallery is; "" for a ranking without match levels."""
+    cut = result.ranking.cut
+    if cut is None or result.answer_set is not None:
+        return ""
+    levels = [cut.level(float(s)) for s in result.ranking.scores]
+    strong, possible = levels.count(MATCH_STRONG), levels.count(MATCH_POSSIBLE)
+    if not strong and not possible:
+        return ("no photo matches: the best scored like the rest of the library"
+                + ("" if result.ranking.ids else "; --top-k N lists the closest anyway"))
+    shown = " and ".join(plural(n, what + " match", what + " matches") for n, what in
+                         ((strong, "strong"), (possible, "possible")) if n)
+    none = len(levels) - strong - possible
+    return shown + (f"; the other {none} shown do not match" if none else
+                    "; the other photos did not match (--top-k N lists more, each with its level)")
+
+
+def _first_cell(row: dict[str, Any], levels: bool) -> str:
+    return row["match"] if levels else f"{row['score']:.4f}"
+
+
+def _wide_table(rows: list[dict[str, Any]], extra: list[str], title: str, levels: bool) -> Table:
     table = Table(title=title or None)
-    for col in ("rank", "id", "score", "path", *extra, "caption"):
+    for col in ("rank", "match" if levels else "score", "id", "path", *extra, "caption"):
         table.add_column("by" if col == "matched_by" else col, overflow="fold")
     for row in rows:
-        cells = [str(row["rank"]), row["id"], f"{row['score']:.4f}", short_path(row["path"] or "")]
+        cells = [str(row["rank"]), _first_cell(row, levels), row["id"], short_path(row["path"] or "")]
         cells += [_cell(row, c) for c in extra]
         table.add_row(*(plain(c) for c in (*cells, row["caption"] or "")))  # text, never markup
     return table
 
 
-def _stacked_table(rows: list[dict[str, Any]], extra: list[str], title: str, width: int) -> Table:
-    """A narrow terminal's results: rank and score, then one block per photo: its path on one line (shortened to
-    fit), its id, when and where, labels, what matched it, and the caption (wrapped)."""
+def _stacked_table(rows: list[dict[str, Any]], extra: list[str], title: str, width: int, levels: bool) -> Table:
+    """A narrow terminal's results: rank and match (or score), then one block per photo: its path on one line
+    (shortened to fit), its id, when and where, labels, what matched it, and the caption (wrapped)."""
     table = Table(title=title or None, show_lines=True)
     table.add_column("#", no_wrap=True, justify="right")
-    table.add_column("score", no_wrap=True)
+    table.add_column("match" if levels else "score", no_wrap=True)
     table.add_column("photo", overflow="fold")
-    room = max(20, width - 24)  # the photo column: the width less the first two columns, borders and padding
+    room = max(20, width - 26)  # the photo column: the width less the first two columns, borders and padding
     for row in rows:
         when_where = " · ".join(x for x in (_cell(row, "taken"), row.get("place") or "") if x)
         lines = [fit_path(row["path"] or "", room), row["id"], when_where]
         lines += [f"{'by' if c == 'matched_by' else c}: {_cell(row, c)}" for c in extra
                   if c not in ("taken", "place") and _cell(row, c)]
         lines.append(row["caption"] or "")
-        table.add_row(str(row["rank"]), f"{row['score']:.4f}", plain("\n".join(x for x in lines if x)))
+        table.add_row(str(row["rank"]), _first_cell(row, levels), plain("\n".join(x for x in lines if x)))
     return table
 
 
 def print_result(console: Console, result: Result, gallery: Gallery, title: str = "") -> None:
     """The results as a table (stacked, one block per photo, on a terminal narrower than :data:`NARROW`
-    columns: a path never folds over lines), what answered them, the score's meaning and the trace."""
+    columns: a path never folds over lines), where the matches stop, what answered them, the score's meaning and the
+    trace."""
     rows = result_rows(result, gallery)
     answered = {r.get("matched_by") for r in rows} - {None}
+    levels = any(r["match"] is not None for r in rows)  # a match column instead of the raw score (kept in --json)
     # What answered each result: a column when it differs between rows, else one line under the table.
     extra = [c for c in ("taken", "place", "labels") if any(r.get(c) for r in rows)] + (
         ["matched_by"] if len(answered) > 1 else [])
-    narrow = console.width < NARROW
-    console.print(_stacked_table(rows, extra, title, console.width) if narrow else _wide_table(rows, extra, title))
+    if rows:
+        console.print(_stacked_table(rows, extra, title, console.width, levels) if console.width < NARROW
+                      else _wide_table(rows, extra, title, levels))
+    else:  # nothing shown: what the search said about it (a filter's near miss: use place ~ 'Kyoto')
+        for warning in result.warnings:
+            console.print(warning, style="yellow", highlight=False, markup=False, soft_wrap=True)
+    summary = match_summary(result, gallery)
+    if summary:
+        console.print(summary, highlight=False, markup=False)
     if len(answered) == 1:
         console.print(f"every result answered by its {ANSWERED.get(next(iter(answered)), next(iter(answered)))}",
                       style="dim", highlight=False, markup=False)
@@ -174,6 +205,6 @@ def print_result(console: Console, result: Result, gallery: Gallery, title: str 
                       + (f" ({result.source_reason})" if result.source_reason else ""), style="yellow",
                       highlight=False, markup=False)
     meaning = SCORE_MEANING.get(result.trace.method)
-    if meaning:
+    if meaning and not levels:
         console.print(f"score: {meaning}", style="dim", highlight=False)
     print_trace(console, result)

@@ -161,11 +161,15 @@ class IndexOptions(_Strict):
     ann_overfetch: int = Field(4, ge=1, description="candidates per wanted result before the exact re-rank")
     ann_target_recall: float = Field(0.95, ge=0, le=1, description="recall@50 the store's nprobe is calibrated to")
     # Place names for GPS photos, offline (imagent/index/places.py: GeoNames via reverse-geocode). No place when
-    # the nearest town is farther than place_max_km (at sea); a more populous town of the same country within
-    # place_town_km more than the nearest one wins over it (a city rather than one of its districts).
+    # the nearest town is farther than place_max_km (at sea). The places within place_town_km of the nearest one
+    # vote for the unit (county, municipality) containing the point; a unit named after its seat with half its
+    # places within place_municipal_km of it is that town's municipality and the seat names the point (Belém:
+    # Lisbon); otherwise the unit's most populous place among them does (a city rather than its district).
+    # imagent's own defaults.
     place_names: bool = True
     place_max_km: float = Field(50.0, gt=0, description="no place name when the nearest town is farther")
     place_town_km: float = Field(3.0, ge=0, description="a bigger town this much farther still names the place")
+    place_municipal_km: float = Field(10.0, ge=0, description="a unit this compact around its namesake is its town")
     # Faces and people (imagent/index/faces.py, people.py; dlib models from the `offline` extra). "auto": photos
     # indexed from folders (a photo library), not from manifests (benchmark galleries stay fast); "on": every photo.
     faces: Literal["auto", "on", "off"] = "auto"
@@ -185,9 +189,14 @@ class IndexOptions(_Strict):
         # `faces = true|false` (and `--set indexing.faces=off`, which YAML reads as false) are on and off.
         return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
     # Near-duplicates (imagent duplicates, search --collapse-duplicates; imagent/index/duplicates.py): perceptual
-    # hashes at most this many bits apart (of 64), confirmed by this image-vector cosine where vectors see pixels.
+    # hashes at most this many bits apart (of 64), confirmed by a cosine in the space that sees pixels, with a floor
+    # per space: each the first floor above the 99th percentile of unrelated photos' cosines in that space
+    # (benchmarks/duplicates.py: visual 0.51, ConSE image vectors 0.85), which keeps half-size quality-70 copies.
+    # imagent's own.
     duplicate_max_distance: int = Field(4, ge=0, le=32, description="pHash bits two near-duplicates may differ in")
     duplicate_min_cosine: float = Field(0.9, ge=-1, le=1, description="image-vector cosine two near-duplicates reach")
+    duplicate_min_visual: float = Field(0.6, ge=-1, le=1,
+                                        description="visual-feature cosine two near-duplicates reach")
 
 
 class PixelOptions(_Strict):
@@ -208,11 +217,41 @@ class PixelOptions(_Strict):
     parent_min_count: int = Field(1, ge=0, description="a parent counts only when WordNet's concordance tag count "
                                   "reaches this (everyday words: bird, dog, fruit); imagent's own")
     labels_top_k: int = Field(10, ge=1, le=50, description="labels stored per photo (with probabilities)")
-    label_min_p: float = Field(0.1, ge=0, le=1, description="labels shown and filtered need this probability")
+    label_min_p: float = Field(0.1, ge=0, le=1, description="labels filtered by (label ~ ...) and shown in the photo "
+                               "view need this probability")
+    label_show_p: float = Field(0.5, ge=0, le=1, description="labels shown on result cards and in a photo's pixel "
+                                "description need this probability; imagent's own, measured on the stamps "
+                                "(benchmarks/match_levels.py)")
     labels_as_text: bool = Field(True, description="labels reach models and tools as text (GetMetadata, the "
                                  "label filter); false keeps a DISBench run with labels in the Standard track")
     threads: int = Field(0, ge=0, description="torch threads for the forward pass (0: every core)")
     batch_size: int = Field(16, ge=1, description="photos per forward pass")
+
+
+class ResultOptions(_Strict):
+    """How far a content search's results go (``[results]``, :mod:`imagent.index.levels`): each result of a cosine
+    ranking gets a match level from its score against the query's scores over the whole gallery (a robust z-score:
+    ``(score - median) / (1.4826 * MAD)``). ``strong``: z at least ``strong_z``, or above the largest gap of at
+    least ``gap_z`` among the photos at ``possible_z`` or more; ``possible``: z at least ``possible_z``; below it no
+    match. All imagent's own, chosen on half of the stamps' category words (with captions, and pixels only) and
+    reported on the other half (benchmarks/match_levels.py, docs/results.md)."""
+
+    strong_z: float = Field(5.0, gt=0, description="robust z-score of a strong match; imagent's own")
+    possible_z: float = Field(3.5, gt=0, description="robust z-score of a possible match; imagent's own")
+    gap_z: float = Field(2.0, gt=0, description="a gap this wide (in z) above the possible ones marks the photos "
+                         "above it strong; imagent's own")
+    min_photos: int = Field(20, ge=3, description="galleries smaller than this get no match levels (too few scores "
+                            "to tell a match from the rest)")
+    sample_photos: int = Field(20000, ge=100, description="larger galleries are calibrated on an even sample of "
+                                "this many photos (no gap rule then)")
+    default_max: int = Field(100, ge=1, le=1000, description="results a search without --top-k shows at most when "
+                             "it stops at the matches (CLI)")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ResultOptions:
+        if self.possible_z > self.strong_z:
+            raise ValueError(f"possible_z ({self.possible_z}) must not exceed strong_z ({self.strong_z})")
+        return self
 
 
 class ToolConfig(_Strict):
@@ -280,6 +319,7 @@ class Settings(_Strict):
     methods: dict[str, dict[str, Any]] = Field(default_factory=dict)
     indexing: IndexOptions = Field(default_factory=IndexOptions)
     pixels: PixelOptions = Field(default_factory=PixelOptions)
+    results: ResultOptions = Field(default_factory=ResultOptions)
     # tool name -> entry; none by default (tools that need the network or GPUs are opt-in).
     tools: dict[str, ToolConfig] = Field(default_factory=dict)
     server: ServerOptions = Field(default_factory=ServerOptions)

@@ -103,7 +103,8 @@ def shared_index_dir(ws: Workspace, bench: Benchmark, split: str, images_root: P
     split, image folder and encoders under the cache directory, so every run with the same models
     (any method, any parameters) reuses it instead of indexing the benchmark again."""
     root = images_root or bench.images_root
-    key = {"images_root": str(Path(root).expanduser().resolve()) if root else "", **index_encoders(ws.settings)}
+    key = {"images_root": str(Path(root).expanduser().resolve()) if root else "", **index_encoders(ws.settings),
+           **bench.index_key()}  # loader options that change the gallery (stamps' captions=withheld)
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     return Path(ws.settings.cache_dir) / "eval-indexes" / f"{bench.name}-{split}-{digest}"
 

@@ -259,7 +259,8 @@ def _run_pending(ws: Workspace, spec: RunSpec, prepared: PreparedMethod, bench: 
                                                                                        spec.images_root)
     index_dir.mkdir(parents=True, exist_ok=True)
     with _recording_calls(ws, index_dir / CALL_KEYS):  # a captioner's calls belong to the index (and to packs)
-        info = ensure_index(ws, bench, split, spec.images_root, index_dir, run_dir, spec.allow_missing, progress)
+        # Files a loader writes for its gallery (crops, neutral names) live with the index every run shares.
+        info = ensure_index(ws, bench, split, spec.images_root, index_dir, index_dir, spec.allow_missing, progress)
     write_json_atomic(run_dir / INDEX_INFO, {"dir": str(Path(index_dir).resolve()),
                                              **{k: v for k, v in info.items() if k not in ("built", "report")}})
     if info.get("built"):

@@ -31,18 +31,32 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
 from imagent.index.face_store import FaceDataMissing, FaceStore, drop_empty_people, drop_face_crops
-from imagent.index.gallery import Gallery
 from imagent.index.store import from_sql, sql_text
 
 DEFAULT_MIN_GROUP = 3
 MAX_NAME_CHARS = 100
 MAX_ID = 2**63 - 1  # SQLite's largest integer: a group or face id above it names nothing (and is not an error)
 _ID_REF = re.compile(r"#?(\d+)")
+
+
+class Gallery(Protocol):
+    """What people operations read of a gallery (:class:`imagent.index.gallery.Gallery`, which draws its photos' people
+    from here, so this module does not import it): its folder, its ids and their rows."""
+
+    root: Path
+    ids: list[str]
+
+    def __contains__(self, image_id: object) -> bool: ...
+
+    def __len__(self) -> int: ...
+
+    def row(self, image_id: str) -> int: ...
 
 
 class PeopleError(ValueError):

@@ -29,7 +29,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from imagent.api import Workspace, record_place, shown_labels
+from imagent.api import Workspace, card_labels, record_place, shown_labels
 from imagent.core.imageio import ImageLoadError
 from imagent.core.text import clean_text, display_path
 from imagent.core.types import ImageRecord
@@ -93,14 +93,15 @@ class CannotShow(Exception):
 
 
 def photo_card(rec: ImageRecord, gallery: Gallery | None = None) -> PhotoCard:
-    """``rec`` as a grid or result list shows it: its labels (what the pixel model saw, best first) and people (the
-    face groups in it) when ``gallery`` is given; the path and file name through :func:`display_path`."""
-    min_p = gallery.label_min_p if gallery is not None else 0.1
+    """``rec`` as a grid or result list shows it: its labels (what the pixel model saw, best first, above
+    ``pixels.label_show_p``: :func:`imagent.api.card_labels`) and people (the face groups in it) when ``gallery`` is
+    given; the path and file name through :func:`display_path`."""
+    labels = card_labels(rec, gallery) if gallery is not None else shown_labels(rec)
     people = people_index(gallery).people_of(rec.id) if gallery is not None else []
     return PhotoCard(id=rec.id, caption=clean_text(rec.caption), path=display_path(rec.path) if rec.path else "",
                      file=display_path(Path(rec.path).name) if rec.path else rec.id,
                      taken=rec.taken_time.isoformat() if rec.taken_time else None, place=record_place(rec),
-                     labels=[Label(x["name"], x["p"]) for x in shown_labels(rec, min_p)],
+                     labels=[Label(x["name"], x["p"]) for x in labels],
                      people=[PersonRef(p["id"], p["name"]) for p in people])
 
 

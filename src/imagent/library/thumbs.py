@@ -58,7 +58,7 @@ def decode_reduced(data: bytes, scale: float, max_pixels: int, max_scale: float 
     """``data`` (an image file's bytes) as an upright RGB image of about ``scale`` times its size: a JPEG is decoded
     at the smallest DCT scale at least ``scale`` (or the largest at most ``max_scale``, when that is smaller: the
     memory bound wins), anything else (and a JPEG that fails that way) through
-    :func:`imagent.core.imageio.image_from_bytes` (its checks and limits) and then reduced by a whole factor."""
+    :func:`imagent.core.imageio.image_from_bytes` (its checks and limits), reduced while it is decoded."""
     scale = min(1.0, max(scale, 1e-6), max_scale)
     dct = next(d for d in DCT_SCALES if d >= scale - 1e-9)
     if dct > max_scale:
@@ -71,9 +71,11 @@ def decode_reduced(data: bytes, scale: float, max_pixels: int, max_scale: float 
                 return ImageOps.exif_transpose(im).convert("RGB")
     except Exception:  # the careful path below says what is wrong with it
         pass
-    out = image_from_bytes(data, max_pixels)
-    factor = int(1 / scale)
-    return out.reduce(factor) if factor > 1 else out
+    size = upright_size(data)
+    if size is None or scale >= 1:
+        return image_from_bytes(data, max_pixels)  # its checks say what is wrong with a file that cannot be read
+    # reduced while decoding, strip by strip for a large PNG (imagent.core.strips): never the whole picture held
+    return image_from_bytes(data, max_pixels, max(1, math.ceil(max(size) * scale)), long_side=True)
 
 
 def upright_size(data: bytes) -> tuple[int, int] | None:

@@ -310,6 +310,7 @@ class XR(Method):
     """X^R (WWW 2026): imagination agents, cross-modal similarity fused by RRF, true/false question agents."""
 
     name = "xr"
+    image_roles = (ROLE_CAPTIONER, ROLE_VISION_IMAGINER, ROLE_VISION_VERIFIER)
     tasks = frozenset({"cir"})
     Config = XRConfig
     fallback_counters: ClassVar[dict[str, str]] = {"xr.imagination_fallback": "imagination_reference_caption",

@@ -447,11 +447,21 @@ class _TextColumn:
     def __init__(self, values: Sequence[str | None]) -> None:
         index: dict[str, int] = {}
         codes = np.empty(len(values), dtype=np.int32)
+        self.shown: list[str] = []  # each distinct value as first stored (for messages)
         for n, v in enumerate(values):
             key = (v or "").strip().lower()
+            if key and key not in index:
+                self.shown.append((v or "").strip())
             codes[n] = index.setdefault(key, len(index)) if key else -1
         self.codes = codes
         self.uniques = list(index)
+
+    def containing(self, value: str) -> list[tuple[str, int]]:
+        """The stored values that contain ``value`` (lower case), as first stored, with how many photos have
+        each, most first."""
+        counts = np.bincount(self.codes[self.codes >= 0], minlength=len(self.uniques))
+        found = [(self.shown[n], int(counts[n])) for n, u in enumerate(self.uniques) if value and value in u]
+        return sorted(found, key=lambda x: -x[1])
 
     def mask(self, op: str, value: str) -> np.ndarray:
         if op == "~":

@@ -156,8 +156,12 @@ function renderTrace(trace) {
 
 // ------------------------------------------------------------------ result cards
 
-// A photo in the results: its thumbnail (a link to the photo view), file name, date and place; the score only
-// for a ranking (a filter's matches have none). Research actions show under Advanced.
+// How well a result matches (the row's `match`: strong, possible or none, from its score against the query's scores
+// over the whole library); raw scores stay in the trace and the JSON, never on a card.
+const MATCH_TEXT = { strong: "match", possible: "possible match", none: "no match" };
+
+// A photo in the results: its thumbnail (a link to the photo view), file name, how well it matches, date and place.
+// Research actions show under Advanced.
 function resultCard(r) {
   const name = r.file || fileName(r.path) || "photo";
   const open = el("a", { class: "open", href: photoUrl(r.id), "data-id": r.id, title: `open ${name}` },
@@ -166,15 +170,15 @@ function resultCard(r) {
   use.addEventListener("click", () => setReference(r.id));
   const like = el("button", { type: "button", class: "more-like advanced-only", text: "more like this" });
   like.addEventListener("click", () => moreLike(r.id));
-  const score = typeof r.score === "number" && r.rank !== undefined && !shown?.listing
-    ? el("span", { class: "score", text: r.score.toFixed(4), title: "score (compares within one method only)" }) : null;
+  const level = typeof r.match === "string" && MATCH_TEXT[r.match]
+    ? el("span", { class: `match match-${r.match}`, text: MATCH_TEXT[r.match] }) : null;
   const labels = Array.isArray(r.labels) && r.labels.length
     ? el("div", { class: "tags" }, ...r.labels.slice(0, 4).map((l) => chipLink("label", l.name, l.name))) : null;
   const people = Array.isArray(r.people) && r.people.some((x) => x.name)
     ? el("div", { class: "tags" }, ...r.people.filter((x) => x.name).map((x) => chipLink("person", x.name, x.name))) : null;
   return el("li", { class: "result", "data-id": r.id },
     open,
-    el("div", { class: "file", text: name, title: name }, score),
+    el("div", { class: "file", text: name, title: name }, level),
     el("div", { class: "when-where", text: whenWhere(r.taken, r.place) }),
     r.caption ? el("div", { class: "caption", text: r.caption }) : null,
     labels, people,
@@ -242,7 +246,7 @@ function renderResults(data, append = false) {
   $("source-note").hidden = !note;
   $("source-note").textContent = note;
   renderFilter(data.filter);
-  addCards($("results"), data.results, append);
+  renderMatches(data.results, append);
   const answer = data.answer_set;
   $("answer-box").hidden = !Array.isArray(answer);
   if (Array.isArray(answer)) {
@@ -251,13 +255,46 @@ function renderResults(data, append = false) {
   }
 }
 
+// The results of a search, stopped where its matches stop: the strong matches, then the possible ones folded, then
+// nothing (rows without a level, a method's own ranking, are all shown). With "results per page" set, every result
+// asked for is shown with its level, as `imagent search --top-k` does.
+function renderMatches(rows, append) {
+  const levelled = rows.some((r) => typeof r.match === "string");
+  const cut = levelled && shown && shown.cut;
+  const strong = cut ? rows.filter((r) => r.match === "strong") : rows;
+  const possible = cut ? rows.filter((r) => r.match === "possible") : [];
+  addCards($("results"), strong, append);
+  addCards($("possible"), possible, append);
+  const nStrong = $("results").children.length;
+  const nPossible = $("possible").children.length;
+  $("possible-count").textContent = `(${nPossible})`;
+  $("possible-box").hidden = !nPossible;
+  if (!append) $("possible-box").open = false;
+  if (shown) {
+    shown.levels = Boolean(cut);  // shown as matches (the count says "matches")
+    shown.ended = Boolean(cut) && strong.length + possible.length < rows.length;  // a result below the matches came
+  }
+  const note = $("match-note");
+  note.hidden = !cut;
+  if (!cut) return;
+  if (!nStrong && !nPossible) note.textContent = "No photo matches this search: the closest ones scored like the rest of the library.";
+  else if (!nStrong) note.textContent = "No clear match; the possible ones are below.";
+  else note.textContent = shown.ended ? "The other photos did not match." : "";
+  note.hidden = !note.textContent;
+}
+
 function updateMore() {
-  const n = $("results").children.length;
+  const n = $("results").children.length + $("possible").children.length;
   let more = false;
   if (shown && shown.listing) more = shown.page < shown.pages - 1;
-  else if (shown) more = n >= shown.topK && shown.topK < MAX_RESULTS;
+  else if (shown) more = !shown.ended && n >= shown.topK && shown.topK < MAX_RESULTS;
   $("results-more").hidden = !more;
-  $("search-count").textContent = shown && shown.listing ? `${n} of ${plural(shown.total, "photo")}` : plural(n, "result");
+  const matches = (k) => `${k} ${k === 1 ? "match" : "matches"}`;
+  const nPossible = $("possible").children.length;
+  let count = plural(n, "result");
+  if (shown && shown.listing) count = `${n} of ${plural(shown.total, "photo")}`;
+  else if (shown && shown.levels) count = matches(n - nPossible) + (nPossible ? `, ${nPossible} possible` : "");
+  $("search-count").textContent = count;
 }
 // ------------------------------------------------------------------ reference
 
@@ -344,6 +381,7 @@ function finish(message, isError) {
   clearInterval(current.timer);
   current = null;
   $("results").classList.remove("stale");
+  $("possible").classList.remove("stale");
   $("answer-box").classList.remove("stale");
   $("search-button").disabled = false;
   $("results-more").disabled = false;
@@ -460,6 +498,7 @@ async function runSearch(push) {
   showLikePhoto(like);
   document.title = `${like ? "More like this" : (text.trim() || "Search")} · ${lib.name || "imagent"}`;
   const pageSize = Math.min(Number($("top-k").value) || 60, MAX_RESULTS);
+  const cut = !$("top-k").value;  // no number asked for: the results stop where the matches stop
   if (where && !text.trim() && !reference && !upload && !like) {  // a filter alone: its photos in time order
     await runListing({ url, where, pageSize, page: 0 }, false);
     return;
@@ -486,7 +525,7 @@ async function runSearch(push) {
     keep_reference: $("keep-reference").checked, params, where, sort: $("sort").value, like,
     read_query: readQuery, unlink: readQuery ? unlinked : [],
   };
-  await startSearch(body, { url, body, topK: pageSize, pageSize, listing: false }, false);
+  await startSearch(body, { url, body, topK: pageSize, pageSize, listing: false, cut }, false);
 }
 
 // A filter alone: its matching photos, oldest first, a page at a time (no method, no score).
@@ -507,7 +546,8 @@ async function runListing(state, append) {
     $("results").classList.remove("stale");
   }
   shown = { ...state, listing: true, pages: data.pages, total: data.total };
-  for (const id of ["route-note", "source-note", "answer-box", "understood-box"]) $(id).hidden = true;
+  for (const id of ["route-note", "source-note", "answer-box", "understood-box", "possible-box", "match-note"]) $(id).hidden = true;
+  $("possible").replaceChildren();
   renderFilter({ where: state.where, sort: "time", matches: data.total });
   addCards($("results"), data.photos, append);
   $("trace-summary").replaceChildren(el("p", { text: `filter: ${plural(data.total, "match", "matches")}, in time order, no model` }));
@@ -549,6 +589,7 @@ async function startSearch(body, state, append) {
   current.source = new EventSource(data.events);
   current.timer = setInterval(liveStatus, 250);
   $("results").classList.add("stale");  // old results stay visible, dimmed, until the new ones arrive
+  $("possible").classList.add("stale");
   $("answer-box").classList.add("stale");
   $("cancel-button").hidden = false;
   $("cancel-button").disabled = false;
@@ -570,7 +611,8 @@ async function startSearch(body, state, append) {
     renderResults(p, append);
     renderTrace(p.trace);
     updateMore();
-    finish(`${plural($("results").children.length, "result")} in ${((performance.now() - current.t0) / 1000).toFixed(1)} s`, false);
+    const n = $("results").children.length + $("possible").children.length;
+    finish(`${plural(n, "result")} in ${((performance.now() - current.t0) / 1000).toFixed(1)} s`, false);
   });
   onEvent("error", (p) => {
     if (p.trace) renderTraceSummary(p.trace);
