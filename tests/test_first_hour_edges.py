@@ -81,7 +81,8 @@ def test_results_fit_an_80_column_terminal(geo_photos):
         assert any(image_id in line for line in lines)
     wide = io.StringIO()
     print_result(Console(file=wide, width=200, color_system=None), result, ws.gallery())
-    assert " rank " in wide.getvalue().splitlines()[1]  # a wide terminal keeps the table
+    assert " photo " in lines[1 + bool("caption: a bird" in lines[0])]  # stacked: one column for the photo
+    assert " path " in wide.getvalue().splitlines()[1]  # a wide terminal keeps the table
 
 
 def test_counts_are_said_in_the_right_number():

@@ -214,7 +214,7 @@ def wait_for_results(pg, before: str) -> None:
     deadline = time.monotonic() + 60
     while True:
         status = pg.inner_text("#status")
-        if status != before and "results in" in status:
+        if status != before and re.search(r"\d+ results? in ", status):  # "1 result in 0.2 s" too
             return
         assert "error" not in status, status
         assert time.monotonic() < deadline, status

@@ -161,10 +161,10 @@ def _stacked_table(rows: list[dict[str, Any]], extra: list[str], title: str, wid
     """A narrow terminal's results: rank and match (or score), then one block per photo: its path on one line
     (shortened to fit), its id, when and where, labels, what matched it, and the caption (wrapped)."""
     table = Table(title=title or None, show_lines=True)
-    table.add_column("#", no_wrap=True, justify="right")
+    table.add_column("rank", no_wrap=True, justify="right")
     table.add_column("match" if levels else "score", no_wrap=True)
     table.add_column("photo", overflow="fold")
-    room = max(20, width - 26)  # the photo column: the width less the first two columns, borders and padding
+    room = max(20, width - 29)  # the photo column: the width less the first two columns, borders and padding
     for row in rows:
         when_where = " · ".join(x for x in (_cell(row, "taken"), row.get("place") or "") if x)
         lines = [fit_path(row["path"] or "", room), row["id"], when_where]
