@@ -48,12 +48,13 @@ def test_a_name_several_photos_have_is_refused_with_their_ids(tmp_path, caption_
     from imagent.api import UnknownReference, Workspace
     from imagent.core.config import Settings
     from imagent.index.builder import build_index
+    from imagent.index.parts import IndexParts
     from imagent.tools.photo_search import records_named
 
     for n, trip in enumerate(("lisbon", "kyoto")):
         (tmp_path / "photos" / trip).mkdir(parents=True)
         Image.new("RGB", (40, 30), (40 * n, 90, 200)).save(tmp_path / "photos" / trip / "IMG_0001.jpg")
-    build_index(tmp_path / "photos", tmp_path / "index", caption_dual, minilm)
+    build_index(tmp_path / "photos", tmp_path / "index", IndexParts.of(caption_dual, minilm))
     ws = Workspace(Settings(index=tmp_path / "index"))
     g = ws.gallery()
     assert [Path(r.path).parent.name for r in records_named(g, "kyoto/IMG_0001.jpg")] == ["kyoto"]

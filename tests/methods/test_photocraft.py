@@ -30,12 +30,13 @@ FLAMINGO = "u1001/13942060112"
 def album_index(tmp_path_factory, caption_dual, minilm):
     """Both users' photos in one index (the DISBench manifest: captions, time, place, device)."""
     from imagent.index.builder import build_index
+    from imagent.index.parts import IndexParts
 
     root = tmp_path_factory.mktemp("album")
     manifest = root / "manifest.jsonl"
     rows = load_benchmark("disbench", images_root=ALBUM).gallery_manifest()
     manifest.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    build_index(manifest, root / "index", caption_dual, minilm, IndexOptions())
+    build_index(manifest, root / "index", IndexParts.of(caption_dual, minilm), IndexOptions())
     return root / "index"
 
 
@@ -218,8 +219,8 @@ def test_a_blind_agent_reads_each_photos_date_place_and_caption(ctx_for, describ
 def test_both_agents_share_one_scaffold_and_differ_only_by_their_memories(ctx_for, tmp_path):
     """Decision 10: the scaffold profile, the tools and the prompts' protocol are the same for both; PhotoCraft adds
     the paper's memories (working memory with its MemoryCondense tool, the audit, skills) and nothing else."""
+    from imagent.methods.album.photocraft import ImageSeekerConfig, PhotoCraftConfig
     from imagent.methods.album.scaffold import NONE, SMALL
-    from imagent.methods.photocraft import ImageSeekerConfig, PhotoCraftConfig
 
     ctx = ctx_for(agent())
     q = query(ctx)

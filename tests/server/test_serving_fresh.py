@@ -36,7 +36,7 @@ def _photos(folder: Path, names: list[str]) -> None:
 
 
 def _index(photos: Path, index: Path) -> None:
-    out = CliRunner().invoke(cli, ["index", str(photos), "--index", str(index), "--set", "indexing.faces=off"])
+    out = CliRunner().invoke(cli, ["index", str(photos), "--index", str(index), "--set", "faces.mode=off"])
     assert out.exit_code == 0, out.output
 
 

@@ -42,8 +42,9 @@ def odd_library(tmp_path_factory, caption_dual, minilm) -> Path:
     there); ``index/``."""
     from PIL import Image, ImageDraw
 
-    from imagent.core.config import IndexOptions
+    from imagent.core.config import FaceOptions
     from imagent.index.builder import build_index
+    from imagent.index.parts import IndexParts
 
     root = tmp_path_factory.mktemp("odd-library")
     photos = root / "photos"
@@ -55,7 +56,7 @@ def odd_library(tmp_path_factory, caption_dual, minilm) -> Path:
     write_geo_photo(root / "wide.png", photos / "police_car.jpg", datetime(2024, 3, 5, 12), VIENNA)
     Image.new("RGB", (300, 1200), (90, 140, 60)).save(root / "tall.png")
     write_geo_photo(root / "tall.png", photos / "tower.jpg", datetime(2024, 3, 6, 12), CAPE_TOWN)
-    build_index(photos, root / "index", caption_dual, minilm, IndexOptions(faces="off"))
+    build_index(photos, root / "index", IndexParts.of(caption_dual, minilm, faces=FaceOptions(mode="off")))
     return root
 
 
@@ -70,13 +71,14 @@ def _ids(base: str) -> dict[str, str]:
 
 
 def test_a_file_name_that_is_not_utf8_is_listed_shown_and_searched(tmp_path, caption_dual, minilm):
-    from imagent.core.config import IndexOptions
+    from imagent.core.config import FaceOptions
     from imagent.index.builder import build_index
+    from imagent.index.parts import IndexParts
 
     birds = _bird_photos()
     write_geo_photo(birds[0], tmp_path / "photos" / "IMG_5000.jpg", datetime(2024, 3, 1, 10), VIENNA)
     write_geo_photo(birds[3], tmp_path / "photos" / LATIN1, datetime(2024, 3, 7, 9), CAPE_TOWN)
-    build_index(tmp_path / "photos", tmp_path / "index", caption_dual, minilm, IndexOptions(faces="off"))
+    build_index(tmp_path / "photos", tmp_path / "index", IndexParts.of(caption_dual, minilm, faces=FaceOptions(mode="off")))
     client = TestClient(create_app(Workspace(Settings(index=tmp_path / "index", cache_dir=tmp_path / "c"))),
                         base_url="http://127.0.0.1")
     library = client.get("/api/library", params={"per_page": 200})

@@ -10,7 +10,7 @@
     imagent people remove FACE            a face that is nobody (a false detection): deleted, not found again
     imagent people forget [--yes]         delete all face data of the index (faces, descriptors, people)
 
-Faces are found by ``imagent index`` (``indexing.faces``; :mod:`imagent.index.faces`) and grouped there
+Faces are found by ``imagent index`` (``faces.mode``; :mod:`imagent.index.faces`) and grouped there
 (:mod:`imagent.index.people`); every command here goes through the library service
 (:class:`imagent.library.LibraryService`), as the web's People page does. Added to the main app by
 :mod:`imagent.cli.main`. Options given before the subcommand (``imagent people --index DIR name 3 Anna``) apply to it
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 app = typer.Typer(help="People found in the photos: list, name, merge, split, remove, forget.",
                   invoke_without_command=True, no_args_is_help=False)
 
-_NO_FACES_HINT = ("`imagent index FOLDER` finds faces in photos indexed from a folder (indexing.faces = \"auto\"; "
+_NO_FACES_HINT = ("`imagent index FOLDER` finds faces in photos indexed from a folder (faces.mode = \"auto\"; "
                   "\"on\" for manifests too); the face models come with the offline extra")
 
 
@@ -102,7 +102,7 @@ def people(
     json_out: JsonOpt = False,
 ) -> None:
     """List the people (groups of faces) of the index: id, name, faces, photos with their paths; the larger
-    groups first, tiny ones (fewer than indexing.face_min_group faces) last. Subcommands name, merge, split,
+    groups first, tiny ones (fewer than faces.min_group faces) last. Subcommands name, merge, split,
     remove and forget correct them."""
     ctx.obj = {"index": index_dir, "config": config, "sets": set_ or [], "json": json_out}
     if ctx.invoked_subcommand:
@@ -132,7 +132,7 @@ def people(
                       Text(files + more), style="dim" if r["tiny"] else None)
     console.print(table)
     tiny = sum(r["tiny"] for r in rows)
-    min_group = lib.settings.indexing.face_min_group
+    min_group = lib.settings.faces.min_group
     console.print(f"{len(rows)} {'person' if len(rows) == 1 else 'people'} from {plural(summary.faces, 'face')} in "
                   f"{plural(summary.photos_scanned, 'photo')}"
                   + (f"; {plural(tiny, 'tiny group')} (fewer than {plural(min_group, 'face')}) last" if tiny else "")
@@ -245,7 +245,7 @@ def forget(ctx: typer.Context, yes: Annotated[bool, typer.Option("--yes", "-y", 
            index_dir: IndexOpt = None, config: ConfigOpt = None, set_: SetOpt = None,
            json_out: JsonOpt = False) -> None:
     """Delete all face data of the index: every face box, descriptor, group and name (the photos, their records
-    and search stay). The next `imagent index` finds faces again unless indexing.faces = "off"."""
+    and search stay). The next `imagent index` finds faces again unless faces.mode = "off"."""
     lib = _library(ctx, index_dir, config, set_)
     root = display_path(lib.gallery.root)
     if not yes:
@@ -253,9 +253,9 @@ def forget(ctx: typer.Context, yes: Annotated[bool, typer.Option("--yes", "-y", 
             raise HintedError("forget deletes every face, descriptor and name of the index", "add --yes to confirm")
         typer.confirm(f"Delete all face data of {root}?", abort=True)
     done = lib.forget()
-    again = ("the next `imagent index` finds faces again; to keep them off: --set indexing.faces=off or "
-             "[indexing] faces = \"off\" in the config" if lib.settings.indexing.faces != "off"
-             else "indexing.faces is \"off\": `imagent index` will not look for faces")
+    again = ("the next `imagent index` finds faces again; to keep them off: --set faces.mode=off or "
+             "[faces] mode = \"off\" in the config" if lib.settings.faces.mode != "off"
+             else "faces.mode is \"off\": `imagent index` will not look for faces")
     _done(ctx, json_out, {**done.to_dict(), "database": display_path(done.database), "note": again},
           f"deleted all face data of {root}: {plural(done.faces, 'face')} (boxes and descriptors), "
           f"{plural(done.people, 'person', 'people')}, the scans of {plural(done.photos_scanned, 'photo')}; "

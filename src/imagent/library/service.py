@@ -167,7 +167,7 @@ class LibraryService:
             return self._fingerprints[2].get(image_id)
 
     def _min_group(self) -> int:
-        return self.settings.indexing.face_min_group
+        return self.settings.faces.min_group
 
     # ------------------------------------------------------------------ photos
 

@@ -12,6 +12,7 @@ import contextvars
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -186,8 +187,10 @@ class BlindDescriptionError(ValueError):
     """A method needed an image described, but it has no caption and no configured model sees pixels."""
 
 
+@cache
 def load_prompt(relative: str) -> str:
-    """A prompt template shipped in ``imagent/methods/prompts/`` (prompts live in their own files)."""
+    """A prompt template shipped in ``imagent/methods/prompts/`` (prompts live in their own files); read once per
+    process (methods ask for their prompts on every query)."""
     from importlib.resources import files
 
     return (files("imagent.methods") / "prompts" / relative).read_text(encoding="utf-8").strip()
@@ -474,8 +477,8 @@ METHODS: Registry[type[Method]] = Registry("method", {
     "imagescope": "imagent.methods.imagescope:ImageScope",
     "xr": "imagent.methods.xr:XR",
     "tacir": "imagent.methods.tacir:TaCIR",
-    "imageseeker": "imagent.methods.photocraft:ImageSeeker",
-    "photocraft": "imagent.methods.photocraft:PhotoCraft",
+    "imageseeker": "imagent.methods.album.photocraft:ImageSeeker",
+    "photocraft": "imagent.methods.album.photocraft:PhotoCraft",
     "oscar": "imagent.methods.oscar.method:Oscar",
     "album": "imagent.methods.album.method:AlbumSearch",
 })
@@ -516,7 +519,7 @@ def pixel_notice(method: Method) -> list[str]:
     if not spaces or any(s.split("@")[0] == "image" and not info[s].model_id.startswith("caption:") for s in spaces):
         return []
     key = (g.generation(), len(g), spaces[0])
-    memo = g.__dict__.setdefault("_pixel_notice", {})
+    memo = g.derived.setdefault("pixel_notice", {})  # kept with this gallery object, keyed by its generation
     if key not in memo:
         seen = [answered_by(r, spaces[0], info[spaces[0]].model_id) for r in g.records()]
         blind = seen.count("names") + seen.count("nothing")

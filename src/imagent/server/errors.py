@@ -32,7 +32,7 @@ try:
 except ImportError as exc:  # pragma: no cover - the [web] extra is missing
     raise ImportError(f"the web UI needs FastAPI ({exc}); install it with: pip install \"imagent[web]\"") from exc
 
-NO_FACE_DATA = "this index has no face data: `imagent index` finds faces in photo folders (indexing.faces)"
+NO_FACE_DATA = "this index has no face data: `imagent index` finds faces in photo folders (faces.mode)"
 
 # The most specific type wins (Starlette looks an exception's classes up in method-resolution order).
 STATUS: dict[type[BaseException], int] = {

@@ -246,7 +246,7 @@ def test_filter_metadata_keeps_the_same_day_place_city_or_device_as_a_photo(know
     """FilterMetadata's photo form (same_as_photo + same) runs the expression of that photo's day, place (1 km),
     city (``city_km``) or device, says which, and refuses what the photo lacks; with ``anchor_filters`` the JSON
     protocol's grammar offers only that form, its photo limited to the ids seen."""
-    from imagent.agents.protocol import json_turn_schema
+    from imagent.agents.wire import json_turn_schema
 
     plain = {t.name: t for t in album_tools(known_album, AlbumToolsConfig(describe=True))}["FilterMetadata"]
     photo = {t.name: t for t in album_tools(known_album, AlbumToolsConfig(describe=True, anchor_filters=True))}[
