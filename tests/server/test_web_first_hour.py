@@ -78,7 +78,8 @@ def test_a_file_name_that_is_not_utf8_is_listed_shown_and_searched(tmp_path, cap
     birds = _bird_photos()
     write_geo_photo(birds[0], tmp_path / "photos" / "IMG_5000.jpg", datetime(2024, 3, 1, 10), VIENNA)
     write_geo_photo(birds[3], tmp_path / "photos" / LATIN1, datetime(2024, 3, 7, 9), CAPE_TOWN)
-    build_index(tmp_path / "photos", tmp_path / "index", IndexParts.of(caption_dual, minilm, faces=FaceOptions(mode="off")))
+    parts = IndexParts.of(caption_dual, minilm, faces=FaceOptions(mode="off"))
+    build_index(tmp_path / "photos", tmp_path / "index", parts)
     client = TestClient(create_app(Workspace(Settings(index=tmp_path / "index", cache_dir=tmp_path / "c"))),
                         base_url="http://127.0.0.1")
     library = client.get("/api/library", params={"per_page": 200})
