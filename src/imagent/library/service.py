@@ -79,7 +79,7 @@ from imagent.library.types import (
     PhotoDetail,
     PhotoFile,
 )
-from imagent.tools.photo_search import where_rows
+from imagent.tools.photo_search import empty_hint, where_rows
 
 MAX_FACE_CROP = 512
 
@@ -213,7 +213,8 @@ class LibraryService:
         return LibraryPage(LibraryInfo(library_name(g), len(g), lib.undated), total=len(rows), page=n, pages=pages,
                            per_page=size, photos=photos,
                            days={d: lib.days.get(d, 0) for d in sorted(shown_days, reverse=True)}, where=where,
-                           order="oldest first" if where is not None else "newest first", months=months)
+                           order="oldest first" if where is not None else "newest first", months=months,
+                           hint=empty_hint(g, where) if where is not None and not rows.size else None)
 
     def photo_bytes(self, image_id: str) -> bytes:
         """A photo's file exactly as indexed (:func:`read_indexed_file`: gone or changed since is refused)."""

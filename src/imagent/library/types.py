@@ -81,7 +81,8 @@ class MonthPage:
 @dataclass
 class LibraryPage:
     """One page of the library (newest first) or of a filter's matches (oldest first): ``days`` the number of photos
-    of each day shown (whole-day counts), ``months`` every month with its page (the library only)."""
+    of each day shown (whole-day counts), ``months`` every month with its page (the library only), ``hint`` why a
+    filter matched nothing when a near miss says it (:func:`imagent.tools.photo_search.empty_hint`)."""
 
     library: LibraryInfo
     total: int
@@ -93,6 +94,7 @@ class LibraryPage:
     where: str | None
     order: str
     months: list[MonthPage] | None = None
+    hint: str | None = None  # a filter that matched nothing: the near miss that explains it (place ~ 'Kyoto')
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)

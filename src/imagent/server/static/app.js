@@ -247,12 +247,22 @@ function renderResults(data, append = false) {
   $("source-note").textContent = note;
   renderFilter(data.filter);
   renderMatches(data.results, append);
+  if (!append) showEmptyHint(data.results.length ? [] : (data.warnings || []));
   const answer = data.answer_set;
   $("answer-box").hidden = !Array.isArray(answer);
   if (Array.isArray(answer)) {
     addCards($("answer"), data.answer || answer.map((id) => ({ id, caption: "" })), false);
     $("answer-count").textContent = plural(answer.length, "photo");
   }
+}
+
+// Why a search or a filter found nothing, when the server says it (a near miss: "no photo's place is exactly
+// 'Kyoto'; ... use place ~ 'Kyoto'"), in the match note above the empty results.
+function showEmptyHint(lines) {
+  const note = $("match-note");
+  if (!lines.length) return;
+  note.textContent = lines.join(" ");
+  note.hidden = false;
 }
 
 // The results of a search, stopped where its matches stop: the strong matches, then the possible ones folded, then
@@ -550,6 +560,7 @@ async function runListing(state, append) {
   $("possible").replaceChildren();
   renderFilter({ where: state.where, sort: "time", matches: data.total });
   addCards($("results"), data.photos, append);
+  showEmptyHint(data.total ? [] : [data.hint || "No photo matches this filter."]);
   $("trace-summary").replaceChildren(el("p", { text: `filter: ${plural(data.total, "match", "matches")}, in time order, no model` }));
   $("trace").replaceChildren();
   updateMore();
