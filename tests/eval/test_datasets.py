@@ -7,7 +7,7 @@ import json
 import pytest
 from PIL import Image
 
-from imagent.cli.eval_cmd import route_sets
+from imagent.cli.common import route_sets
 from imagent.core.config import ConfigError
 from imagent.eval.datasets import BenchmarkError, Predictions, load_benchmark
 from imagent.eval.datasets.genecis import dilated_box

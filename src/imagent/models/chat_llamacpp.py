@@ -2,7 +2,7 @@
 
 ``model`` is a ``.gguf`` path (a ``llama.cpp:`` prefix is accepted) or an offline model assembled from its
 PyPI parts (see :mod:`imagent.models.offline`): ``offline:qwen2.5-0.5b-instruct`` (``imagent[offline]``) or
-``offline:qwen2.5-coder-1.5b-instruct`` (``imagent[offline-1.5b]``).
+``offline:qwen2.5-coder-1.5b-instruct`` (``imagent[offline-15b]``).
 
 - ``logprobs`` (config): calls asking for token logprobs (yes/no scores) get each generated token's top
   alternatives, read from that step's logits by a logits processor (:class:`_TopLogprobs`), the same numbers
