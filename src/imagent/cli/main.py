@@ -67,6 +67,9 @@ def index(
     ray_gpus: Annotated[float, typer.Option(help="GPUs per Ray actor (1 on a GPU cluster)", min=0)] = 0.0,
     ray_chunk: Annotated[int, typer.Option(help="photos a Ray task computes (each committed as it returns)", min=1)
                          ] = 64,
+    prune: Annotated[bool, typer.Option(
+        "--prune", help="remove every photo of a source that now holds none of them, with their faces, names and "
+                        "marks (refused without it: an unmounted disk looks like an empty folder)")] = False,
     config: ConfigOpt = None,
     set_: SetOpt = None,
     json_out: JsonOpt = False,
@@ -80,7 +83,7 @@ def index(
 
     from imagent.core.text import display_path
 
-    ws = workspace(config, set_)
+    ws = workspace(config, [*(set_ or []), "indexing.prune=true"] if prune else set_)
     root = index_dir or ws.settings.index
     with progress_bar("images/s") as bar:
         task = bar.add_task("indexing", total=None, item="")

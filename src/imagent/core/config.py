@@ -169,6 +169,9 @@ class IndexOptions(_Strict):
     duplicate_min_cosine: float = Field(0.9, ge=-1, le=1, description="image-vector cosine two near-duplicates reach")
     duplicate_min_visual: float = Field(0.6, ge=-1, le=1,
                                         description="visual-feature cosine two near-duplicates reach")
+    prune: bool = Field(False, description="let a build remove every photo of a source that now holds none of them "
+                        "(with their faces, names and marks); without it such a build is refused (an unmounted disk "
+                        "looks like an empty folder): `imagent index --prune`")
 
 
 class AnnOptions(_Strict):
