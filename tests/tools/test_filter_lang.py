@@ -221,7 +221,7 @@ def test_error_positions_point_at_the_problem():
 
 
 def test_between_on_text_fields_is_refused(meta):
-    with pytest.raises(FilterError, match="between works on time, lat and lon, not address"):
+    with pytest.raises(FilterError, match="between works on time, lat, lon, month, weekday and hour, not address"):
         meta.filter_rows("address between 'a' and 'b'")
 
 

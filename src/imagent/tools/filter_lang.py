@@ -33,6 +33,11 @@ Fields (aliases in brackets):
   as ``imagent people`` lists it (``person = 7`` or ``'#7'``); ``~`` part of a name; ``!=`` photos with people,
   none of them that one (``not person = 'Anna'``: every photo without Anna). Evaluated through
   :attr:`AlbumMeta.people`, which the album layer sets.
+- ``month``, ``weekday`` [day_of_week], ``hour``: the calendar of ``time`` (wall clock), for periods that repeat:
+  ``month = 5`` or ``month = 'may'`` (every May), ``month >= 6 and month <= 8``; ``weekday = 'sunday'`` (or
+  ``'sun'``, or 1..7 with Monday 1, as ISO 8601); ``hour >= 5 and hour < 12`` (mornings). ``=``, ``!=``, ``<``,
+  ``<=``, ``>``, ``>=`` on numbers (a name stands for its number). The query reader
+  (:mod:`imagent.tools.query_reader`) writes them for "in May", "on Sundays", "in the morning".
 - ``label`` [labels]: what the pixel model saw (:mod:`imagent.models.pixels`), counting only the photo's stored
   labels of probability at least ``pixels.label_min_p`` (0.1). ``label ~ 'bird'``: one of those labels has
   ``bird`` (case-insensitive) inside its class name, one of its WordNet synonyms or one of its WordNet parent
@@ -80,7 +85,13 @@ FIELDS = {
     "lon": "lon", "lng": "lon", "longitude": "lon",
     "person": "person", "people": "person",
     "label": "label", "labels": "label",
+    "month": "month", "weekday": "weekday", "day_of_week": "weekday", "hour": "hour",
 }
+# The calendar fields: a number, or a name that stands for one.
+CALENDAR_FIELDS = {"month": (1, 12), "weekday": (1, 7), "hour": (0, 23)}
+MONTH_NAMES = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+               "november", "december")
+WEEKDAY_NAMES = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _OPS_BY_FIELD = {
     "time": {"=", "!=", "<", "<=", ">", ">="},
     "lat": {"=", "!=", "<", "<=", ">", ">="},
@@ -89,6 +100,9 @@ _OPS_BY_FIELD = {
     "device": {"=", "!=", "~"},
     "person": {"=", "!=", "~"},
     "label": {"=", "!=", "~"},
+    "month": {"=", "!=", "<", "<=", ">", ">="},
+    "weekday": {"=", "!=", "<", "<=", ">", ">="},
+    "hour": {"=", "!=", "<", "<=", ">", ">="},
 }
 _KEYWORDS = {"and", "or", "not", "near", "contains", "between"}
 
@@ -305,7 +319,8 @@ class _Parser:
                            f"but found {self._found()}")
         field = FIELDS.get(t.value)
         if field is None:
-            raise self.err(f"unknown field {t.text!r}; fields are time, address, device, lat, lon, person, label")
+            raise self.err(f"unknown field {t.text!r}; fields are time, address, device, lat, lon, person, label, "
+                                 "month, weekday, hour")
         self.i += 1
         if self.is_kw("between"):
             self.i += 1
@@ -342,12 +357,34 @@ class _Parser:
                 return parse_time_prefix(str(text))
             except ValueError as exc:
                 raise self.err(str(exc), t) from None
+        if field in CALENDAR_FIELDS:
+            return self.calendar_value(field, t)
         if field in {"lat", "lon"}:
             try:
                 return float(t.value)
             except (TypeError, ValueError):
                 raise self.err(f"{field} needs a number, not {t.text}", t) from None
         return str(t.value if t.kind != "number" else t.text).strip().lower()
+
+    def calendar_value(self, field: str, t: Token) -> float:
+        """A month, weekday or hour: a number in its range, or (month, weekday) a name or its first three letters."""
+        lo, hi = CALENDAR_FIELDS[field]
+        names = {"month": MONTH_NAMES, "weekday": WEEKDAY_NAMES}.get(field, ())
+        if t.kind == "string" and names:
+            word = str(t.value).strip().lower()
+            for n, name in enumerate(names, 1):
+                if word == name or (len(word) >= 3 and name.startswith(word)):
+                    return float(n)
+            raise self.err(f"{field} takes a number from {lo} to {hi} or a name ({', '.join(names)}), not {t.text}",
+                           t)
+        try:
+            value = float(t.value if t.kind == "number" else str(t.value).strip())
+        except (TypeError, ValueError):
+            value = float("nan")
+        if not (value == int(value) if value == value else False) or not lo <= value <= hi:
+            raise self.err(f"{field} takes a whole number from {lo} to {hi}" + (" or a name" if names else "")
+                           + f", not {t.text}", t)
+        return value
 
     def number(self, what: str) -> float:
         t = self.tok
@@ -454,6 +491,7 @@ class AlbumMeta:
         # () -> the people of the rows, an object with ``mask(op, value)`` (imagent.index.people.PeopleIndex;
         # set by the album layer, read at each evaluation so names given meanwhile count); None: no people.
         self.people: Any = None
+        self._calendar: dict[str, np.ndarray] = {}  # month, weekday, hour columns (:meth:`calendar`)
 
     @classmethod
     def from_records(cls, records: Sequence[ImageRecord], label_min_p: float | None = None) -> AlbumMeta:
@@ -500,10 +538,10 @@ class AlbumMeta:
         if isinstance(node, Between):
             if node.field == "time":
                 return (self.time >= node.lo[0]) & (self.time < node.hi[1])
-            if node.field in {"lat", "lon"}:
-                col = getattr(self, node.field)
+            if node.field in {"lat", "lon", *CALENDAR_FIELDS}:
+                col = self.calendar(node.field) if node.field in CALENDAR_FIELDS else getattr(self, node.field)
                 return (col >= min(node.lo, node.hi)) & (col <= max(node.lo, node.hi))
-            raise FilterError(f"between works on time, lat and lon, not {node.field}. {ALLOWED}")
+            raise FilterError(f"between works on time, lat, lon, month, weekday and hour, not {node.field}. {ALLOWED}")
         if isinstance(node, Compare):
             if node.field == "person":
                 return self._person(node)
@@ -511,7 +549,8 @@ class AlbumMeta:
                 return self._label_mask(node.op, node.value)
             if node.field in {"address", "device"}:
                 return getattr(self, node.field).mask(node.op, node.value)
-            col = self.time if node.field == "time" else getattr(self, node.field)
+            col = self.calendar(node.field) if node.field in CALENDAR_FIELDS else \
+                self.time if node.field == "time" else getattr(self, node.field)
             if node.field == "time":
                 lo, hi = node.value
             else:
@@ -531,6 +570,23 @@ class AlbumMeta:
             if node.op == ">":
                 return col >= hi if node.field == "time" else col > hi
         raise TypeError(f"unknown filter node {node!r}")
+
+    def calendar(self, field: str) -> np.ndarray:
+        """The month (1-12), ISO weekday (Monday 1) or hour (0-23) of each row's time (NaN: no time), computed once."""
+        cache = self._calendar
+        if field not in cache:
+            has = ~np.isnan(self.time)
+            secs = np.where(has, self.time, 0).astype(np.int64)
+            if field == "month":
+                months = secs.astype("datetime64[s]").astype("datetime64[M]").astype(np.int64) % 12 + 1
+                col = months.astype(np.float64)
+            elif field == "weekday":  # 1970-01-01 was a Thursday (ISO weekday 4)
+                col = ((secs // 86400 + 3) % 7 + 1).astype(np.float64)
+            else:
+                col = ((secs % 86400) // 3600).astype(np.float64)
+            col[~has] = np.nan
+            cache[field] = col
+        return cache[field]
 
     def _person(self, node: Compare) -> np.ndarray:
         if self.people is None:
