@@ -204,6 +204,38 @@ class Album:
         if rows is not None and visual_cue is not None:
             rows = rows[rows != self.gallery.row(visual_cue)]
         n = len(self.gallery) if rows is None else len(rows)
+        total = self._score_rows(query, rows, visual_cue)
+        if rows is None and visual_cue is not None:
+            total[self.gallery.row(visual_cue)] = -np.inf
+            n -= 1
+        best = top_k_rows(total, min(top_k, n))
+        picked = best if rows is None else rows[best]
+        ids = self.gallery.ids
+        return Ranking([ids[int(r)] for r in picked], [float(total[int(b)]) for b in best])
+
+    def scores(self, queries: Sequence[str]) -> np.ndarray:
+        """Every photo's score for each of ``queries``: a ``(len(queries), len(album))`` array aligned with
+        :attr:`ids`, from one scan of each searched space for all of them (no sort): what an executor that weighs
+        a whole album for several texts at once reads."""
+        texts = [(q or "").strip() for q in queries]
+        if not texts or not all(texts):
+            raise ToolError("scores need one or more non-empty queries")
+        if not self.spaces:
+            raise GalleryError(f"the index at {self.gallery.root} has no vector space to search "
+                               f"(it has: {', '.join(self.gallery.spaces()) or 'none'})")
+        rows = self.rows
+        total = np.zeros((len(texts), len(self)), dtype=np.float32)
+        weight = sum(w for _, w in self.spaces)
+        for space, w in self.spaces:
+            qs = np.stack([self._text_vector(space, t) for t in texts])
+            got = np.asarray(self.gallery.scores(qs, space, rows), dtype=np.float32)
+            total += (w / weight) * got.reshape(len(texts), -1)
+        return total
+
+    def _score_rows(self, query: str, rows: np.ndarray | None, visual_cue: str | None = None) -> np.ndarray:
+        """The weighted sum over the searched spaces of the cosine of ``query`` (and/or the cue photo's vector)
+        with the photos of ``rows`` (None: every photo of the gallery)."""
+        n = len(self.gallery) if rows is None else len(rows)
         total = np.zeros(n, dtype=np.float32)
         weight = sum(w for _, w in self.spaces)
         for space, w in self.spaces:
@@ -213,13 +245,7 @@ class Album:
                 q = cue if q is None else q + cue
                 q = q / max(float(np.linalg.norm(q)), 1e-12)
             total += (w / weight) * np.asarray(self.gallery.scores(q, space, rows), dtype=np.float32)
-        if rows is None and visual_cue is not None:
-            total[self.gallery.row(visual_cue)] = -np.inf
-            n -= 1
-        best = top_k_rows(total, min(top_k, n))
-        picked = best if rows is None else rows[best]
-        ids = self.gallery.ids
-        return Ranking([ids[int(r)] for r in picked], [float(total[int(b)]) for b in best])
+        return total
 
     # ------------------------------------------------------------------ metadata
     def metadata(self, ids: Sequence[str], fields: Sequence[str] | None = None) -> list[dict[str, Any]]:
