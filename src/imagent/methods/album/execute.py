@@ -103,13 +103,13 @@ class Path:
 @dataclass
 class Execution:
     """What the plan found: the answer (photo ids), the anchors chosen (outermost first) and the paths weighed,
-    the photos the chain kept, the target scores (best first, for the ranking), ``reason`` when the answer is
+    how many photos the chain kept, the target scores (best first, for the ranking), ``reason`` when the answer is
     empty, notes on the filters, and the evidence the check compares plans by (:meth:`evidence`)."""
 
     answer: list[str]
     anchors: list[str] = field(default_factory=list)
     paths: list[Path] = field(default_factory=list)
-    kept: list[str] = field(default_factory=list)
+    kept: int = 0
     ranked: list[tuple[str, float]] = field(default_factory=list)
     reason: str = ""
     notes: list[str] = field(default_factory=list)
@@ -475,26 +475,29 @@ def execute(plan: Plan, album: Album, cfg: AlbumConfig, trace: Trace, asks_all: 
             step.note(reason)
         step.outputs = {"answer": answer, "reason": reason}
         if target is not None:
-            shown = np.flatnonzero(kept)
-            shown = shown[np.argsort(-target.z[shown], kind="stable")][:30]
+            shown = _best(target.z, np.flatnonzero(kept), 30)
             step.outputs.update({"album_median": round(target.median, 4), "album_spread": round(target.spread, 4),
                                  "kept_z": [[tl.ids[int(i)], round(float(target.z[i]), 2)] for i in shown]})
     ranked = _ranked(tl, target)
-    answer_z = float(np.mean([min(target.z[int(i)], CLUE_Z * 2) for i in matched])) if (
+    answer_z = float(np.minimum(target.z[np.asarray(matched, dtype=np.int64)], CLUE_Z * 2).mean()) if (
         target is not None and len(matched)) else 0.0
     return Execution(answer, [c.photo for c in chosen.anchors] if chosen is not None else [], paths,
-                     [tl.ids[int(i)] for i in np.flatnonzero(kept)], ranked, reason, notes,
-                     chosen.clue if chosen is not None else 0.0, answer_z)
+                     int(kept.sum()), ranked, reason, notes, chosen.clue if chosen is not None else 0.0, answer_z)
 
 
-def _ranked(tl: Timeline, target: TextScores | None, most: int = 2000) -> list[tuple[str, float]]:
-    """The album's best photos for the target (at most ``most``, best first; time order for every photo)."""
+def _best(values: np.ndarray, idx: np.ndarray, k: int) -> np.ndarray:
+    """The ``k`` indices of ``idx`` with the highest ``values``, best first (a partition, then a small sort)."""
+    if len(idx) > k:
+        idx = idx[np.argpartition(-values[idx], k - 1)[:k]]
+    return idx[np.argsort(-values[idx], kind="stable")]
+
+
+def _ranked(tl: Timeline, target: TextScores | None, most: int = 500) -> list[tuple[str, float]]:
+    """The album's best photos for the target (at most ``most``, best first; the earliest for every photo)."""
+    every = np.arange(len(tl))
     if target is None:
-        return [(tl.ids[int(i)], 0.0) for i in np.argsort(tl.day, kind="stable")[:most]]
-    k = min(most, len(tl))
-    top = np.argpartition(-target.raw, k - 1)[:k] if k < len(tl) else np.arange(len(tl))
-    top = top[np.argsort(-target.raw[top], kind="stable")]
-    return [(tl.ids[int(i)], float(target.raw[i])) for i in top]
+        return [(tl.ids[int(i)], 0.0) for i in _best(-tl.day.astype(np.float64), every, most)]
+    return [(tl.ids[int(i)], float(target.raw[i])) for i in _best(target.raw, every, most)]
 
 
 __all__ = ["Candidate", "Execution", "Path", "TextScores", "choice_key", "evidence_cut", "execute", "relation_mask",

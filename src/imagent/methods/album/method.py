@@ -221,7 +221,7 @@ class AlbumSearch(Method):
                                     "evidence": {"first": list(first.key()), "second": list(other.key())}}
         plan, done = best.plan, best.done
         with trace.step("answer", plan=plan.describe()) as step:
-            step.outputs = {"answer_set": list(done.answer), "anchors": done.anchors, "kept": len(done.kept),
+            step.outputs = {"answer_set": list(done.answer), "anchors": done.anchors, "kept": done.kept,
                             "filters": done.notes, "reason": done.reason, "unused_words": best.unused}
             if done.reason:
                 step.note(f"no photo matches: {done.reason}" if not done.reason.startswith("no photo") else
