@@ -805,6 +805,8 @@ class Generator:
             return False
         if s.anchor is None:
             return True
+        if set(ans) <= {s.anchor}:
+            return False  # the anchor alone answers: the relation says nothing
         if s.kind in LEAVES_DAY and {p for p in ans if p is not s.anchor} == {
                 p for p in every if p.day == s.anchor.day and p is not s.anchor}:
             return False

@@ -18,6 +18,7 @@ from imagent.methods.album.plan import (
     RELATIONS,
     Hop,
     Plan,
+    best_relations,
     offered_relations,
     plan_prompt,
     plan_schema,
@@ -250,6 +251,24 @@ def test_read_plan_checks_the_object_against_the_search():
     assert "lighthouse" in Plan.single("dogs", "lighthouse", "same day").describe()
     with pytest.raises(ValueError):
         Hop("lighthouse", "none")
+
+
+def test_words_narrow_the_models_reading():
+    plan = read_plan({"target": "houses", "link": "on my second stay in the city of the", "anchor": "shrimp",
+                      "relation": "visit", "count": 1}, "houses on my second stay in the city of the shrimp")
+    assert (plan.relation, plan.hops[0].count) == ("city visit", 2) and len(plan.notes) == 2
+    plan = read_plan({"target": "tools", "anchor": "penguin", "relation": "weeks before"},
+                     "tools 2 weeks earlier than a penguin")
+    assert plan.hops[0].count == 2  # the one count the search states ("a" is no count)
+    plan = read_plan({"target": "kites", "anchor": "kite", "relation": "same place"}, "kites at the spot of a kite")
+    assert plan.relation == "same place"
+
+
+def test_the_words_say_some_relations_best():
+    said = {w.lower() for w in query_tokens("Which vegetables did I take the next year after the rabbit photo?")}
+    assert best_relations(said) == ["years after"]
+    said = {w.lower() for w in query_tokens("houses from my second stay in the town of the shrimp")}
+    assert best_relations(said) == ["city visit"]
 
 
 def test_relations_agree_softly_with_the_words():

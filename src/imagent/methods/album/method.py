@@ -41,11 +41,13 @@ from imagent.methods.album.plan import (
     SPAN_EDGE_STOP,
     Hop,
     Plan,
+    best_relations,
     offered_relations,
     plan_prompt,
     plan_schema,
     query_tokens,
     read_plan,
+    said_words,
     stem,
 )
 from imagent.methods.album.scaffold import answer_origin
@@ -82,12 +84,13 @@ class Attempt:
     done: Execution
     unused: list[str]
     disagree: list[str]
+    agreement: int = 0
 
-    def key(self) -> tuple[bool, bool, int, float]:
-        """The evidence two plans are compared by: relations the words say, an answer found, fewer words unused,
-        then the scores (the anchors' and the answer's standing)."""
+    def key(self) -> tuple[int, bool, int, float]:
+        """The evidence two plans are compared by: how well the words say its relation, an answer found, fewer
+        words unused, then the scores (the anchors' and the answer's standing)."""
         found, strength = self.done.evidence()
-        return not self.disagree, found, -len(self.unused), strength
+        return self.agreement if self.plan.hops else 2, found, -len(self.unused), strength
 
 
 @register_method
@@ -186,9 +189,10 @@ class AlbumSearch(Method):
         plan = assemble(plan, reading, query.text)
         asks_all = bool({w.lower() for w in query_tokens(query.text)} & ASKS_ALL)
         done = execute(plan, album, self.config, trace, asks_all=asks_all)
-        said = {w.lower() for w in query_tokens(query.text)}
-        disagree = [h.relation for h in plan.hops if not h.rel.agrees(said)]
-        return Attempt(plan, done, unused_words(plan, reading, query.text), disagree)
+        said = said_words(query.text)
+        disagree = [h.relation for h in plan.hops[:1] if not h.rel.agrees(said)]
+        return Attempt(plan, done, unused_words(plan, reading, query.text), disagree,
+                       sum(h.rel.agreement(said) for h in plan.hops[:1]))
 
     def run(self, query: Query, top_k: int, trace: Trace) -> Result:
         album = self.album(query)
@@ -205,11 +209,10 @@ class AlbumSearch(Method):
             calls += 1
             empty = not first.done.answer  # the same target, read into another chain
             without = tuple(h.relation for h in first.plan.hops) if empty else tuple(first.disagree)
-            if first.disagree:  # the words narrow the second plan to the relations they can say (when there are any)
-                said = {w.lower() for w in query_tokens(query.text)}
-                silent = tuple(r for r in RELATIONS if r != "none" and not RELATIONS[r].agrees(said))
-                if len(set(silent) | set(without)) < len(RELATIONS) - 1:
-                    without = tuple(dict.fromkeys([*without, *silent]))
+            if first.disagree:  # the words narrow the second plan to the relations they say best (none: no anchor)
+                said = said_words(query.text)
+                said_best = [r for r in best_relations(said) if RELATIONS[r].agrees(said)]
+                without = tuple(r for r in RELATIONS if r != "none" and r not in said_best)
             second = self.plan(query, trace, failed=(plan, why), without=without, target=plan.target if empty else "")
             if second is not None:
                 other = self.attempt(second, query, reading, album, trace)

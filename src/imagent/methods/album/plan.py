@@ -25,6 +25,7 @@ own (``docs/album.md``), not a paper's.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,7 +40,7 @@ AFTER_WORDS = frozenset({"after", "following", "followed", "next", "later", "sub
                          "then", "once"})
 BEFORE_WORDS = frozenset({"before", "previous", "preceding", "preceded", "prior", "earlier", "ahead", "ago",
                           "until"})
-SAME_WORDS = frozenset({"same", "that", "this", "during", "while", "whole", "entire", "throughout", "when", "of"})
+SAME_WORDS = frozenset({"same", "during", "while", "whole", "entire", "throughout"})
 _DAY_WORDS = {"day", "days", "morning", "afternoon", "evening", "night", "date", "today", "yesterday", "tomorrow",
               "tonight", "noon", "daytime", "time"}
 _TRIP_WORDS = {"trip", "trips", "journey", "journeys", "holiday", "holidays", "vacation", "vacations", "getaway",
@@ -79,21 +80,27 @@ class Relation:
     other: bool = False
     aliases: tuple[str, ...] = ()
 
-    def agrees(self, words: set[str]) -> bool:
-        """Whether a search's words can say this relation: a word of its unit, and a word of its direction (or,
-        for the anchor's own day, trip or period, no word of time order without one such as "same" or "during").
-        A soft check (the plan check weighs it); it never narrows what a plan may say."""
+    def agreement(self, words: set[str]) -> int:
+        """How well a search's words say this relation: one point for a word of its unit (the visits of a city
+        count the city's words and the visits' both), one for its direction (a word such as "after" or "before";
+        for the anchor's own day, trip or period, no word of time order, or one such as "same" or "during" beside
+        it; a rank or a place has no direction of its own). A soft measure: the plan check weighs it, and a second
+        plan is offered the relations the words say best; a first plan may say any relation."""
         if self.unit == "album":
-            return True
+            return 2
         unit = UNIT_WORDS.get(self.unit, frozenset())
-        if unit and not words & unit:
-            return False
+        score = len({self.unit} & {"city visit"}) * int(bool(words & UNIT_WORDS["visit"])) + int(bool(words & unit))
         if self.direction > 0:
-            return bool(words & AFTER_WORDS)
+            return score + int(bool(words & AFTER_WORDS))
         if self.direction < 0:
-            return bool(words & BEFORE_WORDS)
-        return not (words & (AFTER_WORDS | BEFORE_WORDS)) or bool(words & SAME_WORDS) or self.unit in (
-            "visit", "city visit", "trip day", "place", "city")
+            return score + int(bool(words & BEFORE_WORDS))
+        plain = not (words & (AFTER_WORDS | BEFORE_WORDS)) or bool(words & SAME_WORDS)
+        return score + int(plain or self.unit == "trip day")
+
+    def agrees(self, words: set[str]) -> bool:
+        """Whether the words say this relation at all: a word of its unit (when it has some) and of its direction."""
+        unit = UNIT_WORDS.get(self.unit, frozenset())
+        return self.agreement(words) >= (2 if unit else 1) + int(self.unit == "city visit")
 
 
 RELATION_TABLE: tuple[Relation, ...] = (
@@ -183,7 +190,8 @@ SPAN_EDGE_STOP = frozenset({
     "except", "but", "also", "then", "once", "so", "it", "them", "they", "here", "if", "up", "out",
     "about", "into", "over", "under", "again", "too", "only", "got", "get", "came", "come", "visited", "visit",
     "next", "following", "previous", "other", "another", "later", "earlier", "first", "second", "third", "last",
-    "would", "could", "can", "like", "around", "near", "back", "away", "anywhere", "everything", "whole", "time"})
+    "would", "could", "can", "like", "around", "near", "back", "away", "anywhere", "everything", "whole", "time",
+    "album", "albums", "collection", "library", "camera", "phone"})
 # Words inside a run that end a thing's name: pronouns, the verbs of seeing and photographing, time order.
 SPAN_BREAK = frozenset({"where", "when", "which", "that", "who", "while", "i", "we", "you", "he", "she", "they",
                         "saw", "seen", "see", "photographed", "took", "taken", "shot", "snapped", "was", "were",
@@ -458,6 +466,39 @@ def _hop(anchor: str, relation: str, count: int, season: str, notes: list[str], 
     return Hop(anchor, relation, count, season, link=link)
 
 
+def said_words(query: str) -> set[str]:
+    """A search's words for :meth:`Relation.agreement`, lower-cased, with "same" added where it names the anchor's
+    own moment another way: "that month", "this trip", "the year of"."""
+    tokens = [t.lower() for t in query_tokens(query)]
+    units = frozenset().union(*UNIT_WORDS.values()) - {"at", "where", "there", "away", "back"}
+    own = any((a in ("that", "this") and b in units) or (a in units and b == "of")
+              for a, b in itertools.pairwise(tokens))
+    return set(tokens) | ({"same"} if own else set())
+
+
+def best_relations(words: set[str]) -> list[str]:
+    """The relations (but none) the search's words say best (:meth:`Relation.agreement`)."""
+    scores = {r.name: r.agreement(words) for r in RELATION_TABLE if r.unit != "album"}
+    top = max(scores.values())
+    return [r for r, v in scores.items() if v == top]
+
+
+# Relations whose one word more makes them another: a visit or a place of a city (the search says "city", "town").
+CITY_FORMS = {"visit": "city visit", "same place": "same city"}
+
+
+def _refine(hop: Hop, words: set[str], stated: list[int], notes: list[str]) -> None:
+    """Words narrow the model's reading (never widen it): a visit of a city, a count the search states alone."""
+    link = {w.lower() for w in query_tokens(hop.link)} or words
+    if hop.relation in CITY_FORMS and link & UNIT_WORDS["city"]:
+        notes.append(f"the search names a city: {hop.relation!r} read as {CITY_FORMS[hop.relation]!r}")
+        hop.relation = CITY_FORMS[hop.relation]
+    others = [c for c in stated if c not in (0, 1)]
+    if hop.rel.counted and hop.count == 1 and len(others) == 1:
+        notes.append(f"the search states {others[0]}: count {others[0]}")
+        hop.count = others[0]
+
+
 def read_plan(value: Any, query: str) -> Plan:
     """The model's JSON object (:data:`PLAN_FIELDS`) as a :class:`Plan`, checked against the search's words:
 
@@ -502,11 +543,15 @@ def read_plan(value: Any, query: str) -> Plan:
     second = _hop(fields["anchor2"], str(value.get("relation2") or "none"), 0, season, notes, "relation2",
                   text("link2"))
     hops = [h for h in (first, second) if h is not None]
+    said = said_words(query)
+    stated = stated_counts([t for t in query_tokens(query) if t.lower() not in ("a", "an")])
+    for h in hops:
+        _refine(h, said, stated, notes)
     if second is not None and first is None:
         notes.append("a second hop without a first: it is the plan's only hop")
     return Plan(fields["target"], hops, place=fields["place"], exclude=fields["exclude"], notes=notes)
 
 
 __all__ = ["GENERIC_TARGETS", "MAX_HOPS", "PLAN_FIELDS", "PLAN_SCHEMA", "RELATIONS", "RELATION_TABLE",
-           "SEASON_NAMES", "Hop", "Plan", "Relation", "offered_relations", "plan_prompt", "plan_schema", "read_plan",
-           "stated_counts", "stem"]
+           "SEASON_NAMES", "Hop", "Plan", "Relation", "best_relations", "offered_relations", "plan_prompt",
+           "plan_schema", "read_plan", "said_words", "stated_counts", "stem"]
