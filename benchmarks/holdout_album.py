@@ -8,10 +8,17 @@ method can be measured on albums nobody tuned it on:
   again: day outings), **multi-day trips** (two to four consecutive days in another city, one venue a day; two of
   the cities visited twice), single distractor photos on days of their own, and one **distractor user** with no
   queries whose album holds the same anchor objects (an album search must stay inside its user's photos);
-- queries written from :data:`PHRASINGS` (every plan kind in at least three phrasings, written before anything was
-  run on them): same day / trip / place / city; N days or weeks after or before; the next or previous trip; the
-  first, k-th or last visit to a place or a city; another visit; the same or following month, season and year; no
-  anchor; a negation ("not at the zoo"). A person is not generated: the stamps show no faces;
+- questions of every plan kind: same day / trip / place / city; N days or weeks after or before; the next or
+  previous trip; the Nth day of a trip; the first, k-th or last visit to a place or a city; another visit; the same
+  or following month, season and year; chains through an intermediate venue or event ("the {target} at the {venue}
+  on the trip where I saw the {anchor}", "... at the {venue} the {season} after ...", "the day I saw the {mid} on
+  the trip with the {anchor}", the {mid} photographed on another trip too); an exclusion on a trip; "photos"
+  targets (a trip's, the Nth day in a city); a city; a month; no anchor; a negation. A person is not generated: the
+  stamps show no faces;
+- **each question in several wordings** (``--wordings``, 3): different templates of :data:`PHRASINGS` (six to ten a
+  kind, written as different people ask before the ``album`` planner's rules were read: questions, fragments, "pics
+  of", casual), one answer; the rows of a question share its ``question`` id, so reports show each question's worst
+  wording;
 - **decoy anchors**: for about a third of the anchored queries the anchor's object (the same stamp, so the same
   caption) is also photographed on another day, where the relation finds none of the target: only the joint
   evidence of anchor and target tells which photo the query means.
@@ -29,17 +36,22 @@ Every answer is computed from the declaration by the definitions below (not by a
 - same place: every photo at the anchor's venue; same city: every photo in its city; other visit: the anchor's
   venue's photos on the other trips; no anchor: all the user's photos; negation: every photo not at a venue whose
   address holds the named word;
-- the answer: the photos of that subset whose (hidden) kind is the query's target kind; the anchor is in it only
-  when its own kind is the target kind.
+- the Nth day of a trip: its Nth photo day (-1: the last); a venue on a trip (in the season after): the trip's (that
+  season's) photos at that venue; a mid event: the day, on the anchor's trip, of the photo of the mid object; an
+  exclusion on a trip: the trip's photos at other venues; the Nth day in a city: that day of the city's one trip; a
+  city, a month: its photos;
+- the answer: the photos of that subset whose (hidden) kind is the query's target kind (every photo of it for a
+  "photos" question); the anchor is in it only when its own kind is the target kind.
 
-A query is kept only when its answer is not empty, differs from every target photo of the album (the relation
-matters), differs from the target photos of the anchor's own day (for the relations that leave that day), and,
-with a decoy, the relation from the decoy finds none of the target. The ``queries.jsonl`` rows carry two extra
-fields a method never reads (``plan_kind``, ``phrasing``) for per-kind reports.
+A question is kept only when its answer is not empty, is not the anchor alone, differs from every target photo of
+the album (the relation matters), differs from the target photos of the anchor's own day (for the relations that
+leave that day), and, with a decoy, the relation from the decoy finds none of the target; a chain's venue, day or
+exclusion must change its answer too. The ``queries.jsonl`` rows carry fields a method never reads (``question``,
+``plan_kind``, ``phrasing``, ``decoy``) for per-kind and per-question reports.
 
-Seeds: :data:`DEV_SEEDS` are for development (``--phrasings dev`` leaves out the last phrasing of each kind, kept
-for the report albums); :data:`REPORT_SEEDS` are measured once, with the code final, and reported in
-``docs/benchmarks.md``.
+Seeds: :data:`DEV_SEEDS` are for development (``--phrasings dev`` leaves out the last phrasing of each kind);
+seeds 3000 and above were used while building the ``album`` method of issue 46; ``benchmarks/album_compare.py``
+reports on seeds 4101-4103, run once with the code final.
 
     python benchmarks/holdout_album.py OUT_DIR [--seed 2101] [--phrasings all|dev] [--stamps DIR]
 
