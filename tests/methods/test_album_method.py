@@ -114,6 +114,10 @@ def test_unused_words_and_the_readers_links(synthetic_album):
                    read_query("dogs from the second day of the lighthouse trip", synthetic_album),
                    "dogs from the second day of the lighthouse trip")
     assert (day.relation, day.hops[0].count) == ("trip day", 2)  # the words narrow "same trip"
+    text = "dogs from Bergen"  # a place the reader links, read as "the same place as Bergen": the filter itself
+    place = assemble(read_plan({"target": "dogs", "anchor": "Bergen", "relation": "same place"}, text),
+                     read_query(text, synthetic_album), text)
+    assert not place.hops and place.where == "(place ~ 'Bergen')"
 
 
 def test_unusable_reply_is_a_named_fallback(album_method, scripted):

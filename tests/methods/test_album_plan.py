@@ -242,6 +242,9 @@ def test_read_plan_checks_the_object_against_the_search():
     assert plan.relation == "season after" and plan.hops[0].season == "spring"  # a season names its relation
     plan = read_plan({"target": "dogs", "anchor": "dogs", "relation": "same trip"}, "all my dogs")
     assert not plan.anchored and any("target itself" in n for n in plan.notes)
+    plan = read_plan({"target": "kite trip", "anchor": "kite trip", "relation": "same trip"},
+                     "every picture from my kite trip")
+    assert plan.every_photo and plan.anchor == "kite trip"  # asked for every photo: the anchor stays
     plan = read_plan({"target": "dogs", "anchor": "boat", "relation": "same day", "anchor2": "lighthouse",
                       "relation2": "same trip"}, "dogs the day of the boat on the lighthouse trip")
     assert [h.relation for h in plan.hops] == ["same day", "same trip"] and plan.hops[1].anchor == "lighthouse"

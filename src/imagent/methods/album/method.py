@@ -73,6 +73,8 @@ RELATION_WORDS = frozenset(stem(w) for w in (
     "lot", "kind", "sort", "anything", "something", "out", "ones", *SEASON_NAMES, "fall", *NUMBER_WORDS, *ORDINALS,
     *NEGATIONS, *GENERIC_TARGETS))
 ASKS_ALL = frozenset({"all", "every", "everything", "whole", "entire"})
+# The units of a relation that, from an anchor that is only a place or a date, keep just that place or date.
+FILTER_UNITS = frozenset({"place", "city", "day", "month", "season", "year"})
 
 
 @dataclass
@@ -86,11 +88,12 @@ class Attempt:
     disagree: list[str]
     agreement: int = 0
 
-    def key(self) -> tuple[int, bool, int, float]:
-        """The evidence two plans are compared by: how well the words say its relation, an answer found, fewer
-        words unused, then the scores (the anchors' and the answer's standing)."""
+    def key(self) -> tuple[bool, int, int, float]:
+        """The evidence two plans are compared by: an answer found, fewer words of the question unused, how well
+        the words say its relation (a plan without one: as well as the words say any), then the scores (the
+        anchors' and the answer's standing)."""
         found, strength = self.done.evidence()
-        return self.agreement if self.plan.hops else 2, found, -len(self.unused), strength
+        return found, -len(self.unused), self.agreement, strength
 
 
 @register_method
@@ -191,8 +194,9 @@ class AlbumSearch(Method):
         done = execute(plan, album, self.config, trace, asks_all=asks_all)
         said = said_words(query.text)
         disagree = [h.relation for h in plan.hops[:1] if not h.rel.agrees(said)]
-        return Attempt(plan, done, unused_words(plan, reading, query.text), disagree,
-                       sum(h.rel.agreement(said) for h in plan.hops[:1]))
+        agreement = plan.hops[0].rel.agreement(said) if plan.hops else max(
+            RELATIONS[r].agreement(said) for r in best_relations(said))
+        return Attempt(plan, done, unused_words(plan, reading, query.text), disagree, agreement)
 
     def run(self, query: Query, top_k: int, trace: Trace) -> Result:
         album = self.album(query)
@@ -339,6 +343,12 @@ def assemble(plan: Plan, reading: Any, query: str) -> Plan:
         rest = " ".join(re.sub(re.escape(span.text), " ", target, flags=re.I).split())
         if rest and rest != target and any(w.lower() not in SPAN_EDGE_STOP for w in rest.split()):
             target = rest
+    for hop in list(hops):  # "fish from Hobart" read as "the same place as Hobart": the place itself is the filter
+        if hop.clues and not hop.content and hop.rel.direction == 0 and hop.rel.unit in FILTER_UNITS:
+            hops.remove(hop)
+            target_where.append(f"({hop.clues})")
+            understood.append(hop.anchor)
+            notes.append(f"anchor {hop.anchor!r} is only a place or date the reader linked: a filter, not a hop")
     trip_day = reading.trip_day
     if trip_day is not None:
         same_trip = [h for h in hops if h.relation in ("same trip", "trip day")]

@@ -192,6 +192,8 @@ SPAN_EDGE_STOP = frozenset({
     "next", "following", "previous", "other", "another", "later", "earlier", "first", "second", "third", "last",
     "would", "could", "can", "like", "around", "near", "back", "away", "anywhere", "everything", "whole", "time",
     "album", "albums", "collection", "library", "camera", "phone"})
+# Words that ask for every photo ("every picture from ...", "all the photos of ...").
+ASKS_EVERY = frozenset({"all", "every", "everything", "whole", "entire"})
 # Words inside a run that end a thing's name: pronouns, the verbs of seeing and photographing, time order.
 SPAN_BREAK = frozenset({"where", "when", "which", "that", "who", "while", "i", "we", "you", "he", "she", "they",
                         "saw", "seen", "see", "photographed", "took", "taken", "shot", "snapped", "was", "were",
@@ -536,8 +538,14 @@ def read_plan(value: Any, query: str) -> Plan:
         relation = "season after" if ws & AFTER_WORDS else "season before" if ws & BEFORE_WORDS else "same season"
         notes.append(f"the plan names the {season} with relation {value.get('relation')!r}: read as {relation!r}")
     if fields["anchor"] and {stem(w) for w in words(fields["anchor"])} <= {stem(w) for w in words(fields["target"])}:
-        notes.append(f"anchor {fields['anchor']!r} is the target itself: no anchor")
-        fields["anchor"], relation = "", "none"
+        asked = set(words(query))
+        if asked & ASKS_EVERY and (asked & (GENERIC_TARGETS - ASKS_EVERY) or "everything" in asked):
+            notes.append(f"target {fields['target']!r} is the anchor itself and the search asks for every photo: "
+                         "the target is every photo")
+            fields["target"] = "photos"
+        else:
+            notes.append(f"anchor {fields['anchor']!r} is the target itself: no anchor")
+            fields["anchor"], relation = "", "none"
     first = _hop(fields["anchor"], relation, _count(value.get("count")), season, notes, "relation",
                  text("link"))
     second = _hop(fields["anchor2"], str(value.get("relation2") or "none"), 0, season, notes, "relation2",
