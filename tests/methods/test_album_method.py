@@ -114,6 +114,10 @@ def test_unused_words_and_the_readers_links(synthetic_album):
                    read_query("dogs from the second day of the lighthouse trip", synthetic_album),
                    "dogs from the second day of the lighthouse trip")
     assert (day.relation, day.hops[0].count) == ("trip day", 2)  # the words narrow "same trip"
+    text = "dogs on the holiday with the lighthouse"  # no Nth day in the words: the trip they say
+    trip = assemble(read_plan({"target": "dogs", "anchor": "lighthouse", "relation": "trip day", "count": 1}, text),
+                    read_query(text, synthetic_album), text)
+    assert trip.relation == "same trip" and any("no Nth day" in n for n in trip.notes)
     text = "dogs from Bergen"  # a place the reader links, read as "the same place as Bergen": the filter itself
     place = assemble(read_plan({"target": "dogs", "anchor": "Bergen", "relation": "same place"}, text),
                      read_query(text, synthetic_album), text)

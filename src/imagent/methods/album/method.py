@@ -39,6 +39,7 @@ from imagent.methods.album.plan import (
     RELATIONS,
     SEASON_NAMES,
     SPAN_EDGE_STOP,
+    UNIT_WORDS,
     Hop,
     Plan,
     best_relations,
@@ -361,6 +362,12 @@ def assemble(plan: Plan, reading: Any, query: str) -> Plan:
         elif hops:
             notes.append(f"day {trip_day} of a trip: not applied (the plan's relation is not a trip's)")
             trip_day = None
+    for hop in hops:  # "trip day" with no Nth day in the words: the trip (or the day) the words say
+        if hop.relation == "trip day" and reading.trip_day is None:
+            said = said_words(hop.link or query)
+            hop.relation = "same trip" if said & UNIT_WORDS["trip"] - {"time"} else "same day"
+            hop.count = 0
+            notes.append(f"the search names no Nth day of a trip: 'trip day' read as {hop.relation!r}")
     return Plan(target, hops, place=plan.place, exclude=plan.exclude, where=" and ".join(target_where),
                 understood=understood, trip_day=trip_day, notes=notes)
 
