@@ -24,8 +24,7 @@ class AlbumConfig(MethodConfig):
                                    "scoring within anchor_margin of the best)")
     anchor_margin: float = Field(0.1, ge=0, description="anchor candidates score within this of the best one")
     target_prompt: str = Field("a photo of {}", description="how the target's words are searched ({} stands for "
-                               "them): the phrase an encoder matches photos by (a plain 'birds' scores its photos "
-                               "lower in caption mode)")
+                               "them; '{}' alone: the plain words)")
     match_floor: float = Field(2.0, ge=0, description="answer cut over the album (no anchor): a photo can show the "
                                "target only when its score stands at least this many robust deviations above the "
                                "album's median score for the target (calibrated on albums of seeds >= 3000: "

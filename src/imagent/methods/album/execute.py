@@ -320,8 +320,7 @@ def hop_candidates(hop: Hop, tl: Timeline, scores: TextScores | None, clues: np.
     for i in first_of_trips(tl, named, cfg.anchor_candidates):
         out.append(Candidate(i, tl.ids[i], CLUE_Z, f"at a place named {words!r}", place=named))
     if scores is not None and allowed.any():
-        idx = np.flatnonzero(allowed)
-        top = idx[np.argsort(-scores.raw[idx], kind="stable")[: cfg.anchor_candidates]]
+        top = _best(scores.raw, np.flatnonzero(allowed), cfg.anchor_candidates)
         best = float(scores.raw[top[0]])
         taken = {c.index for c in out}
         out += [Candidate(int(i), tl.ids[int(i)], float(scores.z[i]), f"shows {scores.text!r}") for i in top
