@@ -193,10 +193,11 @@ class AlbumSearch(Method):
         plan = assemble(plan, reading, query.text)
         asks_all = bool({w.lower() for w in query_tokens(query.text)} & ASKS_ALL)
         done = execute(plan, album, self.config, trace, asks_all=asks_all)
-        said = said_words(query.text)
-        disagree = [h.relation for h in plan.hops[:1] if not h.rel.agrees(said)]
+        said = relation_words(query.text, reading)
+        best = best_relations(said)
+        disagree = [h.relation for h in plan.hops[:1] if h.relation not in best]
         agreement = plan.hops[0].rel.agreement(said) if plan.hops else max(
-            RELATIONS[r].agreement(said) for r in best_relations(said))
+            RELATIONS[r].agreement(said) for r in best)
         return Attempt(plan, done, unused_words(plan, reading, query.text), disagree, agreement)
 
     def run(self, query: Query, top_k: int, trace: Trace) -> Result:
@@ -215,7 +216,7 @@ class AlbumSearch(Method):
             empty = not first.done.answer  # the same target, read into another chain
             without = tuple(h.relation for h in first.plan.hops) if empty else tuple(first.disagree)
             if first.disagree:  # the words narrow the second plan to the relations they say best (none: no anchor)
-                said = said_words(query.text)
+                said = relation_words(query.text, reading)
                 said_best = [r for r in best_relations(said) if RELATIONS[r].agrees(said)]
                 without = tuple(r for r in RELATIONS if r != "none" and r not in said_best)
             second = self.plan(query, trace, failed=(plan, why), without=without, target=plan.target if empty else "")
@@ -285,12 +286,22 @@ def _model_fields(plan: Plan) -> dict[str, Any]:
     return out
 
 
+def relation_words(query: str, reading: Any) -> set[str]:
+    """The search's words that can say a relation (:func:`~imagent.methods.album.plan.said_words`), less the names
+    of people and places the reader linked ("the Old Town Square" names a place, not a town)."""
+    text = query
+    if reading is not None:
+        for s in sorted((s for s in reading.spans if s.kind in ("person", "place")), key=lambda s: -s.start):
+            text = text[: s.start] + " " + text[s.end:]
+    return said_words(text)
+
+
 def _check_reason(first: Attempt) -> str:
     """Why the first plan deserves a second opinion ("" when it does not): it found no photo, or it left words of
     the search unused."""
     if first.disagree:
-        return "read the relation as " + " and ".join(repr(r) for r in first.disagree) + ", which the search's " \
-            "words do not say"
+        return "read the relation as " + " and ".join(repr(r) for r in first.disagree) + ", which is not what the " \
+            "search's words say best"
     if not first.done.answer:
         return f"found no photo: {first.done.reason}"
     if first.unused:
