@@ -253,3 +253,24 @@ def test_the_import_reader_sees_function_level_and_relative_imports(tmp_path):
     f.write_text("def g():\n    from imagent.methods.album import tools\nfrom ..methods import base\nimport json\n")
     names = imported_modules(f, tmp_path)
     assert {"imagent.methods.album.tools", "imagent.methods.base", "json"} <= names
+
+
+def test_the_agent_state_holds_no_method_type():
+    """The run's state is generic (issue 44): every type its fields name is the runtime's own (defined in
+    ``agents/state.py``), a builtin or typing name, or one imported from the layers below; a method's records
+    (PhotoCraft's compressions, audits, skill) are the method's types, kept in ``state.records`` by type."""
+    tree = ast.parse((SRC / "agents" / "state.py").read_text(encoding="utf-8"))
+    defined = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
+    imported = {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom)
+                and (n.module or "").split(".")[0] in {"imagent", "typing", "collections", "datetime", "dataclasses"}
+                and (n.module or "").split(".")[:2] != ["imagent", "methods"] for a in n.names}
+    aliases = {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    builtins_ = {"str", "int", "float", "bool", "dict", "list", "set", "tuple", "None", "type", "object"}
+    state = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "AgentState")
+    named = {x.id for f in state.body if isinstance(f, ast.AnnAssign) for x in ast.walk(f.annotation)
+             if isinstance(x, ast.Name)}
+    foreign = named - defined - imported - aliases - builtins_
+    assert not foreign, f"AgentState names types that are not the runtime's: {sorted(foreign)}"
+    assert not {"Compression", "Audit", "SkillUse"} & defined, "the album memories' records belong to methods/album"
+    assert "records" in {f.target.id for f in state.body if isinstance(f, ast.AnnAssign)
+                         and isinstance(f.target, ast.Name)}

@@ -193,3 +193,24 @@ def test_first_hour_small_things(photos, geo_photos, tmp_path, monkeypatch):
     monkeypatch.setenv("IMAGENT_NO_SERVER", "1")
     out = CliRunner().invoke(app, ["search", "animals", "--method", "caption", "--index", str(photos), "--json"])
     assert out.exit_code == 0 and "caption: retrieve done" in out.stderr
+
+
+def test_an_exact_place_that_no_photo_has_suggests_contains(photos, monkeypatch):
+    """``place = 'Vienna'`` where places are stored as "Vienna, Austria" (issue 47): the empty result says so and
+    suggests ``~`` with the values that contain it, in the CLI's table, its JSON and the Python API."""
+    monkeypatch.setenv("IMAGENT_NO_SERVER", "1")
+    runner = CliRunner()
+    hint = ("no photo's place is exactly 'Vienna'; places containing it: 'Vienna, Austria' (6 photos): "
+            "use place ~ 'Vienna'")
+    out = runner.invoke(app, ["search", "--where", "place = 'vienna'", "--index", str(photos)],
+                        env={"COLUMNS": "200"})
+    assert out.exit_code == 0 and hint in out.output, out.output
+    body = json.loads(runner.invoke(app, ["search", "animals", "--method", "caption", "--where",
+                                          "place = 'Vienna' and time >= '2019'", "--json", "--index",
+                                          str(photos)]).stdout)
+    assert body["results"] == [] and body["warnings"][-1] == hint
+    ws = Workspace(Settings(index=photos))
+    assert ws.search(where="place = 'Vienna, Austria'").warnings == []  # an exact match: nothing to say
+    assert ws.search(where="place = 'Kyoto'").warnings == []  # nothing contains it either: no hint
+    assert "use device ~" not in " ".join(ws.search(where="place = 'Austria'").warnings)
+    assert ws.search(where="place = 'Austria'").warnings[0].startswith("no photo's place is exactly 'Austria'")

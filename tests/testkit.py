@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -133,3 +134,53 @@ def wait_until(check: Callable[[], Any], timeout_s: float = 20.0) -> None:
     while not check():
         assert time.monotonic() < deadline, "timed out waiting for the page"
         time.sleep(0.1)
+
+
+# ----------------------------------------------------------------------------- two people, two trips
+
+KYOTO = (35.0116, 135.7681)
+LISBON = (38.7223, -9.1393)
+FACES = TESTS / "data" / "faces"
+# file -> (source, city, time): Barack (Obama's photos) twice in Kyoto and once in Lisbon, Joe (Biden's photo, and it
+# mirrored) once in each, and photos without a face (scikit-image's rocket, astronaut, coffee).
+TRIPS: dict[str, tuple[str, tuple[float, float], datetime]] = {
+    "IMG_0001.jpg": ("obama.jpg", KYOTO, datetime(2023, 4, 10, 9, 30)),
+    "IMG_0002.jpg": ("obama2.jpg", KYOTO, datetime(2023, 4, 11, 15, 0)),
+    "IMG_0003.jpg": ("biden_mirrored", KYOTO, datetime(2023, 4, 11, 16, 0)),
+    "IMG_0004.jpg": ("rocket", KYOTO, datetime(2023, 4, 12, 10, 0)),
+    "IMG_0005.jpg": ("astronaut", KYOTO, datetime(2023, 4, 12, 11, 0)),
+    "IMG_0006.jpg": ("obama3.jpg", LISBON, datetime(2024, 7, 1, 10, 0)),
+    "IMG_0007.jpg": ("biden.jpg", LISBON, datetime(2024, 7, 2, 12, 0)),
+    "IMG_0008.jpg": ("coffee", LISBON, datetime(2024, 7, 3, 8, 45)),
+}
+
+
+def trips_folder(dest: Path, geo_photo: Callable[..., Path]) -> Path:
+    """:data:`TRIPS` written to ``dest`` as camera JPEGs with EXIF date and GPS (``geo_photo``: the root conftest's
+    fixture of that name)."""
+    import skimage.data
+    from PIL import Image
+
+    src = dest.parent / "sources"
+    src.mkdir(parents=True, exist_ok=True)
+    for name in ("rocket", "astronaut", "coffee"):
+        Image.fromarray(getattr(skimage.data, name)()).save(src / f"{name}.png")
+    with Image.open(FACES / "biden.jpg") as im:
+        im.transpose(Image.Transpose.FLIP_LEFT_RIGHT).save(src / "biden_mirrored.png")
+    for file, (source, gps, taken) in TRIPS.items():
+        geo_photo(FACES / source if source.endswith(".jpg") else src / f"{source}.png", dest / file, taken, gps)
+    return dest
+
+
+def name_trip_people(gallery: Any) -> dict[str, int]:
+    """Names the face group of IMG_0001 "Barack" and that of IMG_0007 "Joe"; returns name -> group id."""
+    from imagent.index.people import list_people, name_person
+
+    out = {}
+    for p in list_people(gallery):
+        files = {Path(gallery.record(i).path).name for i in p.photos}
+        for name, file in (("Barack", "IMG_0001.jpg"), ("Joe", "IMG_0007.jpg")):
+            if file in files:
+                name_person(gallery, p.id, name)
+                out[name] = p.id
+    return out

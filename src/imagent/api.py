@@ -38,15 +38,22 @@ from pydantic import BaseModel, Field, PlainValidator, field_validator, model_va
 from pydantic.json_schema import SkipJsonSchema
 
 from imagent.core.cache import DiskCache
-from imagent.core.config import Settings, load_settings, register_secret_env_names
+from imagent.core.config import PIXEL_MODEL_NAMES, Settings, load_settings, register_secret_env_names
 from imagent.core.trace import Trace
 from imagent.core.types import ImageRecord, Query, Result
 from imagent.index.embedding import ExtraEncoder, LazyEncoder
 from imagent.index.gallery import Gallery
 
 # Results as data (re-exported: callers read them from the request path).
-from imagent.index.result_rows import record_place, result_json, result_rows, shown_labels  # noqa: F401
-from imagent.methods.base import Method, MethodConfig, MethodContext, get_method, summarize_query
+from imagent.index.result_rows import (  # noqa: F401
+    card_labels,
+    matches_only,
+    record_place,
+    result_json,
+    result_rows,
+    shown_labels,
+)
+from imagent.methods.base import Method, MethodConfig, MethodContext, get_method, pixel_notice, summarize_query
 from imagent.models.base import ChatModel
 from imagent.models.registry import (
     build_chat_model,
@@ -139,6 +146,9 @@ class SearchRequest(BaseModel):
     (when taken); ``like`` a photo (gallery id or image file) to find more like, instead of text;
     ``collapse_duplicates`` one photo per duplicate group (:mod:`imagent.index.duplicates`).
 
+    ``read_query`` (set by the routed plain-words path, off for a method named explicitly): the question is read
+    first (:func:`imagent.tools.query_reader.search_words`; ``unlink`` names understood filters to read as words).
+
     ``reference_upload`` is the web server's (an id from ``POST /api/uploads``, which the server resolves).
     :attr:`LOCAL_FIELDS` never travel to a server: ``index`` (None: the configured one; a server answers on its
     own) and ``query``, a query already built (an evaluation's benchmark query with its id, dialogue,
@@ -162,6 +172,10 @@ class SearchRequest(BaseModel):
     like: str | Path | SkipJsonSchema[RecordObject] | None = Field(
         None, description="more like this photo (a gallery id), instead of a text")
     collapse_duplicates: bool = Field(False, description="one photo per duplicate group (imagent duplicates)")
+    read_query: bool = Field(False, description="read the question first: people, places and dates it names become "
+                                                "filters, the rest is searched (the plain-words search box)")
+    unlink: list[Annotated[str, Field(max_length=300)]] = Field(
+        default_factory=list, max_length=50, description="understood filters to read as words ('place:Kyoto')")
     index: SkipJsonSchema[str | Path | None] = None
     query: SkipJsonSchema[QueryObject | None] = None
 
@@ -234,6 +248,7 @@ class PreparedSearch:
     prepared_method: PreparedMethod
     query: Query
     like: ImageRecord | None = None  # the photo "more like this" ranks by (request.like resolved)
+    reading: Any = None  # what the query reader understood (request.read_query), a QueryReading
 
     @property
     def method_class(self) -> type[Method]:
@@ -308,32 +323,35 @@ class Workspace:
         if cfg.backend == "caption":
             return build_dual_encoder(cfg, text_embedder=self._text_embedder_for(cfg))
         limits = self.settings.indexing
-        if cfg.backend == "effnet-lite0":  # the pixel model, shared with the index's labels (one pass a photo)
+        if cfg.backend in PIXEL_MODEL_NAMES:  # the pixel model, shared with the index's labels (one pass a photo)
             return build_dual_encoder(cfg, text_embedder=self._text_embedder_for(cfg), pixel_model=self.pixel_model,
                                       pixel_options=self.settings.pixels)
         return build_dual_encoder(cfg, max_pixels=limits.max_pixels, max_bytes=limits.max_file_bytes)
 
     @cached_property
     def pixel_model(self) -> Any:
-        """The ImageNet classifier of ``[pixels]`` (:class:`~imagent.models.pixels.EffNetLite0`), loaded on first
-        use and shared by the index's labels and the ``effnet-lite0`` dual encoder."""
-        from imagent.models.pixels import EffNetLite0
+        """The ImageNet classifier (:class:`~imagent.models.pixels.EffNetLite`): the pixel dual encoder's model when
+        ``dual_encoder.backend`` names one, else ``pixels.model``; loaded on first use and shared by the index's
+        labels and the pixel dual encoder (:func:`~imagent.models.pixels.pixel_model_name`)."""
+        from imagent.models.pixels import EffNetLite, pixel_model_name
 
         limits = self.settings.indexing
-        return EffNetLite0(self.settings.pixels, self.settings.dual_encoder.device if
-                           self.settings.dual_encoder.backend == "effnet-lite0" else "cpu",
-                           max_pixels=limits.max_pixels, max_bytes=limits.max_file_bytes)
+        dual = self.settings.dual_encoder
+        name = pixel_model_name(self.settings.pixels, dual.backend)
+        return EffNetLite(self.settings.pixels, dual.device if dual.backend == name else "cpu",
+                          max_pixels=limits.max_pixels, max_bytes=limits.max_file_bytes, name=name)
 
     def pixel_stage(self, dual: Any = None) -> Any:
         """What ``imagent index`` runs with each batch when a pixel model is configured (``pixels.model``, or the
-        ``effnet-lite0`` dual encoder): a :class:`~imagent.index.pixels.PixelStage` that loads on first use; None
+        pixel dual encoder): a :class:`~imagent.index.pixels.PixelStage` that loads on first use; None
         with ``pixels.model = "none"`` and another dual encoder. ``dual`` (default: the configured one) is the
         image space's encoder: in caption mode its text model embeds the ConSE vectors of captionless photos."""
         from imagent.index.pixels import PixelStage
-        from imagent.models.pixels import FEATURE_DIM, FEATURE_MODEL_ID, Conse
+        from imagent.models.pixels import FEATURE_DIM, Conse, feature_model_id, pixel_model_name
 
         s = self.settings
-        if s.pixels.model == "none" and s.dual_encoder.backend != "effnet-lite0":
+        name = pixel_model_name(s.pixels, s.dual_encoder.backend)
+        if name is None:
             return None
         load_conse = None
         if s.dual_encoder.backend == "caption":
@@ -341,7 +359,7 @@ class Workspace:
                 enc = dual if dual is not None else self.dual_encoder
                 enc = enc.get() if hasattr(enc, "get") else enc
                 return Conse(enc.text_embedder, s.pixels)
-        return PixelStage(lambda: self.pixel_model, load_conse, FEATURE_MODEL_ID, FEATURE_DIM)
+        return PixelStage(lambda: self.pixel_model, load_conse, feature_model_id(name), FEATURE_DIM)
 
     def encoder(self, name: str) -> Any:
         """The extra encoder ``[encoders.<name>]``, loaded on first use and then shared. A text embedder, or a
@@ -398,6 +416,7 @@ class Workspace:
             g.configure(self.settings.indexing)
             g.labels_as_text = self.settings.pixels.labels_as_text  # read by the album tools and DISBench's track
             g.label_min_p = self.settings.pixels.label_min_p
+            g.pixel_options = self.settings.pixels  # result cards' labels, pixel descriptions (label_show_p)
         return g
 
     def context(self, index: str | Path | None = None) -> MethodContext:
@@ -410,6 +429,7 @@ class Workspace:
             roles=self.roles,
             extras={e.name: e for e in self.extra_encoders},
             tools=build_tools(self.settings, self.call_cache, text_embedder=self.text_embedder),
+            results=self.settings.results,
         )
 
     def method(self, name: str, index: str | Path | None = None, **overrides: Any) -> Method:
@@ -459,6 +479,7 @@ class Workspace:
         cls = method.method_class
         from imagent.tools import photo_search
 
+        req, reading = self._read(req, cls)
         if req.like is not None and (req.text.strip() or req.reference is not None or req.query is not None):
             raise ValueError("like ranks by the photo alone: give no text and no reference with it")
         if req.uses_method and req.task not in cls.tasks:
@@ -470,8 +491,20 @@ class Workspace:
             ref = self.resolve_reference(req.reference, req.index) if req.reference is not None else None
             exclude = [ref.id] if ref is not None and not req.keep_reference and ref.id in g else []
             query = Query(text=req.text, reference=ref, exclude=exclude)
+        if reading is not None:
+            query.extra["reading"] = reading
         like = self.resolve_reference(req.like, req.index) if req.like is not None else None
-        return PreparedSearch(req, method, photo_search.apply_filter(query, g, req.where), like)
+        return PreparedSearch(req, method, photo_search.apply_filter(query, g, req.where), like, reading)
+
+    def _read(self, req: SearchRequest, cls: type[Method]) -> tuple[SearchRequest, Any]:
+        """``req`` as searched once its question is read (``read_query``, a plain question only), and the reading."""
+        if not req.read_query or not req.text.strip() or req.query or req.reference is not None or req.like:
+            return req, None
+        from imagent.tools.query_reader import search_words
+
+        text, where, reading = search_words(req.text, req.where, self.gallery(req.index), unlink=req.unlink,
+                                            whole=cls.reads_question)
+        return req.model_copy(update={"text": text, "where": where}), reading
 
     def _build_method(self, prepared: PreparedMethod) -> Method:
         return prepared.method_class(self.context(prepared.index), prepared.config)
@@ -488,12 +521,16 @@ class Workspace:
             trace = trace or Trace()
             trace.max_calls = req.max_calls if trace.max_calls is None else min(trace.max_calls, req.max_calls)
         g = self.gallery(req.index)
+        if prepared.reading is not None:  # what the question was read as, the first step of the trace
+            trace = trace or Trace()
+            prepared.reading.record(trace, applied=not prepared.method_class.reads_question)
         top_k = req.top_k * 4 + 10 if req.collapse_duplicates else req.top_k  # room for the ones collapsed
         if prepared.like is not None:  # more like this photo: its own vector
             space = photo_search.like_space(g, req.method)
             vec = photo_search.like_vector(g, prepared.like, space, self.dual_encoder, self.text_embedder,
                                            lambda: self.pixel_model)
-            result = photo_search.more_like(g, prepared.like, vec, space, prepared.query, top_k, trace)
+            result = photo_search.more_like(g, prepared.like, vec, space, prepared.query, top_k, trace,
+                                            self.settings.results)
             result.spaces = [space]
         elif not prepared.uses_method:  # a filter alone: the matching photos in time order
             result = photo_search.listing(g, prepared.query, top_k, trace)
@@ -503,6 +540,9 @@ class Workspace:
         result = photo_search.finish(result, g, prepared.query, req.sort)
         if req.collapse_duplicates:
             result = photo_search.collapse_duplicates(result, g, self.duplicate_groups(req.index), req.top_k)
+        if prepared.reading is not None:
+            result.understood = {**prepared.reading.to_dict(),
+                                 "filtered": not prepared.method_class.reads_question}
         return result
 
     # ------------------------------------------------------------------ one-call search
@@ -641,51 +681,15 @@ def extra_encoders(settings: Settings, load: Any) -> list[ExtraEncoder]:
     return out
 
 
-def route_method(text: str, gallery: Gallery) -> Any:
-    """The method a plain-words query goes to (the web UI's search box, ``imagent search`` without ``--method``):
-    album-style queries (a relation to an anchor: "the birds from the day I saw the penguin") to the ``album``
-    method, others to the best content search ``gallery`` supports; a :class:`~imagent.methods.routing.Route`
-    with the method, the kind, the reason and, when the album method is not installed, the fallback taken."""
+def route_method(text: str, gallery: Gallery, unlink: list[str] | None = None) -> Any:
+    """The method a plain-words query goes to (the web UI's search box, ``imagent search`` without ``--method``),
+    once the query reader read it (``unlink`` as in :class:`SearchRequest`): album-style queries ("the birds from the
+    day I saw the penguin") to the ``album`` method, others to the best content search ``gallery`` supports, or to
+    the listing of the photos a question names only people, places and dates of; a
+    :class:`~imagent.methods.routing.Route` (the search then goes with ``read_query=True``)."""
     from imagent.methods.base import METHODS
     from imagent.methods.routing import route
+    from imagent.tools.query_reader import read_query
 
-    return route(text, gallery, lambda name: name in METHODS)
-
-
-# --------------------------------------------------------------------- results as data
-
-
-
-def pixel_notice(method: Method) -> list[str]:
-    """A warning when the spaces ``method`` searches see no photo's pixels though some photos lack captions: they
-    are found by file-name words, dates and places only (said before the first result, not only in the trace).
-    Computed once per state of the index."""
-    from imagent.index.pixels import answered_by
-
-    g = method.ctx.gallery
-    spaces = [s for s in method.search_spaces() or [] if g.has_space(s)]
-    info = g.spaces()
-    if not spaces or any(s.split("@")[0] == "image" and not info[s].model_id.startswith("caption:") for s in spaces):
-        return []
-    key = (g.generation(), len(g), spaces[0])
-    memo = g.__dict__.setdefault("_pixel_notice", {})
-    if key not in memo:
-        seen = [answered_by(r, spaces[0], info[spaces[0]].model_id) for r in g.records()]
-        blind = seen.count("names") + seen.count("nothing")
-        labelled = any(r.labels for r in g.records()) if blind else False
-        memo.clear()
-        if not blind or seen.count("pixels"):
-            memo[key] = []
-        elif labelled:
-            memo[key] = [f"{method.name} searches {spaces[0]}: {blind} of {len(seen)} photos have no caption and are "
-                         "matched there by words from their file names, dates and places; the pixel model has seen "
-                         "them: the default method (clip) searches them by their pixels"]
-        else:
-            memo[key] = [f"nothing sees pixels here: {blind} of {len(seen)} photos have no caption and are searched "
-                         "by words from their file names, dates and places only (the pixel model is off or has not "
-                         "run on them: `imagent index SRC` with pixels.model = \"effnet-lite0\", or a dual encoder "
-                         "that sees pixels)"]
-    return list(memo[key])
-
-
-
+    reading = read_query(text, gallery, unlink=unlink or []) if text.strip() else None
+    return route(text, gallery, lambda name: name in METHODS, reading)

@@ -9,14 +9,14 @@ import json
 import pytest
 
 from imagent.agents import AgentRuntime
-from imagent.agents.protocol import (
+from imagent.agents.runtime import SEARCH_FIRST
+from imagent.agents.wire import (
     fix_arguments,
     json_turn_schema,
     parse_json_turn,
     parse_tool_calls,
     render_worked_example,
 )
-from imagent.agents.runtime import SEARCH_FIRST
 from imagent.core.trace import Trace
 from imagent.methods.album.scaffold import WORKED_EXAMPLE
 from imagent.methods.album.tools import AlbumToolsConfig, album_tools

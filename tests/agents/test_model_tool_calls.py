@@ -6,7 +6,7 @@ import json
 
 import httpx
 
-from imagent.agents import AgentRuntime, Observation, Tool
+from imagent.agents import AgentRuntime, Observation, Tool, ToolArgs
 from imagent.models.base import ChatParams, ChatResponse, Message
 from imagent.models.chat_llamacpp import LlamaCppChatModel
 from imagent.models.chat_openai import OpenAIChatModel, openai_message
@@ -36,12 +36,14 @@ def test_openai_messages_carry_tool_calls_and_tool_results():
     assert openai_message(Message.user("hi"), vision=False) == {"role": "user", "content": "hi"}
 
 
+class QueryArgs(ToolArgs):
+    query: str | None = None
+
+
 class Search(Tool):
     name = "ImageSearch"
     description = "Search photos."
-
-    def __init__(self) -> None:
-        self.parameters = {"type": "object", "properties": {"query": {"type": "string"}}}
+    Args = QueryArgs
 
     def run(self, args, state):
         return Observation("p1 (score 0.9)", photos=["p1"], scores={"p1": 0.9})

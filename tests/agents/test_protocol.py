@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from pydantic import Field
 
 from imagent.agents import (
     Observation,
     Tool,
+    ToolArgs,
     ToolError,
     native_tool_calls,
     parse_final_answer,
@@ -20,24 +22,19 @@ from imagent.agents import (
 )
 
 
+class EchoArgs(ToolArgs):
+    text: str = Field(min_length=1)
+    times: int = Field(1, ge=1, le=3)
+    ids: list[str] | None = None
+
+
 class Echo(Tool):
     name = "Echo"
     description = "Echo the text back."
-
-    def __init__(self) -> None:
-        self.parameters = {
-            "type": "object",
-            "properties": {
-                "text": {"type": "string", "minLength": 1},
-                "times": {"type": "integer", "default": 1, "minimum": 1, "maximum": 3},
-                "ids": {"type": "array", "items": {"type": "string"}},
-            },
-            "required": ["text"],
-            "additionalProperties": False,
-        }
+    Args = EchoArgs
 
     def run(self, args, state):
-        return Observation(" ".join([args["text"]] * args["times"]))
+        return Observation(" ".join([args.text] * args.times))
 
 
 # --------------------------------------------------------------------------- <tool_call> blocks
@@ -157,10 +154,9 @@ def test_tools_as_openai_and_text_prompt():
 
 
 def test_validate_args_fills_defaults_and_coerces():
-    schema = Echo().parameters
-    assert validate_args(schema, {"text": "hi"}) == {"text": "hi", "times": 1}
-    assert validate_args(schema, {"text": "hi", "times": "2", "ids": "7"}) == {"text": "hi", "times": 2, "ids": ["7"]}
-    assert validate_args(schema, {"text": "hi", "ids": None}) == {"text": "hi", "times": 1}
+    assert validate_args(EchoArgs, {"text": "hi"}) == EchoArgs(text="hi", times=1)
+    assert validate_args(EchoArgs, {"text": "hi", "times": "2", "ids": "7"}) == EchoArgs(text="hi", times=2, ids=["7"])
+    assert validate_args(EchoArgs, {"text": " hi ", "ids": None}) == EchoArgs(text="hi", times=1)
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -175,7 +171,7 @@ def test_validate_args_fills_defaults_and_coerces():
 ])
 def test_validate_args_errors_tell_what_the_tool_takes(args, message):
     with pytest.raises(ToolError) as err:
-        validate_args(Echo().parameters, args, tool="Echo")
+        validate_args(EchoArgs, args, tool="Echo")
     assert message in str(err.value)
 
 
@@ -186,7 +182,7 @@ def test_think_blocks_are_stripped_in_linear_time():
     import re
     import time
 
-    from imagent.agents.protocol import _strip_think
+    from imagent.agents.wire import _strip_think
 
     reference = re.compile(r"<think>.*?</think>", re.S | re.I)
     rng = random.Random(3)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import dataclass
 
 import pytest
 
-from imagent.agents import AgentHooks, AgentRuntime, Observation, Tool, ToolError
+from imagent.agents import AgentHooks, AgentRuntime, Observation, Tool, ToolArgs, ToolError
 from imagent.core.cache import DiskCache
 from imagent.core.trace import SearchCancelled, Trace
 from imagent.models.base import ChatError, ImagePart, Message
@@ -19,18 +20,25 @@ ALBUM = {"p1", "p2", "p3", "p4", "p5", "p6"}
 SCORES = {"birds": [("p2", 0.9), ("p3", 0.7), ("p1", 0.2)], "sea": [("p4", 0.8), ("p2", 0.95)]}
 
 
+class QueryArgs(ToolArgs):
+    query: str
+
+
+class PhotoIdsArgs(ToolArgs):
+    photo_ids: list[str]
+
+
 class Search(Tool):
     name = "ImageSearch"
     description = "Search photos."
+    Args = QueryArgs
 
     def __init__(self) -> None:
-        self.parameters = {"type": "object", "properties": {"query": {"type": "string"}},
-                           "required": ["query"], "additionalProperties": False}
         self.queries: list[str] = []
 
     def run(self, args, state):
-        self.queries.append(args["query"])
-        hits = SCORES.get(args["query"], [])
+        self.queries.append(args.query)
+        hits = SCORES.get(args.query, [])
         return Observation("\n".join(f"{i} (score {s})" for i, s in hits) or "nothing",
                            photos=[i for i, _ in hits], scores=dict(hits))
 
@@ -40,7 +48,6 @@ class Broken(Tool):
     description = "Always fails."
 
     def __init__(self, exc: Exception) -> None:
-        self.parameters = {"type": "object", "properties": {}}
         self.exc = exc
 
     def run(self, args, state):
@@ -50,15 +57,14 @@ class Broken(Tool):
 class View(Tool):
     name = "ViewPhotos"
     description = "Show photos."
+    Args = PhotoIdsArgs
 
     def __init__(self, album) -> None:
         self.album = album
-        self.parameters = {"type": "object", "required": ["photo_ids"],
-                           "properties": {"photo_ids": {"type": "array", "items": {"type": "string"}}}}
 
     def run(self, args, state):
-        images, _ = self.album.view(args["photo_ids"])
-        return Observation(f"showing {len(images)}", photos=list(args["photo_ids"]), images=images)
+        images, _ = self.album.view(args.photo_ids)
+        return Observation(f"showing {len(images)}", photos=list(args.photo_ids), images=images)
 
 
 def call(name, **arguments):
@@ -397,6 +403,30 @@ class Recorder(AgentHooks):
         self.events.append(f"finish:{run.source}")
 
 
+@dataclass(frozen=True)
+class Checked:
+    """A hook's own record type (the runtime knows nothing of it)."""
+
+    turn: int
+    passed: bool
+
+
+class Checker(AgentHooks):
+    def before_answer(self, state, answer):
+        ok = state.tool_calls > 0
+        state.records.add(Checked(state.turn, ok))
+        return None if ok else "search first"
+
+
+def test_a_hook_keeps_its_own_typed_records_in_the_state():
+    model = scripted(['The final answer is: ["p1"]', call("ImageSearch", query="birds"), 'The final answer is: ["p2"]'])
+    run, _ = run_agent(model, hooks=[Checker()])
+    assert run.answer == ["p2"]
+    assert run.state.records.of(Checked) == [Checked(1, False), Checked(3, True)]
+    assert run.state.records.last(Checked) == Checked(3, True)
+    assert run.state.records.of(Recorder) == [] and run.state.records.last(Recorder) is None
+
+
 def test_hooks_run_at_their_points_and_an_audit_can_reject_an_answer():
     hook = Recorder(reject_first=True)
     model = scripted(['The final answer is: ["p1"]', call("ImageSearch", query="birds"), 'The final answer is: ["p2"]'])
@@ -419,7 +449,6 @@ def test_a_tool_can_defer_a_history_rewrite_to_the_end_of_the_turn():
     class Condense(Tool):
         name = "Condense"
         description = "Condense the history."
-        parameters = {"type": "object", "properties": {}}  # noqa: RUF012  (a test tool)
 
         def run(self, args, state):
             state.defer(lambda msgs: [msgs[0], msgs[1], Message.user("SUMMARY: p2 looked right.")])

@@ -103,6 +103,8 @@ def test_a_text_space_or_an_unstated_search_is_open(indexes, minilm):
     usage = derive_track(method(indexes, minilm, "pixel", "standard", "caption"))
     assert usage["track"] == "Open" and "'caption_text' holds text embeddings" in usage["reasons"][0]
     usage = derive_track(method(indexes, minilm, "pixel", "standard", "imagescope", allow_missing_captions=True))
+    assert usage["track"] == "Open" and "'caption_dual' holds text embeddings" in usage["reasons"][0]
+    usage = derive_track(method(indexes, minilm, "pixel", "standard", "tacir"))
     assert usage["track"] == "Open" and "does not state which vector spaces" in usage["reasons"][0]
 
 

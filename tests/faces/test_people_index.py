@@ -117,7 +117,7 @@ def test_copies_join_his_group_and_the_name_survives_a_reindex(tmp_path, build_p
     from imagent.agents.state import ToolScope
     from imagent.methods.album.tools import AlbumToolsConfig, FilterMetadataTool, GetMetadataTool
 
-    seen = GetMetadataTool(Album(g), AlbumToolsConfig()).run({"photo_ids": [by_name["vienna_crop.jpg"]]}, ToolScope())
+    seen = GetMetadataTool(Album(g), AlbumToolsConfig())({"photo_ids": [by_name["vienna_crop.jpg"]]}, ToolScope())
     assert "people Barack" in seen.text
     assert "person = 'Name'" in FilterMetadataTool(Album(g), AlbumToolsConfig()).description
     assert where("person = 'BARACK'") == where(f"person = {obama_id}") == where(f"person = '#{obama_id}'")

@@ -1,11 +1,13 @@
-"""Duplicate groups (issue 23 item 4): an exact copy, a re-encoded and a resized copy are grouped with their
-original and a different photo is not; the image vectors confirm near-duplicates where they see pixels;
-``imagent duplicates`` and ``--collapse-duplicates``; nothing is deleted."""
+"""Duplicate groups (issue 23 item 4; issue 47 item 5): an exact copy, a re-encoded and a resized copy are grouped
+with their original and a different photo is not; the image vectors confirm near-duplicates where they see pixels,
+the pixel model's visual features at their own floor (a half-size quality-70 copy of a small stamp, with the real
+EfficientNet-Lite0); ``imagent duplicates`` and ``--collapse-duplicates``; nothing is deleted."""
 
 from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 from PIL import Image
@@ -117,3 +119,32 @@ def test_duplicates_command_and_collapse(tmp_path, images, tiny, monkeypatch):
     other = next(i for i in g.ids if i not in group)
     keep, dropped = collapse([group[1], group[0], other, group[2]], duplicate_groups(g))
     assert (keep, dropped) == ([0, 2], 2)  # the best ranked of the group stays
+
+
+def test_a_half_size_quality_70_copy_of_a_small_photo_is_grouped_with_its_original(tmp_path, minilm):
+    """Issue 47: a 194x224 stamp and its half-size copy at JPEG quality 70 (what a messaging app sends) are one
+    group, confirmed by the pixel model's real visual features at their own floor (duplicate_min_visual); the
+    image vectors' 0.9, which confirmed them before, would part them; a different picture stays apart."""
+    from imagent.index.duplicates import _pixel_space, min_cosine
+    from imagent.index.pixels import PixelStage
+    from imagent.models.encoders import CaptionDualEncoder
+    from imagent.models.pixels import EffNetLite0
+
+    stamps = Path(__file__).resolve().parents[2] / "src" / "imagent" / "eval" / "data" / "stamps_mini" / "images"
+    d = tmp_path / "photos"
+    d.mkdir()
+    with Image.open(stamps / "animals__mammals__giraffe.jpg") as im:
+        assert im.size == (194, 224)
+        im.convert("RGB").save(d / "giraffe.jpg", quality=92)
+        im.convert("RGB").resize((97, 112), Image.Resampling.LANCZOS).save(d / "giraffe_half.jpg", quality=70)
+    with Image.open(stamps / "animals__birds__duck.jpg") as im:
+        im.convert("RGB").save(d / "duck.jpg", quality=92)
+    effnet = EffNetLite0()
+    build_index(d, tmp_path / "idx", CaptionDualEncoder(minilm), minilm, pixels=PixelStage(lambda: effnet, None))
+    g = Gallery(tmp_path / "idx")
+    assert _pixel_space(g) == "visual" and min_cosine("visual", IndexOptions()) == 0.6
+    near = [x for x in duplicate_groups(g) if x.kind == "near"]
+    assert [_names(x) for x in near] == [["giraffe.jpg", "giraffe_half.jpg"]]
+    a, b = (g.vector("visual", m.id) for m in near[0].members)
+    assert 0.6 <= float(a @ b) < 0.9  # the image vectors' floor would have parted them (as it did on main)
+    assert not [x for x in duplicate_groups(g, IndexOptions(duplicate_min_visual=0.9)) if x.kind == "near"]

@@ -250,3 +250,210 @@ def test_truncated_png_and_gif(images, tmp_path):
     for name in ("t.png", "t.gif"):
         with pytest.raises(ImageLoadError, match=r"truncated|corrupt"):
             probe_image(tmp_path / name)
+
+
+# --------------------------------------------------------------------------- reduced decodes (issue 47)
+
+
+def _reference(im: Image.Image) -> Image.Image:
+    """What a whole-image decode gives: EXIF orientation applied, transparency flattened on white, RGB."""
+    from PIL import ImageOps
+
+    up = ImageOps.exif_transpose(im)
+    if up.mode in ("RGBA", "LA", "PA") or (up.mode == "P" and "transparency" in up.info):
+        rgba = up.convert("RGBA")
+        out = Image.new("RGB", rgba.size, (255, 255, 255))
+        out.paste(rgba, mask=rgba.getchannel("A"))
+        return out
+    return up.convert("RGB")
+
+
+def _picture(mode: str, size: tuple[int, int]) -> Image.Image:
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    rgba = rng.integers(0, 256, (size[1], size[0], 4), dtype=np.uint8)
+    im = Image.fromarray(rgba, "RGBA")
+    if mode == "P":
+        im = im.convert("RGB").quantize(64)  # more than 16 colours: 8 bits a pixel in a PNG
+        im.info["transparency"] = 3
+        return im
+    return im.convert(mode)
+
+
+@pytest.mark.parametrize("mode", ["RGB", "RGBA", "L", "LA", "P"])
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_a_reduced_decode_is_the_whole_decode_reduced_strip_by_strip(monkeypatch, mode, orientation):
+    """Conversion, flattening, orientation and reduction strip by strip (a few rows at a time here) give what the
+    whole-image path gives, for every EXIF orientation; reduced by 3 it is that image's 3x3 block means."""
+    from imagent.core import strips
+
+    monkeypatch.setattr(strips, "STRIP_PIXELS", 37 * 5)  # strips of 3 or 6 rows of the 37-px-wide picture
+    im = _picture(mode, (37, 22))
+    im.getexif()[0x0112] = orientation
+    ref = _reference(im)
+    assert list(strips.to_rgb(im).getdata()) == list(ref.getdata())
+    im = _picture(mode, (36, 21))
+    im.getexif()[0x0112] = orientation
+    small = strips.to_rgb(im, 3)
+    assert small.size == ((12, 7) if orientation < 5 else (7, 12))
+    assert list(small.getdata()) == list(_reference(im).reduce(3).getdata())
+
+
+def test_scaled_opens_keep_what_a_pass_needs_and_say_the_photos_size(images, tmp_path):
+    from imagent.core.imageio import image_from_bytes, open_image_scaled
+
+    big = tmp_path / "big.png"
+    Image.new("RGB", (3000, 1000), (30, 90, 200)).save(big)
+    im = open_image_scaled(big, 224)
+    assert im.size == (750, 250) and im.info["source_size"] == (3000, 1000)  # reduced by 4: both sides >= 224
+    im = open_image_scaled(big, 1024, long_side=True)
+    assert im.size == (1500, 500) and im.getpixel((10, 10)) == (30, 90, 200)
+    ex = Image.Exif()
+    ex[0x0112] = 6  # stored on its side: shown upright
+    jpg = tmp_path / "turned.jpg"
+    Image.new("RGB", (4000, 3000), (200, 30, 30)).save(jpg, quality=90, exif=ex)
+    im = open_image_scaled(jpg, 256)
+    assert im.size == (375, 500) and im.info["source_size"] == (3000, 4000)  # DCT draft 1/8, turned upright
+    assert image_from_bytes(jpg.read_bytes()).size == (3000, 4000)
+    assert open_image_scaled(images.jpeg(tmp_path / "small.jpg", size=(64, 48)), 224).size == (64, 48)
+    with pytest.raises(ImageLoadError):
+        open_image_scaled(tmp_path / "nothing.png", 224)
+
+
+_PEAK = """
+import sys
+def peak():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM"):
+            return int(line.split()[1]) * 1024
+from imagent.core import imageio
+path, call = sys.argv[1], sys.argv[2]
+data = open(path, "rb").read()
+base = peak()
+if call == "probe":
+    imageio.probe_file(path)
+elif call == "open":
+    imageio.open_image(path)
+else:
+    side, long_side = call.split(":")
+    imageio.open_image_scaled(path, int(side), long_side=long_side == "long")
+print(peak() - base)
+"""
+
+
+_LARGE = (6000, 5000)
+
+
+@pytest.fixture(scope="module")
+def large_png(tmp_path_factory) -> Path:
+    """A 30-MP PNG under 2 MB on disk (a flat picture with a shape), written once for the module."""
+    from PIL import ImageDraw
+
+    path = tmp_path_factory.mktemp("large") / "big.png"
+    im = Image.new("RGB", _LARGE, (40, 120, 200))
+    ImageDraw.Draw(im).ellipse((1000, 1000, 4000, 3500), fill=(250, 250, 0))
+    im.save(path, compress_level=1)
+    assert path.stat().st_size < 2_000_000
+    return path
+
+
+@pytest.mark.parametrize("call", ["probe", "open", "224:short", "2048:long", "256:short", "1024:short"])
+def test_decoding_a_large_png_takes_about_its_pixels_not_four_times(large_png, call):
+    """Issue 47 (hostile finding 10): a large, small-on-disk PNG is decoded with at most 1.5x its pixel bytes
+    (width x height x 3) at the peak, in a fresh process: the probe, a whole decode (RGB, upright: kept as decoded)
+    and each reduced one an index pass makes (pixel model 224, faces 2048 on the long side, pHash 256, image
+    encoders 1024). A whole-image convert and transpose took 4x."""
+    import subprocess
+    import sys
+
+    w, h = _LARGE
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    out = subprocess.run([sys.executable, "-c", _PEAK, str(large_png), call], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": src}, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) <= 1.5 * w * h * 3, f"{call}: peak {int(out.stdout) / (w * h * 3):.2f}x the pixel bytes"
+
+
+def _png(im: Image.Image, **kw) -> bytes:
+    buf = io.BytesIO()
+    im.save(buf, "PNG", **kw)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("kind", ["L", "LA", "RGB", "RGBA", "P", "P4", "I;16", "interlaced", "exif-after-data"])
+def test_a_png_decoded_strip_by_strip_is_the_whole_decode(monkeypatch, kind):
+    """Pillow's own PNG row decoder, a few rows at a time (imagent.core.strips), gives the pixels the whole
+    decode gives, for each 8-bit layout (with a palette and its transparency); the layouts it does not cover are
+    decoded whole; EXIF written after the image data still turns the photo upright."""
+    from imagent.core import imageio, strips
+
+    monkeypatch.setattr(strips, "WHOLE_PIXELS", 0)
+    monkeypatch.setattr(strips, "STRIP_PIXELS", 42 * 4)  # strips of 4 rows
+    mode = {"P4": "RGB", "interlaced": "RGB", "exif-after-data": "RGB"}.get(kind, kind)
+    im = _picture(mode if mode != "I;16" else "L", (42, 28))
+    if kind == "P4":  # 8 colours: 4 bits a pixel
+        im = im.quantize(8)
+    if kind == "I;16":
+        im = im.convert("I;16")
+    data = _png(im)
+    if kind == "interlaced":  # Pillow writes no interlaced PNG: the header's flag is enough to be passed over
+        import struct
+        import zlib
+
+        header = data[12:29][:-1] + b"\x01"
+        data = data[:12] + header + struct.pack(">I", zlib.crc32(header)) + data[33:]
+        assert strips.png_strips(data, Image.open(io.BytesIO(data)), 4) is None
+        return
+    if kind == "exif-after-data":  # move an eXIf chunk (orientation 8) behind the IDAT chunks
+        ex = Image.Exif()
+        ex[0x0112] = 8
+        tiff = ex.tobytes()
+        import struct
+        import zlib
+
+        chunk = struct.pack(">I", len(tiff)) + b"eXIf" + tiff + struct.pack(">I", zlib.crc32(b"eXIf" + tiff))
+        data = data[:-12] + chunk + data[-12:]
+    opened = Image.open(io.BytesIO(data))
+    covered = strips.png_strips(data, opened, 4) is not None
+    assert covered == (kind in ("L", "LA", "RGB", "RGBA", "P", "exif-after-data"))
+    whole = Image.open(io.BytesIO(data))
+    whole.load()
+    got = imageio.image_from_bytes(data)
+    assert got.size == ((28, 42) if kind == "exif-after-data" else (42, 28))  # orientation 8: turned upright
+    assert list(got.getdata()) == list(_reference(whole).getdata())
+    assert list(imageio.image_from_bytes(data, min_side=13).getdata()) == list(
+        _reference(whole).reduce(2).getdata())
+    info, _ = imageio._probe_bytes(data, 10**6)  # the probe walks the same strips, keeping none
+    assert (info.width, info.height) == got.size
+
+
+@pytest.mark.parametrize("damage", ["truncated", "corrupt"])
+def test_a_damaged_large_png_is_refused_by_the_strip_decode_too(monkeypatch, damage):
+    from imagent.core import imageio, strips
+
+    monkeypatch.setattr(strips, "WHOLE_PIXELS", 0)
+    monkeypatch.setattr(strips, "STRIP_PIXELS", 41 * 4)
+    data = _png(_picture("RGB", (41, 27)))
+    layout = strips.PngLayout(data)
+    a, b = layout.idat[0]
+    if damage == "truncated":  # the image data ends early (the chunk kept well-formed: a shorter stream)
+        import struct
+        import zlib
+
+        body = zlib.compress(zlib.decompress(data[a:b])[: 10 * (41 * 3 + 1)])
+        chunk = struct.pack(">I", len(body)) + b"IDAT" + body + struct.pack(">I", zlib.crc32(b"IDAT" + body))
+        data = data[: a - 8] + chunk + data[b + 4:]
+    else:  # a filter type byte that does not exist, inside a valid stream
+        import struct
+        import zlib
+
+        raw = bytearray(zlib.decompress(data[a:b]))
+        raw[5 * (41 * 3 + 1)] = 9
+        body = zlib.compress(bytes(raw))
+        chunk = struct.pack(">I", len(body)) + b"IDAT" + body + struct.pack(">I", zlib.crc32(b"IDAT" + body))
+        data = data[: a - 8] + chunk + data[b + 4:]
+    with pytest.raises(ImageLoadError):
+        imageio.image_from_bytes(data)
+    with pytest.raises(ImageLoadError):
+        imageio._probe_bytes(data, 10**6)

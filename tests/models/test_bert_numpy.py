@@ -9,6 +9,8 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -73,3 +75,33 @@ def test_a_cold_search_does_not_import_torch(stamps_gallery, tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     data = json.loads(out.stdout)
     assert "penguin" in data["top"].lower() and data["heavy"] == []
+
+
+@pytest.mark.real_model
+def test_one_forward_at_a_time(folder):
+    """Concurrent callers (eval workers, a server's searches) take turns: interleaved forwards convoy on the GIL."""
+    model = NumpyBert(folder)
+    inside, overlapped = [0], [False]
+    real = model._encode
+
+    def watched(texts, batch_size):
+        inside[0] += 1
+        overlapped[0] |= inside[0] > 1
+        try:
+            time.sleep(0.02)  # give another thread every chance to enter
+            return real(texts, batch_size)
+        finally:
+            inside[0] -= 1
+
+    model._encode = watched
+    texts = [f"a photo of {w}" for w in ("a penguin", "a heron", "a duck", "a frog")]
+    alone = model.encode(texts)
+    out: dict[int, object] = {}
+    threads = [threading.Thread(target=lambda i=i: out.__setitem__(i, model.encode([texts[i]]))) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not overlapped[0]
+    for i in range(4):
+        assert abs(out[i][0] - alone[i]).max() < 1e-5  # taking turns changes no vector

@@ -80,3 +80,10 @@ def test_the_served_result_is_rebuilt_faithfully():
     assert back.ranking.ids == ["a/b", "c"] and back.ranking.scores == [0.9, 0.1]
     assert back.trace.to_dict() == trace.to_dict()
     assert back.stages["stage1"].ids == ["c"] and back.answer_set == ["c"]
+    assert back.ranking.cut is None
+    # where the matches stop comes back with the rows (the CLI's levels and cut of a served search)
+    from imagent.core.types import MatchCut
+
+    cut = MatchCut(strong=0.8, possible=0.5, median=0.2, spread=0.1, photos=40)
+    again = result_from_payload({**payload, "answer_set": None, "match_cut": cut.to_dict()})
+    assert again.ranking.cut == cut and again.ranking.cut.level(0.9) == "strong"

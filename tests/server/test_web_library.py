@@ -205,7 +205,8 @@ class AnchorDayDouble(Method):
 
 def cards(pg) -> list[dict]:
     return pg.locator("#results .result").evaluate_all(
-        "els => els.map(e => ({id: e.dataset.id, text: e.innerText, score: !!e.querySelector('.score')}))")
+        "els => els.map(e => ({id: e.dataset.id, text: e.innerText, score: !!e.querySelector('.score'), "
+        "match: e.querySelector('.match') ? e.querySelector('.match').textContent : null}))")
 
 
 def wait_for_results(pg, before: str) -> None:
@@ -269,11 +270,21 @@ def test_plain_words_search_routes_chips_and_more(labelled_cards, app_url, page,
     assert page.inner_text("#trace-summary").startswith("album:")
     page.click("#advanced summary")
 
-    # a content query: a ranking with scores, file names (never ids), "more" pages it
+    # a content query: its matches and nothing after them, no raw score on a card, file names (never ids)
     search_for(page, "a penguin")
     assert page.inner_text("#route-note").startswith("Searched with caption: 70 of 70 photos have captions")
+    matches = cards(page) + page.locator("#possible .result").evaluate_all("els => els.map(e => ({id: e.dataset.id}))")
+    assert 0 < len(matches) < 20 and "penguin" in cards(page)[0]["text"].lower()
+    assert not any(c["score"] for c in cards(page)) and {c["match"] for c in cards(page)} == {"match"}
+    assert page.is_hidden("#results-more")
+    # results per page asked for: that many, each with its level, and "more" pages them
+    page.click("#advanced summary")
+    page.fill("#top-k", "60")
+    page.click("#advanced summary")
+    search_for(page, "a penguin")
     found = cards(page)
-    assert len(found) == 60 and "penguin" in found[0]["text"].lower() and all(c["score"] for c in found)
+    assert len(found) == 60 and "penguin" in found[0]["text"].lower() and not any(c["score"] for c in found)
+    assert found[-1]["match"] == "no match" and [c["id"] for c in found][:len(matches)] == [c["id"] for c in matches]
     assert all(re.search(r"IMG_40\d\d\.jpg", c["text"]) and not HEX_ID.search(c["text"]) for c in found)
     assert page.is_visible("#results-more")
     page.click("#results-more")

@@ -237,6 +237,54 @@ def test_never_evaluates_python():
             parse_filter(expr)
 
 
+@pytest.mark.parametrize("expr", ["(" * 250 + "lat > 0" + ")" * 250, "!" * 1000 + "lat > 0",
+                                  "not " * 300 + "lat > 0", "(not " * 200 + "lat > 0" + ")" * 200])
+def test_deep_nesting_is_a_clear_error_not_a_recursion_error(meta, expr):
+    # Issue 47, hostile finding 5: these gave a RecursionError traceback in the CLI and 500 on the web.
+    with pytest.raises(FilterError, match="more than 64 levels deep"):
+        meta.filter_rows(expr)
+
+
+def test_nesting_up_to_the_bound_works(meta):
+    from imagent.tools.filter_lang import MAX_NESTING
+
+    inside = ids(meta, "(" * MAX_NESTING + "lat > 50" + ")" * MAX_NESTING)
+    assert inside == {"london_0701"}
+    assert ids(meta, "not " * MAX_NESTING + "lat > 50") == {"london_0701"}  # 64 nots: an even number
+
+
+@pytest.mark.parametrize("expr", ["address ~ ''", "device contains '  '", "person ~ ''", "label ~ ''", "place ~ \"\""])
+def test_an_empty_contains_pattern_is_an_error_on_every_text_field(expr):
+    # Issue 47, hostile finding 11: `person ~ ''` matched everyone while `label ~ ''` matched nothing.
+    with pytest.raises(FilterError, match="needs something to look for, not an empty string"):
+        parse_filter(expr)
+
+
+def test_label_contains_matches_whole_words_and_parent_categories():
+    from imagent.models.pixels import label_data
+
+    names = [c["name"] for c in label_data()]
+    index = {n: i for i, n in enumerate(names)}
+    photos = {"husky": ["Siberian Husky"], "tiger": ["tiger"], "car": ["sports car"], "wheel": ["car wheel"],
+              "tabby": ["a cat having a striped coat"], "flamingo": ["flamingo"], "none": []}
+    meta = AlbumMeta(np.zeros(len(photos)), np.full(len(photos), np.nan), np.full(len(photos), np.nan),
+                     [None] * len(photos), [None] * len(photos), [[index[n] for n in v] for v in photos.values()])
+    keys = list(photos)
+
+    def rows(expr: str) -> set[str]:
+        return {keys[int(r)] for r in meta.filter_rows(expr)}
+
+    # "carnivore" (a parent of the husky and the tiger) holds "car", but not as a word.
+    assert rows("label ~ 'car'") == {"car", "wheel"}
+    assert rows("label ~ 'cars'") == {"car", "wheel"}  # plural of the word
+    assert rows("label ~ 'sports car'") == {"car"}
+    assert rows("label ~ 'cat'") == {"tabby", "tiger"}  # the tiger's parent categories include "cat"
+    assert rows("label ~ 'animal'") == {"husky", "tiger", "tabby", "flamingo"}  # parents up to the top
+    assert rows("label ~ 'birds'") == {"flamingo"}
+    assert rows("label ~ 'carnivore'") == {"husky", "tiger", "tabby"}
+    assert rows("label ~ 'ar'") == set()  # part of a word is not a word
+
+
 def test_wall_seconds_ignores_time_zones():
     aware = datetime(2013, 6, 9, 10, 0, tzinfo=UTC)
     assert wall_seconds(aware) == wall_seconds(datetime(2013, 6, 9, 10, 0))

@@ -300,3 +300,47 @@ def test_the_filter_language_reads_month_weekday_and_hour():
                      ("weekday = 'funday'", "weekday takes a number from 1 to 7 or a name")):
         with pytest.raises(FilterError, match=why):
             meta.filter_rows(bad)
+
+
+# --------------------------------------------------------------------------- odd input
+
+
+def test_names_with_apostrophes_and_hyphens():
+    vocab = Vocabulary.build(["O'Hare, Chicago, Illinois, United States", "Simon's Town, Cape Town, South Africa"])
+    r = read_query("photos of Anna-Maria O'Neil at O'Hare", vocab=vocab, people=["Anna-Maria O'Neil"])
+    assert r.where == "person = \"Anna-Maria O'Neil\" and place ~ \"O'Hare\"" and r.content == ""
+    assert read_query("penguins at Simon’s Town", vocab=vocab, people=[]).where == "place ~ \"Simon's Town\""
+
+
+def test_any_text_reads_without_error_and_every_filter_parses():
+    import random
+    import string
+
+    from imagent.tools.filter_lang import parse_filter
+
+    words = ["in", "at", "the", "last", "summer", "May", "2023", "Joe", "kyoto", "between", "and", "from", "to", "day",
+             "second", "Sunday", "morning", "14th", "of", "'s", "🐧", "ñ", ",", "-", "2023-02-30", "9999", "0", "ago",
+             "3", "weeks", "past", "winter", "fall", "tonight", "night", "before", "since", "'", '"', "\\", "\x00"]
+    rng = random.Random(0)
+    for _ in range(3000):
+        text = " ".join(rng.choice(words) for _ in range(rng.randint(0, 10)))
+        if rng.random() < 0.1:
+            text = "".join(rng.choice(string.printable) for _ in range(rng.randint(0, 40)))
+        r = read_query(text, vocab=VOCAB, people=PEOPLE, today=date(2024, 2, 29))  # a leap day: "a year ago"
+        if r.where:
+            parse_filter(r.where)
+        assert r.to_dict()["text"] == text
+    assert read_query("x" * 5000, vocab=VOCAB, people=PEOPLE).content == "x" * 5000
+
+
+def test_names_that_are_also_words_or_months():
+    people = ["May", "Rose", "Joe"]
+
+    def r(text):
+        return read_query(text, vocab=VOCAB, people=people, today=TODAY)
+
+    assert r("photos of May").where == "person = 'May'" and r("May in Kyoto").people[0].value == "May"
+    assert r("Kyoto in May").where == "place ~ 'Kyoto' and month = 5"  # a date after "in"
+    assert r("with May in May 2023").where == "person = 'May' and time = '2023-05'"
+    assert r("a rose").people == [] and r("a rose").content == "rose"  # a thing, not Rose
+    assert r("Rose").where == "person = 'Rose'" and r("joe").where == "person = 'Joe'"

@@ -15,9 +15,10 @@ Its modules, lowest first (each imports only those above it):
 - :mod:`imagent.agents.state`: the typed state of a run: :class:`ToolCall`, :class:`Observation`,
   :class:`TurnRecord`, :class:`ToolScope` (what a tool receives: saved subsets, the album scope),
   :class:`AgentState`, :class:`AgentRun` (the answer and how it was obtained);
-- :mod:`imagent.agents.tools`: :class:`Tool` (name, description, JSON-Schema ``parameters``,
-  ``run(args, scope) -> Observation``), :class:`ToolError`, :func:`validate_args`;
-- :mod:`imagent.agents.protocol`: the wire formats: :func:`parse_tool_calls` (the ``<tool_call>`` text
+- :mod:`imagent.agents.tools`: :class:`Tool` (name, description, its arguments' pydantic model ``Args``
+  (a :class:`ToolArgs`) whose JSON Schema the model sees, ``run(args, scope) -> Observation``), :class:`ToolError`,
+  :func:`validate_args` (a bad argument becomes a ToolError the model reads);
+- :mod:`imagent.agents.wire`: the wire formats: :func:`parse_tool_calls` (the ``<tool_call>`` text
   protocol), :func:`parse_final_answer` (``The final answer is: [...]``), the JSON protocol's schema, prompts;
 - :mod:`imagent.agents.guards`: the small-model guards (repeated calls, copied example dates, loops);
 - :mod:`imagent.agents.protocols`: one class per protocol (:class:`NativeProtocol`, :class:`TextProtocol`,
@@ -28,16 +29,6 @@ Its modules, lowest first (each imports only those above it):
 
 from __future__ import annotations
 
-from imagent.agents.protocol import (
-    format_tool_call,
-    format_tool_response,
-    native_tool_calls,
-    parse_final_answer,
-    parse_tool_calls,
-    strip_tool_calls,
-    text_protocol_prompt,
-    tools_as_openai,
-)
 from imagent.agents.protocols import ANSWER_FORMAT, JsonProtocol, NativeProtocol, TextProtocol, TurnProtocol
 from imagent.agents.runtime import AgentHooks, AgentRuntime, ToolMode
 from imagent.agents.state import (
@@ -50,7 +41,17 @@ from imagent.agents.state import (
     ToolScope,
     TurnRecord,
 )
-from imagent.agents.tools import Tool, ToolError, validate_args
+from imagent.agents.tools import NoArgs, Tool, ToolArgs, ToolError, args_schema, validate_args, with_fields
+from imagent.agents.wire import (
+    format_tool_call,
+    format_tool_response,
+    native_tool_calls,
+    parse_final_answer,
+    parse_tool_calls,
+    strip_tool_calls,
+    text_protocol_prompt,
+    tools_as_openai,
+)
 
 __all__ = [
     "ANSWER_FORMAT",
@@ -62,15 +63,18 @@ __all__ = [
     "CallResult",
     "JsonProtocol",
     "NativeProtocol",
+    "NoArgs",
     "Observation",
     "TextProtocol",
     "Tool",
+    "ToolArgs",
     "ToolCall",
     "ToolError",
     "ToolMode",
     "ToolScope",
     "TurnProtocol",
     "TurnRecord",
+    "args_schema",
     "format_tool_call",
     "format_tool_response",
     "native_tool_calls",
@@ -80,4 +84,5 @@ __all__ = [
     "text_protocol_prompt",
     "tools_as_openai",
     "validate_args",
+    "with_fields",
 ]

@@ -2,7 +2,7 @@
 
 A protocol says how a turn is offered to the model (the system message's tool section, the chat parameters)
 and how the reply is read back (calls, an answer, the reasoning) and answered (the tool results' messages).
-The wire formats themselves (parsing, prompt sections) are :mod:`imagent.agents.protocol`'s functions::
+The wire formats themselves (parsing, prompt sections) are :mod:`imagent.agents.wire`'s functions::
 
     proto = make_protocol("json", tools, system_prompt, settings)
     state.start([proto.system_message(), task])
@@ -27,7 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from imagent.agents.guards import Guards
-from imagent.agents.protocol import (
+from imagent.agents.state import AgentState, CallPath, CallResult, Mode, ToolCall
+from imagent.agents.tools import Tool
+from imagent.agents.wire import (
     format_tool_response,
     json_protocol_prompt,
     json_turn_schema,
@@ -41,8 +43,6 @@ from imagent.agents.protocol import (
     text_protocol_prompt_compact,
     tools_as_openai,
 )
-from imagent.agents.state import AgentState, CallPath, CallResult, Mode, ToolCall
-from imagent.agents.tools import Tool
 from imagent.models.base import ChatParams, ChatResponse, ImagePart, Message
 
 ANSWER_FORMAT = 'The final answer is: ["<photo id>", "<photo id>", ...]'

@@ -12,17 +12,18 @@ the model as the observation; it never ends the loop. After ``max_turns`` turns 
 in one last call without tools; with ``search_first`` an answer given before any tool returned a photo is sent
 back once; with ``one_tool_per_step`` a reply's calls after its first are not run.
 
-The answer is parsed from ``The final answer is: ["id", ...]``, kept to ids the album knows, and never
+The answer is parsed from ``The final answer is: ["id", ...]``, kept to the known ids (``known_ids``), and never
 empty: when the model gives no usable answer (budget spent, unknown ids twice, a failed model call), the
 best candidates the tools returned stand in (highest retrieval score first); the :class:`AgentRun` says how
 the answer was obtained (``source``, ``forced``, ``reason``).
 
 Memories plug in as :class:`AgentHooks`: ``on_start`` (inject a skill), ``before_turn`` (compress the
 context), ``after_turn``, ``before_answer`` (an audit: feedback rejects the answer and the loop goes on) and
-``on_finish`` (distil a skill). Every turn is a trace step ``turn.<n>`` with outputs ``reasoning, tool,
-arguments, observation, photos, path, protocol`` (and ``calls`` with each call in full); the role records its
-model call (tokens, seconds) into the open step, the runtime each tool call. Where this differs from the
-papers' agent is in ``docs/faithfulness.md`` (PhotoCraft).
+``on_finish`` (distil a skill); a hook keeps its own typed records in ``state.records``
+(:class:`~imagent.agents.state.HookRecords`, by record type: the runtime knows none of them). Every turn is a trace
+step ``turn.<n>`` with outputs ``reasoning, tool, arguments, observation, photos, path, protocol`` (and ``calls``
+with each call in full); the role records its model call (tokens, seconds) into the open step, the runtime each tool
+call. Where this differs from the papers' agent is in ``docs/faithfulness.md`` (PhotoCraft).
 """
 from __future__ import annotations
 
@@ -78,7 +79,7 @@ class AgentHooks:
         """After a turn's messages are in the history."""
 
     def before_answer(self, state: AgentState, answer: list[str]) -> str | Message | None:
-        """The model proposes ``answer`` (album ids). Return None to accept it, or feedback (text or a
+        """The model proposes ``answer`` (known ids). Return None to accept it, or feedback (text or a
         whole user message, e.g. with the proposed photos reloaded) to reject it and go on."""
         return None
 
@@ -114,7 +115,7 @@ class AgentRuntime:
     - ``system_prompt``: the method's prompt; in text mode the tool section is appended to it;
     - ``tool_mode``: ``auto`` (native when the backend's ``supports_tools``, JSON for the in-process llama.cpp
       backend, else text), ``native``, ``text``, ``json`` (:mod:`imagent.agents.protocols`);
-    - ``known_ids``: the ids an answer may contain (the album); None accepts any id;
+    - ``known_ids``: the ids an answer may contain (e.g. an album's); None accepts any id;
     - ``fallback_k``: how many best candidates stand in for a missing answer;
     - ``fallback``: called when no candidate was seen at all (e.g. a plain search for the query);
     - ``answer_retries``: how often an empty or unknown-ids answer is sent back before falling back;
@@ -132,7 +133,7 @@ class AgentRuntime:
       ``parallel_tool_calls=false``, and on every protocol a reply's calls after its first are not run, each
       answered with an observation saying so (:data:`ONE_TOOL_PER_STEP`, counted ``agent.extra_calls_refused``);
     - ``worked_example``: one worked example for the compact prompt, written in the protocol's own turns
-      (:func:`~imagent.agents.protocol.render_worked_example`); where it is shown, the guards refuse a call
+      (:func:`~imagent.agents.wire.render_worked_example`); where it is shown, the guards refuse a call
       that copies one of its dates.
     """
 

@@ -12,9 +12,10 @@ Every part of :mod:`imagent.agents` reads and writes these types, never a string
 - :class:`CallResult`: a call and its observation (unpacks as ``call, observation``);
 - :class:`TurnRecord`: one turn: the reasoning, the calls and their results, a proposed answer;
 - :class:`ToolScope`: all a tool's ``run`` receives besides its arguments: the saved subsets (named id lists),
-  the album scope (the ids an answer may name) and a way to ask for a history rewrite after the turn;
+  the search's scope (the ids an answer may name) and a way to ask for a history rewrite after the turn;
 - :class:`GuardState`: what the small-model guards (:mod:`imagent.agents.guards`) remember;
-- :class:`AgentState`: the history (messages), turns, counters, candidates seen, memories' records;
+- :class:`HookRecords`: what hooks record (their own typed records, kept by type);
+- :class:`AgentState`: the history (messages), turns, counters, candidates seen, the hooks' records;
 - :class:`AgentRun`: the outcome: the answer and how it was obtained (``source``, ``forced``, ``reason``).
 """
 
@@ -24,17 +25,18 @@ import json
 from collections.abc import Callable, Container, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, TypeVar
 
 from imagent.core.trace import Trace
 from imagent.models.base import ImagePart, Message
 from imagent.tools.base import ToolError
 
-# Paper defaults (A.2.2): 30 interaction turns, then the agent must answer.
+# The default turn budget, after which the agent must answer (a method passes its own).
 DEFAULT_MAX_TURNS = 30
 # How much of an observation the trace keeps as its summary (the model reads the whole text).
 SUMMARY_CHARS = 400
 
+R = TypeVar("R")
 Mode = Literal["native", "text", "json"]
 CallPath = Literal["native", "text", "json", "none"]
 AnswerSource = Literal["model", "fallback"]
@@ -67,14 +69,14 @@ class Observation:
     """What a tool call returns.
 
     - ``text``: what the model reads (the ``tool`` message, or the text protocol's ``<tool_response>``);
-    - ``photos``: the album ids it returned, in order (traces and the web UI show them as thumbnails);
+    - ``photos``: the photo ids it returned, in order (traces and the web UI show them as thumbnails);
     - ``scores``: retrieval scores of returned photos, where the tool has them; the runtime keeps the
       best score seen per photo (the never-empty fall-back answers with the best of them);
     - ``images``: ``(photo id, image part)`` pairs to show the model: the runtime sends them in a user
       message after the tool messages, each id written beside its image (tool messages carry text only);
       a blind model gets each photo's text surrogate instead (the role's caption mode);
     - ``result``: the tool's own typed result, for code that reads what a call found (a frozen dataclass of the
-      tool's module, e.g. an album search's ids, scores and times); the trace shows it as ``data``;
+      tool's module, e.g. a search's ids, scores and times); the trace shows it as ``data``;
     - ``summary``: one line for the trace; defaults to the start of ``text``;
     - ``error``: True when this observation reports a failed call (set by the runtime for ToolErrors).
     """
@@ -104,7 +106,7 @@ class CallResult(NamedTuple):
 @dataclass
 class TurnRecord:
     """One turn: what the model said, which calls it made and what came back. ``final``: the last call,
-    without tools, after the turn budget was spent; ``dropped``: proposed ids the album does not have;
+    without tools, after the turn budget was spent; ``dropped``: proposed ids outside the search's scope;
     ``feedback``: what the loop told the model after it
     (a nudge, an answer sent back); ``rejected_by``: the hook that rejected the proposed answer."""
 
@@ -125,25 +127,26 @@ class TurnRecord:
 class ToolScope:
     """What a tool's ``run`` receives besides its arguments (never the loop itself).
 
-    - ``subsets``: named id lists (``FilterMetadata(save_as=...)``, used by ``search_within``) so hundreds of
-      ids need not pass through the context;
-    - ``album``: the ids an answer may name (the album's scope); None accepts any id;
+    - ``subsets``: named id lists a tool saved (e.g. a filter's result) so a later call names the subset
+      instead of passing hundreds of ids through the context;
+    - ``known_ids``: the ids an answer may name (the search's scope); None accepts any id;
     - :meth:`defer`: a tool that must rewrite the history (a condense tool) registers the rewrite here; the
       runtime applies it once the turn's messages are in."""
 
-    def __init__(self, album: Container[str] | None = None) -> None:
+    def __init__(self, known_ids: Container[str] | None = None) -> None:
         self.subsets: dict[str, list[str]] = {}
-        self.album = album
+        self.known_ids = known_ids
         self._rewrites: list[Callable[[list[Message]], list[Message]]] = []
 
     def save_subset(self, name: str, ids: Sequence[str]) -> None:
         self.subsets[name.strip()] = list(ids)
 
-    def subset(self, name: str) -> list[str]:
-        """A saved subset; :class:`ToolError` naming the saved ones when it does not exist."""
+    def subset(self, name: str, how_to_save: str = "") -> list[str]:
+        """A saved subset; :class:`ToolError` naming the saved ones when it does not exist (``how_to_save``: what
+        the message says when none is saved yet, e.g. which tool saves one)."""
         key = name.strip()
         if key not in self.subsets:
-            have = ", ".join(repr(k) for k in self.subsets) or "none yet (FilterMetadata with save_as makes one)"
+            have = ", ".join(repr(k) for k in self.subsets) or "none yet" + (f" ({how_to_save})" if how_to_save else "")
             raise ToolError(f"no saved subset named {name!r}; saved subsets: {have}")
         return self.subsets[key]
 
@@ -186,25 +189,6 @@ class GuardState:
         self.ids_used.clear()
 
 
-@dataclass
-class Compression:
-    """A working-memory compression: the turn it came before and what triggered it."""
-
-    turn: int
-    trigger: str
-
-
-@dataclass
-class Audit:
-    """An episodic-memory audit of a proposed answer: its turn, whether it passed, its four checks (``verdict``)
-    and its decision ("pass" or "revise")."""
-
-    turn: int
-    passed: bool
-    verdict: dict[str, str] = field(default_factory=dict)
-    decision: str = ""
-
-
 @dataclass(frozen=True)
 class OneOf:
     """A :class:`NextCall` argument that is one of these values (the grammar's ``enum``), not a fixed one."""
@@ -222,12 +206,38 @@ class NextCall:
     arguments: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
-class SkillUse:
-    """The semantic-memory skill injected at the start (its id and similarity to the request)."""
+class HookRecords:
+    """What hooks record during one run, kept by record type: a hook adds its own typed records and code reads
+    them back by type; the runtime knows none of the types (a method's memories define them)::
 
-    id: str
-    similarity: float
+        @dataclass
+        class Checked:                    # a hook's own record type, in the hook's module
+            turn: int
+            passed: bool
+
+        state.records.add(Checked(turn=state.turn, passed=True))
+        state.records.of(Checked)         # -> list[Checked], in the order added
+        state.records.last(Checked)       # -> the latest Checked, or None
+    """
+
+    def __init__(self) -> None:
+        self._by_type: dict[type, list[Any]] = {}
+
+    def add(self, record: object) -> None:
+        """Keep ``record`` under its own type."""
+        self._by_type.setdefault(type(record), []).append(record)
+
+    def of(self, kind: type[R]) -> list[R]:
+        """The records of type ``kind``, in the order added (a copy)."""
+        return list(self._by_type.get(kind, ()))
+
+    def last(self, kind: type[R]) -> R | None:
+        """The latest record of type ``kind``, or None."""
+        kept = self._by_type.get(kind)
+        return kept[-1] if kept else None
+
+    def __repr__(self) -> str:
+        return f"HookRecords({ {k.__name__: len(v) for k, v in self._by_type.items()} })"
 
 
 @dataclass
@@ -237,8 +247,8 @@ class AgentState:
     The history (:attr:`messages`) changes only through methods: :meth:`start`, :meth:`add_message`,
     :meth:`set_task` (a hook prefixing the task), :meth:`fold_history` (a compression) and the rewrites a
     tool deferred (:meth:`apply_rewrites`). ``candidates`` keeps the best retrieval score seen per photo
-    (the never-empty fall-back). The memories' own records are typed fields (``compressions``, ``audits``,
-    ``skill``)."""
+    (the never-empty fall-back). Hooks keep their own typed records in :attr:`records` (:class:`HookRecords`: by
+    record type; the state knows none of the types)."""
 
     query: str
     trace: Trace
@@ -256,9 +266,7 @@ class AgentState:
     last_prompt_tokens: int = 0  # the size of the latest prompt: what a context-compression hook watches
     turns: list[TurnRecord] = field(default_factory=list)
     guards: GuardState = field(default_factory=GuardState)
-    compressions: list[Compression] = field(default_factory=list)
-    audits: list[Audit] = field(default_factory=list)
-    skill: SkillUse | None = None
+    records: HookRecords = field(default_factory=HookRecords)
     # A hook sent a proposed answer back for more retrieval (an audit that failed, an unnarrowed answer): the next
     # turn must call a tool (the JSON protocol's grammar offers no answer) until one runs.
     retrieval_round: bool = False
@@ -351,7 +359,7 @@ class AgentRun:
 
     ``source``: "model" (the model's answer) or "fallback" (best candidates seen, or the method's fallback
     search); ``forced``: the answer came from the last call without tools after the turn budget was spent;
-    ``reason`` says why in words; ``dropped`` lists proposed ids the album does not have."""
+    ``reason`` says why in words; ``dropped`` lists proposed ids outside the search's scope."""
 
     answer: list[str]
     source: AnswerSource
@@ -383,16 +391,14 @@ __all__ = [
     "AgentRun",
     "AgentState",
     "AnswerSource",
-    "Audit",
     "CallPath",
     "CallResult",
-    "Compression",
     "GuardState",
+    "HookRecords",
     "Mode",
     "NextCall",
     "Observation",
     "OneOf",
-    "SkillUse",
     "ToolCall",
     "ToolScope",
     "TurnRecord",

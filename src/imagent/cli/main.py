@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -46,6 +47,9 @@ app.add_typer(models_app, name="models")
 app.add_typer(skills_cmd.app, name="skills")
 app.command(name="duplicates")(photos_cmd.duplicates)
 app.add_typer(people_cmd.app, name="people")
+
+# Results a search without --top-k shows when its ranking has no match levels (a method's own re-ranking).
+DEFAULT_TOP_K = 10
 
 
 def expand_sets(sets: list[str] | None, method: str | None) -> list[str]:
@@ -142,8 +146,10 @@ def search(
     method: Annotated[str | None, typer.Option("--method", "-m", help="retrieval method (default: chosen for the "
                                                "query and the index: album-style queries go to the album method, "
                                                "others to the best content search; clip with --ref)")] = None,
-    top_k: Annotated[int | None, typer.Option("--top-k", "-k", min=1, help="results to return (default 10; a "
-                                              "--where filter alone: every match)")] = None,
+    top_k: Annotated[int | None, typer.Option("--top-k", "-k", min=1, help="results to return, each with its match "
+                                              "level (default: the strong and possible matches, at most "
+                                              "results.default_max, or 10 for a ranking without levels; a --where "
+                                              "filter alone: every match)")] = None,
     keep_reference: Annotated[bool, typer.Option(
         "--keep-reference", help="let a gallery reference appear in its own results")] = False,
     max_calls: Annotated[int | None, typer.Option(
@@ -187,18 +193,24 @@ def search(
             gallery = ws.gallery(index_dir)
     if where is not None:
         check_where(where, gallery)
+    stop = None  # no --top-k: the results stop where the matches stop (imagent.index.levels), else after 10
     if top_k is None:  # a filter alone lists every photo it matches ("person = 'Anna'": all of her photos)
-        top_k = max(1, len(gallery)) if where is not None and not text.strip() and ref is None and like is None \
-            else 10
+        alone = (where is not None and not text.strip()) or (route is not None and route.kind == "filter")
+        if alone and ref is None and like is None:
+            top_k = max(1, len(gallery))
+        else:
+            top_k, stop = max(DEFAULT_TOP_K, ws.settings.results.default_max), DEFAULT_TOP_K
     request = SearchRequest(text, method=method, top_k=top_k, reference=ref, keep_reference=keep_reference,
                             max_calls=max_calls, index=index_dir, where=where, sort=sort, like=like,
-                            collapse_duplicates=collapse_duplicates)
+                            collapse_duplicates=collapse_duplicates, read_query=route is not None)
     prepared = prepare_search(ws, request)
     title = f"{method}: {text}" + (f" (where {where})" if where else "") + (" (by time)" if sort == "time" else "")
     if like is not None or not prepared.uses_method:  # more like a photo, or a filter alone: no model call
         result = ws.run(prepared)
+        shown = prepared.request.where
         show_result(result, gallery, f"like {like}" + (f" (where {where})" if where else "") if like is not None
-                    else f"--where {where}", json_out, paths)
+                    else f"{text} (where {shown})" if prepared.reading is not None else f"--where {where}",
+                    json_out, paths, stop)
         return
     estimate = prepared.estimate
     if estimate and not json_out and not paths:
@@ -216,7 +228,7 @@ def search(
             result = ws.run(prepared, trace=trace)
     if route is not None:
         result = route.label(result)
-    show_result(result, gallery, title, json_out, paths)
+    show_result(result, gallery, title, json_out, paths, stop)
 
 
 def default_method(text: str, ref: str | None, like: str | None, gallery: Any) -> tuple[str, Any]:
@@ -228,14 +240,27 @@ def default_method(text: str, ref: str | None, like: str | None, gallery: Any) -
 
     route = route_method(text, gallery)
     why = route.fallback or route.reason
-    err_console.print(f"method: {route.method} ({why}; --method picks another)", highlight=False, markup=False,
+    method = route.method if route.kind != "filter" else "filter"
+    err_console.print(f"method: {method} ({why}; --method picks another)", highlight=False, markup=False,
                       soft_wrap=True)
+    if route.understood is not None:  # what the query reader linked: people, places, dates, and the content
+        err_console.print(f"understood: {route.understood['describe']}", highlight=False, markup=False,
+                          soft_wrap=True)
+        for note in route.understood["notes"]:
+            err_console.print(f"note: {note}", highlight=False, markup=False, soft_wrap=True)
     return route.method, route
 
 
-def show_result(result: Any, gallery: Any, title: str, json_out: bool, paths: bool) -> None:
-    from imagent.api import result_json
+def show_result(result: Any, gallery: Any, title: str, json_out: bool, paths: bool, stop: int | None = None) -> None:
+    """``result`` as a table, JSON or paths. ``stop`` (no --top-k given): a ranking with match levels is cut to its
+    strong and possible matches (:func:`imagent.api.matches_only`), one without to its first ``stop``."""
+    from imagent.api import matches_only, result_json
     from imagent.cli.render import print_result
+
+    if stop is not None:
+        levelled = result.ranking.cut is not None and result.answer_set is None
+        result = matches_only(result, len(result.ranking)) if levelled else replace(
+            result, ranking=result.ranking.top(stop))
 
     if json_out:
         sys.stdout.write(result_json(result, gallery) + "\n")
@@ -337,7 +362,8 @@ def models(
          "sees_pixels": False, "spaces": ["caption_text"]},
     ]
     if s.pixels.model != "none":  # the pixel model: labels, visual features, ConSE (imagent/models/pixels.py)
-        rows.append({"part": "pixels", "backend": s.pixels.model, "model": "EfficientNet-Lite0, ImageNet-1k",
+        rows.append({"part": "pixels", "backend": s.pixels.model,
+                     "model": f"EfficientNet-Lite{s.pixels.model[-1]}, ImageNet-1k",
                      "sees_pixels": True, "spaces": ["visual", "image (captionless photos, caption mode)"]})
     for ext in ws.extra_encoders:  # [encoders.<name>]: extra retrievers, each its own index spaces
         cfg = s.encoders[ext.name]

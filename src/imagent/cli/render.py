@@ -12,7 +12,7 @@ from rich.tree import Tree
 
 from imagent.api import result_rows
 from imagent.cli.terminal import plain
-from imagent.core.types import Result
+from imagent.core.types import MATCH_POSSIBLE, MATCH_STRONG, Result
 from imagent.index.gallery import Gallery
 
 
@@ -105,29 +105,56 @@ ANSWERED = {"pixels": "pixels (the image encoder, or the pixel model's labels)",
 
 
 def _cell(row: dict[str, Any], col: str) -> str:
-    """A result row's cell: the date without seconds' fractions, labels as ``flamingo 0.90``."""
+    """A result row's cell: the date without seconds' fractions, labels by name (those above the cards' floor)."""
     value = row.get(col)
     if col == "taken":
         return (value or "")[:19].replace("T", " ")
     if col == "labels":
-        return ", ".join(f"{x['name']} {x['p']:.2f}" for x in value or [])
+        return ", ".join(x["name"] for x in value or [])
     return value or ""
+
+
+def match_summary(result: Result, gallery: Gallery) -> str:
+    """One line on where a ranking's matches stop (:mod:`imagent.index.levels`): how many strong and possible matches
+    it holds and what the rest of the gallery is; "" for a ranking without match levels."""
+    cut = result.ranking.cut
+    if cut is None or result.answer_set is not None:
+        return ""
+    levels = [cut.level(float(s)) for s in result.ranking.scores]
+    strong, possible = levels.count(MATCH_STRONG), levels.count(MATCH_POSSIBLE)
+    if not strong and not possible:
+        return ("no photo matches: the best scored like the rest of the library"
+                + ("" if result.ranking.ids else "; --top-k N lists the closest anyway"))
+    shown = " and ".join(f"{n} {what} match{'es' if n != 1 else ''}" for n, what in
+                         ((strong, "strong"), (possible, "possible")) if n)
+    none = len(levels) - strong - possible
+    return shown + (f"; the other {none} shown do not match" if none else
+                    "; the other photos did not match (--top-k N lists more, each with its level)")
 
 
 def print_result(console: Console, result: Result, gallery: Gallery, title: str = "") -> None:
     rows = result_rows(result, gallery)
     answered = {r.get("matched_by") for r in rows} - {None}
+    levels = any(r["match"] is not None for r in rows)  # a match column instead of the raw score (kept in --json)
     # What answered each result: a column when it differs between rows, else one line under the table.
     extra = [c for c in ("taken", "place", "labels") if any(r.get(c) for r in rows)] + (
         ["matched_by"] if len(answered) > 1 else [])
     table = Table(title=title or None)
-    for col in ("rank", "id", "score", "path", *extra, "caption"):
+    for col in ("rank", "match" if levels else "score", "id", "path", *extra, "caption"):
         table.add_column("by" if col == "matched_by" else col, overflow="fold")
     for row in rows:
-        cells = [str(row["rank"]), row["id"], f"{row['score']:.4f}", short_path(row["path"] or "")]
+        cells = [str(row["rank"]), row["match"] if levels else f"{row['score']:.4f}", row["id"],
+                 short_path(row["path"] or "")]
         cells += [_cell(row, c) for c in extra]
         table.add_row(*(plain(c) for c in (*cells, row["caption"] or "")))  # text, never markup
-    console.print(table)
+    if rows:
+        console.print(table)
+    else:  # nothing shown: what the search said about it (a filter's near miss: use place ~ 'Kyoto')
+        for warning in result.warnings:
+            console.print(warning, style="yellow", highlight=False, markup=False, soft_wrap=True)
+    summary = match_summary(result, gallery)
+    if summary:
+        console.print(summary, highlight=False, markup=False)
     if len(answered) == 1:
         console.print(f"every result answered by its {ANSWERED.get(next(iter(answered)), next(iter(answered)))}",
                       style="dim", highlight=False, markup=False)
@@ -139,6 +166,6 @@ def print_result(console: Console, result: Result, gallery: Gallery, title: str 
                       + (f" ({result.source_reason})" if result.source_reason else ""), style="yellow",
                       highlight=False, markup=False)
     meaning = SCORE_MEANING.get(result.trace.method)
-    if meaning:
+    if meaning and not levels:
         console.print(f"score: {meaning}", style="dim", highlight=False)
     print_trace(console, result)

@@ -95,7 +95,7 @@ def try_served_search(index_root: str | Path, request: SearchRequest,
 def result_from_payload(payload: dict[str, Any]) -> Any:
     """A :class:`Result` rebuilt from the web API's JSON (rows, trace, stages, answer set)."""
     from imagent.core.trace import CallRecord, Trace, TraceStep
-    from imagent.core.types import Ranking, Result
+    from imagent.core.types import MatchCut, Ranking, Result
 
     def ranking(d: dict[str, Any]) -> Ranking:
         return Ranking(list(d.get("ids", [])), [float(s) for s in d.get("scores", [])])
@@ -110,8 +110,12 @@ def result_from_payload(payload: dict[str, Any]) -> Any:
     ]
     trace = Trace(method=t.get("method", ""), query=t.get("query", {}), steps=steps, counters=t.get("counters", {}))
     rows = payload.get("results", [])
+    cut = payload.get("match_cut")  # where the matches stop: the rows' levels come back the same
     return Result(
-        ranking=Ranking([r["id"] for r in rows], [float(r["score"]) for r in rows]),
+        ranking=Ranking([r["id"] for r in rows], [float(r["score"]) for r in rows],
+                        MatchCut(**{k: cut[k] for k in MatchCut.__dataclass_fields__ if k in cut})
+                        if isinstance(cut, dict) and {"strong", "possible", "median", "spread", "photos"} <= set(cut)
+                        else None),
         trace=trace,
         stages={k: ranking(v) for k, v in (payload.get("stages") or {}).items()},
         answer_set=payload.get("answer_set"),
@@ -119,6 +123,7 @@ def result_from_payload(payload: dict[str, Any]) -> Any:
         source_reason=payload.get("source_reason") or "",
         counts={str(k): int(v) for k, v in (payload.get("counts") or {}).items()},
         warnings=[str(w) for w in payload.get("warnings") or []],
+        understood=payload.get("understood") if isinstance(payload.get("understood"), dict) else None,
     )
 
 

@@ -54,7 +54,10 @@ class EncoderConfig(_Strict):
 
 
 # Built-in encoder backends by kind (imagent.models.registry); an extra encoder's kind follows from its backend.
-DUAL_ENCODER_BACKENDS = ("hf", "open_clip", "caption", "effnet-lite0")
+# The pixel models (imagent.models.pixels): ImageNet classifiers from PyPI, each also a dual-encoder backend (ConSE).
+PIXEL_MODEL_NAMES = ("effnet-lite0", "effnet-lite1", "effnet-lite2")
+DEFAULT_PIXEL_MODEL = "effnet-lite0"
+DUAL_ENCODER_BACKENDS = ("hf", "open_clip", "caption", *PIXEL_MODEL_NAMES)
 TEXT_EMBEDDER_BACKENDS = ("sentence-transformers",)
 # An extra encoder's name is part of its spaces' names (``image@siglip``), folder and file names in the index and
 # OSCAR's tool names: lowercase letters, digits and underscores.
@@ -87,7 +90,7 @@ class ExtraEncoderConfig(EncoderConfig):
                 self.kind == "text" and self.backend in DUAL_ENCODER_BACKENDS):
             raise ValueError(f"backend {self.backend!r} is not a {self.kind} backend: leave kind out, or use "
                              f"{', '.join(DUAL_ENCODER_BACKENDS if self.kind == 'dual' else TEXT_EMBEDDER_BACKENDS)}")
-        if not self.model and self.backend not in ("caption", "effnet-lite0"):
+        if not self.model and self.backend not in ("caption", *PIXEL_MODEL_NAMES):
             raise ValueError(f"backend {self.backend!r} needs model = a hub id or a local path")
         return self
 
@@ -161,11 +164,15 @@ class IndexOptions(_Strict):
     ann_overfetch: int = Field(4, ge=1, description="candidates per wanted result before the exact re-rank")
     ann_target_recall: float = Field(0.95, ge=0, le=1, description="recall@50 the store's nprobe is calibrated to")
     # Place names for GPS photos, offline (imagent/index/places.py: GeoNames via reverse-geocode). No place when
-    # the nearest town is farther than place_max_km (at sea); a more populous town of the same country within
-    # place_town_km more than the nearest one wins over it (a city rather than one of its districts).
+    # the nearest town is farther than place_max_km (at sea). The places within place_town_km of the nearest one
+    # vote for the unit (county, municipality) containing the point; a unit named after its seat with half its
+    # places within place_municipal_km of it is that town's municipality and the seat names the point (Belém:
+    # Lisbon); otherwise the unit's most populous place among them does (a city rather than its district).
+    # imagent's own defaults.
     place_names: bool = True
     place_max_km: float = Field(50.0, gt=0, description="no place name when the nearest town is farther")
     place_town_km: float = Field(3.0, ge=0, description="a bigger town this much farther still names the place")
+    place_municipal_km: float = Field(10.0, ge=0, description="a unit this compact around its namesake is its town")
     # Faces and people (imagent/index/faces.py, people.py; dlib models from the `offline` extra). "auto": photos
     # indexed from folders (a photo library), not from manifests (benchmark galleries stay fast); "on": every photo.
     faces: Literal["auto", "on", "off"] = "auto"
@@ -185,9 +192,14 @@ class IndexOptions(_Strict):
         # `faces = true|false` (and `--set indexing.faces=off`, which YAML reads as false) are on and off.
         return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
     # Near-duplicates (imagent duplicates, search --collapse-duplicates; imagent/index/duplicates.py): perceptual
-    # hashes at most this many bits apart (of 64), confirmed by this image-vector cosine where vectors see pixels.
+    # hashes at most this many bits apart (of 64), confirmed by a cosine in the space that sees pixels, with a floor
+    # per space: each the first floor above the 99th percentile of unrelated photos' cosines in that space
+    # (benchmarks/duplicates.py: visual 0.51, ConSE image vectors 0.85), which keeps half-size quality-70 copies.
+    # imagent's own.
     duplicate_max_distance: int = Field(4, ge=0, le=32, description="pHash bits two near-duplicates may differ in")
     duplicate_min_cosine: float = Field(0.9, ge=-1, le=1, description="image-vector cosine two near-duplicates reach")
+    duplicate_min_visual: float = Field(0.6, ge=-1, le=1,
+                                        description="visual-feature cosine two near-duplicates reach")
 
 
 class PixelOptions(_Strict):
@@ -199,8 +211,9 @@ class PixelOptions(_Strict):
     image vector. ``model = "none"`` turns the pixel model off. Values marked imagent's own were chosen on half of
     the shipped stamps (their captions as queries), never on an evaluation query (docs/pixels.md)."""
 
-    model: Literal["effnet-lite0", "none"] = Field(
-        "effnet-lite0", description="the pixel model run at index time (none: no labels, visual features or ConSE)")
+    model: Literal["effnet-lite0", "effnet-lite1", "effnet-lite2", "none"] = Field(
+        DEFAULT_PIXEL_MODEL, description="the pixel model run at index time: EfficientNet-Lite0, -Lite1 or -Lite2 "
+        "(none: no labels, visual features or ConSE; a dual_encoder.backend naming a pixel model takes precedence)")
     conse_top: int = Field(10, ge=1, le=1000, description="ConSE's T: class names averaged per image (paper: 10)")
     template: str = Field("a photo of a {name}", description="text embedded for a class ({name}); imagent's own")
     parent_depth: int = Field(2, ge=0, le=8, description="WordNet parent categories joined to a class's text; "
@@ -208,11 +221,63 @@ class PixelOptions(_Strict):
     parent_min_count: int = Field(1, ge=0, description="a parent counts only when WordNet's concordance tag count "
                                   "reaches this (everyday words: bird, dog, fruit); imagent's own")
     labels_top_k: int = Field(10, ge=1, le=50, description="labels stored per photo (with probabilities)")
-    label_min_p: float = Field(0.1, ge=0, le=1, description="labels shown and filtered need this probability")
+    label_min_p: float = Field(0.1, ge=0, le=1, description="labels filtered by (label ~ ...) and shown in the photo "
+                               "view need this probability")
+    label_show_p: float = Field(0.5, ge=0, le=1, description="labels shown on result cards and in a photo's pixel "
+                                "description need this probability; imagent's own, measured on the stamps "
+                                "(benchmarks/match_levels.py)")
     labels_as_text: bool = Field(True, description="labels reach models and tools as text (GetMetadata, the "
                                  "label filter); false keeps a DISBench run with labels in the Standard track")
     threads: int = Field(0, ge=0, description="torch threads for the forward pass (0: every core)")
     batch_size: int = Field(16, ge=1, description="photos per forward pass")
+
+
+class OcrOptions(_Strict):
+    """Text in photos (``[ocr]``, imagent.models.ocr): an OCR model run once per photo at index time, reading signs,
+    menus, tickets, screenshots. The model (RapidOCR's PP-OCRv4 detector and recogniser, Chinese and English, in the
+    ``rapidocr-onnxruntime`` wheel) finds text first and reads only where it found some, so a photo without text
+    costs the detection pass alone. Values marked imagent's own were chosen on rendered signs
+    (``benchmarks/ocr.py``), never on an evaluation query."""
+
+    enabled: bool = Field(True, description="read the text in photos at index time (false: no OCR pass)")
+    model: str = Field("rapidocr", description="the OCR backend (imagent.models.registry, kind \"ocr\")")
+    min_confidence: float = Field(0.5, ge=0, le=1, description="text lines the recogniser is less sure of are "
+                                  "dropped (RapidOCR's own default)")
+    max_side: int = Field(960, ge=256, le=8192, description="photos are scaled down to this long side before text "
+                          "is looked for (bounds time and memory); imagent's own: word recall 0.92 at 960, 0.92 at "
+                          "1280 (1.3 times the time), 0.88 at 768 (benchmarks/ocr.py)")
+    min_side: int = Field(640, ge=0, le=4096, description="smaller photos are scaled up to this long side (at most "
+                          "twice) so small text is read; imagent's own (960 read 4 more words of 100 on 640 x 480 "
+                          "photos at 1.7 times the time)")
+    box_threshold: float = Field(0.5, ge=0, le=1, description="detector score a text box needs (RapidOCR's default)")
+    use_direction: bool = Field(True, description="the direction classifier turns upside-down lines before reading")
+    threads: int = Field(0, ge=0, description="onnxruntime intra-op threads (0: every core)")
+
+
+class ResultOptions(_Strict):
+    """How far a content search's results go (``[results]``, :mod:`imagent.index.levels`): each result of a cosine
+    ranking gets a match level from its score against the query's scores over the whole gallery (a robust z-score:
+    ``(score - median) / (1.4826 * MAD)``). ``strong``: z at least ``strong_z``, or above the largest gap of at
+    least ``gap_z`` among the photos at ``possible_z`` or more; ``possible``: z at least ``possible_z``; below it no
+    match. All imagent's own, chosen on half of the stamps' category words (with captions, and pixels only) and
+    reported on the other half (benchmarks/match_levels.py, docs/results.md)."""
+
+    strong_z: float = Field(5.0, gt=0, description="robust z-score of a strong match; imagent's own")
+    possible_z: float = Field(3.5, gt=0, description="robust z-score of a possible match; imagent's own")
+    gap_z: float = Field(2.0, gt=0, description="a gap this wide (in z) above the possible ones marks the photos "
+                         "above it strong; imagent's own")
+    min_photos: int = Field(20, ge=3, description="galleries smaller than this get no match levels (too few scores "
+                            "to tell a match from the rest)")
+    sample_photos: int = Field(20000, ge=100, description="larger galleries are calibrated on an even sample of "
+                                "this many photos (no gap rule then)")
+    default_max: int = Field(100, ge=1, le=1000, description="results a search without --top-k shows at most when "
+                             "it stops at the matches (CLI)")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ResultOptions:
+        if self.possible_z > self.strong_z:
+            raise ValueError(f"possible_z ({self.possible_z}) must not exceed strong_z ({self.strong_z})")
+        return self
 
 
 class ToolConfig(_Strict):
@@ -280,6 +345,8 @@ class Settings(_Strict):
     methods: dict[str, dict[str, Any]] = Field(default_factory=dict)
     indexing: IndexOptions = Field(default_factory=IndexOptions)
     pixels: PixelOptions = Field(default_factory=PixelOptions)
+    ocr: OcrOptions = Field(default_factory=OcrOptions)
+    results: ResultOptions = Field(default_factory=ResultOptions)
     # tool name -> entry; none by default (tools that need the network or GPUs are opt-in).
     tools: dict[str, ToolConfig] = Field(default_factory=dict)
     server: ServerOptions = Field(default_factory=ServerOptions)

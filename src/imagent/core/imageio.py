@@ -18,7 +18,12 @@ Every function here treats the file as untrusted input:
   once decoded, is refused too;
 - :func:`verify_image_bytes` (web uploads) also bounds the decode's memory: a JPEG is verified at a
   reduced scale (every byte of its entropy-coded data is still read), anything else only when its decoded
-  pixels fit ``max_decode_bytes``; freed memory is handed back to the system afterwards.
+  pixels fit ``max_decode_bytes``; freed memory is handed back to the system afterwards;
+- decoding takes about the decoded pixels' own memory, never a multiple (issue 47): a pass that needs a bounded
+  size (:func:`open_image_scaled`) gets a JPEG decoded at a reduced DCT scale and any image reduced by a whole
+  factor, with mode conversion, transparency and EXIF orientation done strip by strip; a large PNG is decoded a
+  strip of rows at a time, so the probe and the reduced decodes never hold its whole picture
+  (:mod:`imagent.core.strips`).
 
 Failures raise :class:`ImageLoadError` (a ``ValueError``) with a short reason a report can show.
 :func:`read_exif` never raises: wrong EXIF is common in the wild and only loses the metadata.
@@ -34,12 +39,15 @@ import os
 import re
 import stat
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
-from PIL import Image, ImageOps
+from PIL import Image
+
+from imagent.core import strips
 
 # HEIC/HEIF (phones' photos) when the optional pillow-heif is installed (the `heif` extra, in `offline`); its
 # plugin is imported only when such a file is opened (importing it costs ~0.2 s, a cost every command would pay).
@@ -404,32 +412,16 @@ def _verify(data: bytes, max_pixels: int) -> None:
 
 
 def _oriented_size(im: Image.Image, size: tuple[int, int]) -> tuple[int, int]:
-    try:
-        orientation = int(im.getexif().get(_TAG_ORIENTATION, 1))
-    except Exception:
-        orientation = 1
     w, h = size
-    return (h, w) if orientation in (5, 6, 7, 8) else (w, h)
+    return (h, w) if strips.orientation(im) in (5, 6, 7, 8) else (w, h)
 
 
-def _to_rgb(im: Image.Image) -> Image.Image:
-    try:
-        oriented = ImageOps.exif_transpose(im)
-    except Exception:
-        # A broken orientation tag must not cost us the image; show it as stored.
-        oriented = im.copy()
-    if oriented is None:  # only with in_place=True; keeps type checkers honest
-        oriented = im.copy()
-    has_alpha = oriented.mode in ("RGBA", "LA", "PA") or (
-        oriented.mode == "P" and "transparency" in oriented.info
-    )
-    if has_alpha:
-        # Flatten on white: black behind transparent pixels (convert's default) misleads encoders.
-        rgba = oriented.convert("RGBA")
-        background = Image.new("RGB", rgba.size, (255, 255, 255))
-        background.paste(rgba, mask=rgba.getchannel("A"))
-        return background
-    return oriented.convert("RGB")
+def _png_strips(data: bytes, im: Image.Image, factor: int) -> Iterator[Image.Image] | None:
+    """``im``'s strips decoded one at a time when it is a PNG large enough for it to matter and of a layout
+    :mod:`imagent.core.strips` covers; else None (decode it whole)."""
+    if im.format != "PNG" or im.width * im.height <= strips.WHOLE_PIXELS:
+        return None
+    return strips.png_strips(data, im, strips.strip_rows(im.width, factor))
 
 
 def open_image(
@@ -444,39 +436,47 @@ def open_image(
 
 
 def open_image_scaled(path: str | Path, min_side: int, max_pixels: int = DEFAULT_MAX_PIXELS,
-                      max_bytes: int = DEFAULT_MAX_BYTES) -> Image.Image:
-    """:func:`open_image` for a model that needs only ``min_side`` pixels a side: a JPEG is decoded at the
-    smallest DCT scale (1/2, 1/4, 1/8) that keeps both sides at least ``min_side`` (PIL's draft mode: the whole
-    stream is still read, so truncation is still caught); other formats are decoded whole. The same refusals
-    as :func:`open_image` (corrupt, truncated, too many pixels, too many bytes)."""
+                      max_bytes: int = DEFAULT_MAX_BYTES, long_side: bool = False) -> Image.Image:
+    """:func:`open_image` for a pass that needs only ``min_side`` pixels a side (``long_side``: on the long side),
+    reduced while decoding: a JPEG at the smallest DCT scale (1/2, 1/4, 1/8) that keeps them (PIL's draft mode:
+    the whole stream is still read, so truncation is still caught), then any image by the largest whole factor
+    that keeps them, strip by strip before any mode conversion; a large PNG, which cannot be decoded smaller, a
+    strip of rows at a time (:mod:`imagent.core.strips`). The decode's memory stays about its result's (issue 47:
+    a 100-MP PNG took four times its pixels). ``image.info["source_size"]`` is the photo's own size (EXIF orientation
+    applied). The same refusals as :func:`open_image` (corrupt, truncated, too many pixels, too many bytes)."""
     check_file(path, max_bytes)
-    data = _read_bytes(path)
+    return image_from_bytes(_read_bytes(path), max_pixels, min_side, long_side)
+
+
+def image_from_bytes(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS, min_side: int | None = None,
+                     long_side: bool = False) -> Image.Image:
+    """:func:`open_image` for bytes already in memory (size limits are the caller's); with ``min_side``, reduced
+    as :func:`open_image_scaled` does."""
     if not data:
         raise ImageLoadError("empty file (0 bytes)")
     _verify(data, max_pixels)
     with _open_checked(io.BytesIO(data), max_pixels) as im:
         _check_backed(data, im)
         size = im.size
-        if im.format in ("JPEG", "MPO"):
-            im.draft("RGB", (min_side, min_side))
-        scaled = im.size != size
-        _decode(im)
-        if not scaled:
-            _check_decoded(im, size, max_pixels)
-        return _to_rgb(im)
-
-
-def image_from_bytes(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image.Image:
-    """:func:`open_image` for bytes already in memory (size limits are the caller's)."""
-    if not data:
-        raise ImageLoadError("empty file (0 bytes)")
-    _verify(data, max_pixels)
-    with _open_checked(io.BytesIO(data), max_pixels) as im:
-        _check_backed(data, im)
-        size = im.size
-        _decode(im)
-        _check_decoded(im, size, max_pixels)
-        return _to_rgb(im)
+        if min_side is not None and im.format in ("JPEG", "MPO"):
+            need = max(1, min_side * min(size) // max(size)) if long_side else min_side
+            im.draft("RGB", (min_side, need) if size[0] >= size[1] else (need, min_side))
+        factor = 1
+        if min_side is not None:
+            factor = max(1, (max(im.size) if long_side else min(im.size)) // max(1, min_side))
+        rows = _png_strips(data, im, factor)
+        if rows is None:
+            scaled = im.size != size
+            _decode(im)
+            if not scaled:
+                _check_decoded(im, size, max_pixels)
+        try:
+            out = strips.to_rgb(im, factor, rows)
+        except ValueError as exc:  # a strip's data was truncated or corrupt
+            raise ImageLoadError(str(exc)) from None
+        w, h = _oriented_size(im, size)
+        out.info["source_size"] = (w, h)
+        return out
 
 
 def _probe_bytes(data: bytes, max_pixels: int) -> tuple[ImageInfo, Image.Image]:
@@ -485,9 +485,17 @@ def _probe_bytes(data: bytes, max_pixels: int) -> tuple[ImageInfo, Image.Image]:
     size = im.size  # before decoding: a JPEG draft decode shrinks ``im.size``
     try:
         _check_backed(data, im)
-        _decode(im, draft=True)
-        if im.format not in ("JPEG", "MPO"):
-            _check_decoded(im, size, max_pixels)
+        rows = _png_strips(data, im, 1)
+        if rows is not None:  # every row decoded, a strip at a time, none kept
+            try:
+                for _ in rows:
+                    pass
+            except ValueError as exc:
+                raise ImageLoadError(str(exc)) from None
+        else:
+            _decode(im, draft=True)
+            if im.format not in ("JPEG", "MPO"):
+                _check_decoded(im, size, max_pixels)
     except ImageLoadError:
         im.close()
         raise

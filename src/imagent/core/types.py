@@ -43,6 +43,11 @@ class ImageRecord:
     # What the pixel model (imagent.models.pixels) sees, best first: ``{"name", "p", "index"}`` (ImageNet class
     # name, probability, class index); empty when no pixel model ran on the photo.
     labels: list[dict[str, Any]] = field(default_factory=list)
+    # What the pixel model saw, in words, for a photo without a caption (:mod:`imagent.index.describe`: its labels
+    # above the card floor with their everyday parent category, the people named in it, the text found in it): what
+    # a model that cannot see pixels reads for it (:meth:`surrogate`). Built by the gallery from what the index
+    # holds when it hands the record out; never stored, never a caption.
+    description: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         if self.captions and not self.caption_source:
@@ -62,8 +67,11 @@ class ImageRecord:
         return bool(self.captions)
 
     def surrogate(self) -> str:
-        """The text that stands in for the pixels when a model cannot see images (caption mode)."""
-        parts = [" ".join(c.strip() for c in self.captions) or self.derived_text or "(no caption)"]
+        """The text that stands in for the pixels when a model cannot see images (caption mode): the captions, else
+        what the pixel model saw (:attr:`description`), else the words derived from its names; then when and where
+        it was taken."""
+        parts = [" ".join(c.strip() for c in self.captions) or self.description or self.derived_text
+                 or "(no caption)"]
         if self.taken_time is not None:
             parts.append(f"taken {self.taken_time.isoformat(sep=' ')}")
         if self.place_name:
@@ -172,12 +180,49 @@ class Query:
         return "tir"
 
 
+MATCH_STRONG = "strong"
+MATCH_POSSIBLE = "possible"
+MATCH_NONE = "none"
+
+
+@dataclass(frozen=True)
+class MatchCut:
+    """Where a cosine ranking's scores stop matching (:mod:`imagent.index.levels` computes it from the query's
+    scores over the whole gallery): a score of at least ``strong`` is a strong match, of at least ``possible`` a
+    possible one, anything lower no match. ``median`` and ``spread`` (1.4826 x the median absolute deviation) are
+    the distribution's, over ``photos`` photos (``sampled``: an even sample of a large gallery)."""
+
+    strong: float
+    possible: float
+    median: float
+    spread: float
+    photos: int
+    sampled: bool = False
+
+    def level(self, score: float) -> str:
+        """``strong``, ``possible`` or ``none`` for one score of the ranking this cut belongs to."""
+        if score >= self.strong:
+            return MATCH_STRONG
+        return MATCH_POSSIBLE if score >= self.possible else MATCH_NONE
+
+    def z(self, score: float) -> float:
+        """The robust z-score of one score."""
+        return (score - self.median) / self.spread
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"strong": round(self.strong, 6), "possible": round(self.possible, 6), "median": round(self.median, 6),
+                "spread": round(self.spread, 6), "photos": self.photos, "sampled": self.sampled}
+
+
 @dataclass
 class Ranking:
-    """Ranked gallery ids, best first, with the score each method assigned."""
+    """Ranked gallery ids, best first, with the score each method assigned. ``cut``: where the scores stop
+    matching, for a cosine ranking over the gallery (:class:`MatchCut`; None for other rankings: their scores
+    are not compared with the gallery's)."""
 
     ids: list[str]
     scores: list[float]
+    cut: MatchCut | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if len(self.ids) != len(self.scores):
@@ -187,7 +232,7 @@ class Ranking:
         return len(self.ids)
 
     def top(self, k: int) -> Ranking:
-        return Ranking(self.ids[:k], self.scores[:k])
+        return Ranking(self.ids[:k], self.scores[:k], self.cut)
 
     def head(self, n: int = 10) -> list[list[Any]]:
         """The first ``n`` as ``[id, score]`` pairs: how traces show a ranking (the web UI draws them)."""
@@ -268,6 +313,10 @@ class Result:
     # The vector spaces the ranking was scored in (the method's ``search_spaces``, or "more like this"'s space),
     # so each result row can say what answered it (a caption, the pixels, file-name words); empty when unknown.
     spaces: list[str] = field(default_factory=list)
+    # What the query reader understood of a plain-words question (``QueryReading.to_dict()`` of
+    # :mod:`imagent.tools.query_reader`: the people, places and dates linked as filters, the content words, notes);
+    # None when the question was not read (a method named explicitly, a reference, "more like this").
+    understood: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         Source.check(self.source)
@@ -303,4 +352,6 @@ class Result:
             d["answer_set"] = list(self.answer_set)
             d["answer_origin"] = self.answer_origin
             d["code_selected_share"] = self.code_selected_share
+        if self.understood is not None:
+            d["understood"] = self.understood
         return d

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from imagent.api import Workspace
+from imagent.core.config import PIXEL_MODEL_NAMES
 from imagent.eval.datasets import Benchmark
 from imagent.eval.records import INDEX_MARKER, json_default, write_json_atomic
 
@@ -74,7 +75,7 @@ def ensure_index(
 
     # The pixel model runs with the build when it is the dual encoder (labels and visual features come with the
     # ConSE vectors' pass); a caption-mode benchmark index does without it.
-    pixels = ws.pixel_stage() if ws.settings.dual_encoder.backend == "effnet-lite0" else None
+    pixels = ws.pixel_stage() if ws.settings.dual_encoder.backend in PIXEL_MODEL_NAMES else None
     report = build_index(manifest, index_dir, ws.dual_encoder, ws.text_embedder, options,
                          captioner=captioner, progress=on_progress, extras=ws.extra_encoders, pixels=pixels)
     info = {"built": True, **marker, "report": report.to_dict()}
@@ -92,7 +93,7 @@ def index_encoders(settings: Any) -> dict[str, Any]:
     }
     if settings.encoders:
         out["encoders"] = {n: e.model_dump(mode="json") for n, e in sorted(settings.encoders.items())}
-    if settings.dual_encoder.backend == "effnet-lite0":  # T, template and parents shape its ConSE vectors
+    if settings.dual_encoder.backend in PIXEL_MODEL_NAMES:  # T, template and parents shape its ConSE vectors
         keep = ("conse_top", "template", "parent_depth", "parent_min_count", "labels_top_k")
         out["pixels"] = {k: v for k, v in settings.pixels.model_dump(mode="json").items() if k in keep}
     return out
@@ -103,7 +104,8 @@ def shared_index_dir(ws: Workspace, bench: Benchmark, split: str, images_root: P
     split, image folder and encoders under the cache directory, so every run with the same models
     (any method, any parameters) reuses it instead of indexing the benchmark again."""
     root = images_root or bench.images_root
-    key = {"images_root": str(Path(root).expanduser().resolve()) if root else "", **index_encoders(ws.settings)}
+    key = {"images_root": str(Path(root).expanduser().resolve()) if root else "", **index_encoders(ws.settings),
+           **bench.index_key()}  # loader options that change the gallery (stamps' captions=withheld)
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     return Path(ws.settings.cache_dir) / "eval-indexes" / f"{bench.name}-{split}-{digest}"
 

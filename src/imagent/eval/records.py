@@ -3,7 +3,7 @@
 A run folder (see :mod:`imagent.eval.runner` for how one is made)::
 
     config.json     the run's identity (:mod:`imagent.eval.identity`) and resolved configuration
-    results.jsonl   one :class:`RunRecord` per finished query, appended and fsync'ed (:class:`ResultsLog`)
+    results.jsonl   one :class:`RunRecord` per finished query, appended (flushed, then fsync'ed: :class:`ResultsLog`)
     metrics.json    the scores and run statistics written by :mod:`imagent.eval.report`
 
 Use :class:`RunFolder` to open one (``RunFolder(path).records()``, ``.config()``, ``.metrics()``) and
@@ -174,12 +174,33 @@ class RunRecord:
 
 
 class ResultsLog:
-    """``results.jsonl``: append-only, one fsync'ed line per query, later lines win."""
+    """``results.jsonl``: append-only, one line per query, later lines win.
+
+    Each line is written and flushed as soon as it is appended: a killed process loses no appended line (it is in
+    the system's page cache). :meth:`sync` makes every line so far durable (fsync); :meth:`append` syncs at once
+    unless told to wait, so a run that appends a batch of lines (the queries its workers finished together) pays
+    one fsync for the batch (:meth:`write`). Used as a context manager the file stays open for the whole run and
+    is synced on exit; otherwise each append opens it."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
+        self._file: Any = None  # open while the log is used as a context manager
+        self._unsynced = False
         self._repair()
+
+    def __enter__(self) -> ResultsLog:
+        with self._lock:
+            if self._file is None:
+                self._file = open(self.path, "a", encoding="utf-8")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.sync()
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
 
     def _repair(self) -> None:
         """Cut a partial last line (a kill mid-write) so the next append starts on a fresh line."""
@@ -204,14 +225,50 @@ class ResultsLog:
                     out[rec.qid] = rec
         return out
 
-    def append(self, record: RunRecord | dict[str, Any]) -> None:
+    @staticmethod
+    def line(record: RunRecord | dict[str, Any]) -> str:
+        """The line a record is stored as: its JSON, secrets masked (a trace or error may quote a model server's
+        reply, which may echo the API key). Any thread may build it (the runner's workers do)."""
         data = record.to_dict() if isinstance(record, RunRecord) else record
-        # Redacted: a trace or error may quote a model server's reply, which may echo the API key.
-        line = redact(json.dumps(data, default=json_default, ensure_ascii=False)) + "\n"
-        with self._lock, open(self.path, "a", encoding="utf-8") as f:
-            f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
+        return redact(json.dumps(data, default=json_default, ensure_ascii=False)) + "\n"
+
+    def append(self, record: RunRecord | dict[str, Any], sync: bool = True) -> None:
+        """Write one record's line (flushed); ``sync``: fsync it now, else at the next :meth:`sync`."""
+        self.write([self.line(record)], sync)
+
+    def write(self, lines: Iterable[str], sync: bool = True) -> None:
+        """Write lines made by :meth:`line` (flushed together); ``sync``: one fsync for all of them."""
+        with self._lock:
+            if self._file is not None:
+                self._file.writelines(lines)
+                self._file.flush()
+                self._unsynced = True
+                if sync:
+                    self._fsync()
+                return
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.writelines(lines)
+                f.flush()
+                if sync:
+                    os.fsync(f.fileno())
+                else:
+                    self._unsynced = True
+
+    def sync(self) -> None:
+        """Make every line written so far durable."""
+        with self._lock:
+            if not self._unsynced:
+                return
+            if self._file is not None:
+                self._fsync()
+                return
+            with open(self.path, "a", encoding="utf-8") as f:
+                os.fsync(f.fileno())
+            self._unsynced = False
+
+    def _fsync(self) -> None:
+        os.fsync(self._file.fileno())
+        self._unsynced = False
 
 
 # --------------------------------------------------------------------------- the calls a run made

@@ -21,9 +21,11 @@ The gallery index itself is shared: ``<cache_dir>/eval-indexes/<benchmark>-<spli
 the image folder and the encoders), built once and reused by every run with the same models, unless
 ``--index`` names another.
 
-Resuming: every finished query is appended to ``results.jsonl`` and fsync'ed before the next starts,
-so a killed run loses at most the query in flight. The same command again finds the same folder and skips
-the queries already there; a half-written last line (a kill mid-write) is cut off first. Queries that
+Resuming: every finished query is appended to ``results.jsonl`` as soon as it is done (written and flushed: a
+killed run loses at most the queries in flight) and fsync'ed with the others that finished with it (one fsync per
+batch of concurrent workers' results, :class:`~imagent.eval.records.ResultsLog`; the run ends synced). The same
+command again finds the same folder and skips the queries already there; a half-written last line (a kill
+mid-write) is cut off first. Queries that
 raised are recorded with their error, scored as empty rankings, and tried again on the next run. Each query
 is answered by :func:`imagent.eval.worker.query_runner` on the request path every interface uses
 (:meth:`imagent.api.Workspace.prepare` / :meth:`~imagent.api.Workspace.run`); the method's config is validated
@@ -34,10 +36,9 @@ library gets one built first from a small training split of the benchmark
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -211,8 +212,7 @@ def run_eval(ws: Workspace, spec: RunSpec, progress: ProgressFn | None = None,
     _check_tasks(bench, split, items, spec.method, set(config["method"]["tasks"]))
     run_dir = prepare_run_dir(spec, config)
     folder = RunFolder(run_dir)
-    with folder.writer(), _recording_calls(ws, folder.path / CALL_KEYS):
-        results = folder.results()
+    with folder.writer(), _recording_calls(ws, folder.path / CALL_KEYS), folder.results() as results:
         done = {q: r for q, r in results.load().items() if r.error is None}
         extra = bench.subset_items(items)  # CIRR subset mode: every query again inside its members
         pending = [it for it in [*items, *extra] if it.id not in done]
@@ -259,7 +259,8 @@ def _run_pending(ws: Workspace, spec: RunSpec, prepared: PreparedMethod, bench: 
                                                                                        spec.images_root)
     index_dir.mkdir(parents=True, exist_ok=True)
     with _recording_calls(ws, index_dir / CALL_KEYS):  # a captioner's calls belong to the index (and to packs)
-        info = ensure_index(ws, bench, split, spec.images_root, index_dir, run_dir, spec.allow_missing, progress)
+        # Files a loader writes for its gallery (crops, neutral names) live with the index every run shares.
+        info = ensure_index(ws, bench, split, spec.images_root, index_dir, index_dir, spec.allow_missing, progress)
     write_json_atomic(run_dir / INDEX_INFO, {"dir": str(Path(index_dir).resolve()),
                                              **{k: v for k, v in info.items() if k not in ("built", "report")}})
     if info.get("built"):
@@ -267,39 +268,55 @@ def _run_pending(ws: Workspace, spec: RunSpec, prepared: PreparedMethod, bench: 
         say(f"gallery index {index_dir}: {info['images']} images ({rep.get('added', 0)} added, "
             f"{len(rep.get('skipped', []))} skipped)")
     total, finished, errors = len(pending), 0, 0
-    lock = threading.Lock()
 
-    def record(rec: RunRecord) -> None:
+    def counted(rec: RunRecord) -> None:  # the main thread's bookkeeping, after the record's line is written
         nonlocal finished, errors
-        results.append(rec)
-        with lock:
-            finished += 1
-            if rec.error:
-                errors += 1
-                say(f"query {rec.qid} failed: {rec.error}")
+        finished += 1
+        if rec.error:
+            errors += 1
+            say(f"query {rec.qid} failed: {rec.error}")
         if progress is not None:
             progress("queries", finished, total, rec.qid)
 
+    if progress is not None:
+        progress("queries", 0, total, "")
     if spec.ray:
         from imagent.eval.distributed import run_on_ray
 
-        if progress is not None:
-            progress("queries", 0, total, "")
         for rec in run_on_ray(ws, spec, split, index_dir, run_dir, pending):
-            record(rec)
+            results.append(rec)
+            counted(rec)
         return errors
     one = query_runner(ws, prepared, spec.top_k, bench, split, run_dir, say)
-    if progress is not None:
-        progress("queries", 0, total, "")
-    if spec.workers <= 1:
-        for item in pending:
-            record(one(item))
-    else:
-        with ThreadPoolExecutor(max_workers=spec.workers) as pool:
-            futures = [pool.submit(one, it) for it in pending]
-            for fut in as_completed(futures):
-                record(fut.result())
+    for rec in _answered(one, pending, spec.workers, results):
+        counted(rec)
     return errors
+
+
+def _answered(one: Callable[[EvalItem], RunRecord], pending: Sequence[EvalItem], workers: int,
+              results: ResultsLog) -> Iterator[RunRecord]:
+    """Answer ``pending`` with ``workers`` threads, yielding each record once its line is written. The serial
+    part is kept small: a worker builds its record's line itself (JSON, redaction), and the records that finished
+    together are written with one fsync (:meth:`ResultsLog.write`)."""
+    if workers <= 1:
+        for item in pending:
+            rec = one(item)
+            results.append(rec)
+            yield rec
+        return
+
+    def answer(item: EvalItem) -> tuple[RunRecord, str]:
+        rec = one(item)
+        return rec, ResultsLog.line(rec)
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        running = {pool.submit(answer, item) for item in pending}
+        while running:
+            done, running = wait(running, return_when=FIRST_COMPLETED)
+            batch = [fut.result() for fut in done]
+            results.write([line for _, line in batch])
+            for rec, _ in batch:
+                yield rec
 
 
 def _check_tasks(bench: Benchmark, split: str, items: Sequence[EvalItem], method: str, tasks: set[str]) -> None:

@@ -302,7 +302,8 @@ def _check_spaces(gallery: Gallery, dual: Any, text: Any, extras: Sequence[Extra
     seen = have.get("visual")
     if pixels is not None and seen is not None and seen.model_id != pixels.model_id:
         raise GalleryError(f"index {gallery.root} holds 'visual' vectors from {seen.model_id}, but the pixel model "
-                           f"is {pixels.model_id}; use another --index or set pixels.model = \"none\"")
+                           f"is {pixels.model_id}; keep the index's model (pixels.model = "
+                           f"\"{seen.model_id.split(':')[0]}\"), use another --index or set pixels.model = \"none\"")
     return list(encoders)
 
 

@@ -7,10 +7,14 @@ results. Nothing is ever deleted or changed on disk.
   the others as skipped ("same image as ..."); they are found again here by hashing those files, and records of
   a manifest that name the same bytes under two ids are grouped too.
 - **Near-duplicates** have perceptual hashes (``imagehash.phash``: 64 bits from the image's low frequencies,
-  robust to re-encoding and resizing) at most ``duplicate_max_distance`` bits apart, and, where the index has
-  image vectors from an encoder that sees pixels, a cosine of at least ``duplicate_min_cosine`` between them
-  (the hash sees only luminance: a red and a green flag of one shape hash alike, their vectors do not); the pixel
-  model's ``visual`` features (:mod:`imagent.index.pixels`) confirm first when the index has them.
+  robust to re-encoding and resizing) at most ``duplicate_max_distance`` bits apart, confirmed where the index
+  sees pixels by a cosine in one space, with that space's floor: the pixel model's ``visual`` features
+  (:mod:`imagent.index.pixels`) when the index has them, at least ``duplicate_min_visual``; else image vectors
+  from an encoder that sees pixels, at least ``duplicate_min_cosine``. Each floor sits just above what unrelated
+  photos reach in its space, measured with true copies (re-encoded, a half and a quarter of the size, cropped,
+  EXIF-rotated, HEIC) and look-alikes in ``benchmarks/duplicates.py`` (docs/photos.md has the numbers): the hash
+  keeps two birds of one kind and burst frames apart; no floor in either space tells a copy from a look-alike that
+  hashes alike (one dreidel with another letter, one picture in other colours) without losing the copies.
   Hashes are computed once per file content and kept in the index (table ``phash``; no generation bump, so no
   snapshot is rewritten); pairs are compared blockwise with numpy's popcount.
 """
@@ -26,9 +30,10 @@ from typing import Any
 import numpy as np
 
 from imagent.core.config import IndexOptions
-from imagent.core.imageio import ImageLoadError, open_image
+from imagent.core.imageio import ImageLoadError, open_image_scaled
 from imagent.core.types import ImageRecord
 from imagent.index.gallery import SPACE_IMAGE, Gallery
+from imagent.index.pixels import SPACE_VISUAL
 
 _BLOCK = 2048
 
@@ -65,12 +70,17 @@ def _member(rec: ImageRecord) -> Member:
     return Member(rec.id, rec.path, _size(rec.path), rec.taken_time.isoformat() if rec.taken_time else None)
 
 
+# pHash looks at a 32x32 grey thumbnail: the image is decoded no larger than this a side (a 100-MP photo is not
+# held whole), far above what the thumbnail's own downscaling smooths away.
+HASH_SIDE = 256
+
+
 def perceptual_hash(path: str, options: IndexOptions) -> int | None:
     """The 64-bit pHash of the image at ``path`` (None when it cannot be read)."""
     import imagehash
 
     try:
-        with open_image(path, options.max_pixels, options.max_file_bytes) as im:
+        with open_image_scaled(path, HASH_SIDE, options.max_pixels, options.max_file_bytes) as im:
             return int(str(imagehash.phash(im.convert("L"))), 16)
     except (ImageLoadError, OSError, ValueError):
         return None
@@ -136,10 +146,15 @@ def _near_pairs(hashes: np.ndarray, max_distance: int) -> Iterable[tuple[int, in
 def _pixel_space(gallery: Gallery) -> str | None:
     """The space that confirms a near pair: the pixel model's visual features when the index has them, else the
     image space when its vectors come from an encoder that sees pixels (not caption mode)."""
-    if gallery.has_space("visual"):
-        return "visual"
+    if gallery.has_space(SPACE_VISUAL):
+        return SPACE_VISUAL
     info = gallery.spaces().get(SPACE_IMAGE)
     return SPACE_IMAGE if info is not None and not info.model_id.startswith("caption:") else None
+
+
+def min_cosine(space: str | None, options: IndexOptions) -> float:
+    """The cosine a near pair must reach in ``space`` (each space has its own scale: see the module's doc)."""
+    return options.duplicate_min_visual if space == SPACE_VISUAL else options.duplicate_min_cosine
 
 
 def near_groups(gallery: Gallery, options: IndexOptions) -> list[Group]:
@@ -150,6 +165,7 @@ def near_groups(gallery: Gallery, options: IndexOptions) -> list[Group]:
         return []
     arr = np.array([hashes[i] for i in ids], dtype=np.uint64)
     space = _pixel_space(gallery)
+    floor = min_cosine(space, options)
     parent = list(range(len(ids)))
 
     def root(x: int) -> int:
@@ -165,7 +181,7 @@ def near_groups(gallery: Gallery, options: IndexOptions) -> list[Group]:
             continue  # an exact copy: listed as such
         if space is not None:
             cos = float(np.dot(gallery.vector(space, ids[i]), gallery.vector(space, ids[j])))
-            if cos < options.duplicate_min_cosine:
+            if cos < floor:
                 continue
         a, b = root(i), root(j)
         if a != b:

@@ -133,12 +133,14 @@ def space_models(dual: DualEncoder | None, text: TextEmbedder | None, extras: Se
 
 
 def uses_pixel_model(encoder: Any, pixels: Any) -> bool:
-    """Whether ``encoder`` is the ``effnet-lite0`` dual encoder over the pixel stage's own classifier (then its image
-    vectors come from the stage's pass: one forward pass per photo)."""
+    """Whether ``encoder`` is a pixel dual encoder (``effnet-lite0`` ...) over the pixel stage's own classifier (then
+    its image vectors come from the stage's pass: one forward pass per photo)."""
     if pixels is None or encoder is None:
         return False
     if isinstance(encoder, LazyEncoder):
-        if not encoder.model_id.startswith("effnet-lite0+"):
+        from imagent.models.pixels import is_pixel_backend
+
+        if not is_pixel_backend(encoder.model_id.split("+", 1)[0]):
             return False
         encoder = encoder.get()
     return getattr(encoder, "pixel_model", None) is not None and encoder.pixel_model is pixels.model

@@ -54,10 +54,11 @@ from typing import Any
 
 import numpy as np
 
-from imagent.core.config import IndexOptions
+from imagent.core.config import IndexOptions, PixelOptions
 from imagent.core.types import ImageRecord, MetadataConstraints, Ranking
 from imagent.index import snapshots
 from imagent.index.ann import DEFAULT_MIN_ROWS, AnnParams, AnnRecallWarning, AnnStore, search_pool
+from imagent.index.describe import describe_records
 from imagent.index.scoring import haversine_km, top_k
 from imagent.index.shards import DEFAULT_SHARD_ROWS, ShardedVectors
 from imagent.index.store import Reader, SpaceConflict, Store, Writer
@@ -141,6 +142,8 @@ class Gallery:
         # label needs to be shown or matched (the workspace sets both from [pixels]).
         self.labels_as_text = True
         self.label_min_p = 0.1
+        # The [pixels] settings a photo's pixel description and result cards read (imagent.index.describe).
+        self.pixel_options = PixelOptions()
         self._ann_stores: dict[str, AnnStore] = {}
         self._store = Store(db)
         self._load()
@@ -209,13 +212,20 @@ class Gallery:
         return image_id in self._row_of
 
     def record(self, image_id: str) -> ImageRecord:
+        """The photo's record; one without a caption that the pixel model has seen carries its pixel description
+        (:mod:`imagent.index.describe`), built now from the labels and people the index holds."""
         try:
-            return self._records[image_id]
+            rec = self._records[image_id]
         except KeyError:
             raise KeyError(f"image id {image_id!r} is not in the gallery at {self.root}") from None
+        describe_records(self, [rec])
+        return rec
 
     def records(self, ids: Iterable[str] | None = None) -> list[ImageRecord]:
-        return [self._records[i] for i in (self.ids if ids is None else ids)]
+        """The records of ``ids`` (default: every photo), as :meth:`record` gives them."""
+        out = [self._records[i] for i in (self.ids if ids is None else ids)]
+        describe_records(self, out)
+        return out
 
     @property
     def id_array(self) -> np.ndarray:

@@ -25,7 +25,8 @@ from imagent.index.gallery import Gallery
 from imagent.index.sources import RowFields, SourceItem, abspath, given
 
 # The version of the fields upgraded() fills; stored per source in the index's meta table once a run did it.
-UPGRADE_VERSION = "places-1"
+# places-2: names from the municipality the places around agree on (issue 47), so stored places are named anew.
+UPGRADE_VERSION = "places-2"
 
 
 def place_for(rec: ImageRecord, options: IndexOptions) -> str | None:
@@ -34,7 +35,8 @@ def place_for(rec: ImageRecord, options: IndexOptions) -> str | None:
     if not options.place_names or rec.address or rec.latitude is None or rec.longitude is None:
         return None
     try:
-        found = places.reverse(rec.latitude, rec.longitude, options.place_max_km, options.place_town_km)
+        found = places.reverse(rec.latitude, rec.longitude, options.place_max_km, options.place_town_km,
+                               options.place_municipal_km)
     except places.PlacesUnavailable:
         return None
     return found.name if found is not None else None
@@ -66,7 +68,9 @@ def make_record(item: SourceItem, probe: FileProbe, root: str | None = None,
 def upgraded(rec: ImageRecord, root: str | None, options: IndexOptions) -> ImageRecord | None:
     """``rec`` with its place name and derived text as an index built now would have them, or None when
     they are the same already (nothing to store or re-embed)."""
-    place = rec.place if rec.place is not None else place_for(rec, options)
+    # Named anew by the current rule when the data is here (a stored name from an older rule is replaced);
+    # without it, what is stored stays.
+    place = place_for(rec, options) if options.place_names and places.available() else rec.place
     new = replace(rec, place=place, captions=list(rec.captions), tags=list(rec.tags), extra=dict(rec.extra))
     if not new.captions:
         new.derived_text = _derived(new, root)

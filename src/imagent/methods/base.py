@@ -12,14 +12,16 @@ import contextvars
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from imagent.core.config import ResultOptions
 from imagent.core.registry import Registry
-from imagent.core.trace import Trace, note
+from imagent.core.trace import Trace, current_trace, note
 from imagent.core.types import ImageRecord, Query, Ranking, Result, Source
 from imagent.index.embedding import ExtraEncoder
 from imagent.index.gallery import (
@@ -30,6 +32,7 @@ from imagent.index.gallery import (
     GalleryError,
     split_space,
 )
+from imagent.index.levels import gallery_cut
 from imagent.index.scoring import stable_order, top_k
 from imagent.models.base import DualEncoder, TextEmbedder
 from imagent.models.roles import CallBudgetExceeded, Roles
@@ -65,6 +68,9 @@ class MethodContext:
     # Extra encoders by name (config ``[encoders.<name>]``): the query side of spaces ``image@<name>``,
     # ``caption_dual@<name>`` (a dual encoder's text tower) and ``caption_text@<name>`` (a text embedder).
     extras: dict[str, ExtraEncoder] = field(default_factory=dict)
+    # How far a cosine ranking's matches go ([results], imagent.index.levels): :meth:`rank` gives each ranking its
+    # cut from the query's scores over the gallery. None: rankings carry no cut (no match levels).
+    results: ResultOptions | None = None
 
     def encoder_for(self, space: str) -> DualEncoder | TextEmbedder:
         """The encoder whose text side queries ``space``: the text embedder for ``caption_text``, the dual
@@ -129,19 +135,37 @@ class MethodContext:
         return self.gallery.id_array if rows is None else self.gallery.id_array[rows]
 
     def rank(self, query: Query, query_vec: np.ndarray, space: str, top_k: int) -> Ranking:
-        """Exact cosine top-k of one query vector over the query's pool (subset, filters, exclusions)."""
-        return self.gallery.search(query_vec, space, top_k, query.constraints, query.candidates, query.exclude)
+        """Exact cosine top-k of one query vector over the query's pool (subset, filters, exclusions), with where
+        its matches stop (``Ranking.cut``, from the query's scores over the whole gallery: :mod:`imagent.index.levels`)
+        when :attr:`results` is set and the query has no candidate subset of its own (a benchmark's per-query
+        gallery)."""
+        ranking = self.gallery.search(query_vec, space, top_k, query.constraints, query.candidates, query.exclude)
+        if self.results is not None and query.candidates is None:
+            ranking.cut = gallery_cut(self.gallery, query_vec, space, self.results)
+        return ranking
 
     def describe_image(self, record: ImageRecord, role: str = "captioner") -> str:
         """An image's description: its stored caption when it has one (no model call), else the
         ``role`` model's one-sentence description when that model sees pixels. A blind model is never
-        asked to describe an image it cannot see (it would make one up): the image's derived text
-        (file/folder words, date, place) is used instead, marked in the trace, and without that the
-        query is refused with what to configure. Which one was used goes into the trace."""
+        asked to describe an image it cannot see (it would make one up): what the pixel model saw of it is used
+        instead when the index has seen it (its pixel description, :mod:`imagent.index.describe`: labels with their
+        parent category, people, the text in it, then date and place), else its derived text (file/folder words,
+        date, place), marked in the trace; without either the query is refused with what to configure. Which one
+        was used goes into the trace."""
         if record.captions:
             note(f"image {record.id}: used its stored caption")
             return record.caption
         if self.roles[role].caption_mode:
+            if not record.description and record.id in self.gallery:
+                record = self.gallery.record(record.id)  # a bare reference: the index's record, described
+            if record.description:
+                note(f"image {record.id}: no caption and the {role} role cannot see pixels: used its pixel description "
+                     "(what the pixel model saw, people, date and place: a description from the pixel model, not a "
+                     "caption)")
+                trace = current_trace()
+                if trace is not None:
+                    trace.count("pixel_descriptions")
+                return record.surrogate()
             if record.derived_text:
                 note(f"image {record.id}: no caption and the {role} role cannot see pixels: used its derived "
                      f"text (file/folder words, date, place), not a description of its content")
@@ -163,8 +187,10 @@ class BlindDescriptionError(ValueError):
     """A method needed an image described, but it has no caption and no configured model sees pixels."""
 
 
+@cache
 def load_prompt(relative: str) -> str:
-    """A prompt template shipped in ``imagent/methods/prompts/`` (prompts live in their own files)."""
+    """A prompt template shipped in ``imagent/methods/prompts/`` (prompts live in their own files); read once per
+    process (methods ask for their prompts on every query)."""
     from importlib.resources import files
 
     return (files("imagent.methods") / "prompts" / relative).read_text(encoding="utf-8").strip()
@@ -223,6 +249,13 @@ class Method(ABC):
     # Trace counters that mean a named fallback stood in for part of the method (unusable model output): a
     # result whose trace counts any has ``source`` ``fallback:<name>`` (the first counted, in this order).
     fallback_counters: ClassVar[dict[str, str]] = {}
+    # True for a method that reads a plain-words question itself (the ``album`` method: its relations need the
+    # whole question): a request with ``read_query`` hands it the question whole and the query reader's reading in
+    # ``query.extra["reading"]`` instead of filtering by what was understood (``Workspace.prepare``).
+    reads_question: ClassVar[bool] = False
+    # The roles this method shows photos to (a reference, candidates): :meth:`text_readers` names those that read them
+    # as text. Empty: no role of the method is shown a photo.
+    image_roles: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, ctx: MethodContext, config: MethodConfig | dict[str, Any] | None = None) -> None:
         self.ctx = ctx
@@ -358,9 +391,10 @@ class Method(ABC):
         return None
 
     def text_readers(self) -> list[str]:
-        """The roles whose model is shown photos but reads them as text (caption mode: captions, derived text,
-        date and place) instead of pixels; such text counts as derived from the photos (DISBench's tracks)."""
-        return []
+        """The roles whose model is shown photos but reads them as text (caption mode: captions, pixel descriptions,
+        derived text, date and place) instead of pixels; such text counts as derived from the photos (DISBench's
+        tracks, decisions 9 and 11). By default those of :attr:`image_roles` whose model cannot see pixels."""
+        return [r for r in self.image_roles if self.ctx.roles[r].caption_mode]
 
     def start_run(self, run_dir: Path) -> None:
         """An eval run starts in ``run_dir`` (called once, before its first query). A method that learns across
@@ -443,8 +477,8 @@ METHODS: Registry[type[Method]] = Registry("method", {
     "imagescope": "imagent.methods.imagescope:ImageScope",
     "xr": "imagent.methods.xr:XR",
     "tacir": "imagent.methods.tacir:TaCIR",
-    "imageseeker": "imagent.methods.photocraft:ImageSeeker",
-    "photocraft": "imagent.methods.photocraft:PhotoCraft",
+    "imageseeker": "imagent.methods.album.photocraft:ImageSeeker",
+    "photocraft": "imagent.methods.album.photocraft:PhotoCraft",
     "oscar": "imagent.methods.oscar.method:Oscar",
     "album": "imagent.methods.album.method:AlbumSearch",
 })
@@ -473,6 +507,37 @@ def get_method(name: str) -> type[Method]:
     return METHODS.lookup(name)
 
 
+def pixel_notice(method: Method) -> list[str]:
+    """A warning when the spaces ``method`` searches see no photo's pixels though some photos lack captions: they
+    are found by file-name words, dates and places only (said before the first result, not only in the trace).
+    Computed once per state of the index."""
+    from imagent.index.pixels import answered_by
+
+    g = method.ctx.gallery
+    spaces = [s for s in method.search_spaces() or [] if g.has_space(s)]
+    info = g.spaces()
+    if not spaces or any(s.split("@")[0] == "image" and not info[s].model_id.startswith("caption:") for s in spaces):
+        return []
+    key = (g.generation(), len(g), spaces[0])
+    memo = g.__dict__.setdefault("_pixel_notice", {})
+    if key not in memo:
+        seen = [answered_by(r, spaces[0], info[spaces[0]].model_id) for r in g.records()]
+        blind = seen.count("names") + seen.count("nothing")
+        labelled = any(r.labels for r in g.records()) if blind else False
+        memo.clear()
+        if not blind or seen.count("pixels"):
+            memo[key] = []
+        elif labelled:
+            memo[key] = [f"{method.name} searches {spaces[0]}: {blind} of {len(seen)} photos have no caption and are "
+                         "matched there by words from their file names, dates and places; the pixel model has seen "
+                         "them: the default method (clip) searches them by their pixels"]
+        else:
+            memo[key] = [f"nothing sees pixels here: {blind} of {len(seen)} photos have no caption and are searched "
+                         "by words from their file names, dates and places only (the pixel model is off or has not "
+                         "run on them: `imagent index SRC` with pixels.model = \"effnet-lite0\", or a dual encoder "
+                         "that sees pixels)"]
+    return list(memo[key])
+
 __all__ = [
     "METHODS",
     "SPACE_CAPTION_DUAL",
@@ -488,6 +553,7 @@ __all__ = [
     "keep_best",
     "list_methods",
     "load_prompt",
+    "pixel_notice",
     "ranking_from_scores",
     "register_method",
     "text_score_vector",

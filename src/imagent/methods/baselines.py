@@ -103,6 +103,7 @@ class CIReVLConfig(MethodConfig):
 @register_method
 class CIReVL(Method):
     name = "cirevl"
+    image_roles = ("captioner",)  # the reference, described
     tasks = frozenset({"cir"})
     Config = CIReVLConfig
     description = "caption the reference, LLM-edit the caption by the modification, retrieve the result"
@@ -112,6 +113,9 @@ class CIReVL(Method):
     @classmethod
     def estimate_calls(cls, config: MethodConfig, query: Query | None = None) -> int:
         return 1  # the edit; +1 captioner call for a reference without a caption that a vision model describes
+
+    def search_spaces(self) -> list[str]:
+        return [SPACE_IMAGE]  # the edited description against the image vectors
 
     def run(self, query: Query, top_k: int, trace: Trace) -> Ranking:
         cfg: CIReVLConfig = self.config  # type: ignore[assignment]

@@ -47,6 +47,7 @@ from pydantic import Field, field_validator
 from imagent.core.concurrency import map_threads
 from imagent.core.trace import Trace, note
 from imagent.core.types import ImageRecord, Query, Ranking, Result
+from imagent.index.describe import describes_pixels
 from imagent.index.gallery import SPACE_CAPTION_DUAL, SPACE_IMAGE
 from imagent.methods.base import (
     Method,
@@ -59,7 +60,7 @@ from imagent.methods.base import (
     summarize_query,
     text_score_vector,
 )
-from imagent.methods.captions import CaptionsConfig, check_captions, note_capped
+from imagent.methods.captions import CaptionsConfig, caption_coverage, check_captions, note_capped
 from imagent.models.base import ImagePart, Message
 from imagent.models.roles import parse_yes_no
 
@@ -144,6 +145,7 @@ class Proposition:
 @register_method
 class ImageScope(Method):
     name = "imagescope"
+    image_roles = ("captioner", "verifier", "evaluator")  # the reference; stage-2 and stage-3 candidates
     tasks = frozenset({"tir", "cir", "chat"})
     Config = ImageScopeConfig
     description = "3-granularity target descriptions, predicate verification of the top k, pairwise evaluation"
@@ -164,6 +166,10 @@ class ImageScope(Method):
 
     config: ImageScopeConfig
 
+    def search_spaces(self) -> list[str]:
+        """Stage 1's spaces (Eq. 7): the image vectors, and the caption vectors when tau weighs them."""
+        return [SPACE_IMAGE] + ([SPACE_CAPTION_DUAL] if self.config.tau > 0 else [])
+
     # ------------------------------------------------------------------ entry points
     def preflight(self, query: Query | None = None) -> list[str]:
         """Refuse an index without captions when a stage reads them (see the module doc)."""
@@ -173,11 +179,18 @@ class ImageScope(Method):
             uses.append("the tau-weighted text-to-text term of Eq. 7")
         if self.ctx.caption_mode:
             uses.append("the image term (caption mode: image vectors are caption embeddings)")
-        for stage, role in ((2, "verifier"), (3, "evaluator")):
-            if stage in cfg.stages and self.ctx.roles[role].caption_mode:
-                uses.append(f"the stage-{stage} {role} (it reads captions in place of pixels)")
+        described = describes_pixels(self.ctx.gallery)  # a photo without a caption reads as what the pixel model saw
+        readers = [f"stage-{stage} {role}" for stage, role in ((2, "verifier"), (3, "evaluator"))
+                   if stage in cfg.stages and self.ctx.roles[role].caption_mode]
+        if not described:
+            uses += [f"the {r} (it reads captions in place of pixels)" for r in readers]
         ids = query.candidates if query is not None else None
-        return check_captions(self.ctx.gallery, self.name, uses, cfg.allow_missing_captions, ids)
+        out = check_captions(self.ctx.gallery, self.name, uses, cfg.allow_missing_captions, ids)
+        with_caption, total = caption_coverage(self.ctx.gallery, ids)
+        if described and readers and with_caption < total:
+            out.append(f"the {' and the '.join(readers)} read(s) the {total - with_caption} photos without a caption "
+                       "as their pixel description (what the pixel model saw: labels as text, not a caption)")
+        return out
 
     def run(self, query: Query, top_k: int, trace: Trace) -> tuple[Ranking, dict[str, Ranking]]:
         with trace.step("reference", task=query.task) as step:
@@ -417,6 +430,9 @@ class ImageScope(Method):
         if record.captions:
             return record.caption, "stored caption"
         if self.ctx.roles["captioner"].caption_mode:
+            if record.id in self.ctx.gallery and self.ctx.gallery.record(record.id).description:
+                # what the pixel model saw (labels, people, date, place): a pixel description, not a caption
+                return self.ctx.describe_image(self.ctx.gallery.record(record.id)), "pixel description"
             note(f"reference {record.id} has no stored caption and the captioner cannot see images: "
                  "empty reference description")
             return "", "none (no caption, and the captioner sees no pixels)"

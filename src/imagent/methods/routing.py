@@ -1,13 +1,16 @@
 """Which method answers a query typed in plain words: the web UI's one search box and ``imagent search`` without
 ``--method`` (:func:`imagent.api.route_method` is the entry point; this module holds the rule).
 
-Two kinds of query:
+The question is read first (:mod:`imagent.tools.query_reader`): the people, places and dates it names are filters,
+the rest is content. Three kinds of query:
 
 - **album-style**: the photos wanted are defined by their relation to something else the album holds, an
   *anchor*: "the birds from the day I saw the penguin", "photos from our trip after the conference", "my other
   visit to the place where we had pizza". Content search cannot answer these (the anchor's day or place must be
   found first), so they go to the ``album`` method when it is installed. Otherwise the best content search answers
   and the route says so (``fallback``: the relation is not applied).
+- **filter**: a question that names only people, places and dates ("Barack", "Kyoto 2023", "photos from
+  Lisbon last May"): their photos, listed in time order (no model);
 - **content**: everything else ("a penguin", "red car at night", "my cat on the sofa") goes to the best content
   search the index supports, read from the index itself (:data:`CONTENT_ROUTES`, first that applies): pixel
   vectors when the index's image space sees pixels or the pixel model has seen the photos (their captions where
@@ -20,7 +23,11 @@ The album-style test is a rule over words and the structure of relations, never 
 concert", "before we left", "while I was ..."), *recurrence or sameness* ("the same day", "my other visit", "the
 second time", "the day after", "went back"), a *personal event* ("our honeymoon", "my trip", "my birthday party"),
 *a journey* ("from the trip to Japan"), *the period of an event* ("the week of the wedding", "on the morning of"),
-or a *spatial relation to a clause* ("near where I ...", "around the place we ...").
+or a *spatial relation to a clause* ("near where I ...", "around the place we ..."); and *the Nth day of a trip*
+("my second day in Kyoto", the reader's :attr:`~imagent.tools.query_reader.QueryReading.trip_day`). The signals are
+looked for in the question without what the reader linked: "last summer" is a date, not a recurrence, and "my trip
+to Japan" names the photos taken in Japan (a place filter), not an anchor ("the food I photographed in Lisbon" is
+a content search for food in Lisbon, "my second trip to Japan" stays an album query).
 ``tests/methods/test_routing.py`` checks varied phrasings both ways.
 """
 
@@ -184,10 +191,12 @@ class Route:
     reason: str
     fallback: str = ""
     signals: tuple[str, ...] = field(default_factory=tuple)
+    # What the query reader understood (QueryReading.to_dict()), None when the question was not read.
+    understood: dict[str, Any] | None = field(default=None, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {"method": self.method, "kind": self.kind, "reason": self.reason, "fallback": self.fallback,
-                "signals": list(self.signals)}
+                "signals": list(self.signals), "understood": self.understood}
 
     def label(self, result: Result) -> Result:
         """``result`` of the routed method, its source saying when it is a fallback (never silent): the method's own
@@ -197,16 +206,49 @@ class Route:
         return result
 
 
-def route(text: str, gallery: Any, available: Callable[[str], bool]) -> Route:
-    """The method for ``text`` over ``gallery``; ``available(name)`` says whether a method is installed."""
-    signals = tuple(album_signals(text))
+def unlinked_text(text: str, reading: Any) -> str:
+    """``text`` without the spans the reader linked (people, places, dates) and the journey words they frame, with
+    the framing words before them ("during our holiday" in "food during our holiday in Greece", "on my trip" in "...
+    on my trip to Japan"): where relation signals are looked for."""
+    from imagent.tools.query_reader import JOURNEY_WORDS
+
+    spans = sorted(reading.spans, key=lambda s: s.start)
+    cut = []
+    for n, s in enumerate(spans):
+        if s.kind in ("person", "place", "time"):
+            cut.append((s.start, s.end))
+        elif s.kind == "frame" and s.text.lower() in JOURNEY_WORDS:
+            k = n
+            while k > 0 and spans[k - 1].kind == "frame":
+                k -= 1
+            cut.append((spans[k].start, s.end))
+    out, at = [], 0
+    for start, end in sorted(cut):
+        out.append(text[at:start])
+        at = max(at, end)
+    out.append(text[at:])
+    return " ".join("".join(out).split())
+
+
+def route(text: str, gallery: Any, available: Callable[[str], bool], reading: Any = None) -> Route:
+    """The method for ``text`` over ``gallery``; ``available(name)`` says whether a method is installed; ``reading``
+    (a :class:`~imagent.tools.query_reader.QueryReading` of ``text``, or None) what the query reader understood."""
+    signals = tuple(album_signals(text if reading is None else unlinked_text(text, reading)))
+    if reading is not None and reading.trip_day is not None:
+        day = next((s.text for s in reading.spans if s.kind == "trip_day"), "")
+        signals = (f"day of a trip: '{day}'", *signals)
     method, why = content_method(gallery, available)
+    understood = reading.to_dict() if reading is not None else None
     if not signals:
-        return Route(method, "content", why)
+        if reading is not None and reading.filters_only:
+            said = " · ".join(u.label for u in reading.understood)
+            return Route(method, "filter", f"the question names only who, where or when ({said}): their photos in "
+                         "time order", understood=understood)
+        return Route(method, "content", why, understood=understood)
     relation = "; ".join(signals)
     if available(ALBUM_METHOD):
         return Route(ALBUM_METHOD, "album", f"the query relates photos to an anchor ({relation})",
-                     signals=signals)
-    return Route(method, "album", why, signals=signals,
+                     signals=signals, understood=understood)
+    return Route(method, "album", why, signals=signals, understood=understood,
                  fallback=(f"the query relates photos to an anchor ({relation}), but the {ALBUM_METHOD!r} method is "
                            f"not installed: a content search ({method}) answered, without the relation"))

@@ -255,6 +255,7 @@ def user_parts(template: str, images: dict[str, ImagePart], values: dict[str, st
 @register_method
 class TaCIR(Method):
     name = "tacir"
+    image_roles = (ROLE,)  # the reference (and a visual proxy) shown to the reasoner
     tasks = frozenset({"cir"})
     Config = TaCIRConfig
     description = "tool-augmented reflective CoT: optional web-search/edit visual proxy, fused text+proxy score"

@@ -21,7 +21,6 @@ candidate's caption C_a (``caption_dual`` space: the CLIP text encoder on both s
 candidates outside k' follow the re-ranked block in RRF order.
 
 Other choices the paper leaves open, each documented where it is made:
-
 - C (line 1) is the index's captions, computed once at indexing time and cached there. C_r (line 2) is the
   reference record's caption (or its index entry's); only a reference with no caption costs a ``captioner`` call.
   An index where no image of the pool has a caption (file-name words do not count) is refused before any model
@@ -305,11 +304,26 @@ def rerank_order(scores: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------- the method
 
 
+@dataclass(frozen=True)
+class _Coarse:
+    """Lines 5-10's outcome: both agents' scores over the pool, the fused order of its top positions (indices into
+    the scores) with their fused scores and ids, the size of the k' block, the coarse ranking."""
+
+    s_t: np.ndarray
+    s_v: np.ndarray
+    order: np.ndarray
+    fused: np.ndarray
+    order_ids: list[str]
+    k_block: int
+    ranking: Ranking
+
+
 @register_method
 class XR(Method):
     """X^R (WWW 2026): imagination agents, cross-modal similarity fused by RRF, true/false question agents."""
 
     name = "xr"
+    image_roles = (ROLE_CAPTIONER, ROLE_VISION_IMAGINER, ROLE_VISION_VERIFIER)
     tasks = frozenset({"cir"})
     Config = XRConfig
     fallback_counters: ClassVar[dict[str, str]] = {"xr.imagination_fallback": "imagination_reference_caption",
@@ -346,9 +360,31 @@ class XR(Method):
         return check_captions(self.ctx.gallery, self.name, uses, cfg.allow_missing_captions, ids)
 
     def run(self, query: Query, top_k: int, trace: Trace) -> tuple[Ranking, dict[str, Ranking]]:
+        """Algorithm 1: caption and imagination agents (lines 1-4), the coarse ranking (5-10), then, with a question
+        agent, the questions (11), their verification over the k' block (12-14) and the re-ranking (15-16)."""
         cfg = self.config
         assert query.reference is not None  # tasks = {"cir"}: Method.search enforces it
+        text_im, vision_im = self._imagine(query, trace)
+        coarse = self._coarse(query, text_im, vision_im, top_k, trace)
+        keep_best(coarse.ranking)  # what the search returns if the call cap stops the question agents
+        if not (cfg.text_questions or cfg.visual_questions) or coarse.k_block == 0:
+            # No question agent: lines 11-16 do not run; the coarse ranking is the answer.
+            final = coarse.ranking.top(top_k)
+            return final, {"coarse": coarse.ranking.top(top_k), "full": final}
+        # Line 11: question agent.
+        with trace.step("fine.questions", line="11", agent="A^q", role=ROLE_QUESTIONER) as step:
+            questions, ok = self._questions(query.text, text_im, vision_im, trace)
+            step.outputs.update({
+                "questions": [{"question": q.text, "answer": q.answer} for q in questions],
+                "parsed": ok,
+            })
+        sq, per_candidate = self._verify_block(coarse, questions, trace)
+        final = self._rerank(coarse, sq, per_candidate, trace).top(top_k)
+        return final, {"coarse": coarse.ranking.top(top_k), "full": final}
 
+    def _imagine(self, query: Query, trace: Trace) -> tuple[Imagination, Imagination]:
+        """Lines 1-4: the reference's caption C_r, then the text and vision imagination agents' target captions."""
+        assert query.reference is not None
         # Lines 1-2: caption agent.
         with trace.step("caption", line="1-2", agent="A_c", role=ROLE_CAPTIONER) as step:
             reference, c_r, source = self._reference_caption(query.reference, trace)
@@ -357,12 +393,10 @@ class XR(Method):
                 "C_r_source": source,
                 "C": f"gallery captions from the index ({len(self.ctx.gallery)} records, captioned once at indexing)",
             })
-
         # Line 3: text imagination agent.
         with trace.step("imagine.text", line="3", agent="A_t^i", role=ROLE_TEXT_IMAGINER) as step:
             text_im = self._imagine_text(query.text, c_r, trace)
             step.outputs.update({"C_t": text_im.caption, "M_t": text_im.modifications, "parsed": text_im.ok})
-
         # Line 4: vision imagination agent.
         with trace.step("imagine.vision", line="4", agent="A_v^i", role=ROLE_VISION_IMAGINER) as step:
             role = self.ctx.roles[ROLE_VISION_IMAGINER]
@@ -374,12 +408,17 @@ class XR(Method):
                 "parsed": vision_im.ok,
             })
             if role.caption_mode:
-                step.note("caption mode: the vision imagination agent read the reference's text surrogate, "
-                          "not its pixels")
+                step.note("caption mode: the vision imagination agent read the reference's text surrogate, not its "
+                          "pixels")
+        return text_im, vision_im
 
-        # Lines 5-9: similarity agents.
+    def _coarse(self, query: Query, text_im: Imagination, vision_im: Imagination, top_k: int,
+                trace: Trace) -> _Coarse:
+        """Lines 5-10: the similarity agents' scores over the pool, fused by reciprocal rank fusion."""
+        cfg = self.config
         rows = self.ctx.pool(query)
         pool_size = len(self.ctx.gallery.ids) if rows is None else len(rows)
+        # Lines 5-9: similarity agents.
         with trace.step("coarse.similarity", line="5-9", agents="A_t^s, A_v^s") as step:
             s_t, s_v, parts = self._similarities(text_im.caption, vision_im.caption, rows)
             step.outputs.update({
@@ -391,13 +430,11 @@ class XR(Method):
             })
             if self.ctx.caption_mode and cfg.visual_similarity:
                 step.note("caption mode: I_a vectors are the dual encoder's encoding of the captions")
-
         # Line 10: reciprocal rank fusion -> top k'. Only the top max(k', top_k) of the fused order is ever
         # returned (the block, then RRF order below it), so only that much is ranked.
         with trace.step("coarse.rrf", line="10", z=cfg.rrf_z, k_prime=cfg.k_prime, fusion=cfg.fusion) as step:
             k_block = min(cfg.k_prime, pool_size)
             order, fused, ranks = coarse_top(s_t, s_v, max(k_block, top_k), cfg.rrf_z, cfg.fusion)
-            block = order[:k_block]
             # The ids of the ranked positions only (no list of the whole pool's ids).
             order_ids: list[str] = self.ctx.gallery.id_array[order if rows is None else rows[order]].tolist()
             step.outputs.update({
@@ -410,31 +447,19 @@ class XR(Method):
                     for n, i in enumerate(order[: min(k_block, 20)])
                 ],
             })
-        coarse = Ranking(list(order_ids), fused.tolist())
-        keep_best(coarse)  # what the search returns if the call cap stops the question agents
+        return _Coarse(s_t, s_v, order, fused, order_ids, k_block, Ranking(list(order_ids), fused.tolist()))
 
-        if not (cfg.text_questions or cfg.visual_questions) or k_block == 0:
-            # No question agent: lines 11-16 do not run; the coarse ranking is the answer.
-            final = coarse.top(top_k)
-            return final, {"coarse": coarse.top(top_k), "full": final}
-
-        # Line 11: question agent.
-        with trace.step("fine.questions", line="11", agent="A^q", role=ROLE_QUESTIONER) as step:
-            questions, ok = self._questions(query.text, text_im, vision_im, trace)
-            step.outputs.update({
-                "questions": [{"question": q.text, "answer": q.answer} for q in questions],
-                "parsed": ok,
-            })
-
-        block_ids = order_ids[:k_block]
+    def _verify_block(self, coarse: _Coarse, questions: list[Question],
+                      trace: Trace) -> tuple[np.ndarray, dict[str, dict[str, Any]]]:
+        """Lines 12-14: the question-based scoring agents over the k' candidates: Sq (correct answers per
+        candidate, both modalities summed) and each candidate's answers by modality."""
+        cfg = self.config
+        block_ids = coarse.order_ids[: coarse.k_block]
         records = [self.ctx.gallery.record(i) for i in block_ids]
-        sq = np.zeros(k_block, dtype=np.float32)
-        verifiers = [
-            ("text", cfg.text_questions, ROLE_TEXT_VERIFIER, "13", "A_t^q"),
-            ("vision", cfg.visual_questions, ROLE_VISION_VERIFIER, "14", "A_v^q"),
-        ]
+        sq = np.zeros(coarse.k_block, dtype=np.float32)
+        verifiers = [("text", cfg.text_questions, ROLE_TEXT_VERIFIER, "13", "A_t^q"),
+                     ("vision", cfg.visual_questions, ROLE_VISION_VERIFIER, "14", "A_v^q")]
         per_candidate: dict[str, dict[str, Any]] = {i: {} for i in block_ids}
-        # Lines 12-14: question-based scoring agents over the k' candidates.
         for modality, on, role_name, line, agent in verifiers:
             if not on:
                 continue
@@ -459,19 +484,25 @@ class XR(Method):
                     if missing:
                         trace.count("xr.candidates_without_caption", missing)
                         step.note(f"{missing} candidate(s) have no caption; the text verifier saw '(no caption)'")
+        return sq, per_candidate
 
-        # Lines 15-16: cross-modal re-ranking of the k' block; the rest keeps RRF order below it.
-        with trace.step("fine.rerank", line="15-16", lam=cfg.lam) as step:
-            final_scores = rerank_scores(sq, s_t[block], s_v[block], cfg.lam)
-            sim = minmax(weighted_sum([s_t[block], s_v[block]], [cfg.lam, 1.0 - cfg.lam]))
+    def _rerank(self, coarse: _Coarse, sq: np.ndarray, per_candidate: dict[str, dict[str, Any]],
+                trace: Trace) -> Ranking:
+        """Lines 15-16: cross-modal re-ranking of the k' block; the rest keeps RRF order below it."""
+        lam, k_block = self.config.lam, coarse.k_block
+        block, block_ids = coarse.order[:k_block], coarse.order_ids[:k_block]
+        s_t, s_v = coarse.s_t[block], coarse.s_v[block]
+        with trace.step("fine.rerank", line="15-16", lam=lam) as step:
+            final_scores = rerank_scores(sq, s_t, s_v, lam)
+            sim = minmax(weighted_sum([s_t, s_v], [lam, 1.0 - lam]))
             new_order = rerank_order(final_scores)
-            rest = order[k_block:]
-            rest_scores = np.asarray(fused[k_block:], dtype=np.float64)
+            rest = coarse.order[k_block:]
+            rest_scores = np.asarray(coarse.fused[k_block:], dtype=np.float64)
             if rest.size:
                 # Below the block only the order matters: shift the coarse scores under every block score (>= 0).
                 rest_scores = rest_scores - rest_scores.max() - 1.0
             kept, scores_, sims = new_order.tolist(), final_scores.tolist(), sim.tolist()  # Python numbers once
-            final = Ranking([block_ids[j] for j in kept] + order_ids[k_block:],
+            final = Ranking([block_ids[j] for j in kept] + coarse.order_ids[k_block:],
                             [scores_[j] for j in kept] + rest_scores.tolist())
             step.outputs.update({
                 "kept_order": [
@@ -483,8 +514,7 @@ class XR(Method):
                 ],
                 "moved": sum(j != n for n, j in enumerate(kept)),
             })
-        final = final.top(top_k)
-        return final, {"coarse": coarse.top(top_k), "full": final}
+        return final
 
     # ------------------------------------------------------------------ lines 1-2
     def _reference_caption(self, reference: ImageRecord, trace: Trace) -> tuple[ImageRecord, str, str]:

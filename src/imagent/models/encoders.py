@@ -203,14 +203,20 @@ def _feature_tensor(out: Any) -> Any:
     raise EncoderLoadError(f"unexpected feature output of type {type(out).__name__}")
 
 
+# Image encoders take at most a few hundred pixels a side: photos are decoded no smaller than this (and no
+# larger than needed for it), so a 100-MP photo is never held whole as RGB (imagent.core.imageio).
+ENCODER_SIDE = 1024
+
+
 def load_images(records: list[ImageRecord], max_pixels: int, max_bytes: int) -> list[Any]:
-    """Open every record's file as an RGB PIL image; a file that cannot be read raises an error naming it."""
-    from imagent.core.imageio import ImageLoadError, open_image
+    """Open every record's file as an RGB PIL image, both sides at least :data:`ENCODER_SIDE` where the photo
+    has them; a file that cannot be read raises an error naming it."""
+    from imagent.core.imageio import ImageLoadError, open_image_scaled
 
     images = []
     for r in records:
         try:
-            images.append(open_image(r.path, max_pixels=max_pixels, max_bytes=max_bytes))
+            images.append(open_image_scaled(r.path, ENCODER_SIDE, max_pixels=max_pixels, max_bytes=max_bytes))
         except ImageLoadError as exc:
             # Same type, so callers that skip unreadable files keep working; the message names the file.
             raise ImageLoadError(f"cannot encode image {r.path!r} (record {r.id!r}): {exc}") from exc

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from imagent.core.imageio import ImageLoadError, open_image
+from imagent.core.imageio import ImageLoadError, open_image_scaled
 
 DESCRIPTOR_DIM = 128
 MAX_UPSCALE = 2.0  # a small photo is enlarged at most this much before detection
@@ -227,8 +227,10 @@ class FaceModel:
         """The faces of the photo at ``path`` (see the module doc); never raises for a bad file."""
         p = self.params
         try:
-            with open_image(path, p.max_pixels, p.max_file_bytes) as im:
-                width, height = im.size
+            # Decoded no larger than the scan needs (its long side at least ``side``): a 100-MP photo is not held
+            # whole as RGB (issue 47); its own size is the record's.
+            with open_image_scaled(path, p.side, p.max_pixels, p.max_file_bytes, long_side=True) as im:
+                width, height = im.info["source_size"]
                 if min(width, height) < p.min_size:
                     return FileFaces(width=width, height=height,
                                      note=f"too small to hold a face ({width}x{height} px; faces need at least "

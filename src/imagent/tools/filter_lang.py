@@ -40,11 +40,16 @@ Fields (aliases in brackets):
   (:mod:`imagent.tools.query_reader`) writes them for "in May", "on Sundays", "in the morning".
 - ``label`` [labels]: what the pixel model saw (:mod:`imagent.models.pixels`), counting only the photo's stored
   labels of probability at least ``pixels.label_min_p`` (0.1). ``label ~ 'bird'``: one of those labels has
-  ``bird`` (case-insensitive) inside its class name, one of its WordNet synonyms or one of its WordNet parent
-  categories (all of them, up to "animal": so ``label ~ 'bird'`` finds a flamingo and a goldfinch, ``label ~
-  'dog'`` every dog breed); ``label = 'flamingo'``: a label's class name is exactly that; ``label != 'x'``: a
-  labelled photo with no such label. A photo the pixel model has not seen has no label (false, as any missing
+  ``bird`` as a whole word (any case; singular or plural) of its class name, of one of its WordNet synonyms or of
+  one of its WordNet parent categories (all of them, up to "animal": so ``label ~ 'bird'`` finds a flamingo and a
+  goldfinch, ``label ~ 'dog'`` every dog breed, ``label ~ 'cat'`` a tabby, ``label ~ 'car'`` a sports car and a
+  car wheel but never a "carnivore"); ``label = 'flamingo'``: a label's class name is exactly that; ``label !=
+  'x'``: a labelled photo with no such label. A photo the pixel model has not seen has no label (false, as any missing
   field). An index without labels, or a run with ``pixels.labels_as_text = false``, refuses the field.
+
+``~`` (``contains``) needs something to look for: an empty pattern (``address ~ ''``, ``person ~ ''``, ``label ~
+''``) is an error on every text field, not "matches everything" on one and "nothing" on another. Nesting
+(parentheses and ``not``/``!``) is bounded at :data:`MAX_NESTING` levels: deeper is an error, never a crash.
 
 A comparison on a photo that lacks that field is false (``time != '2013'`` skips photos without a
 time; ``not time = '2013'`` keeps them). Errors (:class:`FilterError`) say where the expression went
@@ -72,8 +77,8 @@ ALLOWED = (
     "Allowed: time with = != < <= > >= and a date or date prefix in quotes ('2013', '2013-06', '2013-06-09', "
     "'2013-06-09 14:30'); address (or place) or device with ~ (case-insensitive contains), = or !=; lat, lon "
     "with = != < <= > >= and a number; near(lat, lon, km) or near('Vienna', km); person with = (a name, any case, or "
-    "a group number) or ~ (part of a name); label (what the pixel model saw) with ~ (a class or a parent category "
-    "such as 'bird'), = or !=; field between A and B; combined "
+    "a group number) or ~ (part of a name); label (what the pixel model saw) with ~ (a whole word of a class or of "
+    "a parent category such as 'bird'), = or !=; field between A and B; combined "
     "with and, or, not and parentheses. Example: time >= '2013-06-09' and time < '2013-06-10' and address ~ 'paris'"
 )
 
@@ -105,6 +110,8 @@ _OPS_BY_FIELD = {
     "hour": {"=", "!=", "<", "<=", ">", ">="},
 }
 _KEYWORDS = {"and", "or", "not", "near", "contains", "between"}
+# Parentheses and not/! nested deeper than this are refused (the parser and the evaluator recurse per level).
+MAX_NESTING = 64
 
 _TOKEN = re.compile(
     r"""
@@ -250,6 +257,14 @@ class _Parser:
         self.expr = expr
         self.toks = tokenize(expr)
         self.i = 0
+        self.depth = 0
+
+    def nest(self) -> None:
+        """One more level of parentheses or ``not``; :class:`FilterError` past :data:`MAX_NESTING`."""
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            raise self.err(f"the expression nests parentheses and 'not' more than {MAX_NESTING} levels deep; "
+                           "write it flatter")
 
     @property
     def tok(self) -> Token:
@@ -297,18 +312,23 @@ class _Parser:
 
     def unary(self) -> Any:
         if self.is_kw("not"):
+            self.nest()
             self.i += 1
-            return Not(self.unary())
+            node = Not(self.unary())
+            self.depth -= 1
+            return node
         return self.primary()
 
     def primary(self) -> Any:
         t = self.tok
         if t.kind == "op" and t.value == "(":
+            self.nest()
             self.i += 1
             node = self.or_expr()
             if not (self.tok.kind == "op" and self.tok.value == ")"):
                 raise self.err(f"expected ')' to close the '(' at position {t.pos} but found {self._found()}")
             self.i += 1
+            self.depth -= 1
             return node
         if self.is_kw("near"):
             return self.near()
@@ -364,7 +384,11 @@ class _Parser:
                 return float(t.value)
             except (TypeError, ValueError):
                 raise self.err(f"{field} needs a number, not {t.text}", t) from None
-        return str(t.value if t.kind != "number" else t.text).strip().lower()
+        text = str(t.value if t.kind != "number" else t.text).strip().lower()
+        if op == "~" and not text:
+            raise self.err(f"{field} ~ needs something to look for, not an empty string (it would match every photo "
+                           f"with a {field}, or none)", t)
+        return text
 
     def calendar_value(self, field: str, t: Token) -> float:
         """A month, weekday or hour: a number in its range, or (month, weekday) a name or its first three letters."""
@@ -447,11 +471,21 @@ class _TextColumn:
     def __init__(self, values: Sequence[str | None]) -> None:
         index: dict[str, int] = {}
         codes = np.empty(len(values), dtype=np.int32)
+        self.shown: list[str] = []  # each distinct value as first stored (for messages)
         for n, v in enumerate(values):
             key = (v or "").strip().lower()
+            if key and key not in index:
+                self.shown.append((v or "").strip())
             codes[n] = index.setdefault(key, len(index)) if key else -1
         self.codes = codes
         self.uniques = list(index)
+
+    def containing(self, value: str) -> list[tuple[str, int]]:
+        """The stored values that contain ``value`` (lower case), as first stored, with how many photos have
+        each, most first."""
+        counts = np.bincount(self.codes[self.codes >= 0], minlength=len(self.uniques))
+        found = [(self.shown[n], int(counts[n])) for n, u in enumerate(self.uniques) if value and value in u]
+        return sorted(found, key=lambda x: -x[1])
 
     def mask(self, op: str, value: str) -> np.ndarray:
         if op == "~":
@@ -598,14 +632,15 @@ class AlbumMeta:
             raise FilterError(str(exc)) from None
         return np.asarray(mask, dtype=bool)
     def _label_mask(self, op: str, value: str) -> np.ndarray:
-        from imagent.models.pixels import label_data, label_matches
+        from imagent.models.pixels import classes_matching, label_data
 
         if self.labels is None:
             raise FilterError("these photos carry no labels as text (no pixel model has seen them, or the run keeps "
                               f"them out: pixels.labels_as_text = false); filter by another field. {ALLOWED}")
         classes = label_data()
         if op == "~":
-            hit = np.array([label_matches({"name": c["name"], "index": c["index"]}, value) for c in classes])
+            found = classes_matching(value)
+            hit = np.array([c["index"] in found for c in classes])
         else:
             hit = np.array([c["name"].strip().lower() == value for c in classes])
         table = np.append(hit, False)  # index -1 (no label) -> the extra False at the end
@@ -629,5 +664,5 @@ def label_indices(labels: Sequence[dict[str, Any]], min_p: float) -> list[int]:
     return [int(x["index"]) for x in labels if "index" in x and float(x.get("p", 0)) >= min_p]
 
 
-__all__ = ["ALLOWED", "FIELDS", "AlbumMeta", "FilterError", "label_indices", "parse_filter", "parse_time_prefix",
-           "quote_string", "tokenize", "wall_seconds"]
+__all__ = ["ALLOWED", "FIELDS", "MAX_NESTING", "AlbumMeta", "FilterError", "label_indices", "parse_filter",
+           "parse_time_prefix", "quote_string", "tokenize", "wall_seconds"]

@@ -14,7 +14,9 @@ go through :func:`apply_filter` before the method runs and :func:`finish` after 
   seen the photos, else its image vector; its caption vector with ``--method caption``), the photo left out of its
   own results.
 
-A bad expression raises :class:`~imagent.tools.filter_lang.FilterError` saying where and what is allowed.
+A bad expression raises :class:`~imagent.tools.filter_lang.FilterError` saying where and what is allowed; a filter
+that matches no photo says why when a near miss explains it (:func:`empty_hint`: ``place = 'Kyoto'`` where places
+are stored as ``Kyoto, Japan``), in ``Result.warnings``.
 """
 
 from __future__ import annotations
@@ -24,13 +26,15 @@ from typing import Any
 
 import numpy as np
 
+from imagent.core.config import ResultOptions
 from imagent.core.trace import Trace
 from imagent.core.types import ImageRecord, MetadataConstraints, Query, Ranking, Result
 from imagent.index.embedding import embedding_text
 from imagent.index.gallery import SPACE_CAPTION_TEXT, SPACE_IMAGE, Gallery
+from imagent.index.levels import gallery_cut
 from imagent.index.pixels import SPACE_VISUAL
 from imagent.tools.album import Album
-from imagent.tools.filter_lang import FilterError, parse_filter
+from imagent.tools.filter_lang import BoolOp, Compare, FilterError, Not, parse_filter, quote_string
 
 SORTS = ("score", "time")
 
@@ -87,7 +91,7 @@ def allowed(result: Result, gallery: Gallery, query: Query) -> Result:
     if all(mask) and (result.answer_set is None or all(allowed_ids(result.answer_set, gallery, query))):
         return result
     ranking = Ranking([i for i, m in zip(result.ranking.ids, mask, strict=True) if m],
-                      [s for s, m in zip(result.ranking.scores, mask, strict=True) if m])
+                      [s for s, m in zip(result.ranking.scores, mask, strict=True) if m], result.ranking.cut)
     answer = None if result.answer_set is None else [
         i for i, m in zip(result.answer_set, allowed_ids(result.answer_set, gallery, query), strict=True) if m]
     return replace(result, ranking=ranking, answer_set=answer)
@@ -101,7 +105,7 @@ def time_sorted(ranking: Ranking, gallery: Gallery) -> Ranking:
         return (0, t.isoformat(), n) if t is not None else (1, "", n)
 
     order = sorted(range(len(ranking.ids)), key=key)
-    return Ranking([ranking.ids[n] for n in order], [ranking.scores[n] for n in order])
+    return Ranking([ranking.ids[n] for n in order], [ranking.scores[n] for n in order], ranking.cut)
 
 
 def finish(result: Result, gallery: Gallery, query: Query, sort: str) -> Result:
@@ -110,9 +114,42 @@ def finish(result: Result, gallery: Gallery, query: Query, sort: str) -> Result:
     c = query.constraints
     if c is not None and c.where:
         result.trace.counters.setdefault("where_matches", len(c.rows))
+        hint = empty_hint(gallery, c.where) if c.rows is not None and len(c.rows) == 0 else None
+        if hint is not None:
+            result = replace(result, warnings=[*result.warnings, hint])
     if sort == "time":
         result = replace(result, ranking=time_sorted(result.ranking, gallery))
     return result
+
+
+def _comparisons(node: Any) -> list[Compare]:
+    if isinstance(node, BoolOp):
+        return [c for item in node.items for c in _comparisons(item)]
+    if isinstance(node, Not):
+        return _comparisons(node.item)
+    return [node] if isinstance(node, Compare) else []
+
+
+def empty_hint(gallery: Gallery, where: str) -> str | None:
+    """Why ``where`` matched no photo, when a near miss says it: a place or device compared with ``=`` that no
+    photo has exactly but some contain ("no photo's place is exactly 'Kyoto'; places containing it: 'Kyoto,
+    Japan' (12 photos): use place ~ 'Kyoto'"). None when no such comparison explains it."""
+    meta = Album(gallery).meta
+    hints = []
+    for node in _comparisons(parse_filter(where)):
+        if node.field not in ("address", "device") or node.op != "=" or meta.evaluate(node).any():
+            continue
+        near = getattr(meta, node.field).containing(node.value)
+        if not near:
+            continue
+        word = "place" if node.field == "address" else "device"
+        at = near[0][0].lower().find(node.value)  # the user's word as the library spells it: 'Kyoto'
+        typed = near[0][0][at: at + len(node.value)] if at >= 0 else node.value
+        listed = ", ".join(f"{quote_string(v)} ({n} photo{'' if n == 1 else 's'})" for v, n in near[:5])
+        more = f" and {len(near) - 5} more" if len(near) > 5 else ""
+        hints.append(f"no photo's {word} is exactly {quote_string(typed)}; {word}s containing it: {listed}{more}: "
+                     f"use {word} ~ {quote_string(typed)}")
+    return "; ".join(hints) or None
 
 
 def listing(gallery: Gallery, query: Query, top_k: int, trace: Trace | None = None) -> Result:
@@ -142,7 +179,8 @@ def collapse_duplicates(result: Result, gallery: Gallery, groups: Any, top_k: in
 
     keep, dropped = collapse(result.ranking.ids, groups)
     keep = keep[:top_k]
-    ranking = Ranking([result.ranking.ids[k] for k in keep], [result.ranking.scores[k] for k in keep])
+    ranking = Ranking([result.ranking.ids[k] for k in keep], [result.ranking.scores[k] for k in keep],
+                      result.ranking.cut)
     result.trace.counters["duplicates_collapsed"] = dropped
     return replace(result, ranking=ranking)
 
@@ -184,13 +222,15 @@ def like_vector(gallery: Gallery, record: ImageRecord, space: str, dual: Any, te
 
 
 def more_like(gallery: Gallery, record: ImageRecord, vector: np.ndarray, space: str, query: Query, top_k: int,
-              trace: Trace | None = None) -> Result:
+              trace: Trace | None = None, results: ResultOptions | None = None) -> Result:
     """The photos most like ``record`` (cosine of its vector in ``space``), the photo itself left out, inside
-    the query's filter."""
+    the query's filter; with ``results``, where its matches stop (``Ranking.cut``, :mod:`imagent.index.levels`)."""
     trace = trace or Trace()
     trace.method = "like"
     exclude = list(dict.fromkeys([*query.exclude, *([record.id] if record.id in gallery else [])]))
     with trace.step("like", photo=record.id, space=space) as step:
         ranking = gallery.search(vector, space, top_k, query.constraints, query.candidates, exclude)
+        if results is not None:
+            ranking.cut = gallery_cut(gallery, vector, space, results, leave_out=[record.id])
         step.outputs["top"] = ranking.head()
     return Result(ranking, trace)

@@ -42,6 +42,8 @@ The public API (stable; the ``album`` method and the agents' tools call it):
   (every word's :class:`Span`), ``understood`` (all links in question order), ``where``, ``describe()``,
   ``to_dict()``; ``unlink`` takes :attr:`Understood.key` values (``"place:Kyoto"``) a person removed (the chips of
   the web app): those words are read as content;
+- :func:`search_words` ``(question, where, gallery, *, unlink=(), whole=False) -> (text, where, reading)``: what
+  a search looks for once its question is read (the request path's use);
 - :func:`vocabulary` ``(gallery) -> Vocabulary``: the places, label words and years of an index, built once per
   index generation (``benchmarks/query_reader.py`` measures it at 100,000 photos); :meth:`Vocabulary.place_parts`
   the places a word matches by stem (for anchors: "festival" ~ "Place des Festivals").
@@ -50,18 +52,15 @@ The public API (stable; the ``album`` method and the agents' tools call it):
 from __future__ import annotations
 
 import re
-import threading
-import unicodedata
-import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
-import numpy as np
-
+from imagent.core.trace import Trace
 from imagent.tools.filter_lang import quote_string
 from imagent.tools.query_time import MONTHS, SEASONS, WEEKDAYS, TimeLink, Word, find_times
+from imagent.tools.query_vocab import Vocabulary, fold, stem, vocabulary, word_keys
 
 KINDS = ("person", "place", "time")
 # Words that only frame a question: never content.
@@ -85,14 +84,13 @@ JOURNEY_WORDS = frozenset({"trip", "trips", "visit", "visits", "holiday", "holid
 # Words before a span that make it a place ("in Paris"), or a person ("with Anna", "of Anna").
 PLACE_PREPOSITIONS = frozenset({"in", "at", "from", "to", "near", "around", "outside", "inside", "across",
                                 "through", "visiting", "visited", "into"})
+TIME_PREPOSITIONS = frozenset({"in", "during", "last", "this", "since", "until", "till", "before", "after", "early",
+                               "late", "mid", "every", "each", "on"})
 PERSON_CUES = frozenset({"of", "with", "and", "featuring", "showing", "by"})
 # Capitalised words that are not names, though they may look like one.
 NOT_NAMES = frozenset({"i", "christmas", "xmas", "easter", "halloween", "thanksgiving", "hanukkah", "diwali",
                        "ramadan", "eid", "passover", "new", "year", "years", "eve", "valentine", "valentines",
                        "mother", "father", "mom", "mum", "dad", "day", "ok", "okay", "tv", "god"})
-# Generic words of a place's name, left aside when a span is compared with it ("Place des Festivals").
-PLACE_GENERIC = frozenset({"place", "the", "of", "de", "des", "du", "la", "le", "les", "da", "do", "di", "del",
-                           "della", "dos", "das", "van", "von", "der", "den", "het", "el", "al", "los", "las"})
 # Everyday words that are also the names of towns: linked only when written with a capital or after "in", "at"...
 EVERYDAY_PLACE_WORDS = frozenset({"nice", "reading", "bath", "split", "mobile", "orange", "hope", "marion",
                                   "victoria", "florence", "camp", "home", "university", "university park", "union",
@@ -113,26 +111,11 @@ COUNTRY_FORMS: dict[str, tuple[str, ...]] = {
 # "my second day", "day 3", "the last day"
 ORDINAL_DAYS = {"first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5, "sixth": 6, "seventh": 7,
                 "eighth": 8, "ninth": 9, "tenth": 10, "last": -1, "final": -1}
+# Words that pick one journey among several ("my other trip to Kyoto"): a relation, left to the album method.
+RANKS = frozenset({"other", "another", "next", "previous", "earlier", "later", "same", "different", "latest",
+                   "recent", "most"})
 _TOKEN = re.compile(r"\d{4}-\d{1,2}(?:-\d{1,2})?|[^\W_]+(?:['’][^\W_]+)*")
 _ORDINAL_NUMBER = re.compile(r"(\d{1,2})(?:st|nd|rd|th)")
-
-
-def fold(text: str) -> str:
-    """Lower case without accents: ``Montréal`` and ``montreal`` match."""
-    norm = unicodedata.normalize("NFKD", text)
-    return "".join(c for c in norm if not unicodedata.combining(c)).casefold()
-
-
-def stem(word: str) -> str:
-    """A crude singular (no dictionary): ``festivals`` -> ``festival``, ``beaches`` -> ``beach``, ``cities`` ->
-    ``city``; applied to both sides of a comparison."""
-    if len(word) > 4 and word.endswith("ies"):
-        return word[:-3] + "y"
-    if len(word) > 4 and word.endswith(("ches", "shes", "sses", "xes", "zes")):
-        return word[:-2]
-    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        return word[:-1]
-    return word
 
 
 def words_of(text: str) -> list[Word]:
@@ -144,119 +127,6 @@ def words_of(text: str) -> list[Word]:
         base = raw[:-2] if possessive else raw
         out.append(Word(base, fold(base), m.start(), m.end(), base[:1].isupper(), possessive))
     return out
-
-
-def _keys(text: str) -> tuple[str, ...]:
-    return tuple(stem(w) for w in re.findall(r"[^\W_]+", fold(text)))
-
-
-# --------------------------------------------------------------------------- the vocabulary
-
-
-@dataclass
-class Vocabulary:
-    """What a library's questions are read against (people come live from the face data, see :func:`read_query`).
-
-    ``places``: the words of each address part (stemmed, folded; the part's generic words left aside) -> the part
-    as stored, most photos first when spellings differ; ``partial``: for parts of three or more words, each
-    distinctive word -> those parts; ``labels``: the words of the labels this library's photos carry (names,
-    synonyms, parent categories; stemmed) -> the class or category named; ``years``: the years with photos;
-    ``generation``: the index generation it was built for."""
-
-    places: dict[tuple[str, ...], str] = field(default_factory=dict)
-    partial: dict[str, list[str]] = field(default_factory=dict)
-    labels: dict[tuple[str, ...], str] = field(default_factory=dict)
-    years: list[int] = field(default_factory=list)
-    generation: int = -1
-    max_place_words: int = 1
-    max_label_words: int = 1
-
-    @classmethod
-    def build(cls, addresses: Iterable[str | None], label_names: Iterable[Sequence[str]] = (),
-              years: Iterable[int] = (), generation: int = -1) -> Vocabulary:
-        """From the photos' addresses (one per photo or distinct, any order), the names of their labels (each a
-        class's words: its name, synonyms and parent categories) and the years with photos."""
-        counts: dict[str, int] = {}
-        for address in addresses:
-            if address:
-                counts[address] = counts.get(address, 0) + 1
-        part_counts: dict[str, int] = {}
-        for address, n in counts.items():
-            for part in (p.strip() for p in address.split(",")):
-                if part and not part.isdigit():
-                    part_counts[part] = part_counts.get(part, 0) + n
-        vocab = cls(years=sorted(set(years)), generation=generation)
-        for part, _n in sorted(part_counts.items(), key=lambda kv: -kv[1]):
-            keys = _keys(part)
-            core = tuple(k for k in keys if k not in PLACE_GENERIC) or keys
-            for key in {keys, core}:
-                if key and key not in vocab.places:
-                    vocab.places[key] = part
-            if len(keys) >= 3:
-                for k in core:
-                    if k not in PLACE_GENERIC and not k.isdigit() and part not in vocab.partial.get(k, []):
-                        vocab.partial.setdefault(k, []).append(part)
-        for names in label_names:
-            for name in names:
-                key = _keys(name)
-                if key and key not in vocab.labels:
-                    vocab.labels[key] = name
-        vocab.max_place_words = max((len(k) for k in vocab.places), default=1)
-        vocab.max_label_words = max((len(k) for k in vocab.labels), default=1)
-        return vocab
-
-    def place(self, key: tuple[str, ...]) -> str | None:
-        return self.places.get(key)
-
-    def place_parts(self, word: str) -> list[str]:
-        """The address parts a word names by stem, whole or as one of their words ("festival" -> ["Place des
-        Festivals"]; "zoo" -> ["Melbourne Zoo"]): for anchors, which weigh places but do not filter by them."""
-        key = stem(fold(word.strip()))
-        found = [p for k, p in self.places.items() if key in k]
-        return list(dict.fromkeys(found))
-
-
-_VOCABS: weakref.WeakKeyDictionary[Any, tuple[list[str], int, Vocabulary]] = weakref.WeakKeyDictionary()
-_VOCAB_LOCK = threading.Lock()
-
-
-def _label_words(indices: Iterable[int]) -> list[list[str]]:
-    from imagent.models.pixels import label_data
-
-    classes = label_data()
-    out = []
-    for i in indices:
-        if 0 <= int(i) < len(classes):
-            c = classes[int(i)]
-            out.append([c["name"], *c.get("wordnet", []), *(p for p, _ in c.get("parents", []))])
-    return out
-
-
-def vocabulary(gallery: Any) -> Vocabulary:
-    """The :class:`Vocabulary` of ``gallery`` (or an album's), built on first use and again only when the index's
-    generation or loaded records change: its addresses from the records in memory, its labels and years from the
-    album's metadata columns (:attr:`imagent.tools.album.Album.meta`, which filters use too)."""
-    from imagent.tools.album import Album
-
-    gallery = getattr(gallery, "gallery", gallery)
-    generation = gallery.generation()
-    with _VOCAB_LOCK:
-        hit = _VOCABS.get(gallery)
-        if hit is not None and hit[0] is gallery.ids and hit[1] == generation:
-            return hit[2]
-    meta = Album(gallery).meta
-    addresses = [r.place_name for r in gallery.records()]
-    labels: list[list[str]] = []
-    if meta.labels is not None:
-        present = np.unique(meta.labels)
-        labels = _label_words(int(i) for i in present if i >= 0)
-    times = meta.time[~np.isnan(meta.time)]
-    years = np.unique(times.astype(np.int64).astype("datetime64[s]").astype("datetime64[Y]").astype(np.int64)
-                      + 1970).tolist() if len(times) else []
-    vocab = Vocabulary.build(addresses, labels, years, generation)
-    with _VOCAB_LOCK:
-        _VOCABS[gallery] = (gallery.ids, generation, vocab)
-    return vocab
 
 
 def _people_names(gallery: Any) -> list[str]:
@@ -371,6 +241,18 @@ class QueryReading:
             parts.append(f"content {self.content!r}")
         return " · ".join(parts) or "nothing"
 
+    def record(self, trace: Trace, applied: bool = True) -> None:
+        """A trace step ``read`` with what was understood (``applied``: whether the search filters by it; a method
+        that reads the question itself gets it whole)."""
+        with trace.step("read", question=self.text) as step:
+            step.outputs = {"understood": [u.label for u in self.understood], "where": self.where,
+                            "content": self.content, "labels": list(self.labels), "trip_day": self.trip_day,
+                            "filtered": applied}
+            for note in self.notes:
+                step.note(note)
+            if not applied and self.where:
+                step.note("the method reads the question itself: the filters understood are shown, not applied here")
+
     def to_dict(self) -> dict[str, Any]:
         return {"text": self.text, "understood": [u.to_dict() for u in self.understood],
                 "people": [u.value for u in self.people], "places": [u.value for u in self.places],
@@ -407,7 +289,7 @@ class _Reader:
         self.words = words_of(question)
         self.w = [x.lower for x in self.words]
         self.vocab = vocab
-        self.people = {tuple(fold(n).split()): n for n in people}
+        self.people = {tuple(w.lower for w in words_of(n)): n for n in people}
         self.today = today
         self.unlink = {fold(k) for k in unlink}
         self.hemisphere = hemisphere
@@ -425,8 +307,9 @@ class _Reader:
         for n in range(min(4, len(self.w) - i), 0, -1):  # the longest name first
             key = tuple(self.w[i: i + n])
             name = self.people.get(key)
-            if name is not None:
-                return _Link(i, i + n, "person", name, f"person = {quote_string(name)}")
+            if name is not None and (n > 1 or self.words[i].cap or not (self._common(i) or self.at(i - 1) in
+                                                                        ("a", "an", "the", "some", "my", "our"))):
+                return _Link(i, i + n, "person", name, f"person = {quote_string(name)}")  # not "may", "a rose"
         # One word of exactly one person's name ("Barack" for "Barack Obama"), written as a name or not a word that
         # means something else here (a label, a date, a framing word).
         word = self.words[i]
@@ -449,7 +332,8 @@ class _Reader:
             phrase = " ".join(x.lower for x in span)
             names = [self.vocab.place(key)] if self.vocab.place(key) else []
             if not names and phrase in COUNTRY_FORMS and (n > 1 or phrase not in ("us", "states") or span[0].cap):
-                names = [self.vocab.place(_keys(c)) for c in COUNTRY_FORMS[phrase] if self.vocab.place(_keys(c))][:1]
+                stored = (self.vocab.place(word_keys(c)) for c in COUNTRY_FORMS[phrase])
+                names = [x for x in stored if x][:1]
             if not names:
                 continue
             everyday = n == 1 and (self._common(i) or (key[0],) in self.vocab.labels)
@@ -464,7 +348,7 @@ class _Reader:
         if word.cap and len(parts) == 1 and not self._common(i):
             # a capitalised run of a long name's own words ("Louvre", "Queen Victoria")
             n = 1
-            while i + n < len(self.w) and stem(self.w[i + n]) in _keys(parts[0]) and self.words[i + n].cap:
+            while i + n < len(self.w) and stem(self.w[i + n]) in word_keys(parts[0]) and self.words[i + n].cap:
                 n += 1
             return _Link(i, i + n, "place", parts[0], f"place ~ {quote_string(parts[0])}")
         return None
@@ -519,10 +403,14 @@ class _Reader:
         return _Link(t.start, t.end, "time", t.label, t.where, t.facets, t.note)
 
     def _prefer(self, link: _Link) -> int:
-        """Among links of one length: a place after "in", "at"...; a person elsewhere; a date last."""
+        """Among links of one length: a place after "in", "at"...; a date after "in", "last", "since"... ("in May"
+        with a person named May); a person elsewhere; then a place; a date last."""
+        before = self.at(link.start - 1)
         if link.kind == "place":
-            return 3 if self.at(link.start - 1) in PLACE_PREPOSITIONS else 1
-        return {"person": 2, "time": 0}[link.kind]
+            return 3 if before in PLACE_PREPOSITIONS else 1
+        if link.kind == "time":
+            return 4 if before in TIME_PREPOSITIONS else 0
+        return 2
 
     def read(self) -> QueryReading:
         links, trip_days = self.links()
@@ -591,6 +479,9 @@ class _Reader:
             if link.kind not in ("place", "time"):
                 continue
             for k in (link.start - 1, link.start - 2, link.end, link.end + 1):
+                before = self.at(k - 1)
+                if before in ORDINAL_DAYS or before in RANKS or _ORDINAL_NUMBER.fullmatch(before):
+                    continue  # "my second trip to Japan", "my other visit to Kyoto": which one is a relation
                 if self.at(k) in JOURNEY_WORDS and k not in covered:
                     between = range(k + 1, link.start) if k < link.start else range(link.end, k)
                     if all(self.at(j) in FRAME_WORDS for j in between):
@@ -635,6 +526,20 @@ class _Reader:
         return f"no photo in this library is from {name!r} ({known.name}): searched as words"
 
 
+def search_words(question: str, where: str | None, gallery: Any, *, unlink: Iterable[str] = (),
+                 whole: bool = False) -> tuple[str, str | None, QueryReading]:
+    """What a search looks for once its question is read (``SearchRequest(read_query=True)``):
+    ``(text, where, reading)``. The filters understood are joined to ``where`` (both hold) and the content words are
+    the text (empty with only filters: the matching photos are listed in time order); ``whole`` (a method that reads
+    the question itself, ``Method.reads_question``) keeps the question and ``where`` as they are, the reading beside
+    them. A question with nothing linked is searched as written (as a method named explicitly searches it)."""
+    reading = read_query(question, gallery, unlink=unlink)
+    if whole or reading.where is None:
+        return question, where, reading
+    where = reading.where if where is None else f"({where}) and {reading.where}"
+    return reading.content, where, reading
+
+
 def read_query(question: str, gallery: Any = None, *, today: date | None = None, unlink: Iterable[str] = (),
                hemisphere: str = "north", vocab: Vocabulary | None = None,
                people: Sequence[str] | None = None) -> QueryReading:
@@ -649,5 +554,5 @@ def read_query(question: str, gallery: Any = None, *, today: date | None = None,
     return _Reader(question, vocab, names, today or date.today(), unlink, hemisphere).read()
 
 
-__all__ = ["FRAME_WORDS", "KINDS", "QueryReading", "Span", "Understood", "Vocabulary", "fold", "read_query", "stem",
-           "vocabulary", "words_of"]
+__all__ = ["FRAME_WORDS", "JOURNEY_WORDS", "KINDS", "QueryReading", "Span", "Understood", "Vocabulary", "fold",
+           "read_query", "search_words", "stem", "vocabulary", "words_of"]

@@ -484,8 +484,11 @@ class _Times:
             return None
         t = _day(self.today)
         end = t + timedelta(days=1)
-        start = {"day": t - timedelta(days=n - 1), "week": t - timedelta(days=7 * n - 1),
-                 "month": t - timedelta(days=30 * n - 1), "year": t.replace(year=t.year - n) + timedelta(days=1)}[unit]
+        days = {"day": n - 1, "week": 7 * n - 1, "month": 30 * n - 1}.get(unit)
+        if days is None:  # a year back, to the day after (29 February reads as the 28th)
+            start = t.replace(year=t.year - n, day=min(t.day, 28 if t.month == 2 else t.day)) + timedelta(days=1)
+        else:
+            start = t - timedelta(days=days)
         return TimeLink(i, i + 3, period_where(start, end), f"the past {n} {unit}s", ("period",))
 
     # ------------------------------------------------------------------ periods that repeat

@@ -5,12 +5,12 @@ the episodic audit's re-round."""
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
 from imagent.agents.runtime import AgentRuntime
-from imagent.agents.tools import Observation, Tool
+from imagent.agents.tools import Observation, Tool, ToolArgs
 from imagent.core.trace import Trace
 from imagent.methods.album.memory import (
     EpisodicMemory,
@@ -33,27 +33,34 @@ META = {
 CONDENSE_PROMPT = "Query: $query\nWrite:\n$sections\n---\n$history"
 
 
+class PhotoIdsArgs(ToolArgs):
+    photo_ids: list[str]
+
+
+class SearchArgs(ToolArgs):
+    query: str
+    search_within: str | None = None
+
+
 class FakeMetadata(Tool):
     name = "GetMetadata"
     description = "metadata of photos"
-    parameters: ClassVar[dict[str, Any]] = {"type": "object", "properties": {"photo_ids": {"type": "array",
-                                  "items": {"type": "string"}}}, "required": ["photo_ids"]}
+    Args = PhotoIdsArgs
 
     def run(self, args, state):
-        lines = [f"{p}: time={META[p][0]}; address={META[p][1]}" for p in args["photo_ids"]]
-        return Observation("\n".join(lines), photos=list(args["photo_ids"]),
-                           result=MetadataResult(tuple(args["photo_ids"])))
+        lines = [f"{p}: time={META[p][0]}; address={META[p][1]}" for p in args.photo_ids]
+        return Observation("\n".join(lines), photos=list(args.photo_ids),
+                           result=MetadataResult(tuple(args.photo_ids)))
 
 
 class FakeSearch(Tool):
     name = "ImageSearch"
     description = "search"
-    parameters: ClassVar[dict[str, Any]] = {"type": "object", "properties": {"query": {"type": "string"},
-                                  "search_within": {"type": "string"}}, "required": ["query"]}
+    Args = SearchArgs
 
     def run(self, args, state):
-        hits = ["u1/1001", "u1/1002"] if "bird" in args["query"] else ["u1/2001"]
-        result = SearchResult(args["query"], args.get("search_within"), tuple(hits), (0.5,) * len(hits),
+        hits = ["u1/1001", "u1/1002"] if "bird" in args.query else ["u1/2001"]
+        result = SearchResult(args.query, args.search_within, tuple(hits), (0.5,) * len(hits),
                               ("",) * len(hits), tuple(hits))
         return Observation(", ".join(hits), photos=hits, scores={h: 0.5 for h in hits}, result=result)
 

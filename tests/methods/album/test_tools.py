@@ -246,7 +246,7 @@ def test_filter_metadata_keeps_the_same_day_place_city_or_device_as_a_photo(know
     """FilterMetadata's photo form (same_as_photo + same) runs the expression of that photo's day, place (1 km),
     city (``city_km``) or device, says which, and refuses what the photo lacks; with ``anchor_filters`` the JSON
     protocol's grammar offers only that form, its photo limited to the ids seen."""
-    from imagent.agents.protocol import json_turn_schema
+    from imagent.agents.wire import json_turn_schema
 
     plain = {t.name: t for t in album_tools(known_album, AlbumToolsConfig(describe=True))}["FilterMetadata"]
     photo = {t.name: t for t in album_tools(known_album, AlbumToolsConfig(describe=True, anchor_filters=True))}[
@@ -326,3 +326,19 @@ def test_clear_matches_are_the_results_above_the_largest_score_drop(known_album,
         plain = tool({"query": "a little penguin", "top_k": 4}, state)
         assert "Clear matches" not in plain.text
         assert not plain.result.shown and plain.result.matches == found.matches  # computed, not shown
+
+
+def test_image_search_can_read_its_query(known_album, state):
+    """``read_query`` (imagent's own, off by default as in the papers): a place or date of the album named in the
+    query limits the search to their photos; the rest of the words are searched."""
+    plain = {t.name: t for t in album_tools(known_album)}["ImageSearch"]
+    reading = {t.name: t for t in album_tools(known_album, AlbumToolsConfig(read_query=True))}["ImageSearch"]
+    asked = {"query": "birds in Paris", "top_k": 5}
+    assert len(plain(asked, state).photos) == 5  # the words as given: every bird, Paris or not
+    obs = reading(asked, state)
+    assert obs.photos == ["crow"] and "(understood: place Paris · content 'birds'; 1 photos)" in obs.text
+    assert obs.result.query == "birds"
+    june = reading({"query": "a bird on 10 June 2013", "top_k": 5}, state)
+    assert june.photos == ["blackbird"]
+    none = reading({"query": "penguins in 2020", "top_k": 5}, state)
+    assert none.photos == [] and "No photos found" in none.text

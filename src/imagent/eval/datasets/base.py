@@ -161,6 +161,11 @@ class Benchmark(ABC):
         Raises :class:`MissingImagesError` with counts and the expected layout when images are missing
         (``allow_missing`` keeps the rows whose files exist instead)."""
 
+    def index_key(self) -> dict[str, Any]:
+        """Loader options that change the gallery's index (stamps' ``captions=withheld``), so that the shared index
+        folder of a benchmark differs with them (:func:`imagent.eval.indexing.shared_index_dir`); none by default."""
+        return {}
+
     def root(self, images_root: str | Path | None) -> Path:
         root = Path(images_root).expanduser() if images_root else self.images_root
         if root is None:

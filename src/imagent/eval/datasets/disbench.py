@@ -99,15 +99,17 @@ def derive_track(method: Any, caption_missing: bool = False) -> dict[str, Any]:
     records = list(gallery.records())
     captioned = [r for r in records if r.has_caption]
     by_captioner = sum(1 for r in captioned if r.caption_source.startswith("captioner:"))
-    derived = sum(1 for r in records if not r.has_caption and r.derived_text)
+    derived = sum(1 for r in records if not r.has_caption and not r.description and r.derived_text)
     if captioned:
         reasons.append(f"{len(captioned)} of {len(records)} photos of the index have captions "
                        f"({by_captioner} written by a captioner, {len(captioned) - by_captioner} given)")
     if caption_missing:
         reasons.append("the index was built with caption_missing on (a captioner describes uncaptioned photos)")
-    if captioned or derived:
+    read_as_labels = sum(1 for r in records if not r.has_caption and r.description)  # pixel descriptions (decision 11)
+    if captioned or derived or read_as_labels:
         for role in method.text_readers():
-            reasons.append(f"the {role} role's model cannot see pixels: photos reach it as text (captions, or "
+            reasons.append(f"the {role} role's model cannot see pixels: photos reach it as text (captions, what the "
+                           f"pixel model saw as words (class labels: decision 11) for {read_as_labels} photos, or "
                            f"words derived from file names, dates and places for {derived} photos)")
     # Decision 11: class labels stored as text and searched (the album tools' metadata and label filter, or a
     # caption-mode image space whose captionless photos are ConSE vectors of their stored labels) are text derived

@@ -9,6 +9,13 @@ Gallery: every row of ``<images-root>/captions.jsonl`` (``id, file, caption, cat
 mode the captions stand in for the pixels. The 627 stamps (Tux Paint, GPL-2, ``COPYRIGHT`` beside them) ship
 in the same folder, so without ``--images-root`` the shipped images are used.
 
+Captions withheld (``--set stamps.captions=withheld``): the gallery is indexed without its captions and category
+tags, and its files reach the index under neutral names (``img/0001.jpg`` ..., links in the index folder), so no
+word about a stamp's content comes from the benchmark's text: a photo is known by what the pixel model saw (the
+pixel description its model roles read, :mod:`imagent.index.describe`, with the ``effnet-lite0`` dual encoder or an
+index built with the pixel pass). The report states the track the run's search used (decisions 9 and 11: Open as
+soon as a role reads labels as text).
+
 Metrics, overall and per task: Recall@1/5/10/50 (hit = any acceptable target in the top K; for CIR the
 reference is removed from the ranking, as on CIRR), mAP@5/10/25/50 (CIRCO's AP over the acceptable
 targets) and NDCG@10 (binary relevance of the acceptable targets; OSCAR's Sec. 4.5 metric).
@@ -18,12 +25,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
 
 from imagent.core.types import ImageRecord, Query
 from imagent.eval import metrics as M
 from imagent.eval.datasets.base import (
     Benchmark,
     BenchmarkError,
+    BenchmarkOptions,
     EvalItem,
     MissingImagesError,
     Predictions,
@@ -37,10 +48,17 @@ RECALL_KS = (1, 5, 10, 50)
 MAP_KS = (5, 10, 25, 50)
 
 
+class StampsOptions(BenchmarkOptions):
+    captions: Literal["given", "withheld"] = Field(
+        "given", description="withheld: index the stamps without their captions, category tags and file names "
+        "(what the pixel model saw is all that describes them)")
+
+
 class Stamps(Benchmark):
     name = "stamps"
     splits = ("all", "tir", "cir", "train")
     default_split = "all"
+    Options = StampsOptions
     layout = "<images-root>/captions.jsonl (rows: id, file, caption, category) and the files it names"
 
     def __init__(self, annotations=None, images_root=None, **options):
@@ -105,7 +123,31 @@ class Stamps(Benchmark):
                 "category": r.get("category", ""),
                 "tags": [r["category"]] if r.get("category") else [],
             })
-        return self.check_files(rows, root, allow_missing)
+        rows = self.check_files(rows, root, allow_missing)
+        if self.options.captions == "withheld":
+            rows = withheld(rows, Path(work_dir) if work_dir is not None else None)
+        return rows
+
+    def index_key(self) -> dict[str, Any]:
+        return {"captions": "withheld"} if self.options.captions == "withheld" else {}
+
+    def run_usage(self, method: Any, caption_missing: bool = False) -> dict[str, Any] | None:
+        from imagent.eval.datasets.disbench import derive_track
+
+        return derive_track(method, caption_missing)
+
+    def describe_run(self, usage: dict[str, Any] | None = None) -> dict[str, str]:
+        """The captions the gallery was indexed with, and the track the run's search used (decisions 9 and 11,
+        derived from what it used as for DISBench)."""
+        out = {"captions": "withheld (indexed without captions, category tags or file names)"
+               if self.options.captions == "withheld" else "given (each stamp's caption stands in for its pixels)"}
+        if usage is not None:
+            out["track"] = str(usage.get("track", "Open"))
+            reasons = list(usage.get("reasons") or [])
+            out["track_reason"] = "; ".join(reasons) if reasons else (
+                "the search space holds only image embeddings of a pixel-seeing encoder and no text derived from "
+                "the photos was used" + "".join(f" ({n})" for n in usage.get("notes") or []))
+        return out
 
     def metrics(self, predictions: Predictions, items: Sequence[EvalItem]) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -122,3 +164,28 @@ class Stamps(Benchmark):
             scores.update(M.mean_ndcg(rankings, targets, 10))  # OSCAR Sec. 4.5 reports NDCG@10 with R@10
             out.update({f"{name}/{k}": v for k, v in scores.items()})
         return out
+
+
+def withheld(rows: list[dict[str, Any]], folder: Path | None) -> list[dict[str, Any]]:
+    """``rows`` without their captions and category tags, each file reached through a link named by its position
+    (``<folder>/img/0001.jpg``: a camera-style name whose words the index drops), so neither a caption nor a file or
+    folder name tells the index what a stamp shows. ``folder``: where the links live (the index folder, stable for
+    every run that shares the index); a link that cannot be made (no symlinks) is a copy."""
+    import shutil
+
+    if folder is None:
+        raise BenchmarkError("stamps captions=withheld needs a folder for the neutral file names (the index folder)")
+    links = folder / "img"
+    links.mkdir(parents=True, exist_ok=True)
+    out = []
+    for n, row in enumerate(rows, 1):
+        src = Path(row["file"])
+        dst = links / f"{n:04d}{src.suffix.lower()}"
+        if not dst.exists() or dst.resolve() != src.resolve():
+            dst.unlink(missing_ok=True)
+            try:
+                dst.symlink_to(src)
+            except OSError:
+                shutil.copyfile(src, dst)
+        out.append({"id": row["id"], "file": str(dst)})
+    return out

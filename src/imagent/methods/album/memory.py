@@ -44,11 +44,43 @@ from string import Template
 from typing import Any, ClassVar
 
 from imagent.agents.runtime import AgentHooks
-from imagent.agents.state import AgentState, Audit, Compression, Observation, SkillUse, ToolScope
-from imagent.agents.tools import Tool
+from imagent.agents.state import AgentState, Observation, ToolScope
+from imagent.agents.tools import NoArgs, Tool
 from imagent.methods.album.skills import SkillLibrary
 from imagent.methods.album.tools import METADATA_RESULTS, SearchResult
 from imagent.models.base import ImagePart, Message
+
+# --------------------------------------------------------------------------- the memories' records
+# Each memory keeps its records in the run's state (``state.records``, by type); ``agent_counts`` in
+# :mod:`imagent.methods.album.photocraft` counts them.
+
+
+@dataclass(frozen=True)
+class Compression:
+    """A working-memory compression: the turn it came before and what triggered it."""
+
+    turn: int
+    trigger: str
+
+
+@dataclass(frozen=True)
+class Audit:
+    """An episodic-memory audit of a proposed answer: its turn, whether it passed, its four checks (``verdict``)
+    and its decision ("pass" or "revise")."""
+
+    turn: int
+    passed: bool
+    verdict: dict[str, str] = field(default_factory=dict)
+    decision: str = ""
+
+
+@dataclass(frozen=True)
+class SkillUse:
+    """The semantic-memory skill injected at the start (its id and similarity to the request)."""
+
+    id: str
+    similarity: float
+
 
 SUMMARY_KINDS = ("digest", "session", "working")
 SUMMARY_LIMITS = {"digest": 1500, "session": 800, "working": 600}
@@ -293,7 +325,7 @@ class WorkingMemory(AgentHooks):
             self._turns_done = len(state.turns)
             self._carried = carried
             self.compressions += 1
-            state.compressions.append(Compression(turn=state.turn, trigger=trigger))
+            state.records.add(Compression(turn=state.turn, trigger=trigger))
             step.outputs = {
                 "compressed": True,
                 "messages_folded": len(history),
@@ -306,18 +338,19 @@ class WorkingMemory(AgentHooks):
                           "message(s) verbatim")
 
 
-class MemoryCondense(Tool):
+class MemoryCondense(Tool[NoArgs]):
     """The agent's own handle on working memory (Table 4): compress the history before the next turn."""
 
     name = "MemoryCondense"
     description = ("Condense the conversation so far into working memory (a digest of steps, the session's key "
                    "decisions and your current plan), keeping photo ids, dates and places. Use it when the "
                    "history grows long. It does not search or load photos.")
+    Args = NoArgs
+
     def __init__(self, memory: WorkingMemory) -> None:
         self.memory = memory
-        self.parameters = {"type": "object", "properties": {}, "additionalProperties": False}
 
-    def run(self, args: dict[str, Any], scope: ToolScope) -> Observation:
+    def run(self, args: NoArgs, scope: ToolScope) -> Observation:
         self.memory.request()
         return Observation("The history will be condensed into working memory before your next turn.",
                            summary="memory condense requested")
@@ -500,7 +533,7 @@ class EpisodicMemory(AgentHooks):
                        for k in AUDIT_CHECKS}
             passed = decision == "pass"
             keywords = [str(k) for k in value.get("new_keywords") or [] if str(k).strip()]
-            state.audits.append(Audit(turn=state.turn, passed=passed, verdict=verdict, decision=decision))
+            state.records.add(Audit(turn=state.turn, passed=passed, verdict=verdict, decision=decision))
             step.outputs = {"decision": decision, "decided_by": "checks", **verdict,
                             "checks_ok": oks, "remove": remove, "new_keywords": keywords}
             failed = [k for k, v in oks.items() if not v]
@@ -549,18 +582,21 @@ class SkillInjection(AgentHooks):
                 return
             task = state.messages[1]
             state.set_task(Message("user", [skill.hint() + "\n\n", *task.parts]))
-            state.skill = SkillUse(id=skill.id, similarity=sim)
+            state.records.add(SkillUse(id=skill.id, similarity=sim))
 
 
 __all__ = [
     "AUDIT_CHECKS",
     "AUDIT_SCHEMA",
     "SUMMARY_KINDS",
+    "Audit",
+    "Compression",
     "EpisodicMemory",
     "Facts",
     "FidelityReport",
     "MemoryCondense",
     "SkillInjection",
+    "SkillUse",
     "WorkingMemory",
     "audit_decision",
     "audit_schema",

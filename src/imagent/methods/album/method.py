@@ -105,6 +105,8 @@ class AlbumSearch(Method):
     tasks: ClassVar[frozenset[str]] = frozenset({"tir"})
     Config = AlbumConfig
     config: AlbumConfig
+    reads_question = True  # the whole question: it reads it against the album's own vocabulary (``read``), keeping
+    # the links a person removed (``query.extra["reading"].unlinked``)
     description = ("imagent's own album search (not a paper's): the query reader links people, places and dates, "
                    "one grammar-constrained model call parses the query into a typed chain (anchor -> relations "
                    "-> target), code executes it over the album; answers a set in <= 2 model calls")
@@ -147,7 +149,9 @@ class AlbumSearch(Method):
             lat = album.meta.lat if album.rows is None else album.meta.lat[album.rows]
             south = bool(np.isfinite(lat).any() and np.nanmedian(lat) < 0)
             try:
-                reading = read_query(query.text, album, hemisphere="south" if south else "north")
+                prepared = query.extra.get("reading")  # Workspace.prepare's reading: the links a person removed
+                unlink = getattr(prepared, "unlinked", None) or ()
+                reading = read_query(query.text, album, hemisphere="south" if south else "north", unlink=unlink)
             except Exception as exc:  # the reader is an aid: a search goes on without it, and says so
                 step.note(f"the query reader failed ({type(exc).__name__}: {exc}); read without its links")
                 return None

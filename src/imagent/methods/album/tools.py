@@ -26,13 +26,15 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from functools import lru_cache
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from imagent.agents.state import Observation, ToolScope
-from imagent.agents.tools import Tool, ToolError
+from imagent.agents.tools import Tool, ToolArgs, ToolError, with_fields
 from imagent.core.cache import DiskCache, stable_key
+from imagent.core.types import Ranking
 from imagent.index.people import people_index
 from imagent.tools.album import METADATA_FIELDS, Album, format_time
 from imagent.tools.filter_lang import quote_string
@@ -66,6 +68,10 @@ class AlbumToolsConfig(BaseModel):
     clear_matches: bool = Field(False, description="a described ImageSearch result ends with the photos above its "
                                 "largest score drop (clear_matches): a small model reads the score gap from one "
                                 "line instead of comparing twenty numbers")
+    read_query: bool = Field(False, description="imagent's own, off as in the papers (their ImageSearch takes the "
+                             "words as given): ImageSearch reads its query first (imagent.tools.query_reader): a "
+                             "person, place or date of this album it names limits the search to their photos, and "
+                             "the rest of the words are searched ('birds in Lisbon': birds, among the Lisbon photos)")
 
 
 @dataclass(frozen=True)
@@ -266,8 +272,70 @@ def _subset_name(value: str) -> str:
     return name
 
 
-class _AlbumTool(Tool):
-    """A tool over one album: keeps the album and the tools' settings; ``schema`` gives its parameters."""
+# --------------------------------------------------------------------------- the tools' arguments
+# Each tool's arguments are one model; the JSON Schema the agent reads is generated from it
+# (:func:`imagent.agents.tools.args_schema`). The defaults and bounds that come from ``AlbumToolsConfig`` are the
+# fields one ``*_args`` function redefines (cached per setting: a search builds its tools once per query).
+
+SUBSET_PATTERN = "^[A-Za-z0-9_.-]{1,64}$"
+# How a subset gets saved, as an unknown subset's error tells the model.
+SAVE_HINT = "FilterMetadata with save_as makes one"
+SameAs = Literal[SAME_AS]  # type: ignore[valid-type]
+MetadataField = Literal[METADATA_FIELDS]  # type: ignore[valid-type]
+
+
+class ImageSearchArgs(ToolArgs):
+    query: str | None = Field(None, description="short keywords, e.g. 'seaside sunset'")
+    top_k: int = Field(20, description="how many results", ge=1, le=100)
+    search_within: str | None = Field(None, description="name of a subset saved by FilterMetadata")
+    visual_cue: str | None = Field(None, description="a photo id whose look the results should match")
+
+
+class GetMetadataArgs(ToolArgs):
+    photo_ids: list[str] = Field(description="photo ids (at most 50 per call)")
+    fields: list[MetadataField] | None = Field(None, description="which fields (default: all); place = lat, lon "
+                                               "and address")
+
+
+class FilterMetadataArgs(ToolArgs):
+    expression: str | None = Field(None, description="the filter expression", min_length=1)
+    same_as_photo: str | None = Field(None, description="instead of an expression: a photo id; keeps the photos of "
+                                      "its same day, place, city or device (same)")
+    same: list[SameAs] | None = Field(None, min_length=1, max_length=3, description="with same_as_photo: what to "
+                                      "keep the same (day: that day; place: within 1 km; city: within the city; "
+                                      "device: that camera), or instead of the day the days after it, before it or "
+                                      "any other day (after, before, other_day; with place: the other visits to "
+                                      "that place)")
+    # The pattern is offered to the model (and its grammar); a name that breaks it gets run's own message.
+    save_as: str | None = Field(None, description="name to save the matching photos under",
+                                json_schema_extra={"pattern": SUBSET_PATTERN})
+    search_within: str | None = Field(None, description="filter only this saved subset")
+
+
+class ViewPhotosArgs(ToolArgs):
+    photo_ids: list[str] = Field(description="photo ids (at most 10 per call)")
+
+
+class WebSearchArgs(ToolArgs):
+    query: str = Field(description="a web search query", min_length=1)
+
+
+@lru_cache(maxsize=32)
+def search_args(top_k: int, max_top_k: int) -> type[ImageSearchArgs]:
+    """ImageSearch's arguments with ``top_k``'s default and most from the settings."""
+    return with_fields(ImageSearchArgs, top_k=(int, Field(top_k, description="how many results", ge=1,
+                                                          le=max_top_k)))
+
+
+@lru_cache(maxsize=32)
+def photo_ids_args(model: type[GetMetadataArgs] | type[ViewPhotosArgs], most: int) -> type[ToolArgs]:
+    """GetMetadata's or ViewPhotos' arguments, ``photo_ids`` described with the most photos one call takes."""
+    return with_fields(model, photo_ids=(list[str], Field(description=f"photo ids (at most {most} per call)")))
+
+
+class _AlbumTool(Tool[Any]):
+    """A tool over one album: keeps the album and the tools' settings; :meth:`arguments` gives its argument model
+    (the class's ``Args`` with the settings' defaults and bounds)."""
 
     # What a described result adds to the tool's description (``AlbumToolsConfig.describe``).
     described: ClassVar[str] = ""
@@ -275,16 +343,17 @@ class _AlbumTool(Tool):
     def __init__(self, album: Album, config: AlbumToolsConfig) -> None:
         self.album = album
         self.config = config
-        self.parameters = self.schema(config)
+        self.Args = self.arguments(config)
         if config.describe and self.described:
             self.description = f"{type(self).description} {self.described}"
 
-    def schema(self, config: AlbumToolsConfig) -> dict[str, Any]:
-        raise NotImplementedError
+    def arguments(self, config: AlbumToolsConfig) -> type[ToolArgs]:
+        return type(self).Args
 
 
 class ImageSearchTool(_AlbumTool):
     name = "ImageSearch"
+    Args = ImageSearchArgs
     id_params = ("visual_cue",)
     subset_params = ("search_within",)
     example: ClassVar[dict[str, Any]] = {"query": "red kite"}
@@ -295,18 +364,8 @@ class ImageSearchTool(_AlbumTool):
                  "with the FilterMetadata expression of its day and place (time = 'YYYY-MM-DD' and place ~ '...':), "
                  "each photo line is: id | score | time | caption.")
 
-    def schema(self, config: AlbumToolsConfig) -> dict[str, Any]:
-        return {
-            "type": "object",
-            "properties": {
-                "query": {"type": "string", "description": "short keywords, e.g. 'seaside sunset'"},
-                "top_k": {"type": "integer", "description": "how many results", "default": config.top_k,
-                          "minimum": 1, "maximum": config.max_top_k},
-                "search_within": {"type": "string", "description": "name of a subset saved by FilterMetadata"},
-                "visual_cue": {"type": "string", "description": "a photo id whose look the results should match"},
-            },
-            "additionalProperties": False,
-        }
+    def arguments(self, config: AlbumToolsConfig) -> type[ToolArgs]:
+        return search_args(config.top_k, config.max_top_k)
 
     def grammar_parameters(self, ids: Sequence[str], subsets: Sequence[str]) -> dict[str, Any] | None:
         params = super().grammar_parameters(ids, subsets)
@@ -314,13 +373,22 @@ class ImageSearchTool(_AlbumTool):
             return params
         return {**params, "properties": {k: v for k, v in params["properties"].items() if k != "top_k"}}
 
-    def run(self, args: dict[str, Any], scope: ToolScope) -> Observation:
-        query = str(args.get("query") or "").strip()
-        within_name = args.get("search_within")
-        within = scope.subset(within_name) if within_name else None
-        cue = str(args["visual_cue"]).strip() if args.get("visual_cue") else None
-        ranking = self.album.search(query, int(args["top_k"]), within=within, visual_cue=cue)
+    def run(self, args: ImageSearchArgs, scope: ToolScope) -> Observation:
+        query = args.query or ""
+        within_name = args.search_within
+        within = scope.subset(within_name, SAVE_HINT) if within_name else None
+        cue = args.visual_cue or None
         scope = f" within subset {within_name!r} ({len(within or [])} photos)" if within_name else ""
+        if self.config.read_query and query:  # a person, place or date named: their photos only
+            from imagent.tools.query_reader import read_query
+
+            reading = read_query(query, self.album.gallery)
+            if reading.where is not None:
+                within = self.album.filter(reading.where, within)
+                scope += f" (understood: {reading.describe()}; {len(within)} photos)"
+                query = reading.content or query
+        ranking = self.album.search(query, args.top_k, within=within, visual_cue=cue) \
+            if within is None or within else Ranking([], [])
         what = " + ".join(x for x in (repr(query) if query else "", f"visual cue {cue}" if cue else "") if x)
         if not ranking.ids:
             return Observation(f"No photos found for {what}{scope}.",
@@ -349,27 +417,18 @@ class ImageSearchTool(_AlbumTool):
 
 class GetMetadataTool(_AlbumTool):
     name = "GetMetadata"
+    Args = GetMetadataArgs
     id_params = ("photo_ids",)
     repeat_ids = False
     example: ClassVar[dict[str, Any]] = {"photo_ids": ["<photo id>"]}
     description = ("Get metadata of photos: the time taken, the place (lat, lon, address) and the device. "
                    "Use it to turn an anchor photo into a date or place constraint.")
 
-    def schema(self, config: AlbumToolsConfig) -> dict[str, Any]:
-        return {
-            "type": "object",
-            "properties": {
-                "photo_ids": {"type": "array", "items": {"type": "string"},
-                              "description": f"photo ids (at most {config.max_metadata} per call)"},
-                "fields": {"type": "array", "items": {"type": "string", "enum": list(METADATA_FIELDS)},
-                           "description": "which fields (default: all); place = lat, lon and address"},
-            },
-            "required": ["photo_ids"],
-            "additionalProperties": False,
-        }
+    def arguments(self, config: AlbumToolsConfig) -> type[ToolArgs]:
+        return photo_ids_args(GetMetadataArgs, config.max_metadata)
 
-    def run(self, args: dict[str, Any], scope: ToolScope) -> Observation:
-        ids = _ids_arg(args["photo_ids"])
+    def run(self, args: GetMetadataArgs, scope: ToolScope) -> Observation:
+        ids = _ids_arg(args.photo_ids)
         if not ids:
             raise ToolError("GetMetadata needs at least one photo id")
         note = ""
@@ -380,7 +439,7 @@ class GetMetadataTool(_AlbumTool):
         known, unknown = self.album.split_known(ids)
         if not known:
             self.album.require_known(unknown)
-        rows = self.album.metadata(known, args.get("fields"))
+        rows = self.album.metadata(known, list(args.fields) if args.fields else None)
         lines = [_metadata_line(r) for r in rows]
         if unknown:
             note += f"\nNot in the album (check the ids): {', '.join(unknown)}"
@@ -409,6 +468,7 @@ def _metadata_line(row: dict[str, Any]) -> str:
 
 class FilterMetadataTool(_AlbumTool):
     name = "FilterMetadata"
+    Args = FilterMetadataArgs
     id_params = ("same_as_photo",)
     subset_params = ("search_within",)
     example: ClassVar[dict[str, Any]] = {"expression": "time >= '2013-06-09' and time < '2013-06-10'",
@@ -447,46 +507,27 @@ class FilterMetadataTool(_AlbumTool):
             return None  # no photo seen yet
         return {**params, "properties": props, "required": ["same_as_photo", "same"]}
 
-    def schema(self, config: AlbumToolsConfig) -> dict[str, Any]:
-        return {
-            "type": "object",
-            "properties": {
-                "expression": {"type": "string", "description": "the filter expression", "minLength": 1},
-                "same_as_photo": {"type": "string", "description": "instead of an expression: a photo id; keeps "
-                                  "the photos of its same day, place, city or device (same)"},
-                "same": {"type": "array", "items": {"type": "string", "enum": list(SAME_AS)}, "minItems": 1,
-                         "maxItems": 3, "description": "with same_as_photo: what to keep the same "
-                         "(day: that day; place: within 1 km; city: within the city; device: that camera), or "
-                         "instead of the day the days after it, before it or any other day (after, before, "
-                         "other_day; with place: the other visits to that place)"},
-                "save_as": {"type": "string", "description": "name to save the matching photos under",
-                            "pattern": "^[A-Za-z0-9_.-]{1,64}$"},
-                "search_within": {"type": "string", "description": "filter only this saved subset"},
-            },
-            "additionalProperties": False,
-        }
-
-    def expression(self, args: dict[str, Any]) -> tuple[str, str]:
+    def expression(self, args: FilterMetadataArgs) -> tuple[str, str]:
         """The expression to run and how the reply names it (the photo form says which photo it came from)."""
-        photo = str(args.get("same_as_photo") or "").strip()
-        if args.get("expression") and photo:
+        photo = args.same_as_photo or ""
+        if args.expression and photo:
             raise ToolError("FilterMetadata takes an expression or same_as_photo, not both")
-        if args.get("expression"):
-            expr = str(args["expression"])
+        if args.expression:
+            expr = args.expression
             return expr, repr(expr)
         if not photo:
             raise ToolError("FilterMetadata needs an expression, or same_as_photo (a photo id) with same "
                             f"({', '.join(SAME_AS)})")
         self.album.require_known([photo])
-        same = args.get("same") or ["day"]
+        same = list(args.same or ["day"])
         expr = same_as_filter(self.album.gallery.record(photo), same, self.config.city_km)
         return expr, f"{expr!r} ({same_words(same)} {photo})"
 
-    def run(self, args: dict[str, Any], scope: ToolScope) -> Observation:
+    def run(self, args: FilterMetadataArgs, scope: ToolScope) -> Observation:
         expr, named = self.expression(args)
-        within_name = args.get("search_within")
-        within = scope.subset(within_name) if within_name else None
-        save_as = _subset_name(args["save_as"]) if args.get("save_as") else None
+        within_name = args.search_within
+        within = scope.subset(within_name, SAVE_HINT) if within_name else None
+        save_as = _subset_name(args.save_as) if args.save_as else None
         ids = self.album.filter(expr, within)
         limit = self.config.list_limit
         if save_as is None and ids:  # every result is searchable: ImageSearch's search_within names it
@@ -516,8 +557,8 @@ class FilterMetadataTool(_AlbumTool):
                     lines.append(more.strip())
             else:
                 lines.append("Ids (oldest first): " + ", ".join(shown) + more)
-        photo = str(args.get("same_as_photo") or "").strip() or None
-        found = FilterResult(expr, photo, tuple(args.get("same") or ["day"]) if photo else (), save_as, len(ids),
+        photo = args.same_as_photo or None
+        found = FilterResult(expr, photo, tuple(args.same or ["day"]) if photo else (), save_as, len(ids),
                              tuple(ids[:limit]))
         return Observation("\n".join(lines), photos=ids[:limit], result=found,
                            summary=head + (f"; saved as {save_as!r}" if save_as else ""))
@@ -525,23 +566,18 @@ class FilterMetadataTool(_AlbumTool):
 
 class ViewPhotosTool(_AlbumTool):
     name = "ViewPhotos"
+    Args = ViewPhotosArgs
     id_params = ("photo_ids",)
     repeat_ids = False
     example: ClassVar[dict[str, Any]] = {"photo_ids": ["<photo id>"]}
     description = ("Look at photos to verify what they show (anchors, candidates, final targets). "
                    "The photos follow in the next message, each labelled with its id.")
 
-    def schema(self, config: AlbumToolsConfig) -> dict[str, Any]:
-        return {
-            "type": "object",
-            "properties": {"photo_ids": {"type": "array", "items": {"type": "string"},
-                                         "description": f"photo ids (at most {config.max_view} per call)"}},
-            "required": ["photo_ids"],
-            "additionalProperties": False,
-        }
+    def arguments(self, config: AlbumToolsConfig) -> type[ToolArgs]:
+        return photo_ids_args(ViewPhotosArgs, config.max_view)
 
-    def run(self, args: dict[str, Any], scope: ToolScope) -> Observation:
-        ids = _ids_arg(args["photo_ids"])
+    def run(self, args: ViewPhotosArgs, scope: ToolScope) -> Observation:
+        ids = _ids_arg(args.photo_ids)
         if not ids:
             raise ToolError("ViewPhotos needs at least one photo id")
         self.album.require_known(ids)
@@ -559,8 +595,9 @@ class ViewPhotosTool(_AlbumTool):
                                                                      if rest else ""))
 
 
-class WebSearchTool(Tool):
+class WebSearchTool(Tool[WebSearchArgs]):
     name = "WebSearch"
+    Args = WebSearchArgs
     example: ClassVar[dict[str, Any]] = {"query": "where is the Blue Mosque"}
     description = ("Search the web for facts the album cannot tell (a landmark, a venue, an event, an object "
                    "named by a clue). Returns snippets: supporting context only; decide on album evidence.")
@@ -569,15 +606,9 @@ class WebSearchTool(Tool):
         self.backend = backend
         self.config = config
         self.cache = cache
-        self.parameters = {
-            "type": "object",
-            "properties": {"query": {"type": "string", "description": "a web search query", "minLength": 1}},
-            "required": ["query"],
-            "additionalProperties": False,
-        }
 
-    def run(self, args: dict[str, Any], scope: ToolScope) -> Observation:
-        query = str(args["query"]).strip()
+    def run(self, args: WebSearchArgs, scope: ToolScope) -> Observation:
+        query = args.query
         n = self.config.web_results
 
         def compute() -> list[dict[str, str]]:
@@ -620,15 +651,20 @@ def unavailable_tools_note(tools: Sequence[Tool]) -> str:
 __all__ = [
     "METADATA_RESULTS",
     "AlbumToolsConfig",
+    "FilterMetadataArgs",
     "FilterMetadataTool",
     "FilterResult",
+    "GetMetadataArgs",
     "GetMetadataTool",
+    "ImageSearchArgs",
     "ImageSearchTool",
     "MetadataResult",
     "SearchResult",
+    "ViewPhotosArgs",
     "ViewPhotosTool",
     "ViewResult",
     "WebResult",
+    "WebSearchArgs",
     "WebSearchTool",
     "album_tools",
     "clear_matches",

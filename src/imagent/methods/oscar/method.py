@@ -62,6 +62,7 @@ TIER = 10.0
 @register_method
 class Oscar(Method):
     name = "oscar"
+    image_roles = ("verifier",)  # the reference and each candidate
     tasks = frozenset({"cir", "tir"})
     Config = OscarConfig
     description = "golden-library demonstrations steer a planner of retrieval tools and set operations; logit verifier"

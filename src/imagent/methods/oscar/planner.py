@@ -40,7 +40,7 @@ from string import Template
 from typing import Any
 
 from imagent.agents import ToolCall, format_tool_call, parse_tool_calls
-from imagent.agents.protocol import TOOL_CALL_OPEN
+from imagent.agents.wire import TOOL_CALL_OPEN
 from imagent.core.types import Ranking
 from imagent.methods.base import load_prompt
 from imagent.methods.oscar.config import OscarConfig, RetrieverSpec

@@ -18,11 +18,15 @@ So a plan parses the same from all three (:func:`imagent.methods.oscar.planner.r
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any, Literal
 
-from imagent.agents import NativeProtocol, Observation, TextProtocol, Tool, ToolCall, ToolError, TurnProtocol
+from pydantic import Field
+
+from imagent.agents import NativeProtocol, Observation, TextProtocol, Tool, ToolArgs, ToolCall, ToolError, TurnProtocol
 from imagent.agents.protocols import ProtocolSettings, Reply
 from imagent.agents.state import AgentState, ToolScope
+from imagent.agents.tools import with_fields
 from imagent.methods.oscar.config import OscarConfig, RetrieverSpec
 from imagent.models.base import ChatParams, Message
 from imagent.models.json_output import JSONParseError, extract_json
@@ -39,11 +43,44 @@ def allowed_ops(cfg: OscarConfig) -> tuple[str, ...]:
     return {"full": OPS, "no_difference": ("UNION", "INTERSECT"), "union_only": ("UNION",)}[cfg.set_operations]
 
 
-class _PlannedTool(Tool):
+class RetrievalArgs(ToolArgs):
+    """A retrieval call of the plan: its query, how many results (up to the configured ``k_max``) and, for an
+    embedding tool, the reference image."""
+
+    query: str
+    top_k: int = Field(ge=1, le=100)
+    reference_image: str | None = None
+
+
+class PlanStep(ToolArgs):
+    """One named step of ``set_operation``: an operation over earlier calls (by number) and steps (by name)."""
+
+    name: str
+    op: str
+    operands: list[int | str]
+
+
+class SetOperationArgs(ToolArgs):
+    steps: list[PlanStep]
+
+
+@lru_cache(maxsize=16)
+def retrieval_args(k_max: int) -> type[RetrievalArgs]:
+    return with_fields(RetrievalArgs, top_k=(int, Field(ge=1, le=k_max)))
+
+
+@lru_cache(maxsize=16)
+def set_operation_args(ops: tuple[str, ...]) -> type[SetOperationArgs]:
+    """``set_operation``'s arguments with ``op`` one of the ablation's operations."""
+    step = with_fields(PlanStep, op=(Literal[ops], ...))  # type: ignore[valid-type]
+    return with_fields(SetOperationArgs, steps=(list[step], ...))  # type: ignore[valid-type]
+
+
+class _PlannedTool(Tool[Any]):
     """A tool the planner names in its plan; OSCAR runs the plan's calls together afterwards (one scan per
     stored matrix), never one by one through an agent loop."""
 
-    def run(self, args: dict[str, Any], scope: ToolScope) -> Observation:
+    def run(self, args: Any, scope: ToolScope) -> Observation:
         raise ToolError(f"{self.name} is run by OSCAR's plan executor, not by an agent loop")
 
 
@@ -53,9 +90,7 @@ class RetrievalTool(_PlannedTool):
     def __init__(self, name: str, spec: RetrieverSpec, k_max: int) -> None:
         self.name = name
         self.description = f"{spec.kind} search: {spec.description or spec.space}"
-        self.parameters = {"type": "object", "required": ["query", "top_k"], "properties": {
-            "query": {"type": "string"}, "top_k": {"type": "integer", "minimum": 1, "maximum": k_max},
-            "reference_image": {"type": "string"}}}
+        self.Args = retrieval_args(k_max)
 
 
 class SetOperationTool(_PlannedTool):
@@ -64,10 +99,7 @@ class SetOperationTool(_PlannedTool):
     def __init__(self, ops: Sequence[str]) -> None:
         self.name = SET_OPERATION
         self.description = "combine the results of the retrieval calls; the last call"
-        self.parameters = {"type": "object", "required": ["steps"], "properties": {"steps": {
-            "type": "array", "items": {"type": "object", "required": ["name", "op", "operands"], "properties": {
-                "name": {"type": "string"}, "op": {"type": "string", "enum": list(ops)},
-                "operands": {"type": "array", "items": {"type": ["integer", "string"]}}}}}}}
+        self.Args = set_operation_args(tuple(ops))
 
 
 def planner_tools(cfg: OscarConfig, tools: dict[str, RetrieverSpec]) -> list[Tool]:

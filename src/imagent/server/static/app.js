@@ -16,6 +16,10 @@ let upload = null;       // the uploaded reference: {id, url, name}
 let likeId = null;       // "more like this": the gallery id the next search ranks by
 // What the results on screen came from: {url, body, listing, where, pageSize, page, pages} ("More results" goes on)
 let shown = null;
+// The query reader's filters the person removed (keys such as "place:Kyoto"): the next search reads those words as
+// words. Reset when the words in the box change.
+let unlinked = [];
+let unlinkedFor = null;  // the text they were removed from
 
 // ------------------------------------------------------------------ rendering trace values
 
@@ -152,8 +156,12 @@ function renderTrace(trace) {
 
 // ------------------------------------------------------------------ result cards
 
-// A photo in the results: its thumbnail (a link to the photo view), file name, date and place; the score only
-// for a ranking (a filter's matches have none). Research actions show under Advanced.
+// How well a result matches (the row's `match`: strong, possible or none, from its score against the query's scores
+// over the whole library); raw scores stay in the trace and the JSON, never on a card.
+const MATCH_TEXT = { strong: "match", possible: "possible match", none: "no match" };
+
+// A photo in the results: its thumbnail (a link to the photo view), file name, how well it matches, date and place.
+// Research actions show under Advanced.
 function resultCard(r) {
   const name = r.file || fileName(r.path) || "photo";
   const open = el("a", { class: "open", href: photoUrl(r.id), "data-id": r.id, title: `open ${name}` },
@@ -162,15 +170,15 @@ function resultCard(r) {
   use.addEventListener("click", () => setReference(r.id));
   const like = el("button", { type: "button", class: "more-like advanced-only", text: "more like this" });
   like.addEventListener("click", () => moreLike(r.id));
-  const score = typeof r.score === "number" && r.rank !== undefined && !shown?.listing
-    ? el("span", { class: "score", text: r.score.toFixed(4), title: "score (compares within one method only)" }) : null;
+  const level = typeof r.match === "string" && MATCH_TEXT[r.match]
+    ? el("span", { class: `match match-${r.match}`, text: MATCH_TEXT[r.match] }) : null;
   const labels = Array.isArray(r.labels) && r.labels.length
     ? el("div", { class: "tags" }, ...r.labels.slice(0, 4).map((l) => chipLink("label", l.name, l.name))) : null;
   const people = Array.isArray(r.people) && r.people.some((x) => x.name)
     ? el("div", { class: "tags" }, ...r.people.filter((x) => x.name).map((x) => chipLink("person", x.name, x.name))) : null;
   return el("li", { class: "result", "data-id": r.id },
     open,
-    el("div", { class: "file", text: name, title: name }, score),
+    el("div", { class: "file", text: name, title: name }, level),
     el("div", { class: "when-where", text: whenWhere(r.taken, r.place) }),
     r.caption ? el("div", { class: "caption", text: r.caption }) : null,
     labels, people,
@@ -207,12 +215,38 @@ function addCards(list, items, append) {
   return cards.length;
 }
 
+// What the query reader understood of the words (people, places, dates: filters; the rest: what is looked for), as
+// chips; removing one runs the search again with those words read as words (the request's unlink).
+function renderUnderstood(u) {
+  const box = $("understood-box");
+  if (!u || (!u.understood.length && !u.notes.length)) { box.hidden = true; $("understood").replaceChildren(); return; }
+  const chips = u.understood.map((c) => {
+    const x = el("button", { type: "button", class: "chip-remove", text: "×", "aria-label": `Search without ${c.label}` });
+    x.addEventListener("click", () => {
+      if (!unlinked.includes(c.key)) unlinked.push(c.key);
+      unlinkedFor = $("query").value.trim();
+      runSearch(true);
+    });
+    return el("li", { class: `chip understood-${c.kind}`, "data-key": c.key, title: c.where }, el("span", { text: c.label }), x);
+  });
+  if (u.content) chips.push(el("li", { class: "chip content", title: "searched for" }, el("span", { text: u.content })));
+  if (u.trip_day !== null && u.trip_day !== undefined) {
+    chips.push(el("li", { class: "chip content" }, el("span", { text: `day ${u.trip_day > 0 ? u.trip_day : "last"} of a trip` })));
+  }
+  $("understood").replaceChildren(...chips);
+  const notes = $("understood-notes");
+  notes.textContent = u.notes.join(" · ");
+  notes.hidden = !u.notes.length;
+  box.hidden = false;
+}
+
 function renderResults(data, append = false) {
+  renderUnderstood(data.understood);
   const note = sourceNote(data.source, data.source_reason);
   $("source-note").hidden = !note;
   $("source-note").textContent = note;
   renderFilter(data.filter);
-  addCards($("results"), data.results, append);
+  renderMatches(data.results, append);
   const answer = data.answer_set;
   $("answer-box").hidden = !Array.isArray(answer);
   if (Array.isArray(answer)) {
@@ -221,13 +255,46 @@ function renderResults(data, append = false) {
   }
 }
 
+// The results of a search, stopped where its matches stop: the strong matches, then the possible ones folded, then
+// nothing (rows without a level, a method's own ranking, are all shown). With "results per page" set, every result
+// asked for is shown with its level, as `imagent search --top-k` does.
+function renderMatches(rows, append) {
+  const levelled = rows.some((r) => typeof r.match === "string");
+  const cut = levelled && shown && shown.cut;
+  const strong = cut ? rows.filter((r) => r.match === "strong") : rows;
+  const possible = cut ? rows.filter((r) => r.match === "possible") : [];
+  addCards($("results"), strong, append);
+  addCards($("possible"), possible, append);
+  const nStrong = $("results").children.length;
+  const nPossible = $("possible").children.length;
+  $("possible-count").textContent = `(${nPossible})`;
+  $("possible-box").hidden = !nPossible;
+  if (!append) $("possible-box").open = false;
+  if (shown) {
+    shown.levels = Boolean(cut);  // shown as matches (the count says "matches")
+    shown.ended = Boolean(cut) && strong.length + possible.length < rows.length;  // a result below the matches came
+  }
+  const note = $("match-note");
+  note.hidden = !cut;
+  if (!cut) return;
+  if (!nStrong && !nPossible) note.textContent = "No photo matches this search: the closest ones scored like the rest of the library.";
+  else if (!nStrong) note.textContent = "No clear match; the possible ones are below.";
+  else note.textContent = shown.ended ? "The other photos did not match." : "";
+  note.hidden = !note.textContent;
+}
+
 function updateMore() {
-  const n = $("results").children.length;
+  const n = $("results").children.length + $("possible").children.length;
   let more = false;
   if (shown && shown.listing) more = shown.page < shown.pages - 1;
-  else if (shown) more = n >= shown.topK && shown.topK < MAX_RESULTS;
+  else if (shown) more = !shown.ended && n >= shown.topK && shown.topK < MAX_RESULTS;
   $("results-more").hidden = !more;
-  $("search-count").textContent = shown && shown.listing ? `${n} of ${plural(shown.total, "photo")}` : plural(n, "result");
+  const matches = (k) => `${k} ${k === 1 ? "match" : "matches"}`;
+  const nPossible = $("possible").children.length;
+  let count = plural(n, "result");
+  if (shown && shown.listing) count = `${n} of ${plural(shown.total, "photo")}`;
+  else if (shown && shown.levels) count = matches(n - nPossible) + (nPossible ? `, ${nPossible} possible` : "");
+  $("search-count").textContent = count;
 }
 // ------------------------------------------------------------------ reference
 
@@ -314,6 +381,7 @@ function finish(message, isError) {
   clearInterval(current.timer);
   current = null;
   $("results").classList.remove("stale");
+  $("possible").classList.remove("stale");
   $("answer-box").classList.remove("stale");
   $("search-button").disabled = false;
   $("results-more").disabled = false;
@@ -335,6 +403,7 @@ function searchUrl(text, like) {
     if (v) q.set(key, v);
   }
   for (const c of extraChips) q.append(c.kind, c.value);
+  if (text) for (const key of unlinked) q.append("not", key);
   if (like) q.set("like", like);
   if ($("method").value !== "auto") q.set("method", $("method").value);
   const s = q.toString();
@@ -362,6 +431,8 @@ function showSearchFromUrl() {
   }
   const method = q.get("method");
   if (method && methods[method]) $("method").value = method;
+  unlinked = q.getAll("not");
+  unlinkedFor = (q.get("q") || "").trim();
   likeId = q.get("like");
   renderChips();
   runSearch(false);
@@ -383,6 +454,7 @@ function showRoute(r) {
   const note = $("route-note");
   if (r.fallback) note.textContent = `Searched by content (${r.method}): ${r.fallback}.`;
   else if (r.kind === "album") note.textContent = `An album search (${r.method}): ${r.reason}.`;
+  else if (r.kind === "filter") note.textContent = `Listed, no model: ${r.reason}.`;
   else note.textContent = `Searched with ${r.method}: ${r.reason}.`;
   note.className = r.fallback ? "warning" : "muted";
   note.hidden = false;
@@ -394,6 +466,7 @@ async function runSearch(push) {
   const text = $("query").value;
   const like = likeId;
   likeId = null;
+  if (text.trim() !== unlinkedFor) { unlinked = []; unlinkedFor = text.trim(); }  // new words: read them afresh
   const reference = upload ? null : ($("reference").value.trim() || null);
   let where = buildWhere();
   const url = searchUrl(like ? "" : text.trim(), like);
@@ -407,19 +480,24 @@ async function runSearch(push) {
   showView("search");
   document.title = `${text.trim() || "Search"} · ${lib.name || "imagent"}`;
   const pageSize = Math.min(Number($("top-k").value) || 60, MAX_RESULTS);
+  const cut = !$("top-k").value;  // no number asked for: the results stop where the matches stop
   if (where && !text.trim() && !reference && !upload && !like) {  // a filter alone: its photos in time order
     await runListing({ url, where, pageSize, page: 0 }, false);
     return;
   }
   let method = $("method").value;
+  let readQuery = false;  // a plain-words search reads its question (people, places, dates become filters)
   $("route-note").hidden = true;
+  $("understood-box").hidden = true;
   if (method === "auto") {
     if (reference || upload) method = "clip";  // a composed query: the clip baseline fuses text and image
     else {
       try {
-        const r = await getJson(`/api/route?text=${enc(like ? "" : text)}`);
+        const nots = unlinked.map((k) => `&unlink=${enc(k)}`).join("");
+        const r = await getJson(`/api/route?text=${enc(like ? "" : text)}${nots}`);
         method = r.method;
-        if (!like) showRoute(r);
+        readQuery = !like && Boolean(text.trim());
+        if (!like) { showRoute(r); renderUnderstood(r.understood); }
       } catch (e) { setStatus(`error: ${e.message}`, true); return; }
     }
   }
@@ -427,8 +505,9 @@ async function runSearch(push) {
   const body = {
     text: like ? "" : text, method, top_k: pageSize, reference, reference_upload: upload ? upload.id : null,
     keep_reference: $("keep-reference").checked, params, where, sort: $("sort").value, like,
+    read_query: readQuery, unlink: readQuery ? unlinked : [],
   };
-  await startSearch(body, { url, body, topK: pageSize, pageSize, listing: false }, false);
+  await startSearch(body, { url, body, topK: pageSize, pageSize, listing: false, cut }, false);
 }
 
 // A filter alone: its matching photos, oldest first, a page at a time (no method, no score).
@@ -449,7 +528,8 @@ async function runListing(state, append) {
     $("results").classList.remove("stale");
   }
   shown = { ...state, listing: true, pages: data.pages, total: data.total };
-  for (const id of ["route-note", "source-note", "answer-box"]) $(id).hidden = true;
+  for (const id of ["route-note", "source-note", "answer-box", "understood-box", "possible-box", "match-note"]) $(id).hidden = true;
+  $("possible").replaceChildren();
   renderFilter({ where: state.where, sort: "time", matches: data.total });
   addCards($("results"), data.photos, append);
   $("trace-summary").replaceChildren(el("p", { text: `filter: ${plural(data.total, "match")}, in time order, no model` }));
@@ -491,6 +571,7 @@ async function startSearch(body, state, append) {
   current.source = new EventSource(data.events);
   current.timer = setInterval(liveStatus, 250);
   $("results").classList.add("stale");  // old results stay visible, dimmed, until the new ones arrive
+  $("possible").classList.add("stale");
   $("answer-box").classList.add("stale");
   $("cancel-button").hidden = false;
   $("cancel-button").disabled = false;
@@ -512,7 +593,8 @@ async function startSearch(body, state, append) {
     renderResults(p, append);
     renderTrace(p.trace);
     updateMore();
-    finish(`${$("results").children.length} results in ${((performance.now() - current.t0) / 1000).toFixed(1)} s`, false);
+    const n = $("results").children.length + $("possible").children.length;
+    finish(`${n} results in ${((performance.now() - current.t0) / 1000).toFixed(1)} s`, false);
   });
   onEvent("error", (p) => {
     if (p.trace) renderTraceSummary(p.trace);

@@ -1,6 +1,8 @@
-"""How tool calls and answers travel between the runtime and a model.
+"""The wire formats of the agent runtime: how tool calls and answers are written to and read from a model's text.
 
-Two paths:
+Functions only (parsing a reply, writing a call or a result, the prompt sections, the JSON protocol's turn schema);
+the protocols themselves, one class each behind one interface, are :mod:`imagent.agents.protocols`, which uses
+them. Two paths:
 
 - **native**: tools are offered as OpenAI ``tools``; the backend returns ``tool_calls``
   (vLLM with a tool parser, llama.cpp server with ``--jinja``, Ollama, OpenAI);

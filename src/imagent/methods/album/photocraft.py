@@ -60,7 +60,16 @@ from imagent.agents.runtime import AgentHooks, AgentRun, AgentRuntime, ToolMode,
 from imagent.core.trace import Trace
 from imagent.core.types import Query, Ranking, Result, Source
 from imagent.methods.album import load_prompt
-from imagent.methods.album.memory import SUMMARY_KINDS, EpisodicMemory, MemoryCondense, SkillInjection, WorkingMemory
+from imagent.methods.album.memory import (
+    SUMMARY_KINDS,
+    Audit,
+    Compression,
+    EpisodicMemory,
+    MemoryCondense,
+    SkillInjection,
+    SkillUse,
+    WorkingMemory,
+)
 from imagent.methods.album.scaffold import (
     WORKED_EXAMPLE,
     WORKED_EXAMPLE_DESCRIBED,
@@ -303,10 +312,11 @@ def agent_counts(run: AgentRun, scaffold: Scaffold) -> dict[str, int]:
                               "answer_fallbacks": int(run.source == "fallback"),
                               "forced_final_answers": int(run.source == "model" and run.forced)}
     counts |= {f"tool_calls.{name}": n for name, n in state.tool_uses.items()}
-    counts["audits_passed"] = sum(1 for a in state.audits if a.passed)
-    counts["audits_failed"] = len(state.audits) - counts["audits_passed"]
-    counts["compressions"] = len(state.compressions)
-    counts["skills_injected"] = int(state.skill is not None)
+    audits = state.records.of(Audit)
+    counts["audits_passed"] = sum(1 for a in audits if a.passed)
+    counts["audits_failed"] = len(audits) - counts["audits_passed"]
+    counts["compressions"] = len(state.records.of(Compression))
+    counts["skills_injected"] = int(state.records.last(SkillUse) is not None)
     return counts | scaffold.counts()
 
 
