@@ -124,6 +124,17 @@ def test_unused_words_and_the_readers_links(synthetic_album):
     assert not place.hops and place.where == "(place ~ 'Bergen')"
 
 
+def test_a_link_a_person_removed_is_read_as_words(album_method, scripted, synthetic_album):
+    text = "dogs in Bergen"
+    model = scripted(default=plan_reply(target="dogs"))
+    linked = ask(album_method(model, check=False), text)
+    assert {s.name: s for s in linked.trace.steps}["album.read"].outputs["where"] == "place ~ 'Bergen'"
+    prepared = read_query(text, synthetic_album, unlink=["place:Bergen"])  # the chip removed in the web app
+    query = Query(text=text, id="q", candidates=IDS, extra={"reading": prepared})
+    unlinked = album_method(model, check=False).search(query)
+    assert {s.name: s for s in unlinked.trace.steps}["album.read"].outputs["where"] is None
+
+
 def test_unusable_reply_is_a_named_fallback(album_method, scripted):
     result = ask(album_method(scripted(default="no plan here")), "the dogs")
     assert result.source == "fallback:plan_unparsed" and result.answer_set
