@@ -186,5 +186,7 @@ def test_eval_disbench_album_on_the_mini_album(monkeypatch, tmp_path):
     assert records["q02"]["answer_set"] and all(r["source"] == "method" for r in records.values())
     # MiniLM scores q01's birds (named by species) too weakly for the floor: no photo, and the reason, after a check
     assert records["q01"]["answer_set"] == [] and records["q01"]["source_reason"].startswith("no photo matches")
-    behaviour = json.loads((tmp_path / "run" / "metrics.json").read_text())["behaviour"]
+    saved = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    behaviour = saved["behaviour"]
     assert behaviour["sources"] == {"method": 2} and behaviour["code_selected_share"] == 1.0
+    assert saved["run"]["calls_by_model"] == {"scripted:script.json": 3}  # every call's model, in metrics.json
