@@ -95,6 +95,16 @@ def test_a_venue_in_the_season_after(synthetic_album):
     assert done.answer == [] and done.reason  # no dog at Salamanca Place in either lighthouse's next winter
 
 
+def test_a_season_after_is_the_next_one_with_photos(synthetic_album):
+    """Without the Hobart winter's photos (e1, e2), the season after the lighthouse's autumn is the next season
+    the album has photos of (Porto's September: the husky), not an empty winter."""
+    album = synthetic_album.scoped(sorted(ALL - {"e1", "e2"}))
+    done, _ = run(album, Plan.single("dogs", "lighthouse", "season after"))
+    assert done.answer == ["f1"]
+    done, _ = run(album, Plan.single("dogs", "lighthouse", "season after", season="winter"))
+    assert done.answer == ["g1"] and done.anchor == "c1"  # no later Hobart winter holds a photo: Bergen's does
+
+
 def test_a_chain_through_an_intermediate_event(synthetic_album):
     """"The dogs from the day I saw the sailing boat, on the trip with the lighthouse": the sailing boat is
     photographed twice (T1 and T9, each day with a dog); only the one on a lighthouse trip counts."""

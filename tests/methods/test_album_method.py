@@ -124,6 +124,20 @@ def test_unused_words_and_the_readers_links(synthetic_album):
     assert not place.hops and place.where == "(place ~ 'Bergen')"
 
 
+def test_the_reader_links_only_the_albums_own_places(synthetic_gallery, caption_dual, minilm):
+    """An album scoped to one user's photos is read against its own places: a place only another user's photos
+    were taken at is no place of this album (its words stay content, "the Cathedral" an object's caption)."""
+    from imagent.tools.album import Album
+
+    whole = Album(synthetic_gallery, caption_dual, minilm)
+    porto_free = whole.scoped([i for i in IDS if not i.startswith(("f", "i"))])
+    text = "dogs the spring after the Ribeira"
+    assert read_query(text, whole).where == "place ~ 'Ribeira'"
+    reading = read_query(text, porto_free)
+    assert reading.where is None and "Ribeira" in reading.content
+    assert read_query(text, whole.scoped(IDS)).where == "place ~ 'Ribeira'"  # Porto is the album's own
+
+
 def test_a_link_a_person_removed_is_read_as_words(album_method, scripted, synthetic_album):
     text = "dogs in Bergen"
     model = scripted(default=plan_reply(target="dogs"))

@@ -240,6 +240,12 @@ def test_read_plan_checks_the_object_against_the_search():
     plan = read_plan({"target": "dogs", "anchor": "lighthouse", "relation": "same day", "season": "spring"},
                      "dogs the spring after the lighthouse")
     assert plan.relation == "season after" and plan.hops[0].season == "spring"  # a season names its relation
+    plan = read_plan({"target": "dogs", "anchor": "lighthouse", "relation": "season after"},
+                     "dogs the winter after the lighthouse")
+    assert plan.hops[0].season == "winter" and any("names the winter" in n for n in plan.notes)  # left out: filled
+    plan = read_plan({"target": "dogs", "anchor": "lighthouse", "relation": "season after"},
+                     "dogs in winter or spring after the lighthouse")
+    assert plan.hops[0].season == ""  # two seasons named: the model's reading stands
     plan = read_plan({"target": "dogs", "anchor": "dogs", "relation": "same trip"}, "all my dogs")
     assert not plan.anchored and any("target itself" in n for n in plan.notes)
     plan = read_plan({"target": "kite trip", "anchor": "kite trip", "relation": "same trip"},

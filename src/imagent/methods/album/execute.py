@@ -211,10 +211,11 @@ def _season_relation(hop: Hop, tl: Timeline, a: int) -> tuple[np.ndarray, str, b
     south = tl.south(a)
     if rel.direction == 0 and hop.season and own != hop.season:
         return _none(tl), f"photo {tl.ids[a]} was taken in {own}, not {hop.season}", True
-    if rel.direction:
-        block += rel.direction
-        while hop.season and tl.season_name(block, south) != hop.season:
-            block += rel.direction
+    if rel.direction:  # the next (last) season of that name with photos ("the autumn after": the first I took)
+        blocks = np.unique(tl.season_block[tl.has_day])
+        later = blocks[blocks > block] if rel.direction > 0 else blocks[blocks < block][::-1]
+        named = [int(b) for b in later if not hop.season or tl.season_name(int(b), south) == hop.season]
+        block = named[0] if named else block + rel.direction
     mask = tl.season_block == block
     name = tl.season_name(block, south)
     how = f"the {name} of {day_date(tl.day[mask][0]).year}" if mask.any() else f"a {name} without photos"

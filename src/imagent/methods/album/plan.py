@@ -537,6 +537,12 @@ def read_plan(value: Any, query: str) -> Plan:
         ws = set(words(query))
         relation = "season after" if ws & AFTER_WORDS else "season before" if ws & BEFORE_WORDS else "same season"
         notes.append(f"the plan names the {season} with relation {value.get('relation')!r}: read as {relation!r}")
+    if not season and relation in RELATIONS and RELATIONS[relation].unit == "season" and RELATIONS[relation].direction:
+        ws = {t.lower() for t in query_tokens(query)}
+        named = [s for s in SEASON_NAMES if s in ws or (s == "autumn" and "fall" in ws)]
+        if len(named) == 1:  # "the winter after ...": the season the search names, which the model left out
+            season = named[0]
+            notes.append(f"the search names the {season}: {relation!r} is the next (last) {season}")
     if fields["anchor"] and {stem(w) for w in words(fields["anchor"])} <= {stem(w) for w in words(fields["target"])}:
         asked = set(words(query))
         if asked & ASKS_EVERY and (asked & (GENERIC_TARGETS - ASKS_EVERY) or "everything" in asked):
