@@ -19,7 +19,8 @@ paired album by album, a paired 95% bootstrap interval of the F1 difference)
     album_compare diff=<B>-<A> queries=<n> f1=<difference> ci=[<low>,<high>] wins=<n> losses=<n> sign_p=<p>
 
 A configuration is ``method[:scaffold][@planner][+pixels]``: ``planner`` ``0.5b`` (Qwen2.5 0.5B, the offline
-default) or ``1.5b`` (Qwen2.5-Coder 1.5B, ``imagent models use offline-1.5b``); ``+pixels`` runs the pixels-only
+default model) or ``1.5b`` (Qwen2.5-Coder 1.5B, ``imagent models use offline-1.5b``; ``album`` plans with the
+model named, ``planner_model=role``); ``+pixels`` runs the pixels-only
 album. A fresh call cache under ``OUT/cache`` (every model call computed; the assembled GGUFs are linked in), one
 llama.cpp process of ``--threads`` threads per run, ``--jobs`` runs at once. ``calls`` counts every call a method
 made; ``median_s`` is honest only for calls computed in this folder's cache. ``--limit`` takes a stratified sample
@@ -99,6 +100,8 @@ def run_one(config: str, album: Path, run_dir: Path, index: Path, limit: int, th
     cmd = imagent("eval", "disbench", "--images-root", str(album), "--method", method, "--run-dir", str(run_dir),
                   "--index", str(index), "--set", f"models.offline.n_threads={threads}",
                   "--set", f"models.offline.model={planner}")
+    if method == "album":  # the planner named, not the offline default's own choice (planner_model)
+        cmd += ["--set", "planner_model=role"]
     if pixels:  # the pixel model as the image encoder: what the classifier saw is the search space
         cmd += ["--set", "dual_encoder.backend=effnet-lite0"]
     if limit:

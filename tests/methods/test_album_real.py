@@ -48,7 +48,8 @@ def test_the_real_planner_on_a_generated_album(generated, qwen_local, caption_du
     gallery, items = generated
     assert len(items) == len(KINDS)
     method = AlbumSearch(MethodContext(gallery=gallery, dual=caption_dual, text=minilm,
-                                       roles=Roles.from_models({"default": qwen_local})))
+                                       roles=Roles.from_models({"default": qwen_local})),
+                         {"planner_model": "role"})  # the 0.5B itself (the 1.5B default: a 1.1 GB extra)
     f1 = []
     for it in items:
         result = method.search(it.query)

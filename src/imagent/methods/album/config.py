@@ -4,15 +4,24 @@ the method being ours (decision 10). The planner (:mod:`imagent.methods.album.me
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from imagent.methods.base import MethodConfig
+from imagent.models.offline import OFFLINE_GGUFS, QWEN_15B
+
+# The planner the offline default runs (measured: docs/album.md, "Measured").
+PLANNER_MODEL = QWEN_15B.name
 
 
 class AlbumConfig(MethodConfig):
     """The ``album`` method's settings: every field is imagent's own (``methods/origins.py``)."""
 
     planner_role: str = Field("planner", description="role of the model that writes the plan")
+    planner_model: str = Field(PLANNER_MODEL, description="when the planner role's model is the offline default "
+                               "(Qwen2.5 0.5B in-process), plan with this offline model instead: the 1.5B planned "
+                               "better at about the same speed (benchmarks/album_compare.py, docs/album.md); its "
+                               "parts come with imagent[offline-1.5b] (not installed: the role's model plans, and the "
+                               "trace says so); 'role': always the role's own model")
     plan_max_tokens: int = Field(120, ge=32, description="reply tokens for one plan (a plan is 20-60)")
     check: bool = Field(True, description="when the plan's execution finds no photo or leaves words of the search "
                         "unused, ask the planner once more (told why) and keep the plan the scores back better; at "
@@ -42,5 +51,12 @@ class AlbumConfig(MethodConfig):
     week_tolerance: int = Field(3, ge=0, description="N weeks after/before: the trip of the nearest photo day within "
                                "this many days of the date")
 
+    @field_validator("planner_model")
+    @classmethod
+    def _known_planner(cls, v: str) -> str:
+        if v != "role" and v not in OFFLINE_GGUFS:
+            raise ValueError(f"planner_model is 'role' or an offline model ({', '.join(OFFLINE_GGUFS)}), not {v!r}")
+        return v
 
-__all__ = ["AlbumConfig"]
+
+__all__ = ["PLANNER_MODEL", "AlbumConfig"]

@@ -23,10 +23,12 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, ClassVar
 
 import numpy as np
 
+from imagent.core.config import OFFLINE_CHAT_MODEL
 from imagent.core.trace import Trace
 from imagent.core.types import Query, Ranking, Result, Source
 from imagent.methods.album.config import AlbumConfig
@@ -54,6 +56,7 @@ from imagent.methods.album.plan import (
 from imagent.methods.album.scaffold import answer_origin
 from imagent.methods.base import Method, MethodConfig, register_method
 from imagent.models.base import Message
+from imagent.models.roles import Role
 from imagent.tools.album import Album
 
 # Above any cosine: the answer set ranks before every other photo.
@@ -161,17 +164,38 @@ class AlbumSearch(Method):
             return reading
 
     # ------------------------------------------------------------------ plan
+    @cached_property
+    def planner(self) -> tuple[Role, str]:
+        """The role that writes the plan, and why it is not the configured model ("" when it is): the planner
+        role, whose offline default model (Qwen2.5 0.5B in-process) plans as ``planner_model`` (the 1.5B by
+        measurement) when that model's parts are installed."""
+        from imagent.models.chat_llamacpp import LlamaCppChatModel, offline_sibling
+        from imagent.models.offline import OfflineModelError
+
+        role = self.ctx.roles[self.config.planner_role]
+        want, model = self.config.planner_model, role.model
+        if want == "role" or not isinstance(model, LlamaCppChatModel) or model.model_id != OFFLINE_CHAT_MODEL \
+                or want == model.model_id:
+            return role, ""
+        try:
+            return Role(role.name, offline_sibling(model, want), role.cache), ""
+        except (OfflineModelError, OSError) as exc:
+            return role, f"planner model {want!r} is not available ({exc}): the role's {model.model_id!r} plans"
+
     def plan(self, query: Query, trace: Trace, failed: tuple[Plan, str] | None = None,
              without: tuple[str, ...] = (), target: str = "") -> Plan | None:
         """One planner call (the second, ``failed`` = (plan, what was wrong with it), leaves ``without``'s
         relations out and keeps ``target``). None when the reply is unusable."""
-        role = self.ctx.roles[self.config.planner_role]
+        role, unavailable = self.planner
         prompt = plan_prompt(query.text)
         if failed is not None:
             prompt += RETRY_NOTE.format(plan=json.dumps(_model_fields(failed[0])), why=failed[1])
         schema = plan_schema(query.text, without, target)
         name = "album.plan" if failed is None else "album.plan_check"
         with trace.step(name, query=query.text) as step:
+            if unavailable:  # the default planner's parts are not installed: never silent
+                step.note(unavailable)
+                trace.count("album.planner_unavailable")
             value, ok = role.json([Message.user(prompt)], schema, fallback=lambda: None, retries=0,
                                   max_tokens=self.config.plan_max_tokens, temperature=0.0)
             offered = offered_relations(schema)
