@@ -96,6 +96,19 @@ def test_a_plan_the_words_do_not_back_gets_a_second_opinion(album_method, script
     assert set(result.answer_set) == {"g1", "i2"} and result.counts["check_replanned"] == 1
     offered = model.calls[1][1].json_schema["anyOf"][1]["properties"]["relation"]["enum"]
     assert "years after" in offered and "season after" not in offered and "same day" not in offered
+    # a check of the relation keeps the target: the second plan rereads the relation, not what is looked for
+    assert model.calls[1][1].json_schema["anyOf"][1]["properties"]["target"]["enum"] == ["dogs"]
+
+
+def test_a_place_word_the_plan_left_unused_is_where_the_photos_were_taken(album_method, scripted):
+    """"At the harbour" (Harbour Road: a place of the album by stem, not a name the reader links) left out of
+    the plan: the wanted photos are those taken there, and the trace says so."""
+    text = "dogs at the harbour on the lighthouse trip"
+    model = scripted(default=plan_reply(target="dogs", anchor="lighthouse", relation="same trip"))
+    result = ask(album_method(model, check=False), text)
+    assert set(result.answer_set) == {"a2", "a3"}  # not a6, at Salamanca Place on that trip's second day
+    plan = next(s for s in result.trace.steps if s.name == "album.constraint")
+    assert any("harbour" in n for n in plan.outputs["filters"])
 
 
 def test_unused_words_and_the_readers_links(synthetic_album):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any, ClassVar
 
@@ -58,6 +58,7 @@ from imagent.methods.base import Method, MethodConfig, register_method
 from imagent.models.base import Message
 from imagent.models.roles import Role
 from imagent.tools.album import Album
+from imagent.tools.timeline import Timeline
 
 # Above any cosine: the answer set ranks before every other photo.
 ANSWER_SCORE = 2.0
@@ -219,6 +220,8 @@ class AlbumSearch(Method):
     # ------------------------------------------------------------------ run
     def attempt(self, plan: Plan, query: Query, reading: Any, album: Album, trace: Trace) -> Attempt:
         plan = assemble(plan, reading, query.text)
+        plan = place_from_unused(plan, unused_words(plan, reading, query.text),
+                                 Timeline.of(album, self.config.trip_gap_days))
         asks_all = bool({w.lower() for w in query_tokens(query.text)} & ASKS_ALL)
         done = execute(plan, album, self.config, trace, asks_all=asks_all)
         said = relation_words(query.text, reading)
@@ -247,7 +250,8 @@ class AlbumSearch(Method):
                 said = relation_words(query.text, reading)
                 said_best = [r for r in best_relations(said) if RELATIONS[r].agrees(said)]
                 without = tuple(r for r in RELATIONS if r != "none" and r not in said_best)
-            second = self.plan(query, trace, failed=(plan, why), without=without, target=plan.target if empty else "")
+            keep = plan.target if empty or first.disagree else ""  # a check of the relation keeps the target
+            second = self.plan(query, trace, failed=(plan, why), without=without, target=keep)
             if second is not None:
                 other = self.attempt(second, query, reading, album, trace)
                 if other.key() > first.key():
@@ -411,6 +415,19 @@ def assemble(plan: Plan, reading: Any, query: str) -> Plan:
                 understood=understood, trip_day=trip_day, notes=notes)
 
 
+def place_from_unused(plan: Plan, unused: list[str], tl: Timeline) -> Plan:
+    """The plan with a place its words name: when it has none and one of the search's words it left unused names a
+    place of the album (by stem: "the gardens" ~ "Botanical Garden"), the wanted photos were taken there ("the
+    birds at the gardens on my kite trip" planned without the gardens)."""
+    if plan.place or not unused:
+        return plan
+    named = [w for w in unused if tl.named_place_mask(w).any()]
+    if not named:
+        return plan
+    return replace(plan, place=named[0], notes=[*plan.notes, f"{named[0]!r} names a place of the album the plan left "
+                                                "unused: the wanted photos' place"])
+
+
 def unused_words(plan: Plan, reading: Any, query: str) -> list[str]:
     """The search's words that name something (not function words, framing, relations, numbers, or what the
     reader linked) and that no field of the plan uses."""
@@ -431,4 +448,4 @@ def unused_words(plan: Plan, reading: Any, query: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-__all__ = ["AlbumConfig", "AlbumSearch", "assemble", "unused_words"]
+__all__ = ["AlbumConfig", "AlbumSearch", "assemble", "place_from_unused", "unused_words"]
