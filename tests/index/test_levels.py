@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -204,7 +205,8 @@ def test_the_cli_stops_at_the_matches_unless_a_number_is_asked_for(pixel_workspa
     asked = json.loads(run("--json", "--top-k", "5").stdout)["results"]
     assert len(asked) == 5 and [r["match"] for r in asked] == [MATCH_STRONG] + [MATCH_NONE] * 4
     table = run().stdout.split("trace")[0]
-    assert "1 strong match" in table and "match" in table and "score" not in table  # a level, not a raw cosine
+    assert "1 strong match" in table and "match" in table  # a level, not a raw cosine
+    assert not re.search(r"\b-?[01]\.\d{4}\b", table) and "the match column reads it" in " ".join(table.split())
     empty = subprocess.run([*base[:4], "a guitar", *base[5:]], capture_output=True, text=True, env=env, timeout=300)
     assert empty.returncode == 0 and "no photo matches" in empty.stdout
 

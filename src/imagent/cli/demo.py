@@ -121,6 +121,7 @@ def next_commands(index_dir: Path) -> list[str]:
     idx = shlex.quote(str(index_dir))
     return [
         f'imagent search "a cup of coffee" --index {idx} --method caption',
-        f'imagent search "the same, but a cat instead" --ref {COMPOSED_REFERENCE} --index {idx} --method cirevl',
+        f'imagent search "the same, but a cat instead" --ref {COMPOSED_REFERENCE} --index {idx} --method cirevl '
+        '--top-k 3',
         f"imagent serve --index {idx}",
     ]

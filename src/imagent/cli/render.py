@@ -122,9 +122,8 @@ def match_summary(result: Result, gallery: Gallery) -> str:
         return ""
     levels = [cut.level(float(s)) for s in result.ranking.scores]
     strong, possible = levels.count(MATCH_STRONG), levels.count(MATCH_POSSIBLE)
-    if not strong and not possible:
-        return ("no photo matches: the best scored like the rest of the library"
-                + ("" if result.ranking.ids else "; --top-k N lists the closest anyway"))
+    if not strong and not possible:  # nothing kept: the cut's own warning says it (matches_only)
+        return "no photo matches: the best scored like the rest of the library" if result.ranking.ids else ""
     shown = " and ".join(f"{n} {what} match{'es' if n != 1 else ''}" for n, what in
                          ((strong, "strong"), (possible, "possible")) if n)
     none = len(levels) - strong - possible
@@ -166,6 +165,7 @@ def print_result(console: Console, result: Result, gallery: Gallery, title: str 
                       + (f" ({result.source_reason})" if result.source_reason else ""), style="yellow",
                       highlight=False, markup=False)
     meaning = SCORE_MEANING.get(result.trace.method)
-    if meaning and not levels:
-        console.print(f"score: {meaning}", style="dim", highlight=False)
+    if meaning:  # with match levels the score itself is in --json; what it measures is said either way
+        console.print(f"score: {meaning}" + (" (the match column reads it; --json has the number)" if levels else ""),
+                      style="dim", highlight=False)
     print_trace(console, result)

@@ -52,7 +52,12 @@ def matches_only(result: Result, limit: int) -> Result:
         return result
     r = result.ranking
     keep = [n for n, s in enumerate(r.scores) if cut.level(float(s)) != MATCH_NONE][:limit]  # any order (time too)
-    return replace(result, ranking=Ranking([r.ids[n] for n in keep], [r.scores[n] for n in keep], cut))
+    warnings = list(result.warnings)
+    if not keep and r.ids:  # never an empty answer without a word on why (--json readers included)
+        warnings.append("no photo matches: the best scored like the rest of the library; --top-k N lists the "
+                        "closest anyway")
+    return replace(result, ranking=Ranking([r.ids[n] for n in keep], [r.scores[n] for n in keep], cut),
+                   warnings=warnings)
 
 
 def card_labels(rec: ImageRecord, gallery: Gallery) -> list[dict[str, Any]]:
