@@ -12,6 +12,7 @@ from imagent.core.config import ConfigError
 from imagent.eval import metrics as M
 from imagent.eval.datasets import BenchmarkError, Predictions, load_benchmark
 from imagent.eval.datasets.genecis import dilated_box
+from imagent.eval.identity import select_items
 from imagent.eval.scoring import score_file
 
 
@@ -110,6 +111,9 @@ def test_disbench_questions_in_several_wordings(tmp_path):
     (tmp_path / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     items = load_benchmark("disbench", tmp_path).queries()
     assert [it.query.extra["question"] for it in items] == ["g1", "g1", "g2"]
+    # --limit counts questions: a question's wordings are kept or dropped together
+    assert [it.group for it in items] == ["g1", "g1", "g2"]
+    assert [it.id for it in select_items(items, 1, "first")] == ["q1", "q1b"]
     preds = write(tmp_path / "p.json", {"q1": rows[0]["answer"], "q1b": ["p3"], "q2": ["p9"]})
     m = score_file("disbench", tmp_path / "queries.jsonl", preds)["metrics"]
     assert m["wording/questions"] == 2 and m["wording/f1_best"] == 100.0

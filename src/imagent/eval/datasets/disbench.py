@@ -239,7 +239,8 @@ class DISBench(Benchmark):
             truth = {"answer": answers, "event_type": etype, "user": user} if "answer" in e else {}
             if truth and "question" in extra:
                 truth["question"] = extra["question"]
-            items.append(EvalItem(q, truth, answers, q.id))
+            # a question's wordings are one group: --limit keeps or drops them together
+            items.append(EvalItem(q, truth, answers, extra.get("question") or q.id))
         return items
 
     def gallery_manifest(self, split=None, images_root=None, work_dir=None, allow_missing=False):
