@@ -13,7 +13,7 @@ import pytest
 
 from imagent.core.trace import Trace
 from imagent.methods.album.config import AlbumConfig
-from imagent.methods.album.execute import TextScores, evidence_cut, execute, relation_mask
+from imagent.methods.album.execute import TextScores, evidence_cut, execute, kinds_scores, relation_mask
 from imagent.methods.album.plan import RELATIONS, Hop, Plan
 from imagent.tools.timeline import Timeline, add_months, day_number
 
@@ -193,6 +193,15 @@ def test_a_place_named_by_the_anchor_gives_candidates(synthetic_album):
     assert done.answer == ["h1"]  # T8, at Salamanca Place: 1 km around the first Hobart photo would miss it
 
 
+def test_clue_z_sets_how_sure_a_named_place_counts(synthetic_album):
+    """A candidate found by a place its words name counts as ``clue_z`` robust deviations (a setting)."""
+    for clue_z in (6.0, 2.5):
+        _, trace = run(synthetic_album, Plan.single("dogs", "Bergen", "visit", 2), clue_z=clue_z)
+        paths = {s.name: s for s in trace.steps}["album.constraint"].outputs["paths"]
+        named = {p["clue_z"] for p in paths if p["anchors"][0] in {"c1", "d1", "g1"}}  # the Bergen trips' first
+        assert named == {clue_z} and max(p["clue_z"] for p in paths) == clue_z  # a content match counts no more
+
+
 def test_anchor_is_in_the_answer_only_when_it_shows_the_target(synthetic_album):
     done, _ = run(synthetic_album, Plan.single("cars", "lighthouse", "same day"))
     assert done.answer == ["a4"] and "a1" not in done.answer
@@ -244,6 +253,27 @@ def test_evidence_cut_floor_share_and_gap():
     picked, why = evidence_cut(np.array([1.2, 0.3, -0.5]), np.ones(3, dtype=bool), cfg)
     assert not len(picked) and why.startswith("no photo matches")
     assert "kept no photo" in evidence_cut(z, np.zeros(5, dtype=bool), cfg)[1]
+
+
+def test_a_category_target_reads_its_kinds(synthetic_album):
+    """"Mammals" names a WordNet category of the pixel model's classes: the answer cut also reads each photo's best
+    score for its kinds closest to the words (never "hot dog" for dogs: categories by their parents), so the breeds
+    (poodle, husky, beagle, golden retriever) stand further above the fruit and things, on average, than by the word
+    alone;
+    words naming no category, or the setting off, leave the scores as they are."""
+    tl = Timeline.of(synthetic_album, 1.0)
+    target = TextScores("a photo of mammals", synthetic_album.scores(["a photo of mammals"])[0])
+    kept = np.ones(len(tl), dtype=bool)
+    cut, kinds = kinds_scores(synthetic_album, tl, target, "mammals", kept, AlbumConfig())
+    assert 0 < len(kinds) <= AlbumConfig().target_kinds
+    breeds = [tl.index(i) for i in ("e1", "f1", "g1", "i2")]
+    things = [tl.index(i) for i in ("b2", "f2", "d2", "h1", "x1")]  # pineapple, banana, teapot, windmill, umbrella
+    assert cut.z[breeds].mean() - cut.z[things].mean() > target.z[breeds].mean() - target.z[things].mean() + 1
+    assert "hot dog" not in kinds_scores(synthetic_album, tl, target, "dogs", kept, AlbumConfig())[1]
+    assert kinds_scores(synthetic_album, tl, target, "mammals", kept, AlbumConfig(target_kinds=0)) == (target, [])
+    assert kinds_scores(synthetic_album, tl, target, "umbrellas and kites", kept, AlbumConfig()) == (target, [])
+    at = np.array([tl.index("b2"), tl.index("e1")])  # the same scores read at a few photos
+    assert np.allclose(synthetic_album.scores_at(["a photo of mammals"], at)[0], target.raw[at], atol=1e-5)
 
 
 def test_text_scores_keep_the_noise_scale_when_many_photos_show_the_text():

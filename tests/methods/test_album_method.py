@@ -247,11 +247,13 @@ def test_eval_disbench_album_on_the_mini_album(monkeypatch, tmp_path):
     metrics = json.loads(res.stdout)["metrics"]["metrics"]
     assert metrics["overall/f1"] > 40
     records = {r["qid"]: r for r in map(json.loads, (tmp_path / "run" / "results.jsonl").read_text().splitlines())}
-    assert [r["counts"]["planner_calls"] for r in records.values()] == [2, 1]
+    assert [r["counts"]["planner_calls"] for r in records.values()] == [1, 1]
     assert records["q02"]["answer_set"] and all(r["source"] == "method" for r in records.values())
-    # MiniLM scores q01's birds (named by species) too weakly for the floor: no photo, and the reason, after a check
-    assert records["q01"]["answer_set"] == [] and records["q01"]["source_reason"].startswith("no photo matches")
+    # q01's birds are named by species ("a pink flamingo"): MiniLM reads "birds" alone too weakly for the floor, the
+    # category's kinds (WordNet: the flamingo is a bird) find them
+    truth = json.loads((ALBUM / "queries.jsonl").read_text().splitlines()[0])
+    assert {a.split("/")[-1] for a in records["q01"]["answer_set"]} & set(truth["answer"])
     saved = json.loads((tmp_path / "run" / "metrics.json").read_text())
     behaviour = saved["behaviour"]
     assert behaviour["sources"] == {"method": 2} and behaviour["code_selected_share"] == 1.0
-    assert saved["run"]["calls_by_model"] == {"scripted:script.json": 3}  # every call's model, in metrics.json
+    assert saved["run"]["calls_by_model"] == {"scripted:script.json": 2}  # every call's model, in metrics.json

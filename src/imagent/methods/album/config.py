@@ -32,8 +32,17 @@ class AlbumConfig(MethodConfig):
     anchor_candidates: int = Field(5, ge=1, description="anchor photos weighed by joint evidence (the best "
                                    "scoring within anchor_margin of the best)")
     anchor_margin: float = Field(0.1, ge=0, description="anchor candidates score within this of the best one")
+    clue_z: float = Field(6.0, gt=0, description="how sure an anchor candidate found by a place its words name, or "
+                          "by the people, places and dates the reader linked, counts (in robust deviations, like a "
+                          "content match); also the most a content match or the target's support counts in the "
+                          "joint evidence of a candidate path")
     target_prompt: str = Field("a photo of {}", description="how the target's words are searched ({} stands for "
                                "them; '{}' alone: the plain words)")
+    target_kinds: int = Field(32, ge=0, description="answer cut: when the target's words name a category of the "
+                              "pixel model's WordNet classes ('mammals', 'birds', 'tools'), a kept photo's score adds "
+                              "target_kinds_weight x its best score for the category's target_kinds kinds closest "
+                              "to the words (a yak is a mammal although 'mammals' and 'a yak' read apart); 0: off")
+    target_kinds_weight: float = Field(0.5, ge=0, description="weight of the best kind's score in the answer cut")
     match_floor: float = Field(2.0, ge=0, description="answer cut over the album (no anchor): a photo can show the "
                                "target only when its score stands at least this many robust deviations above the "
                                "album's median score for the target (calibrated on albums of seeds >= 3000: "

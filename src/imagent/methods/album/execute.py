@@ -40,10 +40,40 @@ from imagent.tools.album import Album
 from imagent.tools.filter_lang import FilterError, parse_filter
 from imagent.tools.timeline import Timeline, add_months, day_date
 
-# Above any robust deviation a search scores: candidates of a named place, a date or a person count as this sure.
-CLUE_Z = 6.0
+# The default of ``AlbumConfig.clue_z`` (above any robust deviation a search scores).
+CLUE_Z: float = AlbumConfig.model_fields["clue_z"].default
 # Estimating an album's median and spread from at most this many of its scores (a stride sample) is plenty.
 _SAMPLE = 20_000
+# Photos of the album the category's kinds are read at for the answer cut's median and spread (kinds_scores).
+_KIND_SAMPLE = 2_000
+
+
+def kinds_scores(album: Album, tl: Timeline, target: TextScores, words: str, kept: np.ndarray, cfg: AlbumConfig
+                 ) -> tuple[TextScores, list[str]]:
+    """The target's scores as the answer cut reads them, and the kinds it read: when ``words`` name a category
+    of the pixel model's WordNet classes (:func:`~imagent.models.pixels.classes_under`: "mammals", "birds"),
+    each photo's score adds ``target_kinds_weight`` x its best score for the category's ``target_kinds`` kinds
+    closest to the words ("a photo of a yak" for "mammals"). Read at the kept photos and at a sample of the album
+    (for its median and spread) only: a few hundred rows, whatever the album's size. ``target`` itself when the
+    words name no category or the setting is off."""
+    from imagent.models.pixels import classes_under, label_data
+
+    found = list(classes_under(words)) if cfg.target_kinds and cfg.target_kinds_weight else []
+    if not found or not len(tl):
+        return target, []
+    names = [label_data()[i]["name"] for i in found]
+    texts = [cfg.target_prompt.replace("{}", f"a {n}") if "{}" in cfg.target_prompt else n for n in names]
+    if len(texts) > cfg.target_kinds:  # the kinds closest to the words (one batch of their text vectors)
+        vecs = album.text_vectors([target.text, *texts])
+        order = np.argsort(-(vecs[1:] @ vecs[0]), kind="stable")[: cfg.target_kinds]
+        texts, names = [texts[i] for i in order], [names[i] for i in order]
+    sample = np.arange(0, len(tl), max(1, len(tl) // _KIND_SAMPLE))
+    at = np.union1d(sample, np.flatnonzero(kept))
+    best = album.scores_at(texts, at).max(axis=0)
+    raw = np.full(len(tl), np.nan)
+    raw[at] = target.raw[at] + cfg.target_kinds_weight * best
+    scores = TextScores(target.text, np.nan_to_num(raw, nan=-np.inf), sample=raw[sample])
+    return scores, names
 
 
 class TextScores:
@@ -52,10 +82,11 @@ class TextScores:
     every encoder. The spread is 1.4826 x the median deviation of the photos *below* the median: the photos that
     show the text sit above it, so even an album where a third of the photos show it keeps the noise's own scale."""
 
-    def __init__(self, text: str, raw: np.ndarray) -> None:
+    def __init__(self, text: str, raw: np.ndarray, sample: np.ndarray | None = None) -> None:
         self.text = text
         self.raw = np.asarray(raw, dtype=np.float64)
-        sample = self.raw[:: max(1, len(self.raw) // _SAMPLE)] if len(self.raw) else np.zeros(1)
+        if sample is None:  # else the scores of a sample of the album, for the median and spread
+            sample = self.raw[:: max(1, len(self.raw) // _SAMPLE)] if len(self.raw) else np.zeros(1)
         self.median = float(np.median(sample))
         below = self.median - sample[sample <= self.median]
         self.spread = max(float(np.median(below)) * 1.4826 if len(below) else 0.0, 1e-6)
@@ -85,10 +116,11 @@ class Path:
     exact: bool
     support: float | None  # the target's best robust score among the kept photos (None: every photo counts)
     shown: bool  # a kept photo other than the anchors passes the floor (or the target is every photo)
+    cap: float = CLUE_Z  # the clue_z setting: no clue or support counts for more
 
     @property
     def clue(self) -> float:
-        return min((min(c.z, CLUE_Z) for c in self.anchors), default=0.0)
+        return min((min(c.z, self.cap) for c in self.anchors), default=0.0)
 
     @property
     def any_kept(self) -> bool:
@@ -319,7 +351,7 @@ def hop_candidates(hop: Hop, tl: Timeline, scores: TextScores | None, clues: np.
     words = hop.content or hop.anchor
     named = tl.named_place_mask(words) & allowed if words else _none(tl)
     for i in first_of_trips(tl, named, cfg.anchor_candidates):
-        out.append(Candidate(i, tl.ids[i], CLUE_Z, f"at a place named {words!r}", place=named))
+        out.append(Candidate(i, tl.ids[i], cfg.clue_z, f"at a place named {words!r}", place=named))
     if scores is not None and allowed.any():
         top = _best(scores.raw, np.flatnonzero(allowed), cfg.anchor_candidates)
         best = float(scores.raw[top[0]])
@@ -328,14 +360,14 @@ def hop_candidates(hop: Hop, tl: Timeline, scores: TextScores | None, clues: np.
                 if scores.raw[i] >= best - cfg.anchor_margin and int(i) not in taken]
     elif scores is None and clues is not None:
         for i in first_of_trips(tl, allowed, cfg.anchor_candidates):
-            out.append(Candidate(i, tl.ids[i], CLUE_Z, "matches the linked people, places or dates"))
+            out.append(Candidate(i, tl.ids[i], cfg.clue_z, "matches the linked people, places or dates"))
     return out
 
 
 def choice_key(p: Path) -> tuple[bool, bool, bool, float]:
     """How candidate paths are ranked: one whose chain kept photos, then one where the target shows among them,
     then one whose relations held exactly, then clue + support (the joint evidence of anchor and target)."""
-    return p.any_kept, p.shown, p.exact, p.clue + (min(p.support, CLUE_Z) if p.support is not None else 0.0)
+    return p.any_kept, p.shown, p.exact, p.clue + (min(p.support, p.cap) if p.support is not None else 0.0)
 
 
 # --------------------------------------------------------------------------- the chain
@@ -382,7 +414,7 @@ def _paths(plan: Plan, run: _Run) -> list[Path]:
             shown = support is not None and support >= cfg.match_floor_anchored
             if support is None:
                 kept = _none(tl)  # nothing but the anchor itself: no evidence for the target
-        out.append(Path(chosen, kept, how, exact, support, shown))
+        out.append(Path(chosen, kept, how, exact, support, shown, cfg.clue_z))
     return out
 
 
@@ -457,7 +489,7 @@ def execute(plan: Plan, album: Album, cfg: AlbumConfig, trace: Trace, asks_all: 
                         "how": "; ".join(chosen.how) if chosen is not None else "the whole album"}
 
     with trace.step("album.target", target=plan.target, every_photo=plan.every_photo) as step:
-        reason = ""
+        reason, cut, kinds = "", target, []
         if plan.hops and chosen is None:
             reason = "no photo matches the anchor"
         elif plan.hops and not kept.any():
@@ -468,18 +500,24 @@ def execute(plan: Plan, album: Album, cfg: AlbumConfig, trace: Trace, asks_all: 
                 reason = "the question names nothing to narrow the album to (ask for all photos to list them all)"
             matched = np.flatnonzero(kept)[np.argsort(tl.day[kept], kind="stable")] if not reason else []
         else:
-            matched, why = evidence_cut(target.z, kept, cfg, anchored=plan.anchored) if not reason else ([], "")
+            if not reason:
+                cut, kinds = kinds_scores(album, tl, target, plan.target, kept, cfg)
+            if kinds:
+                step.note(f"{plan.target!r} names a category: its kinds read too ({', '.join(kinds[:5])}"
+                          f"{', ...' if len(kinds) > 5 else ''})")
+            matched, why = evidence_cut(cut.z, kept, cfg, anchored=plan.anchored) if not reason else ([], "")
             reason = reason or why
         answer = [tl.ids[int(i)] for i in matched]
         if reason:
             step.note(reason)
         step.outputs = {"answer": answer, "reason": reason}
         if target is not None:
-            shown = _best(target.z, np.flatnonzero(kept), 30)
-            step.outputs.update({"album_median": round(target.median, 4), "album_spread": round(target.spread, 4),
-                                 "kept_z": [[tl.ids[int(i)], round(float(target.z[i]), 2)] for i in shown]})
+            shown = _best(cut.z, np.flatnonzero(kept), 30)
+            step.outputs.update({"album_median": round(cut.median, 4), "album_spread": round(cut.spread, 4),
+                                 "kept_z": [[tl.ids[int(i)], round(float(cut.z[i]), 2)] for i in shown],
+                                 "kinds": len(kinds)})
     ranked = _ranked(tl, target)
-    answer_z = float(np.minimum(target.z[np.asarray(matched, dtype=np.int64)], CLUE_Z * 2).mean()) if (
+    answer_z = float(np.minimum(cut.z[np.asarray(matched, dtype=np.int64)], cfg.clue_z * 2).mean()) if (
         target is not None and len(matched)) else 0.0
     return Execution(answer, [c.photo for c in chosen.anchors] if chosen is not None else [], paths,
                      int(kept.sum()), ranked, reason, notes, chosen.clue if chosen is not None else 0.0, answer_z)
