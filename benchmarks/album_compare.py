@@ -11,7 +11,8 @@ run resumes), then prints per configuration
 
     album_compare config=<name> planner=<model> seeds=<n> queries=<n> questions=<n> f1=<mean over seeds>
                   worst_wording_f1=<mean of each question's worst wording> em=<..> calls=<per query>
-                  median_s=<median seconds a query> code_share=<share of answers equal to a code-computed list>
+                  prompt_tokens=<per query> completion_tokens=<per query> median_s=<median seconds a query>
+                  code_share=<share of answers equal to a code-computed list>
 
 and per comparison (``imagent eval --compare OUT/runs/A OUT/runs/B``: each side the mean over its seeds, queries
 paired album by album, a paired 95% bootstrap interval of the F1 difference)
@@ -21,10 +22,13 @@ paired album by album, a paired 95% bootstrap interval of the F1 difference)
 A configuration is ``method[:scaffold][@planner][+pixels]``: ``planner`` ``0.5b`` (Qwen2.5 0.5B, the offline
 default model) or ``1.5b`` (Qwen2.5-Coder 1.5B, ``imagent models use offline-1.5b``; ``album`` plans with the
 model named, ``planner_model=role``); ``+pixels`` runs the pixels-only
-album. A fresh call cache under ``OUT/cache`` (every model call computed; the assembled GGUFs are linked in), one
-llama.cpp process of ``--threads`` threads per run, ``--jobs`` runs at once. ``calls`` counts every call a method
-made; ``median_s`` is honest only for calls computed in this folder's cache. ``--limit`` takes a stratified sample
-of each album's queries (the same for every configuration): the album agents take minutes a query.
+album. A fresh call cache under ``OUT/cache`` (every model call computed; the assembled GGUFs are linked in), and
+one of their own under ``OUT/cache-pixels`` for the pixels-only twins (they ask the same questions: shared, their
+calls would be served from the cache and their seconds would not count the model); one llama.cpp process of
+``--threads`` threads per run, ``--jobs`` runs at once. ``calls`` counts every call a method made, the tokens those
+calls read and wrote; ``median_s`` is honest only for calls computed in this folder's caches. ``--limit`` takes a
+stratified sample of each album's questions, every wording of each (the same for every configuration): the album
+agents take minutes a query.
 
     python benchmarks/album_compare.py OUT [--seeds 4101,4102,4103] [--limit 0] [--jobs 1] [--threads 2]
         [--configs album@0.5b,album@1.5b,album@0.5b+pixels,album@1.5b+pixels]
@@ -65,11 +69,11 @@ def folder_name(config: str) -> str:
     return config.replace(":", "-").replace("@", "_").replace("+", "-")
 
 
-def environment(out: Path) -> dict[str, str]:
+def environment(out: Path, cache_name: str = "cache") -> dict[str, str]:
     """The runs' environment: their own data and call cache folders (the assembled GGUFs linked in)."""
     from imagent.core.config import load_settings
 
-    cache = out / "cache"
+    cache = out / cache_name
     cache.mkdir(parents=True, exist_ok=True)
     models = Path(load_settings().cache_dir).expanduser() / "models"
     models.mkdir(parents=True, exist_ok=True)
@@ -134,16 +138,19 @@ def summary(config: str, runs: list[Path]) -> str:
 
     # every call the method made (served by the call cache or not: a resumed or repeated run has cached ones)
     calls = sum(m["run"].get("model_calls", 0) + m["run"].get("cached_calls", 0) for m in metrics) / max(1, n)
+    made = [c for r in records for s in (r.get("trace") or {}).get("steps", []) for c in s.get("calls", [])]
+    prompt = sum(int(c.get("prompt_tokens") or 0) for c in made) / max(1, n)
+    completion = sum(int(c.get("completion_tokens") or 0) for c in made) / max(1, n)
     secs = statistics.median(float(r.get("seconds") or 0.0) for r in records) if records else 0.0
     share = [m.get("behaviour", {}).get("code_selected_share") for m in metrics]
     share_text = f"{sum(share) / len(share):.2f}" if all(isinstance(x, (int, float)) for x in share) else "n/a"
-    models = {c.get("model") for r in records for s in (r.get("trace") or {}).get("steps", [])
-              for c in s.get("calls", [])}
+    models = {c.get("model") for c in made}
     planner = ",".join(sorted(m for m in models if m)) or parse_config(config)[2]
     questions = sum(int(m["metrics"].get("wording/questions", 0)) for m in metrics)
     return (f"album_compare config={config} planner={planner} seeds={len(runs)} queries={n} questions={questions} "
             f"f1={mean('overall/f1'):.1f} worst_wording_f1={mean('wording/f1_worst'):.1f} em={mean('overall/em'):.1f} "
-            f"calls={calls:.2f} median_s={secs:.1f} code_share={share_text}")
+            f"calls={calls:.2f} prompt_tokens={prompt:.0f} completion_tokens={completion:.0f} median_s={secs:.1f} "
+            f"code_share={share_text}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -163,6 +170,8 @@ def main(argv: list[str] | None = None) -> None:
     for c in configs:
         parse_config(c)
     env = environment(out)
+    # the pixels-only twins ask the same questions: a call cache of their own, so their seconds are computed too
+    env_pixels = environment(out, "cache-pixels")
     albums = {}
     for seed in seeds:
         album = out / "albums" / f"s{seed}"
@@ -178,14 +187,15 @@ def main(argv: list[str] | None = None) -> None:
         pixels = parse_config(c)[3]
         for s in seeds:
             album = pixels_twin(albums[s]) if pixels else albums[s]
-            jobs.append((c, album, out / "runs" / folder_name(c) / f"s{s}", out / "index" / album.name))
+            jobs.append((c, album, out / "runs" / folder_name(c) / f"s{s}", out / "index" / album.name,
+                         env_pixels if pixels else env))
     # Runs over one index one after another (it is built by the first); other runs at once, up to --jobs.
     by_index: dict[Path, list[tuple]] = {}
     for j in jobs:
         by_index.setdefault(j[3], []).append(j)
 
     def lane(js: list[tuple]) -> list[int]:
-        return [run_one(*j, args.limit, args.threads, args.sets, env) for j in js]
+        return [run_one(*j[:4], args.limit, args.threads, args.sets, j[4]) for j in js]
 
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
         codes = [c for cs in pool.map(lane, by_index.values()) for c in cs]
