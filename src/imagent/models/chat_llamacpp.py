@@ -279,6 +279,28 @@ def evaluated_prompt_tokens(before: list[int], after: list[int], prompt_tokens: 
 SLOT_MIN_PREFIX = 200
 
 
+_SIBLINGS: dict[tuple[Any, ...], LlamaCppChatModel] = {}
+_SIBLINGS_LOCK = threading.Lock()
+
+
+def offline_sibling(model: LlamaCppChatModel, name: str) -> LlamaCppChatModel:
+    """``model``'s settings (context, threads, seed, temperature) with another offline GGUF, ``name``
+    (``offline:...``), assembled beside ``model``'s own file on first use: one instance per process and settings,
+    so every search that asks again shares the loaded weights. :class:`OfflineModelError` when its parts are not
+    installed (the message names the extra to install)."""
+    key = (str(model.model_path), name, model.n_ctx, model.n_threads, model.seed, model.temperature, model.logprobs,
+           model.flash_attn)
+    with _SIBLINGS_LOCK:
+        hit = _SIBLINGS.get(key)
+        if hit is None:
+            spec = get_offline_model(name)
+            path = ensure_offline_model(model.model_path.parent.parent, spec)  # <cache>/models/<file>, as its own
+            hit = _SIBLINGS[key] = LlamaCppChatModel(
+                path, model_id=name, n_ctx=model.n_ctx, n_threads=model.n_threads, seed=model.seed,
+                temperature=model.temperature, logprobs=model.logprobs, flash_attn=model.flash_attn)
+        return hit
+
+
 class _Slot:
     """One llama.cpp context of a model: its ``Llama`` (None until used), last prompt and last use."""
 
