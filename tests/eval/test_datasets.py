@@ -254,19 +254,11 @@ def test_cirr_score_warns_on_truncated_rankings(tmp_path, stamps_root):
 
 @pytest.mark.slow
 def test_imagent_eval_cirr_runs_subset_mode_and_says_so(tmp_path, stamps_root):
-    import typer
     from typer.testing import CliRunner
 
-    from imagent.api import Workspace
-    from imagent.cli.eval_cmd import register
+    from testkit import eval_app
 
-    app = typer.Typer()
-
-    @app.callback()
-    def _root() -> None:
-        """test app"""
-
-    register(app, lambda config, sets: Workspace.from_config(config, sets))
+    app = eval_app()
     ann, names = tiny_cirr(tmp_path, stamps_root)
     run = tmp_path / "run"
     res = CliRunner().invoke(app, ["eval", "cirr", "--method", "clip", "--annotations", str(ann),
