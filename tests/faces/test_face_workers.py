@@ -60,8 +60,8 @@ def _running(pid: int) -> bool:
 
 
 def _scans(index: Path) -> int:
-    try:
-        with sqlite3.connect(index / "faces.sqlite", timeout=5) as c:
+    try:  # read-only: an empty file made here would be a damaged face store to the build
+        with sqlite3.connect(f"file:{index / 'faces.sqlite'}?mode=ro", uri=True, timeout=5) as c:
             return int(c.execute("SELECT COUNT(*) FROM scans").fetchone()[0])
     except sqlite3.Error:  # not there yet
         return 0
