@@ -123,17 +123,19 @@ def test_a_killed_worker_is_replaced_and_every_face_found(tmp_path, build_people
 
     folder = kit.people_folder(tmp_path / "photos")
     killed: list[int] = []
+    before = {p.pid for p in multiprocessing.active_children()}
 
     def kill_a_worker(done: int, total: int, label: str) -> None:
         if label.startswith("faces:") and not killed:  # after the first chunk: kill -9 of one worker
-            pid = next(p.pid for p in multiprocessing.active_children() if p.pid is not None)
+            pid = next(p.pid for p in multiprocessing.active_children() if p.pid not in before)
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
 
     report = build_people(folder, tmp_path / "index", progress=kill_a_worker, batch_size=2, faces={"workers": 2})
     assert killed and not _running(killed[0])
     faces = report.faces
-    assert (faces.status, faces.scanned, faces.faces, faces.notes) == ("done", 7, 5, [])
+    assert (faces.status, faces.scanned, faces.faces, faces.notes, faces.worker_restarts) == ("done", 7, 5, [], 1)
+    assert "a worker process died, 1 restart" in faces.summary()
     groups = kit.groups_by_file(Gallery(tmp_path / "index")).values()
     assert set(kit.OBAMA) in groups and {kit.BIDEN} in groups and {"astronaut.png"} in groups
 

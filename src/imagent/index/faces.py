@@ -63,13 +63,14 @@ class FacesReport:
     dropped: int = 0  # scans of photos gone from the index, removed
     pending: int = 0  # photos left for the next run (only after an interruption)
     people: int = 0  # groups in the index after the run
+    worker_restarts: int = 0  # times the worker processes were started again after one died
     notes: list[tuple[str, str]] = field(default_factory=list)  # (photo, note)
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {"status": self.status, "reason": self.reason, "scanned": self.scanned, "faces": self.faces,
                 "photos_with_faces": self.with_faces, "new_people": self.new_people, "joined": self.joined,
-                "dropped": self.dropped, "people": self.people,
+                "dropped": self.dropped, "people": self.people, "worker_restarts": self.worker_restarts,
                 "notes": [{"path": p, "note": n} for p, n in self.notes], "seconds": round(self.seconds, 3)}
 
     def summary(self) -> str:
@@ -82,9 +83,11 @@ class FacesReport:
             looked = (f"none of {plural(len(self.notes), 'photo')} could be looked at (see the notes; the next run "
                       "tries again)") if self.notes else "no new photos to look at"
             return f"faces: {looked}; {plural(self.people, 'person', 'people')} (imagent people)"
+        restarts = (f"; a worker process died, {plural(self.worker_restarts, 'restart')}" if self.worker_restarts
+                    else "")
         return (f"faces: {self.scanned} photos looked at, {self.faces} faces in {self.with_faces} of them; "
                 f"{self.new_people} new people, {self.joined} faces joined known people; {self.people} people in "
-                f"all (imagent people)")
+                f"all (imagent people){restarts}")
 
 
 def _pending(gallery: Gallery, scans: dict[str, tuple[str, str]], everything: bool, model_id: str) -> list[str]:
@@ -146,8 +149,11 @@ class FaceStage(Stage):
     def compute(self, records: list[ImageRecord], earlier: Any, part: tuple[str, ...] = ()) -> list[Any]:
         paths = [r.path for r in records]
         if self.workers > 1:
-            return [_died(self._workers().retries) if res is WORKER_DIED else res
-                    for res in self._workers().map(_scan_in_worker, paths)]
+            pool = self._workers()
+            before = pool.restarts
+            out = pool.map(_scan_in_worker, paths)
+            self.report.worker_restarts += pool.restarts - before
+            return [_died(pool.retries) if res is WORKER_DIED else res for res in out]
         if self._model is None:
             self._model = self._load_model()
         return [self._model.scan_file(p) for p in paths]
