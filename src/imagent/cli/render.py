@@ -101,7 +101,7 @@ def short_path(path: str, limit: int = 48) -> str:
 # ``matched_by`` in words (imagent.index.pixels.answered_by).
 ANSWERED = {"pixels": "pixels (the image encoder, or the pixel model's labels)", "caption": "caption",
             "names": "file-name words, date and place", "looks": "looks (the pixel model's visual features)",
-            "nothing": "nothing (no caption, no pixels seen, no names)"}
+            "nothing": "nothing (no caption, no pixels seen, no names)", "text": "text read in the photo"}
 
 
 def _cell(row: dict[str, Any], col: str) -> str:
@@ -111,6 +111,8 @@ def _cell(row: dict[str, Any], col: str) -> str:
         return (value or "")[:19].replace("T", " ")
     if col == "labels":
         return ", ".join(x["name"] for x in value or [])
+    if col == "text":  # the words read in the photo, when the search matched them: its first lines
+        return " / ".join(x if len(x) <= 40 else x[:39] + "…" for x in (value or [])[:3])
     return value or ""
 
 
@@ -136,7 +138,8 @@ def print_result(console: Console, result: Result, gallery: Gallery, title: str 
     answered = {r.get("matched_by") for r in rows} - {None}
     levels = any(r["match"] is not None for r in rows)  # a match column instead of the raw score (kept in --json)
     # What answered each result: a column when it differs between rows, else one line under the table.
-    extra = [c for c in ("taken", "place", "labels") if any(r.get(c) for r in rows)] + (
+    shown = ("taken", "place", "labels", "text") if result.text_matches else ("taken", "place", "labels")
+    extra = [c for c in shown if any(r.get(c) for r in rows)] + (
         ["matched_by"] if len(answered) > 1 else [])
     table = Table(title=title or None)
     for col in ("rank", "match" if levels else "score", "id", "path", *extra, "caption"):

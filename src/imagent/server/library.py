@@ -300,6 +300,7 @@ def library_router(workspace: Workspace, gallery: Gallery, card: Callable[[Image
         return {**photo_card(rec), "folder": folder_of(rec, gallery.sources()), "device": rec.device,
                 "latitude": rec.latitude, "longitude": rec.longitude, "width": rec.width, "height": rec.height,
                 "captions": list(rec.captions), "caption_source": rec.caption_source, "position": at,
+                "text_lines": [dict(x) for x in rec.text_lines],  # the text read in it, with boxes (text.js)
                 "total": len(lib.rows), **neighbour}
 
     @router.get("/api/thumbnails/{size}/{image_id:path}")
