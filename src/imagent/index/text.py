@@ -30,7 +30,7 @@ COMMON_WORDS = frozenset({
     "were", "be", "it", "its", "this", "that", "these", "those", "i", "we", "my", "our", "me", "us", "you", "your",
     "he", "she", "they", "his", "her", "their", "them", "photo", "photos", "picture", "pictures", "pic", "pics",
     "image", "images", "called", "named", "saying", "says", "said", "read", "reads", "reading", "written", "word",
-    "words", "text"})
+    "words", "text", "photographed", "took", "taken", "saw", "seen", "shot", "snapped"})
 # Lines a record's text gives a description at most (the longest texts are menus and screenshots).
 MAX_DESCRIBED_LINES = 8
 MAX_LINE_CHARS = 80
