@@ -196,7 +196,7 @@ class RapidOCRReader:
         self.threads = threads
         self.max_pixels = max_pixels
         self.max_bytes = max_bytes
-        self.version = self._version(paths)
+        self.version = self.version_for(self.options, paths)
         self.stats = ReaderStats()
         self._lock = threading.Lock()  # the engine keeps per-call state: one call at a time
 
@@ -206,8 +206,13 @@ class RapidOCRReader:
         return cls(options, max_pixels=kw.get("max_pixels") or 100_000_000,
                    max_bytes=kw.get("max_bytes") or 200 * 1024 * 1024)
 
-    def _version(self, paths: dict[str, str]) -> str:
-        o = self.options
+    @classmethod
+    def version_for(cls, options: OcrOptions, paths: dict[str, str] | None = None) -> str:
+        """The ``version`` a reader of ``options`` has, without loading the models (the index's stage asks before
+        anything runs): the package, the model files (each checked: :class:`OcrModelError` when one is missing or
+        damaged) and the settings that change what is read."""
+        o = options
+        paths = paths if paths is not None else model_paths()
         what = [PACKAGE_VERSION, [MODEL_FILES[r][2][:16] for r in sorted(paths)], o.min_confidence, o.max_side,
                 o.min_side, o.box_threshold, o.use_direction]
         return f"{PACKAGE_VERSION}-{hashlib.sha256(json.dumps(what).encode()).hexdigest()[:10]}"
