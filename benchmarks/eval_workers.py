@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         ws = Workspace(Settings(cache_calls=False, cache_dir=tmp / "cache"))
-        ws._chat_models["offline"] = DelayedChat(args.delay)  # the default model entry: the delayed stand-in
+        ws.parts.chat_models["offline"] = DelayedChat(args.delay)  # the default model entry: the delayed stand-in
         run(ws, 1, 1, args, tmp, "warm")  # builds the shared index and loads MiniLM outside the timed runs
         print(f"{args.queries} queries, chat delay {args.delay:.2f} s, {os.cpu_count()} cores")
         for r in range(args.repeat):

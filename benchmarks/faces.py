@@ -5,8 +5,8 @@ Speed: a folder of camera-sized photos is built from the shipped test photos (``
 Biden, public domain) and scikit-image's (the astronaut; a cup, a rocket and a cat without a human face): each is
 pasted at a random scale onto a 3000x2000 JPEG, so decoding, scaling and detecting cost what a phone's photo does.
 The face scan of ``imagent index`` (:mod:`imagent.index.faces`: decode within the pixel budget, scale to
-``face_side``, detect, 5-point landmarks, 128-d descriptors) runs over it with ``--workers`` processes (dlib holds
-the GIL, so workers are processes), once with HOG at the default ``face_side`` (2048) and once with the CNN
+``faces.side``, detect, 5-point landmarks, 128-d descriptors) runs over it with ``--workers`` processes (dlib holds
+the GIL, so workers are processes), once with HOG at the default ``faces.side`` (2048) and once with the CNN
 detector at ``--cnn-side`` 1024 (where it finds faces of the same share of a photo as HOG at 2048; at 2048 it took
 ~30 s a photo here) on ``--cnn-photos`` photos. Model loading is not counted (workers are started and warmed first).
 
@@ -35,8 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # run from
 
 from PIL import Image
 
-from imagent.core.config import IndexOptions
-from imagent.index.faces import FaceScanner, face_params
+from imagent.core.config import FaceOptions
+from imagent.core.types import ImageRecord
+from imagent.index.parts import IndexParts
 
 FACES = Path(__file__).resolve().parents[1] / "tests" / "data" / "faces"
 PEOPLE = {"obama.jpg": "obama", "obama2.jpg": "obama", "obama3.jpg": "obama", "biden.jpg": "biden"}
@@ -73,12 +74,18 @@ def camera_folder(dest: Path, photos: int, seed: int = 0) -> list[str]:
 
 def scan_speed(paths: list[str], detector: str, workers: int, side: int, warm: str) -> tuple[float, float, int]:
     """``(photos/s, faces/s, faces)`` of the index's face scan over ``paths``, models loaded beforehand."""
-    params = face_params(IndexOptions(face_detector=detector, face_side=side))
-    with FaceScanner(params, workers) as scanner:
-        scanner.scan([warm] * workers * 2)  # start and warm the workers (model loading is not counted)
+    stage = IndexParts.of(None, None, faces=FaceOptions(detector=detector, side=side, workers=workers)).stage("faces")
+
+    def records(files: list[str]) -> list[ImageRecord]:
+        return [ImageRecord(id=str(n), path=p) for n, p in enumerate(files)]
+
+    try:
+        stage.compute(records([warm] * workers * 2), {})  # start and warm the workers (model loading is not counted)
         t0 = time.perf_counter()
-        results = scanner.scan(paths)
+        results = stage.compute(records(paths), {})
         seconds = time.perf_counter() - t0
+    finally:
+        stage.close()
     faces = sum(len(r.faces) for r in results)
     return len(paths) / seconds, faces / seconds, faces
 
@@ -124,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--photos", type=int, default=24, help="camera-sized photos for the HOG runs")
     ap.add_argument("--cnn-photos", type=int, default=6, help="of those, how many the CNN runs scan (0: none)")
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--side", type=int, default=IndexOptions().face_side, help="face_side for HOG")
-    ap.add_argument("--cnn-side", type=int, default=1024, help="face_side for the CNN (2048 takes ~30 s a photo)")
+    ap.add_argument("--side", type=int, default=FaceOptions().side, help="faces.side for HOG")
+    ap.add_argument("--cnn-side", type=int, default=1024, help="faces.side for the CNN (2048 takes ~30 s a photo)")
     args = ap.parse_args(argv)
     out: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as d:

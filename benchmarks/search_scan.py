@@ -13,13 +13,13 @@ Prints the median over several queries of each, in milliseconds, and the ratio i
 Then the approximate store (``--ann-size``, default 1,000,000 rows), for the default data and for harder
 spreads (``--ann-hard-spread``, default 2.0): clustered unit vectors (embeddings cluster; uniform random vectors
 have no neighbours worth the name), the FAISS store built as ``imagent index`` builds it (training, filling, and the
-calibration of ``nprobe`` to ``indexing.ann_target_recall`` on held-out stored rows), with the settings of
-``IndexOptions()`` (``ann_min_rows``, ``ann_nprobe`` as the floor, ``ann_overfetch``). Every figure comes from
+calibration of ``nprobe`` to ``ann.target_recall`` on held-out stored rows), with the settings of
+``AnnOptions()`` (``ann.min_rows``, ``ann.nprobe`` as the floor, ``ann.overfetch``). Every figure comes from
 :func:`imagent.index.ann.search_pool`, the function ``Gallery.search`` runs for each query (store or exact scan
 over the pool, filter scaling, fallback), given the pool a filter leaves: no filter, a random filter keeping
-1% of the rows (below ``ann_min_rows`` at 1M: the function scans the pool exactly), one keeping 25% (the store
+1% of the rows (below ``ann.min_rows`` at 1M: the function scans the pool exactly), one keeping 25% (the store
 answers, under its calibrated filtered ``nprobe``), and the 1% filter forced through the store (``min_rows=1``,
-as ``indexing.ann = "on"``). Recall@50 is measured against the exact top-50 of the same pool over
+as ``ann.mode = "on"``). Recall@50 is measured against the exact top-50 of the same pool over
 ``--ann-queries`` queries (a stored row plus noise, as a real query is near its answers but not on one). Where the
 25% filter's probes reach every list (so the exact path answers it), the store's own time for it is printed too;
 times are medians over up to ``--repeats`` x 3 of them. The exact scan (the same function without a store) is also set
@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # run from
 
 import imagent  # noqa: F401, I001 - first: imagent's thread settings must reach OpenBLAS before numpy loads it (README, Speed)
 import numpy as np
-from imagent.core.config import IndexOptions
+from imagent.core.config import AnnOptions
 from imagent.index import ann, scoring
 from imagent.index.ann import AnnParams, AnnStore, search_pool
 from imagent.index.scoring import cosine_scores, top_k
@@ -111,7 +111,7 @@ def ann_section(n: int, d: int, n_queries: int, n_timed: int, budget: float, tmp
     for r in rng.integers(0, n, n_queries):  # near a stored point, as a real query is near its answers
         q = np.asarray(matrix[r], dtype=np.float32) + 0.6 / np.sqrt(d) * rng.standard_normal(d, dtype=np.float32)
         queries.append(q / np.linalg.norm(q))
-    options = IndexOptions()  # imagent's defaults: the threshold, the nprobe floor, over-fetch, target recall
+    options = AnnOptions()  # imagent's defaults: the threshold, the nprobe floor, over-fetch, target recall
     params = AnnParams.of(options)
     store = AnnStore(Path(tmp) / f"idx{spread}", "image")
     identity = {"rows": n}

@@ -41,7 +41,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # run from a checkout without installing
 
-from imagent.core.config import IndexOptions
+from imagent.core.config import AnnOptions, IndexOptions
 from imagent.core.types import ImageRecord
 from imagent.index.gallery import SPACE_CAPTION_TEXT, Gallery
 from imagent.index.scoring import PARALLEL_MIN_ELEMENTS, cosine_scores, top_k
@@ -101,17 +101,17 @@ def timed(fn: Callable[[np.ndarray], Any], qs: np.ndarray) -> tuple[float, list[
 # ---------------------------------------------------------------------- the subprocess steps
 def child(args: argparse.Namespace) -> dict[str, Any]:
     root = Path(args.root)
-    opts = IndexOptions(shard_rows=args.shard_rows, mapped_shards=args.mapped_shards, ann="off")
+    opts = IndexOptions(shard_rows=args.shard_rows, mapped_shards=args.mapped_shards)
     qs = queries(args.dim, args.queries)
     if args.step == "write":
         g = Gallery(root)
-        g.configure(opts)
+        g.configure(opts, AnnOptions(mode="off"))
         base = peak_rss_mb()
         t0 = time.perf_counter()
         g.write_snapshot()
         return {"seconds": time.perf_counter() - t0, "peak_rss_mb": peak_rss_mb(), "base_rss_mb": base}
     g = Gallery(root)
-    g.configure(opts)
+    g.configure(opts, AnnOptions(mode="off"))
     single = root.parent / "single.npy"
     if args.limit_mb:
         # BLAS maps its work buffers on first use, per thread: warm both scan paths (one thread, all threads)

@@ -363,9 +363,10 @@ def geo_photos(tmp_path_factory, caption_dual, minilm) -> Path:
     """``folder/``: twelve camera-named JPEGs (stamps) with EXIF dates in July 2019 and GPS in Vienna (even)
     and San Diego (odd), and ``index/``: the folder indexed in caption mode (MiniLM). Treat as read-only."""
     from imagent.index.builder import build_index
+    from imagent.index.parts import IndexParts
 
     root = tmp_path_factory.mktemp("geo-photos")
-    build_index(photo_folder(root / "folder"), root / "index", caption_dual, minilm)
+    build_index(photo_folder(root / "folder"), root / "index", IndexParts.of(caption_dual, minilm))
     return root
 
 

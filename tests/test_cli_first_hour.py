@@ -41,12 +41,14 @@ def scripted_sets(tmp_path) -> list[str]:
 def no_model_loads(monkeypatch) -> None:
     """Make any encoder or chat model load fail loudly: checks must come before them."""
     import imagent.api
+    import imagent.index.parts
 
     def boom(*_a, **_k):
         raise AssertionError("a model was loaded before the argument check")
 
-    for name in ("build_text_embedder", "build_dual_encoder", "build_chat_model"):
-        monkeypatch.setattr(imagent.api, name, boom)
+    for name in ("build_text_embedder", "build_dual_encoder"):
+        monkeypatch.setattr(imagent.index.parts, name, boom)  # the composition's models load through these
+    monkeypatch.setattr(imagent.api, "build_chat_model", boom)
 
 
 # ----------------------------------------------------------------------------- errors that say what to do

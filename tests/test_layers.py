@@ -214,6 +214,38 @@ def test_no_file_over_700_lines():
     assert not gone, f"a known long file is short now: remove it from KNOWN_LONG: {gone}"
 
 
+MAX_FUNCTION_LINES = 120
+SHELLS = {"server", "cli"}  # their long functions (create_app, the eval and oscar commands) go with issue 44's service
+
+
+def functions_over(root: Path, limit: int = MAX_FUNCTION_LINES, skip: set[str] = frozenset()) -> list[str]:
+    """``file:line name`` of each function under ``root`` (decorators included) longer than ``limit`` lines, files
+    in the top folders ``skip`` left out."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        if path.relative_to(root).parts[0] in skip:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                if (node.end_lineno or start) - start + 1 > limit:
+                    out.append(f"{path.relative_to(root)}:{node.lineno} {node.name}")
+    return out
+
+
+def test_no_function_over_120_lines_below_the_shells():
+    long = functions_over(SRC, skip=SHELLS)
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines (split them into named steps): {long}"
+
+
+def test_the_function_length_check_counts_decorators_and_skips_the_named_folders(tmp_path):
+    body = "@a\n@b\ndef f():\n    def g():\n" + "        x = 1\n" * 119 + "    return g\n"
+    (tmp_path / "m.py").write_text(body)
+    (tmp_path / "cli").mkdir()
+    (tmp_path / "cli" / "c.py").write_text(body)
+    assert functions_over(tmp_path, skip={"cli"}) == ["m.py:3 f"]
+
+
 # --------------------------------------------------------------------------- agents/ stays generic
 
 
@@ -253,6 +285,73 @@ def test_the_import_reader_sees_function_level_and_relative_imports(tmp_path):
     f.write_text("def g():\n    from imagent.methods.album import tools\nfrom ..methods import base\nimport json\n")
     names = imported_modules(f, tmp_path)
     assert {"imagent.methods.album.tools", "imagent.methods.base", "json"} <= names
+
+
+# --------------------------------------------------------------------------- one index composition
+
+# What only the composition (index/parts.py) makes: the encoders wrapped for a build, the per-photo stages with
+# their models' loaders, the face model, the parts themselves and the Ray runner.
+# (The embedding stage is also made by embedding.add_records, the records path of tests and benchmarks.)
+COMPOSED = {"LazyEncoder", "PixelStage", "FaceStage", "FaceModel", "IndexParts", "StageContext", "RayRunner"}
+
+
+def calls_of(path: Path, names: set[str], root: Path = SRC) -> list[tuple[str, int, str]]:
+    """``(file, line, called name)`` of every call in ``path`` of a function or class named in ``names`` (a bare
+    name or the last part of an attribute: ``faces.FaceModel(...)``)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+            if name in names:
+                out.append((str(path.relative_to(root)), node.lineno, name))
+    return out
+
+
+def test_only_the_composition_builds_index_parts_and_every_build_goes_through_it():
+    """Issue 44: the parts of an index build are made in one place (index/parts.py: compose_index and
+    IndexParts.of) and passed as one object; every interface indexes through Workspace.index, the one caller of
+    build_index outside the index package; eval indexing (ensure_index) calls Workspace.index, never the builder."""
+    made = [c for p in sorted(SRC.rglob("*.py")) for c in calls_of(p, COMPOSED)
+            if p.relative_to(SRC).as_posix() != "index/parts.py"]
+    assert not made, "index parts made outside index/parts.py:\n" + "\n".join(map(str, made))
+    builds = [c for p in sorted(SRC.rglob("*.py")) if p.relative_to(SRC).parts[0] != "index"
+              for c in calls_of(p, {"build_index"})]
+    assert [(f, name) for f, _, name in builds] == [("api.py", "build_index")], builds
+    api = ast.parse((SRC / "api.py").read_text(encoding="utf-8"))
+    index_fn = next(n for n in ast.walk(api) if isinstance(n, ast.FunctionDef) and n.name == "index")
+    assert calls_of_node(index_fn, {"build_index", "compose_index"}) == {"build_index", "compose_index"}
+    indexing = SRC / "eval" / "indexing.py"
+    assert not calls_of(indexing, {"build_index", "compose_index"})
+    assert "imagent.index.builder" not in imported_modules(indexing)
+    ensure = next(n for n in ast.walk(ast.parse(indexing.read_text(encoding="utf-8")))
+                  if isinstance(n, ast.FunctionDef) and n.name == "ensure_index")
+    assert "index" in calls_of_node(ensure, {"index"}), "ensure_index indexes through Workspace.index"
+
+
+def calls_of_node(node: ast.AST, names: set[str]) -> set[str]:
+    found = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Call):
+            f = n.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+            if name in names:
+                found.add(name)
+    return found
+
+
+def test_the_composition_check_sees_a_part_made_elsewhere(tmp_path):
+    f = tmp_path / "x.py"
+    f.write_text("from imagent.models import faces\nm = faces.FaceModel(opts)\ne = LazyEncoder(load)\n")
+    assert sorted(name for _, _, name in calls_of(f, COMPOSED, tmp_path)) == ["FaceModel", "LazyEncoder"]
+
+
+def test_no_writes_into_an_objects_dict():
+    """Lazy parts live in typed holders (Workspace.parts), never in ``obj.__dict__[...]`` or ``__dict__.setdefault``."""
+    hits = [f"{p.relative_to(SRC)}:{n}" for p in sorted(SRC.rglob("*.py"))
+            for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+            if re.search(r"__dict__\s*(\[|\.setdefault|\.update|\.pop)", line)]
+    assert not hits, hits
 
 
 def test_the_agent_state_holds_no_method_type():

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from imagent.api import Workspace
 from imagent.cli.main import app
-from imagent.core.config import IndexOptions, Settings
+from imagent.core.config import AnnOptions, Settings
 from imagent.index.gallery import Gallery
 from imagent.tools.filter_lang import FilterError
 
@@ -89,7 +89,7 @@ def test_python_api_where_with_the_exact_and_the_ann_store(photos, tmp_path, ann
     if ann == "on":
         pytest.importorskip("faiss")
     ws = Workspace(Settings(index=_own_copy(photos, tmp_path), cache_dir=tmp_path / "cache",
-                            indexing=IndexOptions(ann=ann, ann_target_recall=0.0, ann_nprobe=4)))
+                            ann=AnnOptions(mode=ann, target_recall=0.0, nprobe=4)))
     g = ws.gallery()
     if ann == "on":
         assert g.build_ann(force=True) and g.ann_current("image")
@@ -116,7 +116,7 @@ def test_json_api_where_sort_and_errors(photos, tmp_path, ann):
     if ann == "on":
         pytest.importorskip("faiss")
     ws = Workspace(Settings(index=_own_copy(photos, tmp_path), cache_dir=tmp_path / "cache",
-                            indexing=IndexOptions(ann=ann, ann_target_recall=0.0, ann_nprobe=4)))
+                            ann=AnnOptions(mode=ann, target_recall=0.0, nprobe=4)))
     if ann == "on":  # the approximate store's filtered search
         assert ws.gallery().build_ann(force=True) and ws.gallery().ann_current("caption_text")
     client = TestClient(create_app(ws), base_url="http://127.0.0.1:8765")

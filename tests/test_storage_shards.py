@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from imagent.core.config import IndexOptions
+from imagent.core.config import AnnOptions, IndexOptions
 from imagent.core.types import ImageRecord, MetadataConstraints
 from imagent.index.embedding import PendingRecord, add_records, gallery_from_records
 from imagent.index.gallery import SPACE_CAPTION_DUAL, SPACE_CAPTION_TEXT, SPACE_IMAGE, Gallery
@@ -133,12 +133,12 @@ def test_many_shards_answer_exactly_as_one_array(tmp_path, monkeypatch, dtype):
 def test_the_approximate_store_reads_shards(tmp_path):
     pytest.importorskip("faiss")
     g = gallery_from_records(str(tmp_path / "g"), _records(N), None, TEXT)
-    every_list = {"ann": "on", "ann_nprobe": 100_000, "ann_overfetch": 2}
+    every_list = AnnOptions(mode="on", nprobe=100_000, overfetch=2)
     qs = _queries(TEXT.dim)
     window = MetadataConstraints(time_from=T0 + timedelta(days=30), time_to=T0 + timedelta(days=250))
     answers = {}
     for rows in (None, TINY):
-        g.configure(IndexOptions(**every_list, **({"shard_rows": rows} if rows else {})))
+        g.configure(IndexOptions(**({"shard_rows": rows} if rows else {})), every_list)
         g.write_snapshot()
         assert g.vector_shards(SPACE_CAPTION_TEXT).num_shards == (5 if rows else 1)
         assert g.build_ann(force=True) == [SPACE_CAPTION_TEXT]
@@ -146,7 +146,7 @@ def test_the_approximate_store_reads_shards(tmp_path):
                          for r in (g.search(q, SPACE_CAPTION_TEXT, 10), g.search(q, SPACE_CAPTION_TEXT, 10,
                                                                                  constraints=window))]
     assert answers[None] == answers[TINY]
-    g.configure(IndexOptions(ann="off", shard_rows=TINY))
+    g.configure(IndexOptions(shard_rows=TINY), AnnOptions(mode="off"))
     assert [(r.ids, r.scores) for q in qs for r in (g.search(q, SPACE_CAPTION_TEXT, 10),
                                                     g.search(q, SPACE_CAPTION_TEXT, 10, constraints=window))
             ] == answers[TINY]  # every list probed: the store finds what the exact scan finds

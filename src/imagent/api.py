@@ -32,17 +32,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, PlainValidator, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from imagent.core.cache import DiskCache
-from imagent.core.config import PIXEL_MODEL_NAMES, Settings, load_settings, register_secret_env_names
+from imagent.core.config import Settings, load_settings, register_secret_env_names
 from imagent.core.trace import Trace
 from imagent.core.types import ImageRecord, Query, Result
-from imagent.index.embedding import ExtraEncoder, LazyEncoder
+from imagent.index.embedding import ExtraEncoder
 from imagent.index.gallery import Gallery
+from imagent.index.parts import Models, extra_encoders
 
 # Results as data (re-exported: callers read them from the request path).
 from imagent.index.result_rows import (  # noqa: F401
@@ -55,14 +56,11 @@ from imagent.index.result_rows import (  # noqa: F401
 )
 from imagent.methods.base import Method, MethodConfig, MethodContext, get_method, pixel_notice, summarize_query
 from imagent.models.base import ChatModel
-from imagent.models.registry import (
-    build_chat_model,
-    build_dual_encoder,
-    build_text_embedder,
-    model_id_for,
-    sees_pixels_for,
-)
-from imagent.models.roles import Roles
+from imagent.models.registry import build_chat_model
+from imagent.models.roles import Role, Roles
+
+if TYPE_CHECKING:
+    from imagent.index.builder import IndexReport
 
 
 def user_error_types() -> tuple[type[BaseException], ...]:
@@ -290,13 +288,29 @@ class PreparedSearch:
                 "top_k": self.request.top_k, "index": str(self.request.index) if self.request.index else None}
 
 
+@dataclass
+class WorkspaceParts:
+    """What a :class:`Workspace` builds on first use and then shares, in one place: the models
+    (:class:`~imagent.index.parts.Models`), the call cache, the chat models and roles, the extra encoders, the
+    galleries by folder and their duplicate groups. One re-entrant lock guards them all: concurrent searches (an eval's
+    worker threads, the web server's) build each part once, and building one part may build another."""
+
+    models: Models
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    call_cache: DiskCache | None = None
+    call_cache_ready: bool = False  # call_cache is decided (None: caching is off)
+    roles: Roles | None = None
+    chat_models: dict[str, ChatModel] = field(default_factory=dict)
+    extra_encoders: list[ExtraEncoder] | None = None
+    galleries: dict[Path, Gallery] = field(default_factory=dict)
+    duplicates: dict[Path, tuple[int, list[Any]]] = field(default_factory=dict)  # root -> (generation, groups)
+
+
 class Workspace:
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or Settings()
         register_secret_env_names(self.settings)  # settings built in code skip load_settings
-        self._chat_models: dict[str, ChatModel] = {}
-        self._encoders: dict[str, Any] = {}
-        self._lock = threading.Lock()
+        self.parts = WorkspaceParts(Models(self.settings))
 
     @classmethod
     def from_config(
@@ -305,120 +319,87 @@ class Workspace:
         return cls(load_settings(config_file, overrides or None, sets))
 
     # ------------------------------------------------------------------ parts
-    @cached_property
+    @property
     def call_cache(self) -> DiskCache | None:
-        if not self.settings.cache_calls:
-            return None
-        return DiskCache(self.settings.cache_dir / "calls.sqlite")
+        p = self.parts
+        with p.lock:
+            if not p.call_cache_ready:
+                on = self.settings.cache_calls
+                p.call_cache = DiskCache(self.settings.cache_dir / "calls.sqlite") if on else None
+                p.call_cache_ready = True
+            return p.call_cache
 
-    @cached_property
+    def use_call_cache(self, cache: DiskCache | None) -> None:
+        """Serve every model and tool call through ``cache`` (a pack's replay: its calls, and no other); before any
+        role is built."""
+        p = self.parts
+        with p.lock:
+            if p.roles is not None:
+                raise RuntimeError("the call cache is chosen before any role is built")
+            p.call_cache, p.call_cache_ready = cache, True
+
+    @property
     def text_embedder(self) -> Any:
-        return build_text_embedder(self.settings.text_embedder)
+        return self.parts.models.text_embedder
 
-    @cached_property
+    @property
     def dual_encoder(self) -> Any:
-        return self._build_dual(self.settings.dual_encoder)
+        return self.parts.models.dual_encoder
 
-    def _build_dual(self, cfg: Any) -> Any:
-        if cfg.backend == "caption":
-            return build_dual_encoder(cfg, text_embedder=self._text_embedder_for(cfg))
-        limits = self.settings.indexing
-        if cfg.backend in PIXEL_MODEL_NAMES:  # the pixel model, shared with the index's labels (one pass a photo)
-            return build_dual_encoder(cfg, text_embedder=self._text_embedder_for(cfg), pixel_model=self.pixel_model,
-                                      pixel_options=self.settings.pixels)
-        return build_dual_encoder(cfg, max_pixels=limits.max_pixels, max_bytes=limits.max_file_bytes)
-
-    @cached_property
+    @property
     def pixel_model(self) -> Any:
-        """The ImageNet classifier (:class:`~imagent.models.pixels.EffNetLite`): the pixel dual encoder's model when
-        ``dual_encoder.backend`` names one, else ``pixels.model``; loaded on first use and shared by the index's
-        labels and the pixel dual encoder (:func:`~imagent.models.pixels.pixel_model_name`)."""
-        from imagent.models.pixels import EffNetLite, pixel_model_name
-
-        limits = self.settings.indexing
-        dual = self.settings.dual_encoder
-        name = pixel_model_name(self.settings.pixels, dual.backend)
-        return EffNetLite(self.settings.pixels, dual.device if dual.backend == name else "cpu",
-                          max_pixels=limits.max_pixels, max_bytes=limits.max_file_bytes, name=name)
-
-    def pixel_stage(self, dual: Any = None) -> Any:
-        """What ``imagent index`` runs with each batch when a pixel model is configured (``pixels.model``, or the
-        pixel dual encoder): a :class:`~imagent.index.pixels.PixelStage` that loads on first use; None
-        with ``pixels.model = "none"`` and another dual encoder. ``dual`` (default: the configured one) is the
-        image space's encoder: in caption mode its text model embeds the ConSE vectors of captionless photos."""
-        from imagent.index.pixels import PixelStage
-        from imagent.models.pixels import FEATURE_DIM, Conse, feature_model_id, pixel_model_name
-
-        s = self.settings
-        name = pixel_model_name(s.pixels, s.dual_encoder.backend)
-        if name is None:
-            return None
-        load_conse = None
-        if s.dual_encoder.backend == "caption":
-            def load_conse() -> Any:
-                enc = dual if dual is not None else self.dual_encoder
-                enc = enc.get() if hasattr(enc, "get") else enc
-                return Conse(enc.text_embedder, s.pixels)
-        return PixelStage(lambda: self.pixel_model, load_conse, feature_model_id(name), FEATURE_DIM)
+        """The ImageNet classifier (:class:`~imagent.models.pixels.EffNetLite`: the pixel dual encoder's model, else
+        ``pixels.model``), loaded on first use and shared by the index's labels and the pixel dual encoder."""
+        return self.parts.models.pixel_model
 
     def encoder(self, name: str) -> Any:
         """The extra encoder ``[encoders.<name>]``, loaded on first use and then shared. A text embedder, or a
         caption-mode dual encoder, with the main text embedder's model shares its loaded instance."""
-        cfg = self.settings.encoders.get(name)
-        if cfg is None:
-            raise KeyError(f"no encoder {name!r} under [encoders] (configured: "
-                           f"{', '.join(self.settings.encoders) or 'none'})")
-        with self._lock:  # concurrent searches load a model once
-            enc = self._encoders.get(name)
-            if enc is None:
-                main = self.settings.text_embedder
-                if cfg.kind == "text":
-                    same = (cfg.backend, cfg.model, cfg.device) == (main.backend, main.model, main.device)
-                    enc = self.text_embedder if same else build_text_embedder(cfg)
-                else:
-                    enc = self._build_dual(cfg)
-                self._encoders[name] = enc
-            return enc
+        return self.parts.models.encoder(name)
 
-    @cached_property
+    @property
     def extra_encoders(self) -> list[ExtraEncoder]:
         """Every ``[encoders.*]`` entry as an :class:`ExtraEncoder` whose model loads on first use."""
-        return extra_encoders(self.settings, self.encoder)
-
-    def _text_embedder_for(self, cfg: Any) -> Any:
-        """Caption mode with the configured text embedder's model shares the loaded instance."""
-        if not cfg.model or cfg.model == self.settings.text_embedder.model:
-            return self.text_embedder
-        return build_text_embedder(self.settings.text_embedder.model_copy(update={"model": cfg.model}))
+        p = self.parts
+        with p.lock:
+            if p.extra_encoders is None:
+                p.extra_encoders = extra_encoders(self.settings, self.encoder)
+            return p.extra_encoders
 
     def chat_model(self, entry: str) -> ChatModel:
-        with self._lock:
-            model = self._chat_models.get(entry)
+        p = self.parts
+        with p.lock:
+            model = p.chat_models.get(entry)
             if model is None:
                 cfg = self.settings.models[entry]
-                model = self._chat_models[entry] = build_chat_model(cfg, cache_dir=self.settings.cache_dir)
+                model = p.chat_models[entry] = build_chat_model(cfg, cache_dir=self.settings.cache_dir)
             return model
 
-    @cached_property
+    @property
     def roles(self) -> Roles:
         def factory(role: str) -> tuple[str, ChatModel]:
             entry, _cfg = self.settings.model_for_role(role)
             return entry, self.chat_model(entry)
 
-        return Roles(factory, self.call_cache)
+        p = self.parts
+        with p.lock:
+            if p.roles is None:
+                p.roles = Roles(factory, self.call_cache)
+            return p.roles
 
     def gallery(self, index: str | Path | None = None, create: bool = False) -> Gallery:
         root = Path(index).expanduser() if index else self.settings.index
-        key = f"_gallery::{root}"
-        g = self.__dict__.get(key)
-        if g is None:
-            g = self.__dict__[key] = Gallery(root, create=create)
-            g.configure(self.settings.indexing)
-            g.labels_as_text = self.settings.pixels.labels_as_text  # read by the album tools and DISBench's track
-            g.label_min_p = self.settings.pixels.label_min_p
-            g.pixel_options = self.settings.pixels  # result cards' labels, pixel descriptions (label_show_p)
-            g.ocr_options = self.settings.ocr  # the album tools' text clues (search_boost_z)
-        return g
+        p = self.parts
+        with p.lock:
+            g = p.galleries.get(root)
+            if g is None:
+                g = p.galleries[root] = Gallery(root, create=create)
+                g.configure(self.settings.indexing, self.settings.ann)
+                g.labels_as_text = self.settings.pixels.labels_as_text  # read by the album tools and DISBench's track
+                g.label_min_p = self.settings.pixels.label_min_p
+                g.pixel_options = self.settings.pixels  # result cards' labels, pixel descriptions (label_show_p)
+                g.ocr_options = self.settings.ocr  # the album tools' text clues (search_boost_z)
+            return g
 
     def context(self, index: str | Path | None = None) -> MethodContext:
         from imagent.tools import build_tools
@@ -563,27 +544,35 @@ class Workspace:
         from imagent.index.duplicates import duplicate_groups
 
         g = self.gallery(index)
-        key = f"_duplicates::{g.root}"
-        hit = self.__dict__.get(key)
-        if hit is None or hit[0] != g.generation():
-            hit = self.__dict__[key] = (g.generation(), duplicate_groups(g, self.settings.indexing))
+        p = self.parts
+        with p.lock:
+            hit = p.duplicates.get(g.root)
+        if hit is None or hit[0] != g.generation():  # computed outside the lock: other searches go on meanwhile
+            hit = (g.generation(), duplicate_groups(g, self.settings.indexing))
+            with p.lock:
+                p.duplicates[g.root] = hit
         return hit[1]
 
     # ------------------------------------------------------------------ indexing
     def index(self, source: str | Path, index: str | Path | None = None, *, caption_missing: bool = False,
               captions: str | Path | None = None, ray: str | None = None, ray_actors: int = 2, ray_gpus: float = 0.0,
-              progress: Callable[[int, int, str], None] | None = None) -> Any:
+              ray_chunk: int = 64, progress: Callable[[int, int, str], None] | None = None) -> IndexReport:
         """Index ``source`` (a folder of images, or a manifest) into ``index`` (None: the configured one):
-        records, metadata, embeddings; incremental and resumable. Returns the builder's report.
+        records, metadata, embeddings, labels, faces; incremental and resumable. Returns the builder's report.
 
-        Models load only when something must be embedded (a run that finds nothing new loads none). With
-        ``caption_missing`` the captioner role captions uncaptioned images, unless its model cannot see images:
-        then captioning is refused (first warning of the report). ``captions`` imports captions from a file.
-        ``ray`` ("local", "auto" or HOST:PORT) runs the encoders on a Ray cluster, ``ray_actors`` per model."""
+        The build's parts come from :func:`imagent.index.parts.compose_index` (the one composition every index
+        build goes through) over this workspace's models: they load only when something must be computed (a run
+        that finds nothing new loads none), and are then shared with its searches. With ``caption_missing`` the
+        captioner role captions uncaptioned images, unless its model cannot see images: then captioning is refused
+        (first warning of the report). ``captions`` imports captions from a file. ``ray`` ("local", "auto" or
+        HOST:PORT) computes every per-photo stage on a Ray cluster, on ``ray_actors`` actors (``ray_gpus`` each),
+        ``ray_chunk`` photos a task."""
         import contextlib
+        import os
 
         from imagent.core.text import display_path
         from imagent.index.builder import build_index
+        from imagent.index.parts import RayPlan, compose_index
 
         source = Path(source)
         if not source.exists():
@@ -593,52 +582,41 @@ class Workspace:
         s = self.settings
         root = Path(index).expanduser() if index else s.index
         options = s.indexing.model_copy(update={"caption_missing": caption_missing or s.indexing.caption_missing})
-        refusal = ""
-        captioner = None
-        if options.caption_missing:
-            entry, model_cfg = s.model_for_role("captioner")
-            if model_cfg.vision:
-                captioner = self.roles["captioner"]
-            else:
-                # Checked from the config, so the blind model is not even loaded.
-                refusal = (f"captioning refused: the captioner role uses model entry {entry!r} ({model_cfg.model}), "
-                           "which does not see images (vision = false); a model that cannot see an image must not "
-                           "describe it. Configure a captioner with vision (an OpenAI-compatible vision model, "
-                           "vision = true) or import captions with --captions FILE")
-                options = options.model_copy(update={"caption_missing": False})
-        # Loaded only when something must be embedded: a run that finds nothing new never loads a model.
-        load_text: Callable[[], Any] = lambda: self.text_embedder  # noqa: E731
-        load_dual: Callable[[], Any] = lambda: self.dual_encoder  # noqa: E731
-        load_extra: Callable[[str], Any] = self.encoder
+        captioner, refusal = self._captioner(options.caption_missing)
+        if refusal:
+            options = options.model_copy(update={"caption_missing": False})
+        # A CPU an actor on a cluster; on this machine alone (local) the actors share its cores.
+        cpus = min(1.0, (os.cpu_count() or 1) / ray_actors) if ray == "local" else 1.0
+        plan = RayPlan(ray_actors, ray_chunk, cpus, ray_gpus) if ray else None
         cluster: Any = contextlib.nullcontext()
-        if ray:
-            from imagent.index.distributed import RayEncoderPool, ray_cluster
+        if plan is not None:
+            from imagent.index.distributed import ray_cluster
 
-            def pool(part: str) -> Callable[[], Any]:
-                # Each actor builds its own encoder from the settings (models are loaded there, not shipped).
-                return lambda: RayEncoderPool(lambda: getattr(Workspace(s), part), actors=ray_actors,
-                                              gpus_per_actor=ray_gpus)
-
-            def extra_pool(name: str) -> Any:
-                # An extra encoder ([encoders.<name>]) is its own pool of actors, built there like the main ones.
-                return RayEncoderPool(lambda: Workspace(s).encoder(name), actors=ray_actors, gpus_per_actor=ray_gpus)
-
-            load_text, load_dual, load_extra = pool("text_embedder"), pool("dual_encoder"), extra_pool
-            cluster = ray_cluster(ray)
-            options = options.model_copy(update={"batch_size": max(options.batch_size, 64 * ray_actors)})
-        text = LazyEncoder(load_text, model_id_for("text", s.text_embedder))
-        dual = LazyEncoder(load_dual, model_id_for("dual", s.dual_encoder, s.text_embedder),
-                           sees_pixels=sees_pixels_for("dual", s.dual_encoder))
-        # The pixel model runs here, one pass a photo, on Ray too (labels, visual features and ConSE vectors are the
-        # same as a local build's); on Ray its ConSE text vectors come from a local text model, not the actors.
-        pixels = self.pixel_stage(None if ray else dual)
+            cluster = ray_cluster(ray or "local")
+            options = options.model_copy(update={"batch_size": max(options.batch_size, plan.chunk_size * ray_actors)})
         with cluster:
-            report = build_index(source, root, dual, text, options, captioner=captioner, progress=progress,
-                                 captions=Path(captions) if captions is not None else None,
-                                 extras=extra_encoders(s, load_extra), pixels=pixels)
+            parts = compose_index(s, self.parts.models, captioner=captioner, ray=plan)
+            try:
+                report = build_index(source, root, parts, options, progress=progress,
+                                     captions=Path(captions) if captions is not None else None)
+            finally:
+                parts.close()
         if refusal:
             report.warnings.insert(0, refusal)
         return report
+
+    def _captioner(self, wanted: bool) -> tuple[Role | None, str]:
+        """The captioner role for ``--caption-missing`` and, when its model cannot see images, the refusal (checked
+        from the config, so the blind model is not even loaded)."""
+        if not wanted:
+            return None, ""
+        entry, model_cfg = self.settings.model_for_role("captioner")
+        if model_cfg.vision:
+            return self.roles["captioner"], ""
+        return None, (f"captioning refused: the captioner role uses model entry {entry!r} ({model_cfg.model}), "
+                      "which does not see images (vision = false); a model that cannot see an image must not "
+                      "describe it. Configure a captioner with vision (an OpenAI-compatible vision model, "
+                      "vision = true) or import captions with --captions FILE")
 
     def mark_answer_correct(self, query: str, trace: Any, index: str | Path | None = None,
                             params: dict[str, Any] | None = None) -> Any:
@@ -672,18 +650,6 @@ def _request(text: str, fields: dict[str, Any]) -> SearchRequest:
         raise TypeError(f"a search has no field {', '.join(map(repr, unknown))} (fields: "
                         f"{', '.join(SearchRequest.model_fields)})")
     return SearchRequest(text, **fields)
-
-
-def extra_encoders(settings: Settings, load: Any) -> list[ExtraEncoder]:
-    """The configured extra encoders (``[encoders.*]``), each a :class:`LazyEncoder` over ``load(name)`` with its
-    model id (and whether it sees pixels) known from the config, so nothing loads until a vector is needed."""
-    out = []
-    for name, cfg in settings.encoders.items():
-        kind = cfg.kind or "dual"
-        lazy = LazyEncoder(lambda n=name: load(n), model_id_for(kind, cfg, settings.text_embedder),
-                           sees_pixels=sees_pixels_for(kind, cfg))
-        out.append(ExtraEncoder(name, kind, lazy))
-    return out
 
 
 def route_method(text: str, gallery: Gallery, unlink: list[str] | None = None) -> Any:

@@ -15,6 +15,7 @@ from imagent.eval.datasets import load_benchmark
 from imagent.eval.datasets.disbench import IMAGESEEKER_NOTE, derive_track
 from imagent.index.builder import build_index
 from imagent.index.gallery import Gallery
+from imagent.index.parts import IndexParts
 from imagent.methods.base import MethodContext, get_method
 from imagent.models.chat_scripted import ScriptedChatModel
 from imagent.models.roles import Roles
@@ -26,7 +27,7 @@ def _index(root: Path, dual, text, track: str) -> Gallery:
     rows = load_benchmark("disbench", images_root=ALBUM, track=track).gallery_manifest()
     manifest = root / "manifest.jsonl"
     manifest.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    build_index(manifest, root / "index", dual, text, IndexOptions())
+    build_index(manifest, root / "index", IndexParts.of(dual, text), IndexOptions())
     return Gallery(root / "index")
 
 

@@ -47,22 +47,25 @@ def people_index(tmp_path_factory, caption_dual, minilm):
     """``(folder, index, report)``: :func:`people_folder` indexed with faces found (real dlib models). Read-only:
     copy it (:func:`copy_index`) before changing anything."""
     from imagent.index.builder import build_index
+    from imagent.index.parts import IndexParts
 
     root = tmp_path_factory.mktemp("people")
     folder = people_folder(root / "photos")
-    report = build_index(folder, root / "index", caption_dual, minilm)
+    report = build_index(folder, root / "index", IndexParts.of(caption_dual, minilm))
     return folder, root / "index", report
 
 
 @pytest.fixture
 def build_people(caption_dual, minilm):
-    """``build_people(folder, index, progress=None, **indexing)`` indexes ``folder`` (real models) with these
-    ``indexing`` options over the defaults; returns the build report."""
-    from imagent.core.config import IndexOptions
+    """``build_people(folder, index, progress=None, faces=None, **indexing)`` indexes ``folder`` (real models) with
+    these ``[faces]`` (a dict) and ``[indexing]`` options over the defaults; returns the build report."""
+    from imagent.core.config import FaceOptions, IndexOptions
     from imagent.index.builder import build_index
+    from imagent.index.parts import IndexParts
 
-    def build(folder: Path, index: Path, progress=None, **options):
-        return build_index(folder, index, caption_dual, minilm, IndexOptions(**options), progress=progress)
+    def build(folder: Path, index: Path, progress=None, faces=None, **options):
+        parts = IndexParts.of(caption_dual, minilm, faces=FaceOptions(**(faces or {})))
+        return build_index(folder, index, parts, IndexOptions(**options), progress=progress)
 
     return build
 

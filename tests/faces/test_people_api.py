@@ -151,7 +151,7 @@ def test_an_index_without_face_data_has_no_people(tmp_path, build_people, faces_
     folder = tmp_path / "photos"
     folder.mkdir()
     faces_kit.skimage_photo("coffee", folder / "coffee.png")
-    build_people(folder, tmp_path / "index", faces="off")
+    build_people(folder, tmp_path / "index", faces={"mode": "off"})
     app = create_app(Workspace(Settings(index=tmp_path / "index", cache_dir=tmp_path / "cache")))
     client = TestClient(app, base_url="http://127.0.0.1")
     assert client.get("/api/people").json() == {"people": [], "faces": None}

@@ -95,8 +95,8 @@ def test_people_commands_correct_and_forget(tmp_path, faces_kit):
     gone = runner.invoke(app, ["people", "forget", "--yes", "--index", index, "--json"])
     assert gone.exit_code == 0, gone.output
     done = json.loads(gone.stdout)
-    assert done["faces"] == held and done["files_removed"] >= 1 and "indexing.faces" in done["note"]
+    assert done["faces"] == held and done["files_removed"] >= 1 and "faces.mode" in done["note"]
     after = runner.invoke(app, ["people", "--index", index])
     assert after.exit_code == 2 and "no face data" in after.output
-    off = runner.invoke(app, ["index", str(photos), "--index", index, "--set", "indexing.faces=off", "--json"])
+    off = runner.invoke(app, ["index", str(photos), "--index", index, "--set", "faces.mode=off", "--json"])
     assert json.loads(off.stdout)["faces"]["status"] == "off" and not (Path(index) / "faces.sqlite").exists()

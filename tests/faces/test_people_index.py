@@ -223,12 +223,12 @@ def test_bad_photos_get_a_note_and_indexing_goes_on(tmp_path, build_people, kit)
     for k in range(204):
         crowd.paste(head, ((k % 12) * 96, (k // 12) * 96))
     crowd.save(folder / "crowd.jpg", quality=92)
-    report = build_people(folder, tmp_path / "index", face_max_per_photo=20)
+    report = build_people(folder, tmp_path / "index", faces={"max_per_photo": 20})
     assert [Path(p).name for p, _ in report.skipped] == ["broken.jpg"]  # the builder lists it with its reason
     notes = {Path(p).name: n for p, n in report.faces.notes}
     assert "too small to hold a face (1x1 px" in notes["dot.png"]
     found = int(notes["crowd.jpg"].split(" faces found")[0].split()[-1])
-    assert found >= 150 and "the 20 largest kept (indexing.face_max_per_photo)" in notes["crowd.jpg"]
+    assert found >= 150 and "the 20 largest kept (faces.max_per_photo)" in notes["crowd.jpg"]
     assert report.faces.scanned == 3 and report.faces.faces == 21  # Biden's face and the crowd's 20
     groups = kit.groups_by_file(Gallery(tmp_path / "index"))
     assert {BIDEN} in groups.values()
@@ -236,24 +236,30 @@ def test_bad_photos_get_a_note_and_indexing_goes_on(tmp_path, build_people, kit)
     assert len(list_people(Gallery(tmp_path / "index"))) >= 2
 
 
-def test_a_photo_unreadable_at_scan_time_is_noted_and_tried_again(tmp_path, build_people):
-    from imagent.core.config import IndexOptions
-    from imagent.index.faces import update_faces
+def test_a_photo_unreadable_at_scan_time_is_noted_and_tried_again(tmp_path, build_people, minilm):
+    from imagent.core.config import FaceOptions
     from imagent.index.gallery import Gallery
+    from imagent.index.parts import IndexParts
+    from imagent.index.stages import run_after
+
+    def update_faces(g):  # the face pass alone, over the index as it is
+        parts = IndexParts.of(None, minilm, faces=FaceOptions(mode="on"))
+        assert run_after(g, parts.stage("faces"), parts.runner, 32, True)
+        return parts.stage("faces").report
 
     folder = tmp_path / "photos"
     folder.mkdir()
     for name in (BIDEN, "obama.jpg"):
         shutil.copy(FACES / name, folder / name)
-    report = build_people(folder, tmp_path / "index", faces="off")
+    report = build_people(folder, tmp_path / "index", faces={"mode": "off"})
     assert report.faces.status == "off" and not (tmp_path / "index" / "faces.sqlite").exists()
     (folder / "obama.jpg").write_bytes(b"not a photo any more")
     g = Gallery(tmp_path / "index")
-    faces = update_faces(g, IndexOptions(faces="on"), True)
+    faces = update_faces(g)
     assert faces.scanned == 1 and faces.faces == 1
     assert [(Path(p).name, n.split(":")[0]) for p, n in faces.notes] == [("obama.jpg", "cannot read the photo")]
     shutil.copy(FACES / "obama.jpg", folder / "obama.jpg")  # back: the next pass scans it
-    again = update_faces(g, IndexOptions(faces="on"), True)
+    again = update_faces(g)
     assert again.scanned == 1 and again.faces == 1 and again.new_people == 1
 
 
@@ -275,7 +281,7 @@ def test_incremental_resumable_and_auto_skips_manifests(tmp_path, build_people, 
         build_people(folder, index, progress=kill, batch_size=3)
     assert stopped["after"] == 3
     assert len(FaceStore(index).scanned()) == 3  # the finished batch was kept
-    report = build_people(folder, index, batch_size=3, face_workers=2)  # the rest, in two worker processes
+    report = build_people(folder, index, batch_size=3, faces={"workers": 2})  # the rest, in two worker processes
     assert report.added == 0 and report.faces.scanned == 4  # only the rest
     assert any(files == set(OBAMA) for files in kit.groups_by_file(Gallery(index)).values())
 
@@ -290,7 +296,7 @@ def test_incremental_resumable_and_auto_skips_manifests(tmp_path, build_people, 
     skipped = build_people(manifest, tmp_path / "m-index")
     assert skipped.faces.status == "skipped" and "manifests" in skipped.faces.reason
     monkeypatch.undo()
-    scanned = build_people(manifest, tmp_path / "m-index", faces="on")
+    scanned = build_people(manifest, tmp_path / "m-index", faces={"mode": "on"})
     assert scanned.faces.scanned == 1 and scanned.faces.faces == 1
 
 

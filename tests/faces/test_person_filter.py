@@ -77,17 +77,18 @@ def test_missing_face_models_are_said_and_indexing_goes_on(tmp_path, monkeypatch
     """Without dlib (a base install): "auto" reports it and indexes; "on" refuses with the install hint."""
     from PIL import Image
 
-    from imagent.core.config import IndexOptions
+    from imagent.core.config import FaceOptions
     from imagent.index.builder import build_index
+    from imagent.index.parts import IndexParts
     from imagent.models import faces
 
     monkeypatch.setattr(faces, "available", lambda: f"dlib is not installed; {faces.INSTALL_HINT}")
     folder = tmp_path / "photos"
     folder.mkdir()
     Image.new("RGB", (64, 48), "red").save(folder / "red.png")
-    report = build_index(folder, tmp_path / "index", caption_dual, minilm)
+    report = build_index(folder, tmp_path / "index", IndexParts.of(caption_dual, minilm))
     assert report.added == 1 and report.faces.status == "unavailable"
-    assert "imagent[offline]" in report.faces.summary() and 'indexing.faces = "off"' in report.faces.summary()
+    assert "imagent[offline]" in report.faces.summary() and 'faces.mode = "off"' in report.faces.summary()
     Image.new("RGB", (64, 48), "blue").save(folder / "blue.png")
     with pytest.raises(faces.FaceModelError, match="dlib is not installed"):
-        build_index(folder, tmp_path / "index", caption_dual, minilm, IndexOptions(faces="on"))
+        build_index(folder, tmp_path / "index", IndexParts.of(caption_dual, minilm, faces=FaceOptions(mode="on")))

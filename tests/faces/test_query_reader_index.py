@@ -26,10 +26,11 @@ def trips(tmp_path_factory, caption_dual, minilm, geo_photo):
     """``(gallery, groups)``: ``testkit.TRIPS`` indexed (caption mode, faces found), Barack and Joe named."""
     from imagent.index.builder import build_index
     from imagent.index.gallery import Gallery
+    from imagent.index.parts import IndexParts
 
     root = tmp_path_factory.mktemp("trips")
     folder = trips_folder(root / "photos", geo_photo)
-    build_index(folder, root / "index", caption_dual, minilm)
+    build_index(folder, root / "index", IndexParts.of(caption_dual, minilm))
     gallery = Gallery(root / "index")
     groups = name_trip_people(gallery)
     assert set(groups) == {"Barack", "Joe"} and groups["Barack"] != groups["Joe"]

@@ -11,7 +11,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from imagent.core.config import IndexOptions
+from imagent.core.config import AnnOptions, IndexOptions
 from imagent.core.types import ImageRecord
 from imagent.index.ann import AnnParams, AnnRecallWarning, AnnStore, exact_top_k, search_pool
 from imagent.index.embedding import PendingRecord, add_records, gallery_from_records
@@ -46,7 +46,7 @@ def _gallery(tmp_path, n: int = 3000) -> tuple[Gallery, TableEmbedder]:
 
 def _exhaustive(g: Gallery) -> None:
     """Store settings under which the approximate search must equal the exact one: every list probed."""
-    g.configure(IndexOptions(ann="on", ann_nprobe=100_000, ann_overfetch=2))
+    g.configure(IndexOptions(), AnnOptions(mode="on", nprobe=100_000, overfetch=2))
 
 
 def _queries(emb: TableEmbedder, n: int = 20) -> list[np.ndarray]:
@@ -72,7 +72,7 @@ def test_store_with_every_list_probed_equals_the_exact_scan(tmp_path):
 def test_default_probe_recall_on_clustered_vectors(tmp_path):
     g, emb = _gallery(tmp_path)
     exact = [set(g.search(q, SPACE_CAPTION_TEXT, 20).ids) for q in _queries(emb)]
-    g.configure(IndexOptions(ann="on"))
+    g.configure(IndexOptions(), AnnOptions(mode="on"))
     g.build_ann()
     hits = sum(len(set(g.search(q, SPACE_CAPTION_TEXT, 20).ids) & want) for q, want in
                zip(_queries(emb), exact, strict=True))
@@ -269,7 +269,7 @@ def test_an_old_sidecar_without_calibration_still_loads(easy_store, tmp_path, mo
 
 def test_a_capped_calibration_warns_and_a_new_target_recalibrates(tmp_path, monkeypatch):
     g, _emb = _gallery(tmp_path)
-    g.configure(IndexOptions(ann="on", ann_nprobe=1, ann_target_recall=1.0))
+    g.configure(IndexOptions(), AnnOptions(mode="on", nprobe=1, target_recall=1.0))
     g.ann_params = replace(g.ann_params, max_probe_fraction=0.02)  # at most 2 of 76 lists
     with pytest.warns(AnnRecallWarning, match="below the target recall"):
         assert g.build_ann() == [SPACE_CAPTION_TEXT]
@@ -281,7 +281,7 @@ def test_a_capped_calibration_warns_and_a_new_target_recalibrates(tmp_path, monk
         raise AssertionError("a current store was rebuilt")
 
     monkeypatch.setattr(AnnStore, "build", boom)
-    g.configure(IndexOptions(ann="on", ann_nprobe=1, ann_target_recall=0.9))
+    g.configure(IndexOptions(), AnnOptions(mode="on", nprobe=1, target_recall=0.9))
     assert g.build_ann() == [SPACE_CAPTION_TEXT] and not g.ann_notes  # recalibrated, not rebuilt
     meta = json.loads((tmp_path / "g" / "ann" / f"{SPACE_CAPTION_TEXT}.json").read_text())
     assert meta["target_recall"] == 0.9 and meta["recall"] >= 0.9 and not meta["capped"]

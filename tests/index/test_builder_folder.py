@@ -19,6 +19,7 @@ from imagent.core.types import MetadataConstraints
 from imagent.index.builder import SourceError, build_index, record_for_file
 from imagent.index.embedding import gallery_from_records
 from imagent.index.gallery import SPACE_CAPTION_TEXT, Gallery, GalleryError
+from imagent.index.parts import IndexParts
 from imagent.models.chat_scripted import ScriptedChatModel
 from imagent.models.roles import Role
 
@@ -49,7 +50,7 @@ def _ids_by_name(g: Gallery) -> dict[str, str]:
 
 def test_folder_exif_metadata_and_filters(exif_folder, tmp_path, caption_dual, minilm):
     idx = tmp_path / "idx"
-    report = build_index(exif_folder, idx, caption_dual, minilm, IndexOptions())
+    report = build_index(exif_folder, idx, IndexParts.of(caption_dual, minilm), IndexOptions())
     assert (report.added, report.total, report.skipped) == (5, 5, [])
     g = Gallery(idx)
     by_name = _ids_by_name(g)
@@ -84,21 +85,21 @@ def test_folder_exif_metadata_and_filters(exif_folder, tmp_path, caption_dual, m
 
 def test_folder_rename_keeps_record_and_new_file(exif_folder, tmp_path, caption_dual, minilm, images):
     idx = tmp_path / "idx"
-    build_index(exif_folder, idx, caption_dual, minilm, IndexOptions())
+    build_index(exif_folder, idx, IndexParts.of(caption_dual, minilm), IndexOptions())
     pid = _ids_by_name(Gallery(idx))["paris.jpg"]
     (exif_folder / "paris.jpg").rename(exif_folder / "trip" / "paris-renamed.jpg")
     images.jpeg(exif_folder / "new.png", 9)
-    r = build_index(exif_folder, idx, caption_dual, minilm, IndexOptions())
+    r = build_index(exif_folder, idx, IndexParts.of(caption_dual, minilm), IndexOptions())
     assert (r.added, r.removed, r.unchanged) == (2, 0, 4)  # the renamed file's record moves, none removed
     g = Gallery(idx)
     assert len(g) == 6 and g.record(pid).path.endswith("paris-renamed.jpg")
     assert g.record(pid).taken_time == datetime(2019, 7, 14, 10)
-    assert build_index(exif_folder, idx, caption_dual, minilm, IndexOptions()).unchanged == 6
+    assert build_index(exif_folder, idx, IndexParts.of(caption_dual, minilm), IndexOptions()).unchanged == 6
 
     # New content in a file: a new content-hash id replaces the old record (no orphan left behind).
     old_id = _ids_by_name(Gallery(idx))["nothing.jpg"]
     images.jpeg(exif_folder / "nothing.jpg", 20)
-    r = build_index(exif_folder, idx, caption_dual, minilm, IndexOptions())
+    r = build_index(exif_folder, idx, IndexParts.of(caption_dual, minilm), IndexOptions())
     assert (r.added, r.updated, r.removed, r.unchanged) == (0, 1, 0, 5)
     g = Gallery(idx)
     assert old_id not in g and len(g) == 6 and _ids_by_name(g)["nothing.jpg"] != old_id
@@ -109,11 +110,11 @@ def test_two_sources_share_an_index(exif_folder, stamps_copy, tmp_path, caption_
     idx = tmp_path / "idx"
     lines = (stamps_copy / "captions.jsonl").read_text().splitlines()[:5]
     (stamps_copy / "five.jsonl").write_text("\n".join(lines) + "\n")
-    build_index(exif_folder, idx, caption_dual, minilm, IndexOptions())
-    r = build_index(stamps_copy / "five.jsonl", idx, caption_dual, minilm, IndexOptions())
+    build_index(exif_folder, idx, IndexParts.of(caption_dual, minilm), IndexOptions())
+    r = build_index(stamps_copy / "five.jsonl", idx, IndexParts.of(caption_dual, minilm), IndexOptions())
     assert (r.added, r.removed) == (5, 0)  # the folder's records are not this manifest's to remove
     assert len(Gallery(idx)) == 10
-    r = build_index(exif_folder, idx, caption_dual, minilm, IndexOptions())
+    r = build_index(exif_folder, idx, IndexParts.of(caption_dual, minilm), IndexOptions())
     assert (r.unchanged, r.removed) == (5, 0)
     assert len(Gallery(idx)) == 10
 
@@ -130,7 +131,7 @@ def test_csv_and_json_manifests(tmp_path, images, caption_dual, minilm):
                     "pet, dog", "test"])
         w.writerow(["img/b.jpg", "", "A cat.", "", "51.5", "-0.12", "", "", "train"])
         w.writerow([str(abs_c), "C", "", "", "", "", "", "", ""])
-    r = build_index(d / "m.csv", tmp_path / "idx", caption_dual, minilm, IndexOptions())
+    r = build_index(d / "m.csv", tmp_path / "idx", IndexParts.of(caption_dual, minilm), IndexOptions())
     assert (r.added, r.skipped) == (3, [])
     g = Gallery(tmp_path / "idx")
     a = g.record("A")
@@ -145,7 +146,7 @@ def test_csv_and_json_manifests(tmp_path, images, caption_dual, minilm):
     rows = [{"file": "img/a.jpg", "id": 7, "captions": ["one", "two"], "tags": ["x"], "meta": {"k": [1, 2]},
              "taken_time": "2020-01-02T03:04:05Z"}]
     (d / "m.json").write_text(json.dumps({"images": rows}))
-    r = build_index(d / "m.json", tmp_path / "idx2", caption_dual, minilm, IndexOptions())
+    r = build_index(d / "m.json", tmp_path / "idx2", IndexParts.of(caption_dual, minilm), IndexOptions())
     rec = Gallery(tmp_path / "idx2").record("7")
     assert rec.captions == ["one", "two"] and rec.extra == {"meta": {"k": [1, 2]}}
     assert rec.taken_time is not None and rec.taken_time.isoformat() == "2020-01-02T03:04:05+00:00"
@@ -153,21 +154,21 @@ def test_csv_and_json_manifests(tmp_path, images, caption_dual, minilm):
 
 def test_bad_sources(tmp_path, caption_dual, minilm):
     with pytest.raises(SourceError, match="no such file"):
-        build_index(tmp_path / "nope", tmp_path / "idx", caption_dual, minilm)
+        build_index(tmp_path / "nope", tmp_path / "idx", IndexParts.of(caption_dual, minilm))
     (tmp_path / "x.txt").write_text("hi")
     with pytest.raises(SourceError, match="neither a folder nor a manifest"):
-        build_index(tmp_path / "x.txt", tmp_path / "idx", caption_dual, minilm)
+        build_index(tmp_path / "x.txt", tmp_path / "idx", IndexParts.of(caption_dual, minilm))
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(SourceError, match="not valid JSON"):
-        build_index(tmp_path / "bad.json", tmp_path / "idx", caption_dual, minilm)
+        build_index(tmp_path / "bad.json", tmp_path / "idx", IndexParts.of(caption_dual, minilm))
     (tmp_path / "obj.json").write_text('{"a": 1}')
     with pytest.raises(SourceError, match="JSON list"):
-        build_index(tmp_path / "obj.json", tmp_path / "idx", caption_dual, minilm)
+        build_index(tmp_path / "obj.json", tmp_path / "idx", IndexParts.of(caption_dual, minilm))
 
 
 def test_other_encoder_is_refused(exif_folder, tmp_path, caption_dual, minilm):
     idx = tmp_path / "idx"
-    build_index(exif_folder, idx, caption_dual, minilm, IndexOptions())
+    build_index(exif_folder, idx, IndexParts.of(caption_dual, minilm), IndexOptions())
 
     class Other:
         model_id = "other-model"
@@ -177,22 +178,22 @@ def test_other_encoder_is_refused(exif_folder, tmp_path, caption_dual, minilm):
             return np.ones((len(texts), self.dim), dtype=np.float32) / np.sqrt(self.dim)
 
     with pytest.raises(GalleryError, match="other-model"):
-        build_index(exif_folder, idx, None, Other(), IndexOptions())
+        build_index(exif_folder, idx, IndexParts.of(None, Other()), IndexOptions())
     assert len(Gallery(idx)) == 5  # untouched
 
 
 def test_new_space_embeds_stored_records_in_it_only(exif_folder, tmp_path, caption_dual, minilm):
     idx = tmp_path / "idx"
-    build_index(exif_folder, idx, None, minilm, IndexOptions())
+    build_index(exif_folder, idx, IndexParts.of(None, minilm), IndexOptions())
     assert set(Gallery(idx).spaces()) == {SPACE_CAPTION_TEXT}
     before = Gallery(idx).vectors(SPACE_CAPTION_TEXT).copy()
-    r = build_index(exif_folder, idx, caption_dual, minilm, IndexOptions())
+    r = build_index(exif_folder, idx, IndexParts.of(caption_dual, minilm), IndexOptions())
     assert (r.updated, r.unchanged, r.backfilled) == (0, 5, 5)
     assert any("gains space(s) image, caption_dual" in w and "5 stored image(s)" in w for w in r.warnings)
     g = Gallery(idx)
     assert len(g.spaces()) == 3 and np.array_equal(g.vectors(SPACE_CAPTION_TEXT), before)
     assert np.allclose(g.vectors("image"), before, atol=1e-5)  # caption mode: the same MiniLM caption vectors
-    assert build_index(exif_folder, idx, caption_dual, minilm, IndexOptions()).backfilled == 0
+    assert build_index(exif_folder, idx, IndexParts.of(caption_dual, minilm), IndexOptions()).backfilled == 0
 
 
 # --------------------------------------------------------------------------- captioning
@@ -202,8 +203,9 @@ def test_caption_missing_with_a_seeing_captioner(exif_folder, tmp_path, caption_
     model = ScriptedChatModel(default="A small colourful postage stamp.\nExtra line.", sees_images=True)
     role = Role("captioner", model)
     idx = tmp_path / "idx"
-    r = build_index(exif_folder, idx, caption_dual, minilm, IndexOptions(caption_missing=True, batch_size=2),
-                    captioner=role)
+    r = build_index(exif_folder, idx,
+                    IndexParts.of(caption_dual, minilm, captioner=role),
+                    IndexOptions(caption_missing=True, batch_size=2))
     assert r.captioned == 5 and r.warnings == []
     assert len(model.calls) == 5
     msgs, params = model.calls[0]
@@ -215,14 +217,16 @@ def test_caption_missing_with_a_seeing_captioner(exif_folder, tmp_path, caption_
     assert rec.derived_text == ""  # a real caption replaces the name words
     q = minilm.encode_texts(["a postage stamp"])[0]
     assert g.scores(q, SPACE_CAPTION_TEXT).min() > 0.3  # captions were embedded
-    again = build_index(exif_folder, idx, caption_dual, minilm, IndexOptions(caption_missing=True), captioner=role)
+    again = build_index(exif_folder, idx,
+                        IndexParts.of(caption_dual, minilm, captioner=role), IndexOptions(caption_missing=True))
     assert (again.unchanged, again.captioned, len(model.calls)) == (5, 0, 5)
 
 
 def test_caption_missing_with_a_blind_captioner_warns_once(exif_folder, tmp_path, caption_dual, minilm):
     model = ScriptedChatModel(default="should not be called", sees_images=False, model_id="blind")
-    r = build_index(exif_folder, tmp_path / "idx", caption_dual, minilm, IndexOptions(caption_missing=True),
-                    captioner=Role("captioner", model))
+    r = build_index(exif_folder, tmp_path / "idx",
+                    IndexParts.of(caption_dual, minilm, captioner=Role("captioner", model)),
+                    IndexOptions(caption_missing=True))
     assert r.added == 5 and r.captioned == 0 and model.calls == []
     assert len(r.warnings) == 1 and "cannot see images" in r.warnings[0]
 
@@ -236,10 +240,10 @@ def test_captioner_failure_is_retried_next_run(exif_folder, tmp_path, caption_du
     role = Role("captioner", ScriptedChatModel(default=boom, sees_images=True))
     idx = tmp_path / "idx"
     opts = IndexOptions(caption_missing=True)
-    r = build_index(exif_folder, idx, caption_dual, minilm, opts, captioner=role)
+    r = build_index(exif_folder, idx, IndexParts.of(caption_dual, minilm, captioner=role), opts)
     assert r.added == 5 and r.captioned == 0 and any("server down" in w for w in r.warnings)
     ok = Role("captioner", ScriptedChatModel(default="A stamp.", sees_images=True))
-    r = build_index(exif_folder, idx, caption_dual, minilm, opts, captioner=ok)
+    r = build_index(exif_folder, idx, IndexParts.of(caption_dual, minilm, captioner=ok), opts)
     assert (r.updated, r.captioned) == (5, 5)
 
 
@@ -248,7 +252,7 @@ def test_captioner_failure_is_retried_next_run(exif_folder, tmp_path, caption_du
 
 def test_record_for_file(exif_folder, tmp_path, caption_dual, minilm, images):
     idx = tmp_path / "idx"
-    build_index(exif_folder, idx, caption_dual, minilm, IndexOptions())
+    build_index(exif_folder, idx, IndexParts.of(caption_dual, minilm), IndexOptions())
     g = Gallery(idx)
     pid = _ids_by_name(g)["paris.jpg"]
     assert record_for_file(exif_folder / "paris.jpg", g) == g.record(pid)

@@ -21,6 +21,7 @@ from imagent.core import imageio
 from imagent.core.config import IndexOptions
 from imagent.index.builder import build_index
 from imagent.index.gallery import Gallery
+from imagent.index.parts import IndexParts
 
 pytestmark = [pytest.mark.real_model, pytest.mark.filterwarnings("ignore:Corrupt EXIF:UserWarning")]
 
@@ -112,7 +113,7 @@ def test_malformed_folder(messy, tmp_path, caption_dual, minilm):
     assert len(bad) >= 20
     idx = tmp_path / "idx"
     opts = IndexOptions(max_file_bytes=MAX_FILE_BYTES, batch_size=4)
-    report = build_index(d, idx, caption_dual, minilm, opts)
+    report = build_index(d, idx, IndexParts.of(caption_dual, minilm), opts)
 
     reasons = {Path(p).name: r for p, r in report.skipped}
     assert set(reasons) == set(bad), {k: v for k, v in reasons.items() if k not in bad}
@@ -130,14 +131,14 @@ def test_malformed_folder(messy, tmp_path, caption_dual, minilm):
     assert {Path(p).name for p, _ in g.skipped()} == set(bad)  # stored too
 
     # A second run: same verdicts, nothing new.
-    again = build_index(d, idx, caption_dual, minilm, opts)
+    again = build_index(d, idx, IndexParts.of(caption_dual, minilm), opts)
     assert (again.added, again.updated, again.unchanged) == (0, 0, len(good))
     assert {Path(p).name for p, _ in again.skipped} == set(bad)
 
     # Repair one bad file and delete another: the first is indexed, the second forgotten.
     (d / "truncated.jpg").write_bytes(_fresh_jpeg())
     (d / "empty.jpg").unlink()
-    fixed = build_index(d, idx, caption_dual, minilm, opts)
+    fixed = build_index(d, idx, IndexParts.of(caption_dual, minilm), opts)
     assert fixed.added == 1
     skipped_now = {Path(p).name for p, _ in Gallery(idx).skipped()}
     assert "empty.jpg" not in skipped_now and "truncated.jpg" not in skipped_now and "bomb.png" in skipped_now
@@ -178,7 +179,7 @@ def test_malformed_manifest(messy, tmp_path, caption_dual, minilm, images):
     manifest = d / "manifest.jsonl"
     manifest.write_text("\n".join(lines) + "\n")
 
-    report = build_index(manifest, tmp_path / "idx", caption_dual, minilm, IndexOptions(batch_size=2))
+    report = build_index(manifest, tmp_path / "idx", IndexParts.of(caption_dual, minilm), IndexOptions(batch_size=2))
     g = Gallery(tmp_path / "idx")
     assert g.ids == ["a", "b", "c"]
     assert g.record("a").captions == ["A good stamp."]

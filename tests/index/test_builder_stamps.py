@@ -13,6 +13,7 @@ import pytest
 from imagent.core.config import IndexOptions
 from imagent.index.builder import build_index
 from imagent.index.gallery import SPACE_CAPTION_DUAL, SPACE_CAPTION_TEXT, SPACE_IMAGE, Gallery
+from imagent.index.parts import IndexParts
 
 pytestmark = pytest.mark.real_model
 
@@ -24,8 +25,9 @@ def test_stamps_manifest_incremental(stamps_copy, tmp_path, caption_dual, minilm
     calls: list[tuple[int, int, str]] = []
 
     t0 = time.perf_counter()
-    report = build_index(manifest, idx, caption_dual, minilm, IndexOptions(),
-                         progress=lambda d, t, p: calls.append((d, t, p)))
+    report = build_index(manifest, idx,
+                         IndexParts.of(caption_dual, minilm),
+                         IndexOptions(), progress=lambda d, t, p: calls.append((d, t, p)))
     elapsed = time.perf_counter() - t0
     print(f"\nindexed 627 stamps (caption mode, MiniLM) in {elapsed:.2f} s")
     assert (report.added, report.updated, report.unchanged, report.removed) == (627, 0, 0, 0)
@@ -48,7 +50,7 @@ def test_stamps_manifest_incremental(stamps_copy, tmp_path, caption_dual, minilm
     assert "penguin" in g.record(top.ids[0]).caption.lower()
 
     # Second run over the same source: nothing to do.
-    again = build_index(manifest, idx, caption_dual, minilm, IndexOptions())
+    again = build_index(manifest, idx, IndexParts.of(caption_dual, minilm), IndexOptions())
     assert (again.added, again.updated, again.unchanged, again.removed) == (0, 0, 627, 0)
     assert again.seconds < elapsed
 
@@ -60,7 +62,7 @@ def test_stamps_manifest_incremental(stamps_copy, tmp_path, caption_dual, minilm
     st = target.stat()
     os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
     vec_before = Gallery(idx).vectors(SPACE_CAPTION_TEXT).copy()
-    changed = build_index(manifest, idx, caption_dual, minilm, IndexOptions())
+    changed = build_index(manifest, idx, IndexParts.of(caption_dual, minilm), IndexOptions())
     assert (changed.added, changed.updated, changed.unchanged, changed.removed) == (0, 1, 626, 0)
     g = Gallery(idx)
     after = g.record(rows[10]["id"])
@@ -70,7 +72,7 @@ def test_stamps_manifest_incremental(stamps_copy, tmp_path, caption_dual, minilm
     # A manifest row's caption changes: re-embedded too (the fingerprint covers the row's metadata).
     rows[20]["caption"] = "A purple elephant on a skateboard."
     manifest.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    recap = build_index(manifest, idx, caption_dual, minilm, IndexOptions())
+    recap = build_index(manifest, idx, IndexParts.of(caption_dual, minilm), IndexOptions())
     assert (recap.added, recap.updated, recap.unchanged) == (0, 1, 626)
     g = Gallery(idx)
     q = minilm.encode_texts(["elephant riding a skateboard"])[0]
@@ -79,7 +81,7 @@ def test_stamps_manifest_incremental(stamps_copy, tmp_path, caption_dual, minilm
     # A file disappears: its record is removed (and the row is reported as skipped).
     gone = rows[30]
     (stamps_copy / gone["file"]).unlink()
-    removed = build_index(manifest, idx, caption_dual, minilm, IndexOptions())
+    removed = build_index(manifest, idx, IndexParts.of(caption_dual, minilm), IndexOptions())
     assert (removed.added, removed.updated, removed.removed) == (0, 0, 1)
     assert removed.skipped == [(str(stamps_copy / gone["file"]), "file not found")]
     g = Gallery(idx)
@@ -89,7 +91,7 @@ def test_stamps_manifest_incremental(stamps_copy, tmp_path, caption_dual, minilm
     dropped = rows[40]
     keep = [r for r in rows if r["id"] not in (dropped["id"], gone["id"])]
     manifest.write_text("\n".join(json.dumps(r) for r in keep) + "\n")
-    shrink = build_index(manifest, idx, caption_dual, minilm, IndexOptions())
+    shrink = build_index(manifest, idx, IndexParts.of(caption_dual, minilm), IndexOptions())
     assert (shrink.removed, shrink.skipped, shrink.unchanged) == (1, [], 625)
     g = Gallery(idx)
     assert dropped["id"] not in g and len(g) == 625 and g.skipped() == []

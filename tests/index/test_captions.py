@@ -18,6 +18,7 @@ from imagent.index.captioning import load_caption_prompt, parse_caption_reply, s
 from imagent.index.derived import derive_text, name_words
 from imagent.index.embedding import LazyEncoder
 from imagent.index.gallery import SPACE_CAPTION_TEXT, SPACE_IMAGE, Gallery
+from imagent.index.parts import IndexParts
 from imagent.models.chat_scripted import ScriptedChatModel
 from imagent.models.encoders import CaptionDualEncoder
 from imagent.models.roles import Role
@@ -58,24 +59,24 @@ def test_captioner_model_and_prompt_are_part_of_the_fingerprint(folder, tmp_path
     idx = tmp_path / "idx"
     on = IndexOptions(caption_missing=True)
     role_a, model_a = _captioner("vlm-a", "A photo.")
-    r = build_index(folder, idx, dual, tiny, on, captioner=role_a)
+    r = build_index(folder, idx, IndexParts.of(dual, tiny, captioner=role_a), on)
     assert r.captioned == 4 and len(model_a.calls) == 4
     assert {rec.caption_source for rec in Gallery(idx).records()} == {"captioner:vlm-a"}
     # same settings: nothing to do
-    r = build_index(folder, idx, dual, tiny, on, captioner=role_a)
+    r = build_index(folder, idx, IndexParts.of(dual, tiny, captioner=role_a), on)
     assert (r.unchanged, r.captioned, len(model_a.calls)) == (4, 0, 4)
     # a run that does not caption keeps the captions
-    r = build_index(folder, idx, dual, tiny, IndexOptions())
+    r = build_index(folder, idx, IndexParts.of(dual, tiny), IndexOptions())
     assert r.unchanged == 4 and Gallery(idx).caption_coverage() == (4, 4)
     # another prompt: captioned again
-    r = build_index(folder, idx, dual, tiny, on.model_copy(update={"caption_prompt": "fashioniq"}),
-                    captioner=role_a)
+    r = build_index(folder, idx,
+                    IndexParts.of(dual, tiny, captioner=role_a), on.model_copy(update={"caption_prompt": "fashioniq"}))
     assert (r.updated, r.captioned, len(model_a.calls)) == (4, 4, 8)
     assert "colour" in model_a.calls[-1][0][0].text
     # another model: captioned again, and the records say by whom
     role_b, model_b = _captioner("vlm-b", "Another photo.")
-    r = build_index(folder, idx, dual, tiny, on.model_copy(update={"caption_prompt": "fashioniq"}),
-                    captioner=role_b)
+    r = build_index(folder, idx,
+                    IndexParts.of(dual, tiny, captioner=role_b), on.model_copy(update={"caption_prompt": "fashioniq"}))
     assert (r.updated, r.captioned, len(model_b.calls)) == (4, 4, 4)
     g = Gallery(idx)
     assert {rec.caption_source for rec in g.records()} == {"captioner:vlm-b"}
@@ -85,7 +86,7 @@ def test_captioner_model_and_prompt_are_part_of_the_fingerprint(folder, tmp_path
 def test_import_captions_then_caption_only_the_rest(folder, tmp_path, tiny):
     dual = CaptionDualEncoder(tiny)
     idx = tmp_path / "idx"
-    build_index(folder, idx, dual, tiny)
+    build_index(folder, idx, IndexParts.of(dual, tiny))
     g = Gallery(idx)
     assert g.caption_coverage() == (0, 4)
     penguin = next(r for r in g.records() if r.path.endswith("penguin.jpg"))
@@ -97,7 +98,8 @@ def test_import_captions_then_caption_only_the_rest(folder, tmp_path, tiny):
         {"file": "photos/DSC_0001.jpg"},
     ]) + "\n")
     role, model = _captioner("vlm", "Made by a model.")
-    r = build_index(folder, idx, dual, tiny, IndexOptions(caption_missing=True), captioner=role, captions=caps)
+    r = build_index(folder, idx,
+                    IndexParts.of(dual, tiny, captioner=role), IndexOptions(caption_missing=True), captions=caps)
     assert r.imported == 2 and r.captioned == 2 and len(model.calls) == 2  # the imported two are not captioned
     reasons = sorted(reason for _, reason in r.skipped)
     assert reasons == ["line 3: photos/missing.jpg is not in the index", "line 4: no caption"]
@@ -112,18 +114,18 @@ def test_import_captions_then_caption_only_the_rest(folder, tmp_path, tiny):
                                tiny.encode_texts(["A penguin on ice."])[0], rtol=1e-6)  # caption mode
     # a later captioning run with another model never replaces given captions
     role2, _ = _captioner("vlm-2", "Other.")
-    r = build_index(folder, idx, dual, tiny, IndexOptions(caption_missing=True), captioner=role2)
+    r = build_index(folder, idx, IndexParts.of(dual, tiny, captioner=role2), IndexOptions(caption_missing=True))
     assert r.captioned == 2 and Gallery(idx).record(penguin.id).caption_source == "given"
     # CSV, matched by a name relative to the indexed folder
     with open(tmp_path / "caps.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["file", "caption"])
         w.writerow(["myDogRex-3.jpg", "A dog named Rex."])
-    r = build_index(folder, idx, dual, tiny, captions=tmp_path / "caps.csv")
+    r = build_index(folder, idx, IndexParts.of(dual, tiny), captions=tmp_path / "caps.csv")
     assert r.imported == 1
     assert any(x.caption == "A dog named Rex." for x in Gallery(idx).records())
     with pytest.raises(SourceError, match="no such caption file"):
-        build_index(folder, idx, dual, tiny, captions=tmp_path / "nope.jsonl")
+        build_index(folder, idx, IndexParts.of(dual, tiny), captions=tmp_path / "nope.jsonl")
 
 
 def test_derived_text_from_names_dates_and_places():
@@ -139,7 +141,7 @@ def test_derived_text_from_names_dates_and_places():
 
 def test_uncaptioned_images_are_embedded_by_derived_text(folder, tmp_path, tiny):
     dual = CaptionDualEncoder(tiny)
-    r = build_index(folder, tmp_path / "idx", dual, tiny)
+    r = build_index(folder, tmp_path / "idx", IndexParts.of(dual, tiny))
     g = Gallery(tmp_path / "idx")
     by_name = {Path(rec.path).name: rec for rec in g.records()}
     assert by_name["animals__birds__penguin.jpg"].derived_text == "animals birds penguin"
@@ -165,13 +167,13 @@ def test_no_op_reindex_never_loads_the_encoders(folder, tmp_path, tiny):
 
     text = lazy("text", lambda: tiny)
     dual = lazy("dual", lambda: CaptionDualEncoder(tiny))
-    build_index(folder, tmp_path / "idx", dual, text)
-    assert sorted(loads) == ["dual", "text"]
+    build_index(folder, tmp_path / "idx", IndexParts.of(dual, text))
+    assert loads == ["dual"]  # caption_text is the caption dual's text model: one encoding, the text embedder unloaded
     loads.clear()
     text2, dual2 = lazy("text", lambda: tiny), lazy("dual", lambda: CaptionDualEncoder(tiny))
-    r = build_index(folder, tmp_path / "idx", dual2, text2)
+    r = build_index(folder, tmp_path / "idx", IndexParts.of(dual2, text2))
     assert r.unchanged == 4 and loads == []  # nothing new: no model loaded
     # a wrongly predicted id is still refused before anything is written
     bad = LazyEncoder(lambda: tiny, model_id="other-model")
     with pytest.raises(Exception, match="other-model"):
-        build_index(folder, tmp_path / "idx", dual2, bad)
+        build_index(folder, tmp_path / "idx", IndexParts.of(dual2, bad))

@@ -17,6 +17,7 @@ from imagent.core.config import IndexOptions
 from imagent.index.builder import build_index
 from imagent.index.duplicates import collapse, duplicate_groups
 from imagent.index.gallery import Gallery
+from imagent.index.parts import IndexParts
 
 
 class ThumbDual:
@@ -60,7 +61,7 @@ def _names(group):
 
 def test_exact_reencoded_and_resized_copies_are_grouped_not_a_different_photo(tmp_path, images, tiny):
     folder = _folder(tmp_path, images)
-    r = build_index(folder, tmp_path / "idx", None, tiny)
+    r = build_index(folder, tmp_path / "idx", IndexParts.of(None, tiny))
     assert any("identical content" in reason for _, reason in r.skipped)  # the exact copy is not indexed twice
     g = Gallery(tmp_path / "idx")
     groups = duplicate_groups(g)
@@ -79,12 +80,12 @@ def test_exact_reencoded_and_resized_copies_are_grouped_not_a_different_photo(tm
 
 def test_image_vectors_confirm_near_duplicates(tmp_path, images, tiny):
     folder = _folder(tmp_path, images)
-    build_index(folder, tmp_path / "idx", ThumbDual(tiny), tiny)
+    build_index(folder, tmp_path / "idx", IndexParts.of(ThumbDual(tiny), tiny))
     g = Gallery(tmp_path / "idx")
     near = [x for x in duplicate_groups(g) if x.kind == "near"]
     assert [_names(x) for x in near] == [["a.jpg", "a_half.jpg", "a_q40.jpg"]]
     # image vectors that say the files differ (a hash of their bytes): the perceptual hashes alone are not enough
-    build_index(folder, tmp_path / "idx2", BytesDual(tiny), tiny)
+    build_index(folder, tmp_path / "idx2", IndexParts.of(BytesDual(tiny), tiny))
     assert not [x for x in duplicate_groups(Gallery(tmp_path / "idx2")) if x.kind == "near"]
 
 
@@ -105,7 +106,7 @@ def test_duplicates_command_and_collapse(tmp_path, images, tiny, monkeypatch):
     from imagent.cli.main import app
 
     folder = _folder(tmp_path, images)
-    build_index(folder, tmp_path / "idx", None, tiny)
+    build_index(folder, tmp_path / "idx", IndexParts.of(None, tiny))
     out = CliRunner().invoke(app, ["duplicates", "--index", str(tmp_path / "idx"), "--json"])
     assert out.exit_code == 0, out.output
     groups = json.loads(out.stdout)["groups"]
@@ -126,7 +127,6 @@ def test_a_half_size_quality_70_copy_of_a_small_photo_is_grouped_with_its_origin
     group, confirmed by the pixel model's real visual features at their own floor (duplicate_min_visual); the
     image vectors' 0.9, which confirmed them before, would part them; a different picture stays apart."""
     from imagent.index.duplicates import _pixel_space, min_cosine
-    from imagent.index.pixels import PixelStage
     from imagent.models.encoders import CaptionDualEncoder
     from imagent.models.pixels import EffNetLite0
 
@@ -140,7 +140,7 @@ def test_a_half_size_quality_70_copy_of_a_small_photo_is_grouped_with_its_origin
     with Image.open(stamps / "animals__birds__duck.jpg") as im:
         im.convert("RGB").save(d / "duck.jpg", quality=92)
     effnet = EffNetLite0()
-    build_index(d, tmp_path / "idx", CaptionDualEncoder(minilm), minilm, pixels=PixelStage(lambda: effnet, None))
+    build_index(d, tmp_path / "idx", IndexParts.of(CaptionDualEncoder(minilm), minilm, pixel_model=effnet))
     g = Gallery(tmp_path / "idx")
     assert _pixel_space(g) == "visual" and min_cosine("visual", IndexOptions()) == 0.6
     near = [x for x in duplicate_groups(g) if x.kind == "near"]

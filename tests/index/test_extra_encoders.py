@@ -20,6 +20,7 @@ from imagent.core.types import ImageRecord, Query
 from imagent.index.builder import build_index
 from imagent.index.embedding import ExtraEncoder, LazyEncoder
 from imagent.index.gallery import Gallery, GalleryError
+from imagent.index.parts import IndexParts
 from imagent.methods.base import MethodContext
 from imagent.models.chat_scripted import ScriptedChatModel
 from imagent.models.encoders import resolve_text_model
@@ -95,8 +96,8 @@ def test_extra_spaces_are_named_per_encoder_with_their_models_and_dims(manifest,
                                                                       caption_dual):
     ws = Workspace(load_settings(None, _config(tiny_clip, minilm2=True)))
     loads: list[str] = []
-    report = build_index(manifest, tmp_path / "idx", caption_dual, minilm, IndexOptions(),
-                         extras=_lazy_extras(ws, loads))
+    report = build_index(manifest, tmp_path / "idx",
+                         IndexParts.of(caption_dual, minilm, extras=_lazy_extras(ws, loads)), IndexOptions())
     assert report.added == STAMPS_N and sorted(loads) == ["minilm2", "tiny"]
     g = Gallery(tmp_path / "idx")
     spaces = g.spaces()
@@ -121,23 +122,24 @@ def test_extra_spaces_are_named_per_encoder_with_their_models_and_dims(manifest,
     loads.clear()
     text = LazyEncoder(lambda: loads.append("text") or minilm, minilm.model_id)
     dual = LazyEncoder(lambda: loads.append("dual") or caption_dual, caption_dual.model_id, sees_pixels=False)
-    again = build_index(manifest, tmp_path / "idx", dual, text, IndexOptions(),
-                        extras=_lazy_extras(Workspace(ws.settings), loads))
+    again = build_index(manifest, tmp_path / "idx",
+                        IndexParts.of(dual, text, extras=_lazy_extras(Workspace(ws.settings), loads)), IndexOptions())
     assert (again.added, again.updated, again.unchanged, again.backfilled) == (0, 0, STAMPS_N, 0)
     assert loads == [] and not again.warnings
 
 
 def test_an_encoder_added_later_embeds_only_its_spaces(manifest, tmp_path, tiny_clip, minilm, caption_dual):
     idx = tmp_path / "idx"
-    build_index(manifest, idx, caption_dual, minilm, IndexOptions())
+    build_index(manifest, idx, IndexParts.of(caption_dual, minilm), IndexOptions())
     before = {s: Gallery(idx).vectors(s).copy() for s in MAIN}
     gen = Gallery(idx).generation()
 
     main_text, main_dual = Counting(minilm), Counting(caption_dual)
     counted: dict[str, Counting] = {}
     ws = Workspace(load_settings(None, _config(tiny_clip, minilm2=True)))
-    report = build_index(manifest, idx, main_dual, main_text, IndexOptions(batch_size=4),
-                         extras=_lazy_extras(ws, [], counted))
+    report = build_index(manifest, idx,
+                         IndexParts.of(main_dual, main_text, extras=_lazy_extras(ws, [], counted)),
+                         IndexOptions(batch_size=4))
     assert (report.added, report.updated, report.unchanged, report.backfilled) == (0, 0, STAMPS_N, STAMPS_N)
     assert any("image@tiny, caption_dual@tiny, caption_text@minilm2" in w for w in report.warnings)
     # The main encoders were not called at all; each extra one encoded every stored image once.
@@ -149,13 +151,14 @@ def test_an_encoder_added_later_embeds_only_its_spaces(manifest, tmp_path, tiny_
         assert np.array_equal(g.vectors(s), before[s]), s
     # The same vectors as a build that had the encoders from the start.
     fresh = tmp_path / "fresh"
-    build_index(manifest, fresh, caption_dual, minilm, IndexOptions(), extras=_lazy_extras(ws, []))
+    build_index(manifest, fresh, IndexParts.of(caption_dual, minilm, extras=_lazy_extras(ws, [])), IndexOptions())
     for s in EXTRA:
         assert np.allclose(Gallery(fresh).vectors(s), g.vectors(s), atol=1e-5), s
 
     # Nothing new now: no encoder is called.
     calls = (counted["tiny"].images, counted["tiny"].texts, counted["minilm2"].texts)
-    again = build_index(manifest, idx, main_dual, main_text, IndexOptions(), extras=_lazy_extras(ws, [], counted))
+    again = build_index(manifest, idx,
+                        IndexParts.of(main_dual, main_text, extras=_lazy_extras(ws, [], counted)), IndexOptions())
     assert again.backfilled == 0 and (counted["tiny"].images, counted["tiny"].texts,
                                       counted["minilm2"].texts) == calls
 
@@ -163,19 +166,20 @@ def test_an_encoder_added_later_embeds_only_its_spaces(manifest, tmp_path, tiny_
 def test_a_changed_extra_model_is_refused_and_a_removed_one_leaves_its_spaces(manifest, tmp_path, tiny_clip,
                                                                               other_clip, minilm, caption_dual):
     idx = tmp_path / "idx"
-    build_index(manifest, idx, caption_dual, minilm, IndexOptions(),
-                extras=_lazy_extras(Workspace(load_settings(None, _config(tiny_clip))), []))
+    tiny = Workspace(load_settings(None, _config(tiny_clip)))
+    build_index(manifest, idx, IndexParts.of(caption_dual, minilm, extras=_lazy_extras(tiny, [])), IndexOptions())
     loads: list[str] = []
     changed = Workspace(load_settings(None, _config(other_clip)))
     with pytest.raises(GalleryError, match=r"image@tiny.*another name under \[encoders\]"):
-        build_index(manifest, idx, caption_dual, minilm, IndexOptions(), extras=_lazy_extras(changed, loads))
+        build_index(manifest, idx,
+                    IndexParts.of(caption_dual, minilm, extras=_lazy_extras(changed, loads)), IndexOptions())
     assert loads == []  # refused from the config, before any model loads
     # Under another name the new model's spaces go beside the old ones.
     renamed = Workspace(load_settings(None, {"encoders": {"tiny2": {"backend": "hf", "model": str(other_clip)}}}))
-    build_index(manifest, idx, caption_dual, minilm, IndexOptions(), extras=_lazy_extras(renamed, []))
+    build_index(manifest, idx, IndexParts.of(caption_dual, minilm, extras=_lazy_extras(renamed, [])), IndexOptions())
     assert {"image@tiny", "image@tiny2"} <= set(Gallery(idx).spaces())
     # Without any extra encoder the index still builds and searches; the extra spaces stay, unused.
-    report = build_index(manifest, idx, caption_dual, minilm, IndexOptions())
+    report = build_index(manifest, idx, IndexParts.of(caption_dual, minilm), IndexOptions())
     assert report.unchanged == STAMPS_N and not report.warnings
     plain = Workspace(load_settings(None, {"index": str(idx)}))
     assert plain.search("a bird", method="caption", top_k=3).ranking.ids
@@ -186,7 +190,8 @@ def test_a_changed_extra_model_is_refused_and_a_removed_one_leaves_its_spaces(ma
 def test_queries_are_encoded_with_each_spaces_own_encoder(manifest, tmp_path, tiny_clip, other_clip, minilm,
                                                           caption_dual):
     ws = Workspace(load_settings(None, {**_config(tiny_clip, minilm2=True), "index": str(tmp_path / "idx")}))
-    build_index(manifest, tmp_path / "idx", caption_dual, minilm, IndexOptions(), extras=ws.extra_encoders)
+    build_index(manifest, tmp_path / "idx",
+                IndexParts.of(caption_dual, minilm, extras=ws.extra_encoders), IndexOptions())
     ctx = ws.context()
     assert set(ctx.extras) == {"tiny", "minilm2"}
     tiny = ws.encoder("tiny")
@@ -238,13 +243,14 @@ def test_oscar_offers_a_tool_per_extra_space(manifest, tmp_path, tiny_clip, mini
 
     settings = load_settings(None, {**_config(tiny_clip, minilm2=True), "index": str(tmp_path / "idx")})
     ws = Workspace(settings)
-    build_index(manifest, tmp_path / "idx", caption_dual, minilm, IndexOptions(), extras=ws.extra_encoders)
+    build_index(manifest, tmp_path / "idx",
+                IndexParts.of(caption_dual, minilm, extras=ws.extra_encoders), IndexOptions())
     plan = "\n".join([
         _block("embedding_search_tiny", query="a bird", top_k=3),
         _block("caption_search_text_minilm2", query="a frog", top_k=2),
         _block("set_operation", steps=[{"name": "final", "op": "UNION", "operands": [0, 1]}])])
     chat = ScriptedChatModel([(PLANNER_MARK, plan)], default="yes")
-    ws.__dict__["roles"] = Roles.from_models({"default": chat})
+    ws.parts.roles = Roles.from_models({"default": chat})
     method = ws.method("oscar", library=str(tmp_path / "none.jsonl"), verify=False, demonstrations=False)
     tools = method.config.retrievers
     assert list(tools) == [*default_retrievers(), "embedding_search_tiny", "caption_search_dual_tiny",
@@ -287,9 +293,10 @@ def test_library_build_uses_the_extra_tools(manifest, tmp_path, tiny_clip, minil
     from imagent.methods.oscar.library import GoldenLibrary, build_library
 
     ws = Workspace(load_settings(None, {**_config(tiny_clip), "index": str(tmp_path / "idx")}))
-    build_index(manifest, tmp_path / "idx", caption_dual, minilm, IndexOptions(), extras=ws.extra_encoders)
+    build_index(manifest, tmp_path / "idx",
+                IndexParts.of(caption_dual, minilm, extras=ws.extra_encoders), IndexOptions())
     rewrites = json.dumps({"positive": ["a bird"], "negative": []})
-    ws.__dict__["roles"] = Roles.from_models({"default": ScriptedChatModel([("search queries", rewrites)])})
+    ws.parts.roles = Roles.from_models({"default": ScriptedChatModel([("search queries", rewrites)])})
     ctx = ws.context()
     g = ctx.gallery
     ref, target = g.ids[0], g.ids[1]
@@ -341,11 +348,14 @@ def test_eval_index_key_covers_extra_encoders_and_is_unchanged_without_them(tmp_
         def index_key() -> dict:  # a benchmark whose loader options leave the gallery as it is
             return {}
 
-    plain = Workspace(load_settings(None, {}))
+    plain = Workspace(load_settings(None, {"pixels": {"model": "none"}}))
     key = {"images_root": str(tmp_path.resolve()), "dual_encoder": plain.settings.dual_encoder.model_dump(mode="json"),
            "text_embedder": plain.settings.text_embedder.model_dump(mode="json")}
     old = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     assert shared_index_dir(plain, Bench, "cir", None).name == f"stamps-cir-{old}"  # indexes built before stay found
+    # The pixel model (on by default) is a stage of the build: an index cached without its pass is not reused.
+    pixels = Workspace(load_settings(None, {}))
+    assert shared_index_dir(pixels, Bench, "cir", None).name != f"stamps-cir-{old}"
     extra = Workspace(load_settings(None, {"encoders": {"b": {"backend": "sentence-transformers", "model": "m"}}}))
     other = Workspace(load_settings(None, {"encoders": {"b": {"backend": "sentence-transformers", "model": "n"}}}))
     names = {shared_index_dir(w, Bench, "cir", None).name for w in (plain, extra, other)}
@@ -407,11 +417,11 @@ def test_stored_images_of_another_source_are_embedded_and_a_lost_file_gets_zeros
     first.write_text("".join(json.dumps({**r, "file": str(copies / Path(r["file"]).name)}) + "\n" for r in rows[:2]))
     second.write_text("".join(json.dumps({**r, "file": str(copies / Path(r["file"]).name)}) + "\n" for r in rows[2:]))
     idx = tmp_path / "idx"
-    build_index(first, idx, caption_dual, minilm, IndexOptions())
+    build_index(first, idx, IndexParts.of(caption_dual, minilm), IndexOptions())
     lost = Gallery(idx).records()[0]
     Path(lost.path).unlink()
     ws = Workspace(load_settings(None, _config(tiny_clip)))
-    report = build_index(second, idx, caption_dual, minilm, IndexOptions(), extras=ws.extra_encoders)
+    report = build_index(second, idx, IndexParts.of(caption_dual, minilm, extras=ws.extra_encoders), IndexOptions())
     assert (report.added, report.backfilled) == (2, 2)
     assert any("could not be read" in w and Path(lost.path).name in w for w in report.warnings)
     g = Gallery(idx)
@@ -425,11 +435,12 @@ def test_stored_images_of_another_source_are_embedded_and_a_lost_file_gets_zeros
 def test_imported_captions_reach_the_extra_caption_spaces(manifest, tmp_path, minilm, caption_dual):
     ws = Workspace(load_settings(None, _config(minilm2=True)))
     idx = tmp_path / "idx"
-    build_index(manifest, idx, caption_dual, minilm, IndexOptions(), extras=ws.extra_encoders)
+    build_index(manifest, idx, IndexParts.of(caption_dual, minilm, extras=ws.extra_encoders), IndexOptions())
     first = Gallery(idx).records()[0]
     caps = tmp_path / "caps.jsonl"
     caps.write_text(json.dumps({"id": first.id, "caption": "a bright red fire engine"}) + "\n")
-    build_index(manifest, idx, caption_dual, minilm, IndexOptions(), captions=caps, extras=ws.extra_encoders)
+    build_index(manifest, idx,
+                IndexParts.of(caption_dual, minilm, extras=ws.extra_encoders), IndexOptions(), captions=caps)
     g = Gallery(idx)
     want = minilm.encode_texts(["a bright red fire engine"])[0]
     assert np.allclose(g.vector("caption_text@minilm2", first.id), want, atol=1e-5)

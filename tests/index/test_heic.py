@@ -9,6 +9,7 @@ import pytest
 
 from imagent.index.builder import build_index
 from imagent.index.gallery import Gallery
+from imagent.index.parts import IndexParts
 
 pillow_heif = pytest.importorskip("pillow_heif")
 
@@ -22,7 +23,7 @@ def test_a_heic_photo_is_indexed_with_its_exif_and_displayed(tmp_path, images, t
     exif = images.exif(datetime(2019, 7, 14, 10, 30), (48.2085, 16.3721))
     images.stamp_image(3).save(folder / "IMG_0001.HEIC", format="HEIF", exif=exif.tobytes())
     assert (folder / "IMG_0001.HEIC").read_bytes()[4:12] == b"ftypheic"
-    r = build_index(folder, tmp_path / "idx", None, tiny)
+    r = build_index(folder, tmp_path / "idx", IndexParts.of(None, tiny))
     assert (r.added, r.skipped) == (1, [])
     (rec,) = Gallery(tmp_path / "idx").records()
     assert rec.taken_time == datetime(2019, 7, 14, 10, 30)

@@ -14,6 +14,7 @@ from PIL import EpsImagePlugin, Image
 from imagent.core import imageio
 from imagent.index.builder import build_index
 from imagent.index.gallery import SPACE_CAPTION_TEXT, Gallery
+from imagent.index.parts import IndexParts
 
 LATIN1 = b"caf\xe9.jpg"
 
@@ -34,7 +35,7 @@ def test_latin1_file_names_are_indexed_and_still_open(tmp_path, images, tiny):
     (d / _name(b"broken\xe9.png")).write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 20)
     images.jpeg(d / "plain.jpg", 3)
     idx = tmp_path / "idx"
-    r = build_index(d, idx, None, tiny)
+    r = build_index(d, idx, IndexParts.of(None, tiny))
     assert (r.added, len(r.skipped)) == (3, 1)
     shown, reason = r.skipped[0]
     assert shown.endswith("broken\\xe9.png") and "corrupt PNG" in reason  # printable, names the file
@@ -48,10 +49,10 @@ def test_latin1_file_names_are_indexed_and_still_open(tmp_path, images, tiny):
     cafe = next(r for r in g.records() if os.fsencode(r.path).endswith(LATIN1))
     assert cafe.derived_text == "café"  # Latin-1 bytes read as words for the caption spaces
     assert g.skipped()[0][0].endswith("broken\udce9.png")  # stored exactly, read back exactly
-    again = build_index(d, idx, None, tiny)  # the same keys are found again: nothing re-read
+    again = build_index(d, idx, IndexParts.of(None, tiny))  # the same keys are found again: nothing re-read
     assert (again.unchanged, again.added, again.updated, len(again.skipped)) == (3, 0, 0, 1)
     os.remove(d / _name(LATIN1))
-    gone = build_index(d, idx, None, tiny)
+    gone = build_index(d, idx, IndexParts.of(None, tiny))
     assert gone.removed == 1 and len(Gallery(idx)) == 2
 
 
@@ -68,7 +69,7 @@ def test_manifest_rows_with_surrogates_and_latin1_bytes(tmp_path, images, tiny):
         {"file": "nul\u0000.jpg", "caption": "a NUL in the name"},
     ]
     (d / "m.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")  # ensure_ascii: \\ud800 escapes
-    r = build_index(d / "m.jsonl", tmp_path / "i1", None, tiny)
+    r = build_index(d / "m.jsonl", tmp_path / "i1", IndexParts.of(None, tiny))
     assert r.added == 2 and len(r.skipped) == 2
     assert all("unusable file name" in reason for _, reason in r.skipped)
     recs = {rec.id: rec for rec in Gallery(tmp_path / "i1").records()}
@@ -79,7 +80,7 @@ def test_manifest_rows_with_surrogates_and_latin1_bytes(tmp_path, images, tiny):
     # A CSV written in Latin-1: the file name's bytes still name the file; text gets U+FFFD and a warning.
     csv_bytes = b"file,caption\n" + LATIN1 + b",un caf\xe9 cr\xe8me\nmissing.jpg,x\n"
     (d / "latin1.csv").write_bytes(csv_bytes)
-    r = build_index(d / "latin1.csv", tmp_path / "i2", None, tiny)
+    r = build_index(d / "latin1.csv", tmp_path / "i2", IndexParts.of(None, tiny))
     assert r.added == 1 and len(r.skipped) == 1 and "file not found" in r.skipped[0][1]
     assert any("not valid UTF-8" in w for w in r.warnings)
     (rec,) = Gallery(tmp_path / "i2").records()
@@ -113,7 +114,7 @@ def test_eps_and_other_formats_named_like_photos_never_reach_their_parsers(tmp_p
     (d / "doc.jpg").write_bytes(b"%PDF-1.4\n%...\n")
     images.jpeg(d / "real.jpg", 1)
     opened_with.clear()  # only what the build opens
-    r = build_index(d, tmp_path / "idx", None, tiny)
+    r = build_index(d, tmp_path / "idx", IndexParts.of(None, tiny))
     reasons = {Path(p).name: reason for p, reason in r.skipped}
     assert r.added == 1 and set(reasons) == {"eps.jpg", "icon.png", "doc.jpg"}
     assert "EPS/PostScript is not an accepted image format" in reasons["eps.jpg"]

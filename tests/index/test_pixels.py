@@ -118,7 +118,7 @@ def test_a_corrupt_or_30000_pixel_image_gets_the_clear_refusal(effnet, tmp_path,
     from imagent.core.config import PixelOptions
     from imagent.core.imageio import ImageLoadError
     from imagent.index.builder import build_index
-    from imagent.index.pixels import PixelStage
+    from imagent.index.parts import IndexParts
     from imagent.models.encoders import CaptionDualEncoder
     from imagent.models.pixels import PixelDualEncoder
 
@@ -136,8 +136,7 @@ def test_a_corrupt_or_30000_pixel_image_gets_the_clear_refusal(effnet, tmp_path,
     with pytest.raises(ImageLoadError, match=r"huge\.png"):
         PixelDualEncoder(effnet, minilm, PixelOptions()).encode_images([ImageRecord(id="h",
                                                                                     path=str(bad / "huge.png"))])
-    stage = PixelStage(lambda: effnet, None)
-    report = build_index(bad, tmp_path / "index", CaptionDualEncoder(minilm), minilm, pixels=stage)
+    report = build_index(bad, tmp_path / "index", IndexParts.of(CaptionDualEncoder(minilm), minilm, pixel_model=effnet))
     reasons = dict((Path(p).name, r) for p, r in report.skipped)
     assert report.added == 1 and set(reasons) == {"truncated.jpg", "huge.png"}
     assert "truncated" in reasons["truncated.jpg"] and "pixels" in reasons["huge.png"]
@@ -260,7 +259,7 @@ def test_duplicates_are_confirmed_by_visual_features(tmp_path, effnet, minilm):
     from imagent.index.builder import build_index
     from imagent.index.duplicates import _pixel_space, duplicate_groups
     from imagent.index.gallery import Gallery
-    from imagent.index.pixels import PixelStage
+    from imagent.index.parts import IndexParts
     from imagent.models.encoders import CaptionDualEncoder
 
     d = tmp_path / "photos"
@@ -271,8 +270,7 @@ def test_duplicates_are_confirmed_by_visual_features(tmp_path, effnet, minilm):
         im.convert("RGB").resize(small).save(d / "zebra_small.jpg", quality=80)
     with Image.open(stamp("animals__birds__duck")) as im:
         im.convert("RGB").save(d / "duck.jpg", quality=95)
-    stage = PixelStage(lambda: effnet, None)
-    build_index(d, tmp_path / "index", CaptionDualEncoder(minilm), minilm, pixels=stage)
+    build_index(d, tmp_path / "index", IndexParts.of(CaptionDualEncoder(minilm), minilm, pixel_model=effnet))
     g = Gallery(tmp_path / "index")
     assert _pixel_space(g) == "visual"  # caption mode's image space cannot confirm; the pixel model's features do
     groups = duplicate_groups(g, IndexOptions(duplicate_max_distance=10))
@@ -369,7 +367,7 @@ def test_disbench_tracks_pixel_vectors_standard_labels_searched_open(tmp_path, e
     from imagent.core.config import PixelOptions
     from imagent.eval.datasets.disbench import derive_track
     from imagent.index.embedding import gallery_from_records
-    from imagent.index.pixels import PixelStage
+    from imagent.index.parts import IndexParts
     from imagent.methods.base import MethodContext, get_method
     from imagent.models.chat_scripted import ScriptedChatModel
     from imagent.models.pixels import PixelDualEncoder
@@ -378,7 +376,8 @@ def test_disbench_tracks_pixel_vectors_standard_labels_searched_open(tmp_path, e
     dual = PixelDualEncoder(effnet, minilm, PixelOptions())
     recs = [ImageRecord(id=n, path=str(stamp(n)), taken_time=datetime(2019, 7, 1), device="phone")
             for n in BIRDS[:3] + COINS[:2]]
-    g = gallery_from_records(str(tmp_path / "album"), recs, dual, minilm, pixels=PixelStage(lambda: effnet, None))
+    pixels = IndexParts.of(dual, minilm, pixel_model=effnet).pixels
+    g = gallery_from_records(str(tmp_path / "album"), recs, dual, minilm, stages=[pixels])
     assert all(r.labels for r in g.records()) and g.has_space("visual")
     seeing = ScriptedChatModel(default="ok", sees_images=True)
     ctx = MethodContext(gallery=g, dual=dual, text=minilm, roles=Roles.from_models({"default": seeing}))

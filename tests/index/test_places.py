@@ -12,11 +12,12 @@ from datetime import datetime
 import numpy as np
 import pytest
 
-from imagent.core.config import IndexOptions
+from imagent.core.config import PlaceOptions
 from imagent.core.types import ImageRecord
 from imagent.index import places
 from imagent.index.builder import build_index
 from imagent.index.gallery import SPACE_CAPTION_TEXT, SPACE_IMAGE, Gallery
+from imagent.index.parts import IndexParts
 from imagent.tools.album import Album
 
 VIENNA = (48.2085, 16.3721)  # Stephansplatz
@@ -85,7 +86,7 @@ def _folder(tmp_path, images):
 def test_exif_gps_gets_a_place_in_records_text_rows_and_album_tools(tmp_path, images, tiny):
     from imagent.api import record_place
 
-    build_index(_folder(tmp_path, images), tmp_path / "idx", None, tiny)
+    build_index(_folder(tmp_path, images), tmp_path / "idx", IndexParts.of(None, tiny))
     g = Gallery(tmp_path / "idx")
     by = {r.path.rsplit("/", 1)[-1]: r for r in g.records()}
     v = by["vienna_1.jpg"]
@@ -104,7 +105,7 @@ def test_an_old_index_is_upgraded_in_place_without_encoding_images_again(tmp_pat
     folder = _folder(tmp_path, images)
     dual = _PixelDual(tiny)
     idx = tmp_path / "idx"
-    build_index(folder, idx, dual, tiny)
+    build_index(folder, idx, IndexParts.of(dual, tiny))
     g = Gallery(idx)
     image_before = g.vectors(SPACE_IMAGE).copy()
     # Make it an index from before place names: no place, the month-only date (embedded), no upgrade mark.
@@ -121,7 +122,7 @@ def test_an_old_index_is_upgraded_in_place_without_encoding_images_again(tmp_pat
     g = Gallery(idx)
     assert all(r.place is None for r in g.records())
     dual.images = 0
-    r = build_index(folder, idx, dual, tiny)
+    r = build_index(folder, idx, IndexParts.of(dual, tiny))
     assert (r.unchanged, r.added, r.updated, r.upgraded) == (3, 0, 0, 3)
     assert dual.images == 0  # no image was encoded again
     g = Gallery(idx)
@@ -130,7 +131,7 @@ def test_an_old_index_is_upgraded_in_place_without_encoding_images_again(tmp_pat
     np.testing.assert_array_equal(g.vectors(SPACE_IMAGE), image_before)
     for x in g.records():  # the new text is embedded in the caption spaces
         np.testing.assert_allclose(g.vector(SPACE_CAPTION_TEXT, x.id), tiny.encode_texts([x.derived_text])[0])
-    r = build_index(folder, idx, dual, tiny)  # done once: the next run does not look again
+    r = build_index(folder, idx, IndexParts.of(dual, tiny))  # done once: the next run does not look again
     assert (r.unchanged, r.upgraded) == (3, 0)
 
 
@@ -141,7 +142,7 @@ def test_names_from_an_older_rule_are_renamed_on_the_next_index(tmp_path, images
     images.jpeg(folder / "torre.jpg", 1, images.exif(datetime(2023, 5, 2, 11, 0), (38.6916, -9.2160)))
     images.jpeg(folder / "vienna.jpg", 2, images.exif(datetime(2023, 5, 9, 11, 0), VIENNA))
     idx = tmp_path / "idx"
-    build_index(folder, idx, None, tiny)
+    build_index(folder, idx, IndexParts.of(None, tiny))
     g = Gallery(idx)
     keys = {i: (k, fp) for k, (i, fp) in g.fingerprints().items()}
     with g.transaction() as c:  # as the rule of issue 23 stored it
@@ -152,7 +153,7 @@ def test_names_from_an_older_rule_are_renamed_on_the_next_index(tmp_path, images
                 g.upsert(c, r, *keys[r.id], {SPACE_CAPTION_TEXT: tiny.encode_texts([r.derived_text])[0]})
     with sqlite3.connect(idx / "records.sqlite") as con:
         con.execute("UPDATE meta SET value = 'places-1' WHERE key LIKE 'upgrade:%'")
-    r = build_index(folder, idx, None, tiny)
+    r = build_index(folder, idx, IndexParts.of(None, tiny))
     assert (r.unchanged, r.upgraded) == (2, 1)
     by = {x.path.rsplit("/", 1)[-1]: x for x in Gallery(idx).records()}
     assert by["torre.jpg"].place == "Lisbon, Portugal" and by["vienna.jpg"].place == "Vienna, Austria"
@@ -167,12 +168,12 @@ def test_the_manifest_address_wins_and_place_names_can_be_off(tmp_path, images, 
     rows = [{"file": "a.jpg", "latitude": SAN_DIEGO[0], "longitude": SAN_DIEGO[1], "address": "Hofburg, Wien"},
             {"file": "b.jpg", "latitude": VIENNA[0], "longitude": VIENNA[1]}]
     (d / "m.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
-    build_index(d / "m.jsonl", tmp_path / "idx", None, tiny)
+    build_index(d / "m.jsonl", tmp_path / "idx", IndexParts.of(None, tiny))
     by = {r.path.rsplit("/", 1)[-1]: r for r in Gallery(tmp_path / "idx").records()}
     assert by["a.jpg"].place is None and by["a.jpg"].place_name == "Hofburg, Wien"
     assert by["a.jpg"].derived_text.endswith("at Hofburg, Wien")
     assert by["b.jpg"].place_name == "Vienna, Austria"
-    build_index(d / "m.jsonl", tmp_path / "off", None, tiny, IndexOptions(place_names=False))
+    build_index(d / "m.jsonl", tmp_path / "off", IndexParts.of(None, tiny, places=PlaceOptions(names=False)))
     assert all(r.place is None for r in Gallery(tmp_path / "off").records())
 
 

@@ -77,6 +77,26 @@ def test_allow_missing_captions_runs_and_says_so(bare_gallery, caption_dual, min
     assert any("allow_missing_captions" in n and "none of the 40 gallery images" in n for n in checks.notes)
 
 
+@pytest.mark.parametrize("method", ["imagescope", "xr"])
+def test_no_captions_but_pixel_labels_runs_on_the_descriptions_and_says_so(tmp_path, stamp_records, caption_dual,
+                                                                           minilm, method):
+    """A camera folder (or a benchmark with its captions withheld) that went through the pixel model: the method
+    runs over the pixel descriptions, loudly (Open), instead of refusing; without labels it still refuses."""
+    records = uncaptioned(stamp_records[:12])
+    for r in records:
+        r.labels = [{"name": "tabby cat", "p": 0.8, "index": 281}]
+    gallery = gallery_from_records(str(tmp_path / "g"), records, caption_dual, minilm)
+    model = ScriptedChatModel(default="not json", model_id="any")
+    cfg = {"stages": [1]} if method == "imagescope" else {"text_questions": False, "visual_questions": False}
+    result = get_method(method)(context(gallery, caption_dual, minilm, model), cfg).search(cir_query(gallery),
+                                                                                            top_k=5)
+    checks = result.trace.steps[0]
+    assert checks.name == "checks" and len(result.ranking) == 5
+    assert any(n.startswith("no captions: none of the 12") and "pixel model's descriptions" in n and "Open" in n
+               for n in checks.notes), checks.notes
+    assert result.warnings and any("pixel model's descriptions" in w for w in result.warnings)
+
+
 def test_partial_coverage_is_noted_and_candidate_pools_are_checked(partial_gallery, caption_dual, minilm):
     model = ScriptedChatModel(default="not json", model_id="any")
     ctx = context(partial_gallery, caption_dual, minilm, model)
@@ -116,7 +136,7 @@ def test_imagent_eval_on_an_uncaptioned_index_stops_with_the_fixes(tmp_path, sta
     run = tmp_path / "run"
     res = CliRunner().invoke(eval_app(), [
         "eval", "stamps", "--method", method, "--split", "cir", "--annotations", str(tmp_path / "q.json"),
-        "--images-root", str(root), "--run-dir", str(run)])
+        "--images-root", str(root), "--run-dir", str(run), "--set", "pixels.model=none"])  # nothing saw the pixels
     out = " ".join(res.output.split())
     assert res.exit_code == 2, res.output
     assert f"{method} reads gallery captions" in out and all(fix in out for fix in FIXES)

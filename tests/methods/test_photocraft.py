@@ -30,12 +30,13 @@ FLAMINGO = "u1001/13942060112"
 def album_index(tmp_path_factory, caption_dual, minilm):
     """Both users' photos in one index (the DISBench manifest: captions, time, place, device)."""
     from imagent.index.builder import build_index
+    from imagent.index.parts import IndexParts
 
     root = tmp_path_factory.mktemp("album")
     manifest = root / "manifest.jsonl"
     rows = load_benchmark("disbench", images_root=ALBUM).gallery_manifest()
     manifest.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    build_index(manifest, root / "index", caption_dual, minilm, IndexOptions())
+    build_index(manifest, root / "index", IndexParts.of(caption_dual, minilm), IndexOptions())
     return root / "index"
 
 

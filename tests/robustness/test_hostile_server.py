@@ -322,7 +322,7 @@ def test_every_hostile_mode_ends_in_a_clear_error_in_time_and_memory(
     for mode in SELECTED:
         spec = MODES[mode]
         ws.settings.roles["default"] = mode
-        ws.__dict__.pop("roles", None)  # roles are built lazily from the settings
+        ws.parts.roles = None  # roles are built lazily from the settings
         trace = Trace(max_calls=MAX_CALLS)
         start_rss = peak_rss_reset()
         t0 = time.monotonic()
@@ -384,7 +384,7 @@ def test_the_web_api_answers_every_mode_with_json_and_no_key(world: dict[str, Pa
                         raise_server_exceptions=False)
     for mode in [m for m in SELECTED if not MODES[m].slow]:
         ws.settings.roles["default"] = mode
-        ws.__dict__.pop("roles", None)
+        ws.parts.roles = None
         res = client.post("/api/search", json={"text": "make it blue", "method": "cirevl", "reference": "img00",
                                                "max_calls": MAX_CALLS})
         assert_no_key(res.text, f"{mode}: the web response")
@@ -394,7 +394,7 @@ def test_the_web_api_answers_every_mode_with_json_and_no_key(world: dict[str, Pa
         assert res.status_code == 502, (mode, res.status_code, res.text[:500])
         assert re.search(MODES[mode].expect, res.json()["detail"]), (mode, res.text[:500])
     ws.settings.roles["default"] = "key_echo"
-    ws.__dict__.pop("roles", None)
+    ws.parts.roles = None
     started = client.post("/api/searches", json={"text": "make it blue", "method": "cirevl", "reference": "img00",
                                                  "params": {"max_tokens": 64}})  # not cached: calls the server
     assert started.status_code == 202, started.text

@@ -122,6 +122,7 @@ def test_images_whose_header_lies_are_skipped_with_a_reason(tmp_path: Path, capt
 
     from imagent.core.imageio import ImageLoadError, open_image, probe_image
     from imagent.index.builder import build_index
+    from imagent.index.parts import IndexParts
 
     photos = tmp_path / "photos"
     photos.mkdir()
@@ -143,7 +144,7 @@ def test_images_whose_header_lies_are_skipped_with_a_reason(tmp_path: Path, capt
             with pytest.raises(ImageLoadError, match=words):
                 fn(photos / name)
         assert time.monotonic() - t0 < 1.0, name
-    report = build_index(photos, tmp_path / "index", caption_dual, minilm)
+    report = build_index(photos, tmp_path / "index", IndexParts.of(caption_dual, minilm))
     skipped = dict(report.skipped)
     assert report.added == 1 and len(skipped) == 2, report.to_dict()
     assert "size field was likely rewritten" in next(r for p, r in skipped.items() if p.endswith("rewritten.jpg"))

@@ -28,6 +28,7 @@ from imagent.core.config import IndexOptions
 from imagent.core.text import display_path
 from imagent.index.builder import build_index
 from imagent.index.gallery import SPACE_CAPTION_TEXT, Gallery
+from imagent.index.parts import IndexParts
 from imagent.models.encoders import CaptionDualEncoder
 from testkit import TinyEmbedder
 
@@ -272,19 +273,19 @@ def test_odd_folder_and_manifest_index_with_zero_crashes(tmp_path, capsys):
     opts = IndexOptions(max_file_bytes=MAX_BYTES, max_pixels=MAX_PIXELS, batch_size=16)
     idx = tmp_path / "idx"
     crashed = 0  # the build raising is the only way to crash; pytest would show it here
-    report = build_index(root, idx, dual, tiny, opts)
+    report = build_index(root, idx, IndexParts.of(dual, tiny), opts)
     g = Gallery(idx)
     indexed, skipped = _check_accounted(report, g, tried)
     assert indexed == len(g) and g.vectors(SPACE_CAPTION_TEXT).shape == (len(g), tiny.dim)
     assert indexed >= 60 and skipped >= 100  # the mix above: roughly a third usable
-    again = build_index(root, idx, dual, tiny, opts)  # incremental: same verdicts, nothing re-read
+    again = build_index(root, idx, IndexParts.of(dual, tiny), opts)  # incremental: same verdicts, nothing re-read
     assert (again.added, again.updated) == (0, 0) and again.unchanged == indexed
     assert sorted(r for _, r in again.skipped) == sorted(r for _, r in report.skipped)
 
     manifest = root / "odd.jsonl"
     manifest.write_bytes(_manifest_rows(root))
     rows = 16
-    m = build_index(manifest, tmp_path / "idx_m", dual, tiny, opts)
+    m = build_index(manifest, tmp_path / "idx_m", IndexParts.of(dual, tiny), opts)
     gm = Gallery(tmp_path / "idx_m")
     m_indexed, m_skipped = _check_accounted(m, gm, rows)
     assert any("not valid UTF-8" in w for w in m.warnings)

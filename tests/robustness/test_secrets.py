@@ -189,7 +189,7 @@ def test_no_key_in_web_api_error_body(world: dict[str, Path], monkeypatch: pytes
                         raise_server_exceptions=False)
     for role_model in ("json400", "text500", "other401"):
         ws.settings.roles["default"] = role_model
-        ws.__dict__.pop("roles", None)  # roles are built lazily from the settings
+        ws.parts.roles = None  # roles are built lazily from the settings
         res = client.post("/api/search", json={"text": "make it blue", "method": "cirevl", "reference": "img00"})
         assert res.status_code == 502, res.text
         assert KEY not in res.text and "model call failed" in res.text

@@ -35,6 +35,7 @@ def site(tmp_path_factory, caption_dual, minilm):
 
     from imagent.index.builder import build_index
     from imagent.index.gallery import Gallery
+    from imagent.index.parts import IndexParts
 
     base = tmp_path_factory.mktemp("web-api")
     photos = base / "photos"
@@ -43,7 +44,7 @@ def site(tmp_path_factory, caption_dual, minilm):
         Image.new("RGB", (24, 16), color).save(photos / name)
     secret = base / "secret.png"  # named like an image, but not one, and outside the indexed folder
     secret.write_bytes(SECRET)
-    build_index(photos, base / "index", caption_dual, minilm)
+    build_index(photos, base / "index", IndexParts.of(caption_dual, minilm))
     ids = {os.path.relpath(r.path, photos): r.id for r in Gallery(base / "index").records()}
     return photos, base / "index", secret, ids
 

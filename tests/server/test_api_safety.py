@@ -210,12 +210,13 @@ def test_ids_with_slashes_are_fetchable(slash_gallery, tmp_path):
 def folder_gallery(tmp_path, caption_dual, minilm, make_png):
     """Two photos indexed from a folder by the real indexer (size, mtime and content hash recorded)."""
     from imagent.index.builder import build_index
+    from imagent.index.parts import IndexParts
 
     photos = tmp_path / "photos"
     photos.mkdir()
     make_png(photos / "red.png")
     make_png(photos / "green.png", (0, 180, 0))
-    build_index(photos, tmp_path / "index", caption_dual, minilm)
+    build_index(photos, tmp_path / "index", IndexParts.of(caption_dual, minilm))
     from imagent.index.gallery import Gallery
 
     return Gallery(tmp_path / "index"), photos

@@ -33,6 +33,7 @@ def library(tmp_path_factory, caption_dual, minilm):
     from PIL import Image
 
     from imagent.index.builder import build_index
+    from imagent.index.parts import IndexParts
 
     root = tmp_path_factory.mktemp("library")
     rows = [json.loads(line) for line in (STAMPS / "captions.jsonl").read_text().splitlines()][:16]
@@ -44,7 +45,7 @@ def library(tmp_path_factory, caption_dual, minilm):
     for i, r in enumerate(rows[14:]):
         with Image.open(STAMPS / r["file"]) as im:
             im.convert("RGB").save(root / "photos" / f"scan_{i}.png")
-    build_index(root / "photos", root / "index", caption_dual, minilm)
+    build_index(root / "photos", root / "index", IndexParts.of(caption_dual, minilm))
     return root
 
 

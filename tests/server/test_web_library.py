@@ -49,6 +49,7 @@ def photo_library(tmp_path_factory, caption_dual, minilm):
     day), each day in one of three cities (Vienna, San Diego, Cape Town in turn); ``index/``: indexed with the stamps'
     captions (``--captions``). The one penguin is on 2022-04-23."""
     from imagent.index.builder import build_index
+    from imagent.index.parts import IndexParts
 
     root = tmp_path_factory.mktemp("photo-library")
     rows = [json.loads(line) for line in (STAMPS / "captions.jsonl").read_text().splitlines()]
@@ -68,7 +69,7 @@ def photo_library(tmp_path_factory, caption_dual, minilm):
         caption_rows.append({"file": f"{when:%Y-%m}/{name}", "caption": r["caption"]})
     captions = root / "photos" / "captions.jsonl"
     captions.write_text("\n".join(json.dumps(c) for c in caption_rows) + "\n")
-    build_index(root / "photos", root / "index", caption_dual, minilm, captions=captions)
+    build_index(root / "photos", root / "index", IndexParts.of(caption_dual, minilm), captions=captions)
     return root
 
 

@@ -46,6 +46,7 @@ def faces_library(tmp_path_factory, caption_dual, minilm) -> Path:
     from PIL import Image
 
     from imagent.index.builder import build_index
+    from imagent.index.parts import IndexParts
 
     root = tmp_path_factory.mktemp("web-people")
     photos = root / "photos"
@@ -53,7 +54,7 @@ def faces_library(tmp_path_factory, caption_dual, minilm) -> Path:
         write_geo_photo(FACES / name, photos / name, datetime(2023, 5, 10 + i, 9 + i, 30), VIENNA)
     photos.mkdir(exist_ok=True)
     Image.fromarray(skimage.data.coffee()).save(photos / "coffee.png")
-    build_index(photos, root / "index", caption_dual, minilm)
+    build_index(photos, root / "index", IndexParts.of(caption_dual, minilm))
     return root
 
 

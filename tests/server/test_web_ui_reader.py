@@ -23,9 +23,10 @@ pytestmark = pytest.mark.real_model
 def trips_ws(tmp_path, caption_dual, minilm, geo_photo) -> Workspace:
     from imagent.index.builder import build_index
     from imagent.index.gallery import Gallery
+    from imagent.index.parts import IndexParts
 
     folder = trips_folder(tmp_path / "photos", geo_photo)
-    build_index(folder, tmp_path / "index", caption_dual, minilm)
+    build_index(folder, tmp_path / "index", IndexParts.of(caption_dual, minilm))
     assert set(name_trip_people(Gallery(tmp_path / "index"))) == {"Barack", "Joe"}
     return Workspace(Settings(index=tmp_path / "index", cache_dir=tmp_path / "cache", cache_calls=False))
 

@@ -12,10 +12,9 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-from testkit import signs_among_stamps
-
 from imagent.api import Workspace
 from imagent.server import create_app
+from testkit import signs_among_stamps
 
 pytestmark = pytest.mark.real_model
 
@@ -48,11 +47,11 @@ def test_a_text_search_shows_the_photo_with_its_text(text_ws, serve_app, page, t
     assert page.locator("#photo-details ol.photo-text li").all_inner_texts() == ["Cafe Sol"]
     boxes = page.locator("#photo-text-boxes polygon")
     assert boxes.count() == 1
-    opacity = "() => getComputedStyle(document.querySelector('#photo-text-boxes')).opacity"
+    shown = "() => getComputedStyle(document.querySelector('#photo-text-boxes')).opacity === '{}'"
     page.mouse.move(0, 0)
-    page.wait_for_function(f"({opacity})() === '0'")
+    page.wait_for_function(shown.format(0))  # hidden until the pointer is on the photo
     page.hover("#photo-img")
-    page.wait_for_function(f"({opacity})() === '1'")
+    page.wait_for_function(shown.format(1))
     # the box sits on the sign: inside the photo's own rectangle, left of its middle (the plate is at 1/5 of the width)
     img = page.locator("#photo-img").bounding_box()
     box = page.locator("#photo-text-boxes polygon").bounding_box()

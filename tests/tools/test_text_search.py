@@ -124,8 +124,8 @@ def test_plain_words_lift_the_photos_whose_text_holds_them(gallery):
     ids = ["sintra", *[f"p{n:02d}" for n in range(8)]]
     base = _result(ids, [0.3, 0.29, 0.28, 0.2, 0.15, 0.1, 0.1, 0.1, 0.1], cut)
     out = with_text(base, gallery, Query(text="x"), read_query("the sign for Sintra"), 5)
-    # "sign", "sintra": half the words -> lifted 3 spreads (default search_boost_z 6)
-    assert out.ranking.ids[0] == "sintra" and out.ranking.scores[0] == pytest.approx(0.3 + 0.5 * 6 * 0.05)
+    # "sign", "sintra": no text holds "sign", so "sintra" is all the text evidence -> lifted 6 spreads (the default)
+    assert out.ranking.ids[0] == "sintra" and out.ranking.scores[0] == pytest.approx(0.3 + 6 * 0.05)
     assert out.ranking.ids[1:] == ["p00", "p01", "p02", "p03"]
     row = result_rows(out, gallery)[0]
     # its content was a possible match already: text and content matched it
@@ -152,6 +152,18 @@ def test_answer_sets_and_libraries_without_text_are_left_alone(gallery, tmp_path
                                 TinyEmbedder())
     out = with_text(_result(["a"], [0.2], None), bare, Query(text="x"), read_query('"sintra"'), 5)
     assert out.ranking.ids == ["a"] and "no photo in this library has text" in out.warnings[0]
+
+
+def test_the_share_of_the_words_is_over_the_words_texts_hold_weighted_by_rarity(gallery):
+    from imagent.tools.album import Album
+
+    texts = Album(gallery).meta.text
+    rows = {i: gallery.row(i) for i in ("cafe", "cafe2", "sintra", "p00")}
+    share = texts.share(["restaurant", "sol"])  # "restaurant": in no text
+    assert share[rows["cafe"]] == 1 and share[rows["cafe2"]] == 0 and share[rows["p00"]] == 0
+    share = texts.share(["cafe", "sol"])  # "cafe" in two texts, "sol" in one: sol weighs more
+    assert share[rows["cafe"]] == 1 and 0 < share[rows["cafe2"]] < 0.5
+    assert not texts.share(["kyoto"]).any() and not texts.share([]).any()
 
 
 def test_the_album_tools_take_text_as_a_clue(gallery):

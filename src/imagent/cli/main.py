@@ -81,17 +81,20 @@ def index(
     captions: Annotated[Path | None, typer.Option(
         "--captions", help="import captions: JSONL/JSON/CSV rows {id|file|path, caption} (stored as given)")] = None,
     ray: Annotated[str | None, typer.Option(
-        "--ray", help="embed on a Ray cluster: local (start one here), auto (join this one's), or HOST:PORT")] = None,
-    ray_actors: Annotated[int, typer.Option(help="encoder actors per model on the Ray cluster", min=1)] = 2,
+        "--ray", help="compute every per-photo stage (pixels, embedding, faces) on a Ray cluster: local (start one "
+                      "here), auto (join this one's), or HOST:PORT")] = None,
+    ray_actors: Annotated[int, typer.Option(help="index actors on the Ray cluster", min=1)] = 2,
     ray_gpus: Annotated[float, typer.Option(help="GPUs per Ray actor (1 on a GPU cluster)", min=0)] = 0.0,
+    ray_chunk: Annotated[int, typer.Option(help="photos a Ray task computes (each committed as it returns)", min=1)
+                         ] = 64,
     config: ConfigOpt = None,
     set_: SetOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Index a gallery: records, metadata (EXIF time/GPS), embeddings. Incremental and resumable.
 
-    With --ray the same build runs with its encoders on a Ray cluster (actor pools; the database stays
-    here and is committed batch by batch, so a killed run resumes like a local one)."""
+    With --ray the same build computes every per-photo stage on a Ray cluster (actors holding the models; the
+    database stays here and is committed chunk by chunk, so a killed run resumes like a local one)."""
     from rich.markup import escape
     from rich.text import Text
 
@@ -106,7 +109,7 @@ def index(
             bar.update(task, completed=done, total=total, item=escape(Path(path).name[:40]))
 
         report = ws.index(source, index_dir, caption_missing=caption_missing, captions=captions, ray=ray,
-                          ray_actors=ray_actors, ray_gpus=ray_gpus, progress=on_progress)
+                          ray_actors=ray_actors, ray_gpus=ray_gpus, ray_chunk=ray_chunk, progress=on_progress)
     if json_out:
         console.print_json(json.dumps({"index": display_path(root), **report.to_dict()}, default=str))
         return

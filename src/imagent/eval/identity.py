@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from imagent.core.config import MOVED_INDEXING_KEYS
 from imagent.eval.datasets.base import EvalItem
 from imagent.eval.records import RunError, json_default
 
@@ -34,7 +35,7 @@ def identity(config: dict[str, Any]) -> dict[str, Any]:
     results."""
     core = {k: config.get(k) for k in ("benchmark", "split", "bench_options", "method", "top_k", "selection",
                                        "images", "index")}
-    settings = {k: v for k, v in (config.get("settings") or {}).items() if k not in NOT_IN_IDENTITY}
+    settings = _flat_indexing({k: v for k, v in (config.get("settings") or {}).items() if k not in NOT_IN_IDENTITY})
     settings.pop("methods", None)  # the chosen method's resolved params are in core["method"]
     if not settings.get("encoders"):
         settings.pop("encoders", None)
@@ -43,6 +44,23 @@ def identity(config: dict[str, Any]) -> dict[str, Any]:
     if scaffold is not None:  # only the album agents have one (other methods' ids stay as they were)
         core["scaffold"] = scaffold
     return core
+
+
+def _flat_indexing(settings: dict[str, Any]) -> dict[str, Any]:
+    """The settings with ``[faces]``, ``[ann]`` and ``[places]`` written back under ``[indexing]`` by their old keys
+    (:data:`~imagent.core.config.MOVED_INDEXING_KEYS`): one form for configurations saved before and after those
+    sections, so a run's id does not change with where a key lives."""
+    moved = [(old, section, new) for old, (section, new) in MOVED_INDEXING_KEYS.items()
+             if isinstance(settings.get(section), dict)]
+    if not moved:
+        return settings
+    out = {**settings, "indexing": dict(settings.get("indexing") or {})}
+    for old, section, new in moved:
+        if new in out[section]:
+            out["indexing"][old] = out[section][new]
+    for section in {section for _, section, _ in moved}:
+        out.pop(section)
+    return out
 
 
 def run_scaffold(config: dict[str, Any]) -> str | None:

@@ -1,6 +1,7 @@
-"""A benchmark's gallery index for an eval or a library build: built once with the index builder, keyed by the
-encoders (:func:`index_encoders`), in one shared folder per benchmark, split, image folder and encoders
-(:func:`shared_index_dir`) unless the caller names another."""
+"""A benchmark's gallery index for an eval or a library build: built once through :meth:`Workspace.index` (the
+composition every index build goes through, so a benchmark index and ``imagent index`` of the same manifest build
+the same index), keyed by the encoders and the per-photo stages (:func:`index_encoders`), in one shared folder per
+benchmark, split, image folder and that key (:func:`shared_index_dir`) unless the caller names another."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from imagent.api import Workspace
-from imagent.core.config import PIXEL_MODEL_NAMES
+from imagent.core.config import PIXEL_MODEL_NAMES, Settings
 from imagent.eval.datasets import Benchmark
 from imagent.eval.records import INDEX_MARKER, json_default, write_json_atomic
+from imagent.index.parts import stages_key
 
 # Progress callbacks: (phase, done, total, label).
 ProgressFn = Callable[[str, int, int, str], None]
@@ -31,11 +33,9 @@ def ensure_index(
     allow_missing: bool = False,
     progress: ProgressFn | None = None,
 ) -> dict[str, Any]:
-    """Build the benchmark's gallery index with the index builder, once: a marker records the manifest
-    and encoders it was built from, and a matching marker skips the build (the builder itself is
+    """Build the benchmark's gallery index with :meth:`Workspace.index`, once: a marker records the manifest,
+    encoders and stages it was built from, and a matching marker skips the build (the builder itself is
     incremental, so an interrupted build resumes too)."""
-    from imagent.index.builder import build_index
-
     encoders = index_encoders(ws.settings)
     marker_path = index_dir / INDEX_MARKER
     old: dict[str, Any] = {}
@@ -66,34 +66,35 @@ def ensure_index(
     tmp = manifest.with_name(f".{manifest.name}.tmp")
     tmp.write_text(manifest_blob + "\n", encoding="utf-8")
     os.replace(tmp, manifest)
-    options = ws.settings.indexing
-    captioner = ws.roles["captioner"] if options.caption_missing else None
 
     def on_progress(done: int, total: int, path: str) -> None:
         if progress is not None:
             progress("index", done, total, Path(path).name)
 
-    # The pixel model runs with the build when it is the dual encoder (labels and visual features come with the
-    # ConSE vectors' pass); a caption-mode benchmark index does without it.
-    pixels = ws.pixel_stage() if ws.settings.dual_encoder.backend in PIXEL_MODEL_NAMES else None
-    report = build_index(manifest, index_dir, ws.dual_encoder, ws.text_embedder, options,
-                         captioner=captioner, progress=on_progress, extras=ws.extra_encoders, pixels=pixels)
+    report = ws.index(manifest, index_dir, progress=on_progress)
     info = {"built": True, **marker, "report": report.to_dict()}
     write_json_atomic(marker_path, {**marker, "built_at": datetime.now(UTC).isoformat()})
     return info
 
 
-def index_encoders(settings: Any) -> dict[str, Any]:
-    """The encoders a benchmark index is built with (its cache key and marker): the dual encoder, the text
-    embedder and, when any are configured, the extra encoders (``[encoders.*]``; left out when there are none,
-    so indexes built before extra encoders existed keep their folder)."""
+def index_encoders(settings: Settings) -> dict[str, Any]:
+    """What a benchmark index is built with (its cache key and marker): the dual encoder, the text embedder, when any
+    are configured the extra encoders (``[encoders.*]``; left out when there are none), and the per-photo stages a
+    manifest's build runs besides the embedding, with their versions (``stages``: the pixel model when
+    ``pixels.model`` is set; faces with ``faces.mode = "on"``), so an index cached without a stage is not reused."""
     out: dict[str, Any] = {
         "dual_encoder": settings.dual_encoder.model_dump(mode="json"),
         "text_embedder": settings.text_embedder.model_dump(mode="json"),
     }
     if settings.encoders:
         out["encoders"] = {n: e.model_dump(mode="json") for n, e in sorted(settings.encoders.items())}
-    if settings.dual_encoder.backend in PIXEL_MODEL_NAMES:  # T, template and parents shape its ConSE vectors
+    stages = stages_key(settings, from_folder=False)
+    if stages:  # left out when a manifest's build runs no stage besides the embedding (the key indexes had before)
+        out["stages"] = stages
+    backend = settings.dual_encoder.backend
+    # T, template and parents shape the ConSE vectors: every image vector with a pixel dual encoder, the captionless
+    # photos' in caption mode with the pixel model
+    if backend in PIXEL_MODEL_NAMES or (backend == "caption" and "pixels" in stages):
         keep = ("conse_top", "template", "parent_depth", "parent_min_count", "labels_top_k")
         out["pixels"] = {k: v for k, v in settings.pixels.model_dump(mode="json").items() if k in keep}
     return out

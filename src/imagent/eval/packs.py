@@ -385,7 +385,7 @@ def replay(pack: Pack, make_workspace: Callable[[dict[str, Any]], Workspace], im
     for d in diffs:
         say(f"warning: differs from the pack: {d}")
     cache = PackCache(pack.calls)
-    ws.__dict__["call_cache"] = cache  # before any role or tool is built: the pack is the only cache
+    ws.use_call_cache(cache)  # before any role or tool is built: the pack is the only cache
     sel = cfg.get("selection") or {}
     spec = RunSpec(
         benchmark=cfg["benchmark"], method=cfg["method"]["name"], split=cfg["split"],

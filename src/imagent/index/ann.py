@@ -11,7 +11,7 @@ vectors, so the scores a method sees are the exact cosines, as from the scan.
 
 One decision, one function: :func:`search_pool` is what :meth:`Gallery.search` runs for every query, and what
 ``benchmarks/search_scan.py`` measures. It uses the store only when it matches the database (identity), the
-query is one vector and the pool the filters leave has at least ``min_rows`` rows (``indexing.ann_min_rows``):
+query is one vector and the pool the filters leave has at least ``min_rows`` rows (``ann.min_rows``):
 the store then proposes candidates inside the filter (a FAISS id selector) and they are re-ranked exactly. In
 every other case, and when the store returns fewer candidates than the pool allows, the exact scan over the
 pool answers (small pools: a tight date filter, a per-query subset).
@@ -21,8 +21,8 @@ well-separated clusters a few lists hold a point's neighbours; where neighbours 
 they are spread over many), so a fixed ``nprobe`` is either slow on easy data or wrong on hard data. After the
 store is filled, :meth:`AnnStore.calibrate` measures recall@``k`` (k = 50) of the whole search path
 (store candidates, exact re-rank) on ``calibration_queries`` (256) held-out queries and picks the smallest
-``nprobe`` whose mean recall reaches ``target_recall`` (``indexing.ann_target_recall``, 0.95): doubling from
-the floor ``indexing.ann_nprobe``, then bisecting to within an eighth.
+``nprobe`` whose mean recall reaches ``target_recall`` (``ann.target_recall``, 0.95): doubling from
+the floor ``ann.nprobe``, then bisecting to within an eighth.
 
 The queries are stored rows that were not in k-means' training sample, asked leave-one-out (the row itself is
 removed from both the exact and the approximate answer). Why stored rows and not perturbed ones: a
@@ -32,7 +32,7 @@ one answer that is trivially found. Measured on the benchmark's clustered data (
 recall-vs-nprobe curve of these queries lies within 0.01 of that of queries perturbed like the benchmark's (a
 stored row plus noise of norm 0.6) on the default spread, and 0.01-0.03 above it on the hard spread (1.5),
 where it is the optimistic side. Queries from another distribution (a text query against image vectors sits
-further from every stored point) can need more lists: raise ``ann_target_recall`` or ``ann_nprobe`` for them.
+further from every stored point) can need more lists: raise ``ann.target_recall`` or ``ann.nprobe`` for them.
 The exact top-k of the calibration queries is one pass over the matrix in blocks of 65,536 rows (all queries
 at once: a matrix product), so calibrating costs a few exact scans' worth of time, not one per query.
 
@@ -48,10 +48,10 @@ A filter that removes a few rows (the reference image of a composed query) costs
 ``nprobe`` is capped at ``max_probe_fraction`` (a quarter) of the lists (filtered: that over f): if the target
 is not met there, the store keeps the cap, records ``capped`` and its measured recall, and
 :meth:`Gallery.build_ann` warns (:class:`AnnRecallWarning`, and :attr:`Gallery.ann_notes` for the build
-report): the store is still faster than the scan, but misses more than asked; ``indexing.ann = "off"`` gives
-exact search, a larger ``ann_nprobe`` buys recall. ``ann_nprobe`` is a floor: calibration starts there and a
-search never probes fewer lists, so raising it is the override (it also lifts the cap); ``ann_target_recall =
-0`` turns calibration off and searches probe exactly ``ann_nprobe`` lists (``/ f`` under a filter).
+report): the store is still faster than the scan, but misses more than asked; ``ann.mode = "off"`` gives
+exact search, a larger ``ann.nprobe`` buys recall. ``ann.nprobe`` is a floor: calibration starts there and a
+search never probes fewer lists, so raising it is the override (it also lifts the cap); ``ann.target_recall =
+0`` turns calibration off and searches probe exactly ``ann.nprobe`` lists (``/ f`` under a filter).
 
 On disk, per vector space: ``ann/<space>.faiss`` and ``ann/<space>.json`` naming the index's uuid, the
 generation and row count it was built at and the space's model, plus the calibration: ``nprobe``, ``recall``,
@@ -60,8 +60,8 @@ fraction), ``recall_k``, ``calibration_queries``, the settings it was made for (
 ``nprobe_floor``, ``overfetch``, ``calibrated_min_rows``) and ``build_seconds`` / ``calibration_seconds``.
 A store whose generation, uuid, row count or model does not match the database is never used (the exact scan
 answers) until it is rebuilt, which ``imagent index`` does at the end of a build that changed anything
-(``indexing.ann``); a store calibrated for other settings is recalibrated there (no rebuild). A sidecar from
-before calibration (no ``nprobe``) still loads: its searches probe ``ann_nprobe`` lists (scaled by 1/f under a
+(``ann.mode``); a store calibrated for other settings is recalibrated there (no rebuild). A sidecar from
+before calibration (no ``nprobe``) still loads: its searches probe ``ann.nprobe`` lists (scaled by 1/f under a
 filter), as they did, until the next ``imagent index`` calibrates it.
 """
 
@@ -83,9 +83,9 @@ from imagent.index.scoring import cosine_scores, top_k
 from imagent.index.shards import ShardedVectors, write_json_atomic
 
 if TYPE_CHECKING:
-    from imagent.core.config import IndexOptions
+    from imagent.core.config import AnnOptions
 
-# Below this many rows in a search's pool the exact scan answers (``indexing.ann_min_rows``'s default).
+# Below this many rows in a search's pool the exact scan answers (``ann.min_rows``'s default).
 DEFAULT_MIN_ROWS = 200_000
 # Rows read per block when the store is filled and when the calibration queries' exact answers are computed.
 BLOCK_ROWS = 65_536
@@ -122,13 +122,13 @@ class AnnParams:
     """How the store is built, calibrated and searched.
 
     ``nlist=None``: about 4 * sqrt(N) lists (FAISS's rule of thumb, capped so that every list gets enough
-    training points); ``nprobe``: the floor of lists scanned per query (``indexing.ann_nprobe``; exactly this
+    training points); ``nprobe``: the floor of lists scanned per query (``ann.nprobe``; exactly this
     many when ``target_recall`` is 0); ``overfetch``: candidates fetched per wanted result before the exact
     re-rank; ``target_recall``: the mean recall@``calibration_k`` calibration aims at
-    (``indexing.ann_target_recall``); ``calibration_queries``: held-out queries it measures on;
+    (``ann.target_recall``); ``calibration_queries``: held-out queries it measures on;
     ``max_probe_fraction``: the most of the lists calibration may choose to probe (unfiltered; a filter keeping
     a fraction f may probe 1/f times that); ``min_rows``: pools smaller than this are scanned exactly
-    (``indexing.ann_min_rows``; 1 with ``indexing.ann = "on"``), so calibration covers filters down to it."""
+    (``ann.min_rows``; 1 with ``ann.mode = "on"``), so calibration covers filters down to it."""
 
     nlist: int | None = None
     nprobe: int = 32
@@ -142,10 +142,10 @@ class AnnParams:
     threads: int | None = None
 
     @classmethod
-    def of(cls, options: IndexOptions) -> AnnParams:
-        """The parameters the ``indexing`` settings give."""
-        return cls(nprobe=options.ann_nprobe, overfetch=options.ann_overfetch, target_recall=options.ann_target_recall,
-                   min_rows=1 if options.ann == "on" else options.ann_min_rows)
+    def of(cls, options: AnnOptions) -> AnnParams:
+        """The parameters the ``[ann]`` settings give."""
+        return cls(nprobe=options.nprobe, overfetch=options.overfetch, target_recall=options.target_recall,
+                   min_rows=1 if options.mode == "on" else options.min_rows)
 
     def lists_for(self, n: int) -> int:
         if self.nlist:
@@ -428,7 +428,7 @@ class AnnStore:
         if not short:
             return ""
         return (f"approximate store for {self.space}: {'; '.join(short)}: below the target recall {target}; "
-                f'raise indexing.ann_nprobe for more recall, or set indexing.ann = "off" for exact search')
+                f'raise ann.nprobe for more recall, or set ann.mode = "off" for exact search')
 
     # ------------------------------------------------------------------ search
     def _loaded(self) -> Any:
@@ -478,7 +478,7 @@ def search_reranked(store: AnnStore, matrix: np.ndarray | ShardedVectors, query:
         # The filter raised the probes to every list: the store would read all its rows, inside the filter or
         # not, with nothing saved; the exact scan of the pool is exact and was faster (1M x 512, a 25% filter
         # calibrated to all 4,000 lists, alternately in one run: the store 45 ms, the exact scan 31 ms). A store
-        # set to probe every list anyway (``ann_nprobe`` >= its lists) is the user's choice and answers.
+        # set to probe every list anyway (``ann.nprobe`` >= its lists) is the user's choice and answers.
         return None
     cand = store.candidates(query, k * params.overfetch, nprobe, allowed)
     if len(cand) < min(k, n if rows is None else len(rows)):

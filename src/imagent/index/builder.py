@@ -47,8 +47,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from imagent.core.cache import stable_key
 from imagent.core.config import IndexOptions
 from imagent.core.imageio import (
@@ -68,19 +66,9 @@ from imagent.index.captioning import (
     load_caption_prompt,
     parse_caption_reply,
 )
-from imagent.index.embedding import (
-    ExtraEncoder,
-    PendingRecord,
-    add_records,
-    add_spaces,
-    embed_records,
-    encoder_dim,
-    encoder_model_id,
-    space_encoders,
-    space_models,
-)
-from imagent.index.faces import source_is_folder, update_faces
-from imagent.index.gallery import SPACE_IMAGE, Gallery, GalleryError, split_space
+from imagent.index.faces import FacesReport, source_is_folder
+from imagent.index.gallery import Gallery
+from imagent.index.parts import IndexParts
 from imagent.index.records import UPGRADE_VERSION, make_record, record_for_file, upgraded
 from imagent.index.sources import (
     MANIFEST_SUFFIXES,
@@ -91,7 +79,9 @@ from imagent.index.sources import (
     read_rows,
     read_source,
 )
-from imagent.models.base import DualEncoder, ImagePart, Message, TextEmbedder
+from imagent.index.stages import PendingRecord, catch_up, compute_all, run_after, store_new
+from imagent.models.base import ImagePart, Message
+from imagent.models.roles import Role
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -124,8 +114,9 @@ class IndexReport:
     sees_pixels: bool | None = None  # whether the dual encoder sees pixels (None: no dual encoder)
     backfilled: int = 0  # stored records embedded in spaces added to the index by this run (those spaces only)
     upgraded: int = 0  # unchanged records given place names / new derived text (caption spaces re-embedded)
-    faces: Any = None  # the face pass (imagent.index.faces.FacesReport), None when it did not run
+    faces: FacesReport | None = None  # the face pass, None when it did not run
     pixels: dict[str, Any] = field(default_factory=dict)  # the pixel model's run and what answers image search
+    stages: dict[str, dict[str, Any]] = field(default_factory=dict)  # per stage: version, photos, seconds, photos/s
 
     def coverage(self, gallery: Gallery, dual: Any) -> None:
         """Count captions in the index, for :meth:`caption_note`."""
@@ -187,6 +178,7 @@ class IndexReport:
             "pixel_note": self.pixel_note(),
             "warnings": list(self.warnings),
             "faces": self.faces.to_dict() if self.faces is not None else None,
+            "stages": {k: dict(v) for k, v in self.stages.items()},
         }
 
 
@@ -199,7 +191,7 @@ class _Captioner:
     A role whose model cannot see pixels is refused: it would describe an image from its file name at best,
     and invent the rest (a "caption" nobody could tell from a real one)."""
 
-    def __init__(self, role: Any, options: IndexOptions, report: IndexReport) -> None:
+    def __init__(self, role: Role | None, options: IndexOptions, report: IndexReport) -> None:
         self.role = role
         self.report = report
         self.failures = 0
@@ -211,12 +203,12 @@ class _Captioner:
 
     @property
     def model_id(self) -> str | None:
-        return str(self.role.model.model_id) if self.active else None
+        return str(self.role.model.model_id) if self.active and self.role is not None else None
 
     @property
     def identity(self) -> str | None:
         """Model id + prompt hash, stored in the fingerprint of the records it captions."""
-        if not self.active or self.prompt is None:
+        if not self.active or self.prompt is None or self.role is None:
             return None
         return captioner_identity(str(self.role.model.model_id), self.prompt)
 
@@ -236,7 +228,7 @@ class _Captioner:
 
     def caption(self, records: Sequence[ImageRecord]) -> list[bool]:
         """Caption records in place; returns which ones got a caption."""
-        assert self.prompt is not None
+        assert self.prompt is not None and self.role is not None
         done = []
         for rec in records:
             text = ""
@@ -275,128 +267,24 @@ def _fingerprint(st: os.stat_result, item: SourceItem, captioner: str | None = N
     return f"{base}|{captioner}" if captioner else base
 
 
-def _check_spaces(gallery: Gallery, dual: Any, text: Any, extras: Sequence[ExtraEncoder] = (),
-                  pixels: Any = None) -> list[str]:
-    """Refuse encoders that differ from the index's; return the spaces these encoders fill (main ones first).
-
-    Compares model ids, which a :class:`~imagent.index.embedding.LazyEncoder` knows from the config without
-    loading the model (a run that changes nothing never loads it); dims are compared when known, and again
-    when vectors are written (:meth:`Gallery.ensure_space`)."""
-    encoders = space_encoders(dual, text, extras)
-    if dual is None and text is None:
-        raise ValueError("build_index needs a dual encoder or a text embedder")
-    known: dict[int, tuple[str, int | None]] = {}  # one model id / dim look-up per encoder
-    have = gallery.spaces()
-    for space, enc in encoders.items():
-        model_id, dim = known.setdefault(id(enc), (encoder_model_id(enc), encoder_dim(enc)))
-        info = have.get(space)
-        if info is not None and (info.model_id != model_id or (dim is not None and info.dim != dim)):
-            name = split_space(space)[1]
-            fix = (f"keep [encoders.{name}] at {info.model_id}, or give the new model another name under "
-                   "[encoders] (its spaces are added beside the old ones)" if name else
-                   "use another --index or delete this one")
-            raise GalleryError(
-                f"index {gallery.root} holds {space!r} vectors from {info.model_id} (dim {info.dim}), but the "
-                f"configured encoder is {model_id}{f' (dim {dim})' if dim is not None else ''}; {fix}"
-            )
-    seen = have.get("visual")
-    if pixels is not None and seen is not None and seen.model_id != pixels.model_id:
-        raise GalleryError(f"index {gallery.root} holds 'visual' vectors from {seen.model_id}, but the pixel model "
-                           f"is {pixels.model_id}; keep the index's model (pixels.model = "
-                           f"\"{seen.model_id.split(':')[0]}\"), use another --index or set pixels.model = \"none\"")
-    return list(encoders)
-
-
-def _add_missing_spaces(gallery: Gallery, spaces: Sequence[str], dual: Any, text: Any,
-                        extras: Sequence[ExtraEncoder], options: IndexOptions, report: IndexReport,
-                        progress: Progress | None, pixels: Any = None) -> None:
-    """Embed the records that lack a vector in one of ``spaces`` (stored before those spaces were configured,
-    or left by a killed run) in those spaces only: their other spaces are not encoded again. Batches commit
-    one by one, so a killed run resumes here. An image that cannot be read any more (a moved file of another
-    source) gets a zero vector in an image space (cosine 0, like a caption space without text), with a warning.
-    """
-    missing = gallery.missing_vectors(spaces)
-    if not missing:
-        return
-    gallery.reload()  # the records this run stored or removed
-    lacking: dict[str, list[str]] = {}  # id -> its missing spaces, in row order
-    for space in spaces:
-        for i in missing.get(space, []):
-            lacking.setdefault(i, []).append(space)
-    order = {i: n for n, i in enumerate(gallery.ids)}
-    groups: dict[tuple[str, ...], list[str]] = {}
-    for i, sp in sorted(lacking.items(), key=lambda kv: order.get(kv[0], 0)):
-        groups.setdefault(tuple(sp), []).append(i)
-    report.warnings.append(
-        f"the index gains space(s) {', '.join(missing)}: {len(lacking)} stored image(s) embedded in them "
-        "(their other spaces stay as they are)")
-    report.backfilled += len(lacking)
-    unreadable: list[str] = []
-    done, total = 0, len(lacking)
-    for group, ids in groups.items():
-        for start in range(0, len(ids), options.batch_size):
-            batch = gallery.records(ids[start : start + options.batch_size])
-            try:
-                add_spaces(gallery, batch, group, dual, text, extras, pixels)
-            except ImageLoadError:
-                for rec in batch:  # find the unreadable ones; the rest keep their real vectors
-                    try:
-                        add_spaces(gallery, [rec], group, dual, text, extras, pixels)
-                    except ImageLoadError:
-                        unreadable.append(display_path(rec.path))
-                        _zero_image_vectors(gallery, rec, group, dual, text, extras)
-            done += len(batch)
-            if progress is not None:
-                progress(done, total, batch[-1].path)
-    if unreadable:
-        report.warnings.append(f"{len(unreadable)} stored image(s) could not be read for the new image space(s) "
-                               f"and got zero vectors (index them again once the files are back): "
-                               f"{', '.join(unreadable[:5])}{' ...' if len(unreadable) > 5 else ''}")
-    gallery.reload()
-
-
-def _zero_image_vectors(gallery: Gallery, rec: ImageRecord, spaces: Sequence[str], dual: Any, text: Any,
-                        extras: Sequence[ExtraEncoder]) -> None:
-    """``rec``'s image spaces as zeros (its file cannot be read) and its caption spaces embedded."""
-    encoders = space_encoders(dual, text, extras)
-    images = [s for s in spaces if split_space(s)[0] == SPACE_IMAGE and getattr(encoders[s], "sees_pixels", True)]
-    add_spaces(gallery, [rec], [s for s in spaces if s not in images], dual, text, extras)
-    with gallery.transaction() as c:
-        for space in images:
-            gallery.ensure_space(c, space, encoders[space].model_id, encoders[space].dim)
-        gallery.put_vectors(c, rec.id, {s: np.zeros(encoders[s].dim, dtype=np.float32) for s in images})
-
-
-def _store_refreshed(gallery: Gallery, refresh: Sequence[tuple[ImageRecord, str, str]], dual: Any, text: Any,
-                     extras: Sequence[ExtraEncoder], pixels: Any = None) -> None:
+def _store_refreshed(gallery: Gallery, parts: IndexParts, refresh: Sequence[tuple[ImageRecord, str, str]]) -> None:
     """Store upgraded records (same id, key and fingerprint) with their caption spaces embedded again; image
     vectors of an encoder that sees pixels stay as they are (the pixels did not change)."""
     records = [r for r, _, _ in refresh]
-    vectors = embed_records(records, dual, text, caption_spaces_only=True, extras=extras, pixels=pixels)
+    embed = parts.embed
+    part = embed.caption_spaces()
+    out = compute_all(parts.runner, [embed], records, part)[embed.name]
     with gallery.transaction() as c:
-        for space, (model_id, dim) in space_models(dual, text, extras, vectors).items():
-            gallery.ensure_space(c, space, model_id, dim)
-        for n, (rec, key, fp) in enumerate(refresh):
-            gallery.upsert(c, rec, key, fp, {s: v[n] for s, v in vectors.items()})
+        for rec, key, fp in refresh:
+            gallery.upsert(c, rec, key, fp, {})
+        embed.put(c, gallery, records, out, part)
 
 
 class _Build:
-    def __init__(
-        self,
-        gallery: Gallery,
-        dual: Any,
-        text: Any,
-        options: IndexOptions,
-        captioner: Any,
-        report: IndexReport,
-        extras: Sequence[ExtraEncoder] = (),
-        pixels: Any = None,
-    ) -> None:
+    def __init__(self, gallery: Gallery, parts: IndexParts, options: IndexOptions, report: IndexReport,
+                 captioner: Role | None = None) -> None:
         self.g = gallery
-        self.pixels = pixels
-        self.dual = dual
-        self.text = text
-        self.extras = extras
+        self.parts = parts
         self.options = options
         self.report = report
         self.captioner = _Captioner(captioner, options, report)
@@ -440,7 +328,7 @@ class _Build:
                 progress(n, total, item.display)
         self._flush()
         self._finish(source.scope)
-        if self.upgrade and (places.available() or not self.options.place_names):
+        if self.upgrade and (places.available() or not self.parts.places.names):
             self.g.set_meta(mark, UPGRADE_VERSION)  # the next run skips the look at unchanged records
 
     def _skip(self, item: SourceItem, reason: str) -> None:
@@ -480,7 +368,7 @@ class _Build:
             self.report.unchanged += 1
             self.ok_keys.add(item.key)
             if self.upgrade and previous is not None and previous[0] in self.g:
-                new = upgraded(self.g.record(previous[0]), self.root, self.options)
+                new = upgraded(self.g.record(previous[0]), self.root, self.parts.places)
                 if new is not None:
                     self.refresh.append((new, item.key, previous[1]))
             return
@@ -489,7 +377,7 @@ class _Build:
         except ImageLoadError as exc:
             self._skip(item, str(exc))
             return
-        record = make_record(item, probe, self.root, self.options)
+        record = make_record(item, probe, self.root, self.parts.places)
         holder = self.owner.get(record.id)
         # A holder that is an input of this source but gone from it (a renamed or moved file) is
         # not a conflict: the upsert below takes its record over, under this input's key.
@@ -533,9 +421,9 @@ class _Build:
             with self.g.transaction() as c:
                 self.g.remove(c, self.replaced)
         if self.pending:
-            add_records(self.g, self.pending, self.dual, self.text, self.extras, self.pixels)
+            store_new(self.g, self.parts.inline, self.parts.runner, self.pending)
         if self.refresh:
-            _store_refreshed(self.g, self.refresh, self.dual, self.text, self.extras, self.pixels)
+            _store_refreshed(self.g, self.parts, self.refresh)
             self.report.upgraded += len(self.refresh)
         if self.skips:
             with self.g.transaction() as c:
@@ -560,16 +448,8 @@ def _source_root(source: str | Path) -> str | None:
     return abspath(src) if src.is_dir() else (os.path.dirname(abspath(src)) if src.is_file() else None)
 
 
-def import_captions(
-    caption_file: str | Path,
-    gallery: Gallery,
-    dual: Any,
-    text: Any,
-    report: IndexReport,
-    source_root: str | None = None,
-    extras: Sequence[ExtraEncoder] = (),
-    pixels: Any = None,
-) -> int:
+def import_captions(caption_file: str | Path, gallery: Gallery, parts: IndexParts, report: IndexReport,
+                    source_root: str | None = None) -> int:
     """Store the captions of ``caption_file`` (see :mod:`imagent.index.captioning`) on the gallery's records,
     as ``caption_source = "given"``, and embed their caption spaces again. Returns how many records changed.
 
@@ -602,15 +482,9 @@ def import_captions(
         updates[rid] = rec
     records = list(updates.values())
     for start in range(0, len(records), 256):
-        batch = records[start : start + 256]
         # Caption spaces only: a pixel encoder's image vectors do not depend on the caption.
-        vectors = embed_records(batch, dual, text, caption_spaces_only=True, extras=extras, pixels=pixels)
-        with gallery.transaction() as c:
-            for space, (model_id, dim) in space_models(dual, text, extras, vectors).items():
-                gallery.ensure_space(c, space, model_id, dim)
-            for n, rec in enumerate(batch):
-                key, fp = keys[rec.id]
-                gallery.upsert(c, rec, key, fp, {s: v[n] for s, v in vectors.items()})
+        batch = records[start : start + 256]
+        _store_refreshed(gallery, parts, [(rec, *keys[rec.id]) for rec in batch])
     report.imported = len(records)
     return len(records)
 
@@ -618,61 +492,38 @@ def import_captions(
 def build_index(
     source: str | Path,
     index_root: str | Path | Gallery,
-    dual: DualEncoder | None,
-    text: TextEmbedder | None,
+    parts: IndexParts,
     options: IndexOptions | None = None,
-    captioner: Any = None,
     progress: Progress | None = None,
     captions: str | Path | None = None,
-    extras: Sequence[ExtraEncoder] = (),
-    pixels: Any = None,
 ) -> IndexReport:
-    """Index ``source`` (a folder or a manifest) into the gallery at ``index_root``; see the module doc.
+    """Index ``source`` (a folder or a manifest) into the gallery at ``index_root`` with ``parts`` (the encoders,
+    the per-photo stages, the captioner and the runner they compute on: :func:`imagent.index.parts.compose_index`);
+    see the module doc.
 
-    ``dual`` / ``text`` may be :class:`~imagent.index.embedding.LazyEncoder`: then a run with nothing to embed
+    ``parts``' encoders may be :class:`~imagent.index.embedding.LazyEncoder`: then a run with nothing to embed
     never loads a model. ``captions``: a caption file imported after the source is read (before any captioner
-    runs, so images it covers are not captioned by a model). ``extras``: the extra encoders (``[encoders.*]``),
-    each filling its own spaces.
+    runs, so images it covers are not captioned by a model).
 
-    Spaces the index gains (an encoder configured since the last run) are filled for the records already
-    stored by embedding those records in the new spaces only (:func:`_add_missing_spaces`). ``pixels``: a
-    :class:`~imagent.index.pixels.PixelStage` (labels, the ``visual`` space, ConSE in caption mode), run with
-    each batch; stored photos it has not seen yet go through it alone (:func:`imagent.index.pixels.backfill`).
+    The inline stages (the pixel model, the embedding) run with each batch of new records, in its transaction;
+    then each catches up on the stored photos it owes (a space the index gains, photos indexed before the pixel
+    model, a stage whose version changed, a killed run's rest); the snapshot is written; then the stages that run
+    after it (faces) do theirs.
 
     Raises :class:`SourceError` for an unusable source and :class:`GalleryError` when the index
     was built with other encoders; a bad image or row is skipped and reported, never raised."""
     t0 = time.perf_counter()
     options = options or IndexOptions()
     gallery = index_root if isinstance(index_root, Gallery) else Gallery(index_root, create=True)
-    gallery.configure(options)
+    gallery.configure(options, parts.ann)
     report = IndexReport()
-    spaces = _check_spaces(gallery, dual, text, extras, pixels)
+    for stage in parts.stages:
+        stage.check(gallery)
     src = read_source(source, exclude=gallery.root)
     report.warnings.extend(src.warnings)
     report.total = len(src.items)
-    if captions is not None:
-        # Read the source without captioning, import the given captions, then caption what is still missing
-        # (a second pass that only touches captionless records).
-        _Build(gallery, dual, text, options.model_copy(update={"caption_missing": False}), None, report,
-               extras, pixels).run(src, progress, False)
-        gallery.reload()
-        import_captions(captions, gallery, dual, text, report, src.root, extras, pixels)
-        gallery.reload()
-        if options.caption_missing:
-            second = IndexReport()
-            _Build(gallery, dual, text, options, captioner, second, extras, pixels).run(src, progress, False)
-            report.updated += second.updated + second.added
-            report.captioned += second.captioned
-            report.warnings.extend(second.warnings)
-    else:
-        _Build(gallery, dual, text, options, captioner, report, extras, pixels).run(src, progress, False)
-    if pixels is not None:  # stored photos the pixel model has not seen (an index built before it, a killed run)
-        from imagent.index.pixels import backfill
-
-        if backfill(gallery, pixels, dual, options.batch_size, progress):
-            report.warnings.append("the pixel model labelled the photos indexed before it (labels, visual features)")
-    # Records stored before a space was configured (any source's) get vectors in it, and only in it.
-    _add_missing_spaces(gallery, spaces, dual, text, extras, options, report, progress, pixels)
+    _read_source(gallery, parts, options, report, src, progress, captions)
+    _catch_up_inline(gallery, parts, options, report, progress)
     if not gallery.snapshot_is_current():
         gallery.write_snapshot()
     else:
@@ -685,13 +536,62 @@ def build_index(
     if built:
         report.warnings.append(f"approximate search store (re)built for {', '.join(built)}")
     report.warnings.extend(gallery.ann_notes)  # a calibration short of its recall target
+    pixels = parts.pixels
     if pixels is not None:
-        report.pixels = {"model": pixels.model_id.split(":")[0], **pixels.report()}
-        if pixels.failed:
-            report.warnings.append(f"the pixel model could not read {len(pixels.failed)} file(s) (no labels, zero "
-                                   f"visual vector): {'; '.join(pixels.failed[:3])}")
-    report.coverage(gallery, dual)
-    # Faces last: a kill here leaves the records and vectors complete (imagent.index.faces).
-    report.faces = update_faces(gallery, options, source_is_folder(source), progress)
+        report.pixels = {"model": pixels.model_id.split(":")[0], **_pixel_run(parts)}
+    report.coverage(gallery, parts.dual)
+    # After the snapshot: a kill here leaves the records and vectors complete (faces: imagent.index.faces).
+    for stage in parts.after:
+        run_after(gallery, stage, parts.runner, _chunk(parts, options), source_is_folder(source), progress)
+        report.warnings.extend(stage.notes())
+    faces = [s for s in parts.after if s.name == "faces"]
+    report.faces = getattr(faces[0], "report", None) if faces else None
+    report.stages = {s.name: {"version": s.version, **parts.runner.stats.of(s.name)} for s in parts.stages}
     report.seconds = time.perf_counter() - t0
     return report
+
+
+def _read_source(gallery: Gallery, parts: IndexParts, options: IndexOptions, report: IndexReport, src: Source,
+                 progress: Progress | None, captions: str | Path | None) -> None:
+    """The records of the source's inputs, with the inline stages' results; ``captions`` imported after a first
+    pass that captions nothing, then a second pass captions what is still missing."""
+    if captions is None:
+        _Build(gallery, parts, options, report, parts.captioner).run(src, progress, False)
+        return
+    _Build(gallery, parts, options.model_copy(update={"caption_missing": False}), report).run(src, progress, False)
+    gallery.reload()
+    import_captions(captions, gallery, parts, report, src.root)
+    gallery.reload()
+    if options.caption_missing:
+        second = IndexReport()
+        _Build(gallery, parts, options, second, parts.captioner).run(src, progress, False)
+        report.updated += second.updated + second.added
+        report.captioned += second.captioned
+        report.warnings.extend(second.warnings)
+
+
+def _catch_up_inline(gallery: Gallery, parts: IndexParts, options: IndexOptions, report: IndexReport,
+                     progress: Progress | None) -> None:
+    """Each inline stage over the stored photos it owes (any source's), in stage order: the pixel model first (its
+    labels feed caption mode's image vectors), then the spaces the index gains; each commits chunk by chunk."""
+    batch = _chunk(parts, options)
+    for stage in parts.inline:
+        done = catch_up(gallery, stage, parts.runner, batch, progress)
+        if stage is parts.embed:
+            report.backfilled += parts.embed.backfilled
+        elif done and stage is parts.pixels:
+            report.warnings.append("the pixel model labelled the photos indexed before it (labels, visual features)")
+        report.warnings.extend(stage.notes())
+
+
+def _chunk(parts: IndexParts, options: IndexOptions) -> int:
+    """Photos a catch-up chunk holds (each committed on its own): the runner's task size (Ray), else a batch."""
+    return max(1, parts.runner.chunk_size or options.batch_size)
+
+
+def _pixel_run(parts: IndexParts) -> dict[str, Any]:
+    run = parts.runner.stats.of("pixels")
+    failed = parts.pixels.failed if parts.pixels is not None else []
+    rate = run["photos_per_s"]
+    return {"photos": run["photos"], "seconds": round(run["seconds"], 2),
+            "images_per_s": round(rate, 1) if rate else None, "unreadable": len(failed)}

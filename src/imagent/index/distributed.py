@@ -1,17 +1,20 @@
-"""Distributed indexing on Ray: the same builder, with its encoders served by pools of Ray actors.
+"""Distributed indexing on Ray: the same builder, with every per-photo stage computed on Ray actors.
 
 ``imagent index SRC --ray local|auto|ADDRESS`` runs :func:`imagent.index.builder.build_index` exactly as a
 single-process build does: the same scan of the source, fingerprints, conflict rules, SQLite transactions and
-resume after a kill. Only the encoders differ: each is a :class:`RayEncoderPool` that splits every batch into
-chunks and sends them to actors across the cluster, in order, so the vectors (and so the index) equal a
-single-process build's. An actor loads the model once (one device per actor: ``gpus_per_actor=1`` on a GPU
-cluster) and, for a pixel encoder, also reads and decodes the files of its chunk, so decoding is spread over
-the cluster with the embedding. The driver keeps the database: every commit happens in one place, atomically,
-as in a local build.
+resume after a kill. Only the runner differs (:mod:`imagent.index.stages`): a :class:`RayRunner` sends chunks of
+photos to actors across the cluster, each holding its own composition of the index's parts
+(:func:`imagent.index.parts.actor_parts`: models loaded once there, one device per actor with
+``gpus_per_actor=1``), and every stage computes there: the pixel model and the encoders' embedding (with each
+batch of new records), the embedding of spaces added since, and faces (after the records). Each actor reads and
+decodes the files of its chunk, so decoding is spread over the cluster with the models. Results come back in
+input order and the driver keeps the database: every commit happens in one place, atomically, as in a local build,
+so the index (labels, vectors, face boxes and descriptors, and the people grouped from them here) equals a
+single-process build's.
 
 Faults: a worker process that dies is restarted and its chunk retried (``max_restarts``,
-``max_task_retries``); a driver that dies leaves the database at its last committed batch, and the next run,
-local or on Ray, resumes from there.
+``max_task_retries``); a driver that dies leaves the database (and the face store) at its last committed chunk,
+and the next run, local or on Ray, resumes from there.
 
 - ``local`` starts a Ray cluster on this machine for the run and stops it after;
 - ``auto`` joins the cluster this machine is part of (``ray start --head`` / ``ray start --address=...``);
@@ -21,13 +24,13 @@ local or on Ray, resumes from there.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-import numpy as np
-
 from imagent.core.types import ImageRecord
+from imagent.index.stages import Outputs, RunStats, Stage, run_chain
 
 
 class RayUnavailable(RuntimeError):
@@ -72,68 +75,81 @@ def ray_cluster(address: str, num_cpus: int | None = None) -> Iterator[Any]:
             ray.shutdown()
 
 
-class _EncoderActor:
-    """Holds one encoder in one worker process (built there by the factory: models are not shipped)."""
+class _StageActor:
+    """Holds one composition of the index's parts in one worker process (built there by ``make_parts``: models are
+    loaded there, never shipped) and computes chunks through its stages."""
 
-    def __init__(self, factory: Callable[[], Any]) -> None:
-        self.encoder = factory()
+    def __init__(self, make_parts: Callable[[], Any]) -> None:
+        self.parts = make_parts()
 
-    def info(self) -> tuple[str, int, bool]:
-        e = self.encoder
-        return str(e.model_id), int(e.dim), bool(getattr(e, "sees_pixels", False))
+    def ready(self) -> int:
+        return os.getpid()
 
-    def encode_texts(self, texts: list[str]) -> np.ndarray:
-        return np.asarray(self.encoder.encode_texts(texts), dtype=np.float32)
+    def run(self, names: list[str], records: list[ImageRecord], part: tuple[str, ...]
+            ) -> tuple[Outputs, dict[str, float]]:
+        seconds: dict[str, float] = {}
+        out = run_chain([self.parts.stage(n) for n in names], records, part, seconds)
+        return out, seconds
 
-    def encode_images(self, records: list[ImageRecord]) -> np.ndarray:
-        return np.asarray(self.encoder.encode_images(records), dtype=np.float32)
 
+class RayRunner:
+    """Computes stages on ``actors`` Ray actors: chunks go to the actors in turn (at most two queued per actor) and
+    come back in input order, each stage's :meth:`~imagent.index.stages.Stage.apply` done here, so the driver commits
+    them as a local build would. ``make_parts`` (picklable: :func:`imagent.index.parts.actor_parts` over the
+    settings) composes each actor's parts; ``chunk_size`` photos a task. An actor reserves ``cpus_per_actor`` CPUs
+    (its torch threads are bounded by them) and ``gpus_per_actor`` GPUs (1 on a GPU cluster: a device each)."""
 
-class RayEncoderPool:
-    """An encoder whose calls are split into ``chunk_size`` pieces and mapped over ``actors`` Ray actors,
-    results in input order. It has the encoder protocol's attributes (``model_id``, ``dim``,
-    ``sees_pixels``), read from the first actor."""
-
-    def __init__(self, factory: Callable[[], Any], actors: int = 2, chunk_size: int = 64,
-                 cpus_per_actor: float = 0.0, gpus_per_actor: float = 0.0, max_restarts: int = 3,
+    def __init__(self, make_parts: Callable[[], Any], actors: int = 2, chunk_size: int = 64,
+                 cpus_per_actor: float = 1.0, gpus_per_actor: float = 0.0, max_restarts: int = 3,
                  start_timeout_s: float = 600.0) -> None:
         ray = _ray()
         if actors < 1 or chunk_size < 1:
-            raise ValueError("a Ray encoder pool needs at least one actor and a chunk size of at least 1")
-        # No CPU is reserved by default: a build runs two pools (dual and text encoders) and a reservation
-        # of one CPU per actor would leave the second pool unplaced on a small machine. Actors are spread
-        # over the nodes; on GPUs, gpus_per_actor=1 gives each actor its own device.
-        remote = ray.remote(_EncoderActor).options(
+            raise ValueError("a Ray runner needs at least one actor and a chunk size of at least 1")
+        remote = ray.remote(_StageActor).options(
             num_cpus=cpus_per_actor, num_gpus=gpus_per_actor, scheduling_strategy="SPREAD",
             max_restarts=max_restarts, max_task_retries=max_restarts,
         )
         self._ray = ray
-        self.actors = [remote.remote(factory) for _ in range(actors)]
+        self.actors = [remote.remote(make_parts) for _ in range(actors)]
         self.chunk_size = chunk_size
+        self.stats = RunStats()
+        self._turn = 0
         try:
-            self.model_id, self.dim, self.sees_pixels = ray.get(self.actors[0].info.remote(), timeout=start_timeout_s)
+            ray.get([a.ready.remote() for a in self.actors], timeout=start_timeout_s)
         except ray.exceptions.GetTimeoutError as exc:
             self.close()
-            raise RayUnavailable(f"the Ray cluster did not start an encoder actor within {start_timeout_s:.0f} s "
-                                 f"({actors} actors, {gpus_per_actor} GPU each): not enough free resources?") from exc
+            raise RayUnavailable(f"the Ray cluster did not start {actors} index actors within {start_timeout_s:.0f} s "
+                                 f"({cpus_per_actor} CPU, {gpus_per_actor} GPU each): not enough free resources?"
+                                 ) from exc
 
-    def _map(self, method: str, items: Sequence[Any]) -> np.ndarray:
-        if not items:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        from ray.util import ActorPool
+    def map(self, stages: Sequence[Stage], chunks: Iterable[list[ImageRecord]], part: tuple[str, ...] = ()
+            ) -> Iterator[tuple[list[ImageRecord], Outputs]]:
+        names = [s.name for s in stages]
+        todo = iter(chunks)
+        pending: deque[tuple[list[ImageRecord], Any]] = deque()
 
-        chunks = [list(items[i : i + self.chunk_size]) for i in range(0, len(items), self.chunk_size)]
-        pool = ActorPool(self.actors)
-        parts = list(pool.map(lambda actor, chunk: getattr(actor, method).remote(chunk), chunks))
-        return np.vstack(parts).astype(np.float32, copy=False)
+        def submit() -> None:
+            chunk = next(todo, None)
+            if chunk is not None:
+                actor = self.actors[self._turn % len(self.actors)]
+                self._turn += 1
+                pending.append((chunk, actor.run.remote(names, chunk, part)))
 
-    def encode_texts(self, texts: list[str]) -> np.ndarray:
-        return self._map("encode_texts", texts)
-
-    def encode_images(self, records: list[ImageRecord]) -> np.ndarray:
-        return self._map("encode_images", records)
+        for _ in range(2 * len(self.actors)):
+            submit()
+        while pending:
+            chunk, ref = pending.popleft()
+            out, seconds = self._ray.get(ref)
+            submit()
+            for stage in stages:
+                stage.apply(chunk, out[stage.name])
+            self.stats.add(names, len(chunk), seconds)
+            yield chunk, out
 
     def close(self) -> None:
         for actor in self.actors:
             self._ray.kill(actor)
         self.actors = []
+
+
+__all__ = ["RayRunner", "RayUnavailable", "ray_cluster"]

@@ -1,29 +1,39 @@
-"""Compute a batch of records' vectors in every space the encoders allow, and store them.
+"""The encoders' embedding as a per-photo stage (:class:`EmbedStage`): a batch of records' vectors in every space
+the encoders fill, stored with the records.
 
-The indexing command (:mod:`imagent.index.builder`) and tests that build a gallery from records
-both go through :func:`add_records`, so there is one way vectors get into an index.
+The index builder (:mod:`imagent.index.builder`) runs it with the other stages of the composition
+(:mod:`imagent.index.parts`); tests and benchmarks that build a gallery straight from records go through
+:func:`gallery_from_records` / :func:`add_records`, which run the same stage, so there is one way vectors get into
+an index.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from imagent.core.cache import stable_key
+from imagent.core.imageio import ImageLoadError
+from imagent.core.text import display_path
 from imagent.core.types import ImageRecord
 from imagent.index.gallery import (
     SPACE_CAPTION_DUAL,
     SPACE_CAPTION_TEXT,
     SPACE_IMAGE,
     Gallery,
+    GalleryError,
     encoder_space,
     split_space,
 )
+from imagent.index.stages import LocalRunner, PendingRecord, Stage, Todo, store_new
 from imagent.models.base import DualEncoder, TextEmbedder
 from imagent.models.encoders import caption_text
+
+if TYPE_CHECKING:
+    from imagent.index.store import Writer
 
 
 class LazyEncoder:
@@ -87,13 +97,6 @@ def embedding_text(record: ImageRecord) -> str:
     return caption_text(record) or record.derived_text.strip()
 
 
-@dataclass
-class PendingRecord:
-    record: ImageRecord
-    source_key: str
-    fingerprint: str
-
-
 @dataclass(frozen=True)
 class ExtraEncoder:
     """An extra retriever (config ``[encoders.<name>]``) and its spaces: a dual encoder fills ``image@<name>``
@@ -125,149 +128,248 @@ def space_encoders(dual: Any, text: Any, extras: Sequence[ExtraEncoder] = ()) ->
     return out
 
 
-def space_models(dual: DualEncoder | None, text: TextEmbedder | None, extras: Sequence[ExtraEncoder] = (),
-                 spaces: Collection[str] | None = None) -> dict[str, tuple[str, int]]:
-    """space -> (model id, dim) for the spaces these encoders can fill (only ``spaces``, when given)."""
-    return {space: (enc.model_id, enc.dim) for space, enc in space_encoders(dual, text, extras).items()
-            if spaces is None or space in spaces}
+def is_pixel_backend(name: str) -> bool:
+    from imagent.models.pixels import is_pixel_backend as known
 
-
-def uses_pixel_model(encoder: Any, pixels: Any) -> bool:
-    """Whether ``encoder`` is a pixel dual encoder (``effnet-lite0`` ...) over the pixel stage's own classifier (then
-    its image vectors come from the stage's pass: one forward pass per photo)."""
-    if pixels is None or encoder is None:
-        return False
-    if isinstance(encoder, LazyEncoder):
-        from imagent.models.pixels import is_pixel_backend
-
-        if not is_pixel_backend(encoder.model_id.split("+", 1)[0]):
-            return False
-        encoder = encoder.get()
-    return getattr(encoder, "pixel_model", None) is not None and encoder.pixel_model is pixels.model
+    return known(name)
 
 
 def _unwrap(encoder: Any) -> Any:
     return encoder.get() if isinstance(encoder, LazyEncoder) else encoder
 
 
-def embed_records(
-    records: Sequence[ImageRecord], dual: DualEncoder | None, text: TextEmbedder | None,
-    caption_spaces_only: bool = False, extras: Sequence[ExtraEncoder] = (), spaces: Collection[str] | None = None,
-    pixels: Any = None,
-) -> dict[str, np.ndarray]:
-    """space -> (n, dim) float32. A record without a caption is embedded by its derived text (file and folder
-    words, date, place); one with neither gets zero caption vectors (cosine 0).
+@dataclass
+class EmbedRow:
+    """One record's vectors (space -> vector), the model id of each space's encoder (as loaded, where it ran),
+    and whether its file could not be read for an image space (zero vectors there)."""
 
-    Identical computations are shared: in caption mode with the same text model, the image,
-    caption_dual and caption_text spaces are one encoding (so are the spaces of extra encoders with the same
-    model). ``caption_spaces_only`` leaves out the image space of an encoder that sees pixels (new captions do
-    not change it); ``spaces`` (when given) limits the work to those spaces (ones added to an index later).
+    vectors: dict[str, np.ndarray]
+    models: dict[str, str]
+    unreadable: bool = False
 
-    ``pixels`` (a :class:`~imagent.index.pixels.PixelStage`): the pixel model runs over the records (their labels
-    set in place, space ``visual`` filled) unless only caption spaces are asked for, and caption mode's image space
-    takes the ConSE vector of each captionless photo with labels (:mod:`imagent.index.pixels`)."""
-    from imagent.index.pixels import SPACE_VISUAL
 
-    captions = [embedding_text(r) for r in records]
-    has_caption = np.array([bool(c) for c in captions])
-    out: dict[str, np.ndarray] = {}
-    done: dict[str, np.ndarray] = {}  # "model_id|what" -> vectors
-    seen = None
-    if pixels is not None and not caption_spaces_only and (spaces is None or SPACE_VISUAL in spaces):
-        seen = pixels.run(list(records))
-        out[SPACE_VISUAL] = seen.features
+class EmbedStage(Stage):
+    """The encoders' embedding: every record's vector in each space the dual encoder, the text embedder and the
+    extra encoders fill (main spaces first). A record without a caption is embedded by its derived text (file and
+    folder words, date, place); one with neither gets zero caption vectors (cosine 0).
 
-    def texts_in(encoder: DualEncoder | TextEmbedder) -> np.ndarray:
-        key = f"{encoder.model_id.removeprefix('caption:')}|captions"
-        if key not in done:
-            vecs = np.zeros((len(records), encoder.dim), dtype=np.float32)
-            idx = np.flatnonzero(has_caption)
-            if idx.size:
-                vecs[idx] = encoder.encode_texts([captions[i] for i in idx])
-            done[key] = vecs
-        return done[key]
+    Identical computations are shared: in caption mode with the same text model, the image, caption_dual and
+    caption_text spaces are one encoding (so are the spaces of extra encoders with the same model). ``conse`` (caption
+    mode with a pixel model): the image space of a captionless photo with labels takes their ConSE vector
+    (:mod:`imagent.index.pixels`); the ``effnet-lite0`` dual encoder's image vectors come from the pixel stage's pass
+    over the same chunk when it ran (one forward pass a photo).
 
-    def images_in(encoder: DualEncoder) -> np.ndarray:
-        key = f"{encoder.model_id}|images"
-        if key not in done:
-            if seen is not None and uses_pixel_model(encoder, pixels):  # the stage's pass, unreadable files as zeros
-                done[key] = _unwrap(encoder).conse.vectors(seen.tops)
-            else:
-                done[key] = np.asarray(encoder.encode_images(list(records)), dtype=np.float32)
-        return done[key]
+    Its output is its own marker: :meth:`todo` is the stored records lacking a vector in one of its spaces (spaces
+    added to the index since, or left by a killed run), grouped by the spaces they lack; only those are computed.
+    Its version is its spaces' model ids, which the index keeps per space: another model in a space is refused
+    (:meth:`check`), not re-run (re-embedding a library is asked for with another index)."""
 
-    for space, encoder in space_encoders(dual, text, extras).items():
-        if spaces is not None and space not in spaces:
-            continue
-        if split_space(space)[0] == SPACE_IMAGE and getattr(encoder, "sees_pixels", True):
-            if not caption_spaces_only:
+    name = "embed"
+    needs = "pixels"
+    stores = ("vectors: image, caption_dual, caption_text (and @<name> for [encoders.*])",)
+    tracked = False
+
+    def __init__(self, dual: DualEncoder | None, text: TextEmbedder | None, extras: Sequence[ExtraEncoder] = (),
+                 conse: Callable[[], Any] | None = None) -> None:
+        self.dual = dual
+        self.text = text
+        self.extras = list(extras)
+        self._load_conse = conse
+        self._conse: Any = None
+        self.unreadable: list[str] = []
+        self.added_spaces: list[str] = []
+        self.gained = False  # a space of added_spaces is new to the index (not one a stage dropped rows of)
+        self.backfilled = 0
+
+    @property
+    def encoders(self) -> dict[str, Any]:
+        return space_encoders(self.dual, self.text, self.extras)
+
+    @property
+    def version(self) -> str:
+        return ";".join(f"{space}={encoder_model_id(enc)}" for space, enc in self.encoders.items())
+
+    @property
+    def conse(self) -> Any:
+        if self._conse is None and self._load_conse is not None:
+            self._conse = self._load_conse()
+        return self._conse
+
+    def caption_spaces(self) -> tuple[str, ...]:
+        """The spaces that do not read pixels (what new captions or place names change)."""
+        return tuple(s for s, e in self.encoders.items()
+                     if not (split_space(s)[0] == SPACE_IMAGE and getattr(e, "sees_pixels", True)))
+
+    def check(self, gallery: Gallery) -> None:
+        """Refuse encoders that differ from the index's. Compares model ids, which a :class:`LazyEncoder` knows from
+        the config without loading the model (a run that changes nothing never loads it); dims are compared when
+        known, and again when vectors are written (:meth:`Gallery.ensure_space`)."""
+        if self.dual is None and self.text is None:
+            raise ValueError("build_index needs a dual encoder or a text embedder")
+        known: dict[int, tuple[str, int | None]] = {}  # one model id / dim look-up per encoder
+        have = gallery.spaces()
+        for space, enc in self.encoders.items():
+            model_id, dim = known.setdefault(id(enc), (encoder_model_id(enc), encoder_dim(enc)))
+            info = have.get(space)
+            if info is not None and (info.model_id != model_id or (dim is not None and info.dim != dim)):
+                name = split_space(space)[1]
+                fix = (f"keep [encoders.{name}] at {info.model_id}, or give the new model another name under "
+                       "[encoders] (its spaces are added beside the old ones)" if name else
+                       "use another --index or delete this one")
+                raise GalleryError(
+                    f"index {gallery.root} holds {space!r} vectors from {info.model_id} (dim {info.dim}), but the "
+                    f"configured encoder is {model_id}{f' (dim {dim})' if dim is not None else ''}; {fix}"
+                )
+
+    # ------------------------------------------------------------------ compute
+    def embed(self, records: Sequence[ImageRecord], spaces: Collection[str] | None = None,
+              seen: Sequence[Any] | None = None) -> dict[str, np.ndarray]:
+        """space -> (n, dim) float32 for ``spaces`` (default: all of this stage's); ``seen``: the pixel stage's rows
+        for these records (the ``effnet-lite0`` dual encoder's image vectors come from them)."""
+        captions = [embedding_text(r) for r in records]
+        has_caption = np.array([bool(c) for c in captions])
+        out: dict[str, np.ndarray] = {}
+        done: dict[str, np.ndarray] = {}  # "model_id|what" -> vectors
+
+        def texts_in(encoder: Any) -> np.ndarray:
+            key = f"{encoder.model_id.removeprefix('caption:')}|captions"
+            if key not in done:
+                vecs = np.zeros((len(records), encoder.dim), dtype=np.float32)
+                idx = np.flatnonzero(has_caption)
+                if idx.size:
+                    vecs[idx] = encoder.encode_texts([captions[i] for i in idx])
+                done[key] = vecs
+            return done[key]
+
+        def images_in(encoder: Any) -> np.ndarray:
+            key = f"{encoder.model_id}|images"
+            if key not in done:
+                if seen is not None and is_pixel_backend(str(encoder.model_id).split("+", 1)[0]):
+                    done[key] = _unwrap(encoder).conse.vectors([row.tops for row in seen])  # unreadable: zeros
+                else:
+                    done[key] = np.asarray(encoder.encode_images(list(records)), dtype=np.float32)
+            return done[key]
+
+        for space, encoder in self.encoders.items():
+            if spaces is not None and space not in spaces:
+                continue
+            if split_space(space)[0] == SPACE_IMAGE and getattr(encoder, "sees_pixels", True):
                 out[space] = images_in(encoder)
-        elif space == SPACE_IMAGE and pixels is not None and pixels.caption_mode:
-            out[space] = pixels.conse_rows(list(records), texts_in(encoder))
-        else:
-            out[space] = texts_in(encoder)
-    return out
+            elif space == SPACE_IMAGE and self._load_conse is not None:
+                out[space] = self._conse_rows(list(records), texts_in(encoder))
+            else:
+                out[space] = texts_in(encoder)
+        return out
+
+    def _conse_rows(self, records: list[ImageRecord], base: np.ndarray) -> np.ndarray:
+        """Caption mode's image vectors: ``base`` (the text embeddings) with each captionless photo that has labels
+        replaced by its ConSE vector from those labels."""
+        rows = [n for n, r in enumerate(records) if not r.has_caption and r.labels]
+        if not rows or self.conse is None:
+            return base
+        out = np.array(base, dtype=np.float32, copy=True)
+        out[rows] = self.conse.of_labels([records[n] for n in rows])
+        return out
+
+    def _models(self, spaces: Collection[str]) -> dict[str, str]:
+        return {s: str(e.model_id) for s, e in self.encoders.items() if s in spaces}
+
+    def compute(self, records: list[ImageRecord], earlier: Mapping[str, list[Any]], part: tuple[str, ...] = ()
+                ) -> list[EmbedRow]:
+        """Every space (``part``: only those), one :class:`EmbedRow` a record. For stored records (``part`` given), a
+        file that cannot be read any more gets zero vectors in the image spaces (flagged ``unreadable``)."""
+        spaces = part or None
+        try:
+            vectors = self.embed(records, spaces, earlier.get("pixels"))
+        except ImageLoadError:
+            if not part or len(records) == 1:
+                raise
+            return [row for rec in records for row in self._one_by_one(rec, part)]
+        models = self._models(vectors)
+        return [EmbedRow({s: v[n] for s, v in vectors.items()}, models) for n in range(len(records))]
+
+    def _one_by_one(self, rec: ImageRecord, part: tuple[str, ...]) -> list[EmbedRow]:
+        try:
+            return self.compute([rec], {}, part)
+        except ImageLoadError:
+            pass
+        images = [s for s in part if split_space(s)[0] == SPACE_IMAGE
+                  and getattr(self.encoders[s], "sees_pixels", True)]
+        rest = [s for s in part if s not in images]
+        vectors = {s: v[0] for s, v in self.embed([rec], rest).items()} if rest else {}
+        vectors.update({s: np.zeros(self.encoders[s].dim, dtype=np.float32) for s in images})
+        return [EmbedRow(vectors, self._models(vectors), unreadable=True)]
+
+    # ------------------------------------------------------------------ store
+    def put(self, c: Writer, gallery: Gallery, records: Sequence[ImageRecord], out: Sequence[EmbedRow],
+            part: tuple[str, ...] = ()) -> None:
+        declared: set[str] = set()
+        for rec, row in zip(records, out, strict=True):
+            for space, vec in row.vectors.items():
+                if space not in declared:
+                    gallery.ensure_space(c, space, row.models[space], int(np.asarray(vec).shape[-1]))
+                    declared.add(space)
+            gallery.put_vectors(c, rec.id, row.vectors)
+            if row.unreadable:
+                self.unreadable.append(display_path(rec.path))
+
+    def todo(self, gallery: Gallery) -> list[Todo]:
+        """Stored records lacking a vector in one of this stage's spaces, grouped by the spaces they lack."""
+        spaces = list(self.encoders)
+        missing = gallery.missing_vectors(spaces)
+        if not missing:
+            return []
+        gallery.reload()
+        lacking: dict[str, list[str]] = {}  # id -> its missing spaces, in space order
+        for space in spaces:
+            for i in missing.get(space, []):
+                lacking.setdefault(i, []).append(space)
+        order = {i: n for n, i in enumerate(gallery.ids)}
+        groups: dict[tuple[str, ...], list[str]] = {}
+        for i, sp in sorted(lacking.items(), key=lambda kv: order.get(kv[0], 0)):
+            groups.setdefault(tuple(sp), []).append(i)
+        self.added_spaces = list(missing)
+        self.gained = any(sp not in gallery.spaces() for sp in missing)
+        self.backfilled = len(lacking)
+        return [Todo(ids, part) for part, ids in groups.items()]
+
+    def notes(self) -> list[str]:
+        out = []
+        if self.backfilled and self.gained:
+            out.append(f"the index gains space(s) {', '.join(self.added_spaces)}: {self.backfilled} stored image(s) "
+                       "embedded in them (their other spaces stay as they are)")
+        elif self.backfilled:
+            out.append(f"{self.backfilled} stored image(s) embedded in space(s) {', '.join(self.added_spaces)} again "
+                       "(left by an earlier run, or new labels from the pixel model; their other spaces stay as they "
+                       "are)")
+        if self.unreadable:
+            n = len(self.unreadable)
+            out.append(f"{n} stored image(s) could not be read for the new image space(s) and got zero vectors "
+                       f"(index them again once the files are back): {', '.join(self.unreadable[:5])}"
+                       f"{' ...' if n > 5 else ''}")
+        return out
 
 
-def pixel_space_models(pixels: Any) -> dict[str, tuple[str, int]]:
-    """The ``visual`` space's (model id, dim) when a pixel stage runs."""
-    from imagent.index.pixels import SPACE_VISUAL
-
-    return {SPACE_VISUAL: (pixels.model_id, pixels.dim)} if pixels is not None else {}
-
-
-def add_records(
-    gallery: Gallery,
-    pending: Sequence[PendingRecord],
-    dual: DualEncoder | None,
-    text: TextEmbedder | None,
-    extras: Sequence[ExtraEncoder] = (),
-    pixels: Any = None,
-) -> None:
-    """Embed and store one batch in a single transaction (all or nothing); with ``pixels``, the pixel model's
-    labels and visual features too (in the same transaction)."""
-    if not pending:
-        return
-    vectors = embed_records([p.record for p in pending], dual, text, extras=extras, pixels=pixels)
-    with gallery.transaction() as c:
-        for space, (model_id, dim) in {**space_models(dual, text, extras), **pixel_space_models(pixels)}.items():
-            gallery.ensure_space(c, space, model_id, dim)
-        for i, p in enumerate(pending):
-            gallery.upsert(c, p.record, p.source_key, p.fingerprint, {s: v[i] for s, v in vectors.items()})
-
-
-def add_spaces(
-    gallery: Gallery,
-    records: Sequence[ImageRecord],
-    spaces: Collection[str],
-    dual: DualEncoder | None,
-    text: TextEmbedder | None,
-    extras: Sequence[ExtraEncoder] = (),
-    pixels: Any = None,
-) -> None:
-    """Embed stored ``records`` in ``spaces`` only (spaces added to the index after them) and store those
-    vectors in one transaction; their other spaces and the records themselves are not touched. ``pixels``: caption
-    mode's image space takes the ConSE vectors of stored labels (the ``visual`` space is filled by
-    :func:`imagent.index.pixels.add_pixels`, not here)."""
-    if not records:
-        return
-    vectors = embed_records(records, dual, text, extras=extras, spaces=spaces, pixels=pixels)
-    with gallery.transaction() as c:
-        for space, (model_id, dim) in space_models(dual, text, extras, spaces).items():
-            gallery.ensure_space(c, space, model_id, dim)
-        for i, r in enumerate(records):
-            gallery.put_vectors(c, r.id, {s: v[i] for s, v in vectors.items()})
+def add_records(gallery: Gallery, pending: Sequence[PendingRecord], dual: DualEncoder | None,
+                text: TextEmbedder | None, extras: Sequence[ExtraEncoder] = (), stages: Sequence[Stage] = ()) -> None:
+    """Embed and store one batch of new records in a single transaction (all or nothing); ``stages``: per-photo
+    stages run before the embedding (e.g. the pixel stage of :class:`imagent.index.parts.IndexParts`)."""
+    store_new(gallery, [*stages, EmbedStage(dual, text, extras)], LocalRunner(), pending)
 
 
 def gallery_from_records(
     root: str, records: Sequence[ImageRecord], dual: DualEncoder | None, text: TextEmbedder | None,
-    batch_size: int = 256, extras: Sequence[ExtraEncoder] = (), pixels: Any = None,
+    batch_size: int = 256, extras: Sequence[ExtraEncoder] = (), stages: Sequence[Stage] = (),
 ) -> Gallery:
-    """Build (or extend) a gallery straight from records (tests, benchmarks, the Python API); ``pixels`` a
-    :class:`~imagent.index.pixels.PixelStage` for labels and visual features."""
+    """Build (or extend) a gallery straight from records (tests, benchmarks, the Python API); ``stages``: per-photo
+    stages run before the embedding (the pixel stage for labels and visual features)."""
     g = Gallery(root, create=True)
     items = [PendingRecord(r, f"record:{r.id}", stable_key(r.to_dict())) for r in records]
     for start in range(0, len(items), batch_size):
-        add_records(g, items[start : start + batch_size], dual, text, extras, pixels)
+        add_records(g, items[start : start + batch_size], dual, text, extras, stages)
     g.write_snapshot()
     return g
+
+
+__all__ = ["EmbedRow", "EmbedStage", "ExtraEncoder", "LazyEncoder", "PendingRecord", "add_records", "embedding_text",
+           "gallery_from_records", "space_encoders"]

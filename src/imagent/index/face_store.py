@@ -150,6 +150,14 @@ class FaceStore:
         except FaceDataMissing:
             return {}
 
+    def scans(self) -> dict[str, tuple[str, str]]:
+        """photo id -> (the content it was scanned at, the face model that scanned it)."""
+        try:
+            with self.read() as c:
+                return {from_sql(p): (v, m) for p, v, m in c.execute("SELECT photo, content, model FROM scans")}
+        except FaceDataMissing:
+            return {}
+
     def forget(self) -> dict[str, int]:
         """Delete every face, box, descriptor, person and scan: rows erased (freed pages overwritten), the
         database vacuumed and checkpointed, then its files removed, and the web's cached face crops

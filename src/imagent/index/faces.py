@@ -1,19 +1,22 @@
-"""The face pass of ``imagent index``: find the faces of new photos, store them, group them into people.
+"""The face pass of ``imagent index`` as a per-photo stage (:class:`FaceStage`): find the faces of new photos, store
+them, group them into people.
 
-:func:`update_faces` runs in :func:`imagent.index.builder.build_index` after the records are stored (and the
-snapshot written, so a kill here leaves a searchable index):
+It is not inline (:mod:`imagent.index.stages`): :func:`imagent.index.builder.build_index` runs it after the records
+are stored and the snapshot written, so a kill here leaves a searchable index:
 
-- which photos: ``indexing.faces = "auto"`` (the default) looks at photos indexed from folders (a photo library)
+- which photos: ``faces.mode = "auto"`` (the default) looks at photos indexed from folders (a photo library)
   and not at manifests (benchmark galleries and datasets, which stay fast to index); ``"on"`` at every photo;
   ``"off"`` at none;
-- incremental and resumable: a photo is scanned once per content; scans are committed a batch at a time
-  (``indexing.batch_size``), so a killed run keeps its finished batches and the next run goes on with the rest
-  (as the record build does); scans and faces of photos gone from the index are dropped;
-- each photo within the pixel budget (``indexing.max_pixels``), scaled to ``face_side``, faces under
-  ``face_min_size`` px dropped, at most ``face_max_per_photo`` kept (:mod:`imagent.models.faces`); a photo
+- incremental and resumable: a photo is scanned once per content and face model (its version: detector, scale,
+  sizes; another one scans the photos again); scans are committed a chunk at a time (``indexing.batch_size``), so
+  a killed run keeps its finished chunks and the next run goes on with the rest, with no face stored twice; scans
+  and faces of photos gone from the index are dropped;
+- each photo within the pixel budget (``indexing.max_pixels``), scaled to ``faces.side``, faces under
+  ``faces.min_size`` px dropped, at most ``faces.max_per_photo`` kept (:mod:`imagent.models.faces`); a photo
   that cannot be read, is too small or holds too many faces gets a note and the pass goes on;
-- ``face_workers`` > 1 scans in that many worker processes (dlib holds the GIL, so threads would not help);
-- then the faces without a group are grouped (:func:`imagent.index.people.assign_new_faces`).
+- the scans run where the build's runner computes: here (``faces.workers`` > 1: in that many worker processes;
+  dlib holds the GIL, so threads would not help) or on Ray actors, results committed here in photo order;
+- then the faces without a group are grouped, here (:func:`imagent.index.people.assign_new_faces`).
 
 The storage is :mod:`imagent.index.face_store` (``faces.sqlite`` in the index folder).
 """
@@ -22,18 +25,22 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from imagent.core.config import IndexOptions
+from imagent.core.config import FaceOptions
 from imagent.core.text import display_path
+from imagent.core.types import ImageRecord
 from imagent.index.face_store import FaceStore, drop_empty_people, drop_photos, put_scan
 from imagent.index.people import assign_new_faces, count_people, has_ungrouped, people_count
+from imagent.index.stages import Stage, Todo
 
-Progress = Callable[[int, int, str], None]
+if TYPE_CHECKING:
+    from imagent.index.gallery import Gallery
+    from imagent.index.store import Writer
 
 
 # --------------------------------------------------------------------------- the index pass
@@ -65,7 +72,7 @@ class FacesReport:
     def summary(self) -> str:
         """One line for the CLI ("" when the pass did not run)."""
         if self.status == "unavailable":
-            return f"faces: not looked for ({self.reason}); set indexing.faces = \"off\" to silence this"
+            return f"faces: not looked for ({self.reason}); set faces.mode = \"off\" to silence this"
         if self.status != "done":
             return ""
         if not self.scanned:
@@ -75,18 +82,9 @@ class FacesReport:
                 f"all (imagent people)")
 
 
-def face_params(options: IndexOptions) -> Any:
-    from imagent.models.faces import FaceParams
-
-    return FaceParams(detector=options.face_detector, upsample=options.face_upsample, side=options.face_side,
-                      min_size=options.face_min_size, max_faces=options.face_max_per_photo,
-                      min_score=options.face_min_score,
-                      max_pixels=options.max_pixels, max_file_bytes=options.max_file_bytes)
-
-
-def _pending(gallery: Any, scanned: dict[str, str], everything: bool) -> list[tuple[str, str, str]]:
-    """``(photo id, content, path)`` of the photos to scan, in row order: not scanned yet or changed since. Only
-    photos indexed from folders (source keys ``file:...``) unless ``everything``."""
+def _pending(gallery: Gallery, scans: dict[str, tuple[str, str]], everything: bool, model_id: str) -> list[str]:
+    """Ids of the photos to scan, in row order: not scanned yet, changed since, or scanned by another face model.
+    Only photos indexed from folders (source keys ``file:...``) unless ``everything``."""
     keys = {i: k for k, (i, _) in gallery.fingerprints().items()}
     cols = gallery.metadata_columns(["content_hash"])  # hex: read by SQLite (a path may not be UTF-8)
     hashes = cols[0] if cols is not None else [r.content_hash for r in gallery.records()]
@@ -94,133 +92,160 @@ def _pending(gallery: Any, scanned: dict[str, str], everything: bool) -> list[tu
     for photo, content in zip(gallery.ids, hashes, strict=True):
         if not (everything or keys.get(photo, "").startswith("file:")):
             continue
-        content = content or f"id:{photo}"
-        if scanned.get(photo) != content:
-            path = gallery.record(photo).path
-            if path:
-                out.append((photo, content, path))
+        if scans.get(photo) != (content or f"id:{photo}", model_id) and gallery.record(photo).path:
+            out.append(photo)
     return out
 
 
-class FaceScanner:
-    """Scans photos in this process, or in ``workers`` worker processes (models loaded once each)."""
+def faces_wanted(options: FaceOptions, source_is_folder: bool) -> tuple[bool, bool, str]:
+    """``(run the pass, every photo, why not)`` for a build of a folder (or a manifest) source."""
+    if options.mode == "off":
+        return False, False, "faces.mode = \"off\""
+    if options.mode == "on":
+        return True, True, ""
+    if not source_is_folder:
+        return False, False, "faces.mode = \"auto\" looks at photos of folders, not of manifests"
+    return True, False, ""
 
-    def __init__(self, params: Any, workers: int) -> None:
-        self.params = params
+
+class FaceStage(Stage):
+    """Faces as a stage (see the module doc). ``load_model`` makes the :class:`~imagent.models.faces.FaceModel` (a
+    picklable factory: worker processes make theirs with it); ``workers`` > 1 scans in that many processes here."""
+
+    name = "faces"
+    needs = "pixels"
+    stores = ("faces.sqlite: scans, face boxes and descriptors; people after grouping",)
+    inline = False
+    tracked = False  # the scans are its marker: photo, content and model
+
+    def __init__(self, options: FaceOptions, load_model: Callable[[], Any], workers: int = 1) -> None:
+        from imagent.models.faces import face_model_id
+
+        self.options = options
+        self.model_id = face_model_id(options)
+        self._load_model = load_model
+        self._model: Any = None
+        self._pool: Any = None
         self.workers = workers
-        self.model: Any = None
-        self.pool: Any = None
+        self.report = FacesReport()
+        self._todo: list[str] | None = None
+        self._gone: list[str] = []
+        self._fresh = False
+        self._t0 = 0.0
 
-    def __enter__(self) -> FaceScanner:
+    @property
+    def version(self) -> str:
+        return self.model_id
+
+    # ------------------------------------------------------------------ compute (here, in workers or on Ray)
+    def compute(self, records: list[ImageRecord], earlier: Any, part: tuple[str, ...] = ()) -> list[Any]:
+        paths = [r.path for r in records]
         if self.workers > 1:
+            return list(self._workers().map(_scan_in_worker, paths))
+        if self._model is None:
+            self._model = self._load_model()
+        return [self._model.scan_file(p) for p in paths]
+
+    def _workers(self) -> Any:
+        if self._pool is None:
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
 
             from imagent.models.faces import worker_init
 
             # spawn: a forked copy of a process that has torch's threads running can hang
-            self.pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                            initializer=worker_init, initargs=(self.params,))
-        else:
-            from imagent.models.faces import FaceModel
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=worker_init, initargs=(self._load_model,))
+        return self._pool
 
-            self.model = FaceModel(self.params)
-        return self
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
 
-    def scan(self, paths: Sequence[str]) -> list[Any]:
-        if self.pool is not None:
-            from imagent.models.faces import worker_scan
+    # ------------------------------------------------------------------ the driver: which photos, store, group
+    def begin(self, gallery: Gallery, from_folder: bool) -> bool:
+        """Whether the pass runs (``faces.mode``, the source); drops the scans of photos gone from the index. A
+        missing face model is ``status = "unavailable"`` (raised only when ``faces.mode = "on"`` asked for faces)."""
+        from imagent.models.faces import FaceModelError, available
 
-            return list(self.pool.map(worker_scan, paths))
-        return [self.model.scan_file(p) for p in paths]
-
-    def __exit__(self, *_: Any) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(cancel_futures=True)
-
-
-def faces_wanted(options: IndexOptions, source_is_folder: bool) -> tuple[bool, bool, str]:
-    """``(run the pass, every photo, why not)`` for a build of a folder (or a manifest) source."""
-    if options.faces == "off":
-        return False, False, "indexing.faces = \"off\""
-    if options.faces == "on":
-        return True, True, ""
-    if not source_is_folder:
-        return False, False, "indexing.faces = \"auto\" looks at photos of folders, not of manifests"
-    return True, False, ""
-
-
-def update_faces(gallery: Any, options: IndexOptions, source_is_folder: bool,
-                 progress: Progress | None = None) -> FacesReport:
-    """The face pass (see the module doc). Never raises for a photo; a missing face model is reported as
-    ``status = "unavailable"`` (and raises only when ``indexing.faces = "on"`` asked for faces explicitly)."""
-    from imagent.models.faces import FaceModelError, available
-
-    t0 = time.perf_counter()
-    report = FacesReport()
-    run, everything, why = faces_wanted(options, source_is_folder)
-    store = FaceStore(gallery.root)
-    if not run:
-        report.status, report.reason = ("off" if options.faces == "off" else "skipped"), why
-        return report
-    scanned = store.scanned()
-    ids = set(gallery.ids)
-    gone = [p for p in scanned if p not in ids]
-    todo = _pending(gallery, scanned, everything)
-    if not todo and not gone and store.exists():
+        self._t0 = time.perf_counter()
+        self.report = report = FacesReport()
+        run, everything, why = faces_wanted(self.options, from_folder)
+        if not run:
+            report.status, report.reason = ("off" if self.options.mode == "off" else "skipped"), why
+            return False
+        store = FaceStore(gallery.root)
+        scans = store.scans()
+        ids = set(gallery.ids)
+        self._gone = [p for p in scans if p not in ids]
+        self._todo = _pending(gallery, scans, everything, self.model_id)
+        self._fresh = not self._todo and not self._gone and store.exists()
+        if self._todo:
+            missing = available()
+            if missing:
+                if self.options.mode == "on":
+                    raise FaceModelError(missing)
+                report.status, report.reason = "unavailable", missing
+                return False
         report.status = "done"
-        if has_ungrouped(store):  # faces a killed run left without a group
-            with store.write() as c:
-                report.new_people, report.joined = assign_new_faces(c, options.face_threshold)
-        report.people = people_count(store)
-        report.seconds = time.perf_counter() - t0
-        return report
-    params = face_params(options)
-    if todo:
-        missing = available()
-        if missing:
-            if options.faces == "on":
-                raise FaceModelError(missing)
-            report.status, report.reason = "unavailable", missing
-            return report
-    report.status = "done"
-    with store.write(create=True) as c:
-        if gone:
-            drop_photos(c, gone)
-            report.dropped = len(gone)
-    total = len(todo)
-    done = 0
-    if todo:
-        batch = max(1, options.batch_size)
-        with FaceScanner(params, options.face_workers) as scanner:
-            for start in range(0, total, batch):
-                chunk = todo[start : start + batch]
-                results = scanner.scan([path for _, _, path in chunk])
-                with store.write(create=True) as c:
-                    for (photo, content, path), res in zip(chunk, results, strict=True):
-                        if res.note:
-                            report.notes.append((display_path(path), res.note))
-                        if res.error:
-                            continue  # not stored: the next run tries again
-                        n = put_scan(c, photo, content, params.model_id, res)
-                        report.scanned += 1
-                        report.faces += n
-                        report.with_faces += bool(n)
-                done += len(chunk)
-                if progress is not None:
-                    progress(done, total, f"faces: {Path(chunk[-1][2]).name}")
-    with store.write(create=True) as c:
-        drop_empty_people(c)  # groups whose faces went with a changed photo's old content
-        report.new_people, report.joined = assign_new_faces(c, options.face_threshold)
-        c.execute("INSERT OR REPLACE INTO meta(key, value) VALUES('grouped_at', ?)",
-                  (datetime.now(UTC).isoformat(timespec="seconds"),))
-        report.people = count_people(c)
-    report.seconds = time.perf_counter() - t0
-    return report
+        if self._gone:
+            with store.write(create=True) as c:
+                drop_photos(c, self._gone)
+            report.dropped = len(self._gone)
+        return True
+
+    def todo(self, gallery: Gallery) -> list[Todo]:
+        ids = self._todo if self._todo is not None else _pending(gallery, FaceStore(gallery.root).scans(), True,
+                                                                   self.model_id)
+        return [Todo(ids)] if ids else []
+
+    def put(self, c: Writer, gallery: Gallery, records: Any, out: Any, part: tuple[str, ...] = ()) -> None:
+        raise TypeError("faces are stored in faces.sqlite, not in the records' transaction (FaceStage.commit)")
+
+    def commit(self, gallery: Gallery, records: Any, out: Any, part: tuple[str, ...] = ()) -> None:
+        """One chunk's scans and faces in one transaction of the face store (a photo that could not be read is not
+        stored: the next run tries again)."""
+        report = self.report
+        with FaceStore(gallery.root).write(create=True) as c:
+            for rec, res in zip(records, out, strict=True):
+                if res.note:
+                    report.notes.append((display_path(rec.path), res.note))
+                if res.error:
+                    continue
+                n = put_scan(c, rec.id, rec.content_hash or f"id:{rec.id}", self.model_id, res)
+                report.scanned += 1
+                report.faces += n
+                report.with_faces += bool(n)
+
+    def finish(self, gallery: Gallery) -> None:
+        """Group the faces without a group (a killed run's too) into people."""
+        report = self.report
+        store = FaceStore(gallery.root)
+        if self._fresh:  # nothing was scanned or dropped: only what a killed run left ungrouped
+            if has_ungrouped(store):
+                with store.write() as c:
+                    report.new_people, report.joined = assign_new_faces(c, self.options.threshold)
+            report.people = people_count(store)
+        else:
+            with store.write(create=True) as c:
+                drop_empty_people(c)  # groups whose faces went with a changed photo's old content
+                report.new_people, report.joined = assign_new_faces(c, self.options.threshold)
+                c.execute("INSERT OR REPLACE INTO meta(key, value) VALUES('grouped_at', ?)",
+                          (datetime.now(UTC).isoformat(timespec="seconds"),))
+                report.people = count_people(c)
+        report.seconds = time.perf_counter() - self._t0
+        self._todo = None
+
+
+def _scan_in_worker(path: str) -> Any:
+    from imagent.models.faces import worker_scan
+
+    return worker_scan(path)
 
 
 def source_is_folder(source: str | Path) -> bool:
     return os.path.isdir(Path(source).expanduser())
 
 
-__all__ = ["FaceScanner", "FacesReport", "faces_wanted", "source_is_folder", "update_faces"]
+__all__ = ["FaceStage", "FacesReport", "faces_wanted", "source_is_folder"]

@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from imagent.core.config import IndexOptions, PixelOptions
+from imagent.core.config import AnnOptions, IndexOptions, PixelOptions
 from imagent.core.types import ImageRecord, MetadataConstraints, Ranking
 from imagent.index import snapshots
 from imagent.index.ann import DEFAULT_MIN_ROWS, AnnParams, AnnRecallWarning, AnnStore, search_pool
@@ -142,6 +142,9 @@ class Gallery:
         # label needs to be shown or matched (the workspace sets both from [pixels]).
         self.labels_as_text = True
         self.label_min_p = 0.1
+        # Values callers derive from this gallery and keep with it (keyed with its generation by the caller: the
+        # request path's pixel notice), so they go when the gallery object does.
+        self.derived: dict[str, Any] = {}
         # The [pixels] settings a photo's pixel description and result cards read (imagent.index.describe).
         self.pixel_options = PixelOptions()
         # The [ocr] settings the album tools' text clues read (an OcrOptions; None: its defaults).
@@ -403,6 +406,15 @@ class Gallery:
         """Drop skipped entries (files that are gone from the source, or fine now)."""
         c.forget_skipped(source_keys)
 
+    def stage_pending(self, stage: str, version: str) -> list[str]:
+        """Ids of the stored records the per-photo ``stage`` has not run on at ``version`` (row order)."""
+        return self._store.stage_pending(stage, version)
+
+    def seed_stage(self, stage: str, version: str, space: str) -> None:
+        """:meth:`imagent.index.store.Store.seed_stage`, unless done already."""
+        if self.meta(f"seeded:{stage}") is None:
+            self._store.seed_stage(stage, version, space)
+
     def phashes(self) -> dict[str, int]:
         """Stored perceptual hashes by content hash (duplicate detection)."""
         return self._store.phashes()
@@ -565,17 +577,18 @@ class Gallery:
             store = self._ann_stores[space] = AnnStore(self.root, space)
         return store
 
-    def configure(self, options: IndexOptions) -> None:
-        """Apply the ``indexing`` settings that shape storage and search: the snapshot's float type and the
-        approximate store (``ann*``), the shard size of the next snapshot and how many shards stay mapped."""
+    def configure(self, options: IndexOptions, ann: AnnOptions | None = None) -> None:
+        """Apply the settings that shape storage and search: the snapshot's float type, the shard size of the next
+        snapshot and how many shards stay mapped (``[indexing]``), and the approximate store (``[ann]``)."""
+        ann = ann or AnnOptions()
         self.snapshot_dtype = np.dtype(options.vectors_dtype)
         self.shard_rows = options.shard_rows
         if options.mapped_shards != self.mapped_shards:
             self.mapped_shards = options.mapped_shards
             self._vectors, self._score_memo = {}, {}
-        self.ann_mode = options.ann
-        self.ann_min_rows = 1 if options.ann == "on" else options.ann_min_rows
-        self.ann_params = AnnParams.of(options)
+        self.ann_mode = ann.mode
+        self.ann_min_rows = 1 if ann.mode == "on" else ann.min_rows
+        self.ann_params = AnnParams.of(ann)
 
     def ann_current(self, space: str) -> bool:
         """Whether ``space`` has an approximate store built from the database as it is now."""

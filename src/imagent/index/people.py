@@ -5,7 +5,7 @@ Grouping (:func:`assign_new_faces`, at the end of every face pass of ``imagent i
 - faces already in a group stay there: a group's id never changes and is never reused, and its name (given
   with ``imagent people name``) stays with it through any re-index;
 - a new face joins the group of its nearest grouped face when that face is closer than
-  ``indexing.face_threshold`` (0.6, dlib's own threshold for its ResNet descriptor: it was trained to put two
+  ``faces.threshold`` (0.6, dlib's own threshold for its ResNet descriptor: it was trained to put two
   faces of one person within 0.6 of each other);
 - the new faces that match no one are clustered among themselves with dlib's chinese-whispers clustering
   (edges between faces closer than the threshold) and each cluster starts a new group. On a first index every
@@ -14,7 +14,7 @@ Grouping (:func:`assign_new_faces`, at the end of every face pass of ``imagent i
 A user's corrections are kept: ``merge`` moves every face of some groups into one; ``split`` moves a face into a
 new group (or another one) and pins it there; ``remove`` deletes a face that is nobody (a false detection, a
 stranger), and its photo is not scanned again; ``forget`` deletes all face data. Groups with fewer than
-``indexing.face_min_group`` (3) faces are "tiny" and listed last.
+``faces.min_group`` (3) faces are "tiny" and listed last.
 
 :func:`people_index` is the read side for search: which photos hold which people, for the filter field
 ``person`` (``person = 'Anna'``, exact and case-insensitive; ``person ~ 'ann'``; ``person = 7`` a group by its
@@ -386,7 +386,7 @@ class PeopleIndex:
         """Rows where a person comparison holds. ``!=``: photos with people, none of them that one."""
         if not self.has_data:
             raise PeopleError("person: this index has no face data; `imagent index` finds faces in photo folders "
-                              "(indexing.faces) and `imagent people name ID NAME` names them")
+                              "(faces.mode) and `imagent people name ID NAME` names them")
         out = np.zeros(self.size, dtype=bool)
         for p in self.match(op, value):
             out[self.rows[p]] = True

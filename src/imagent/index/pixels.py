@@ -1,55 +1,82 @@
-"""Pixels in the index: what the pixel model (:mod:`imagent.models.pixels`) adds to each photo.
+"""Pixels in the index: the pixel model (:mod:`imagent.models.pixels`) as a per-photo stage (:class:`PixelStage`).
 
 When a pixel model is configured (``[pixels]``, on by default with the offline setup), every photo the builder
-embeds also goes through it, in the same batch and the same SQLite transaction as its other vectors:
+stores also goes through it, in the same chunk and the same SQLite transaction as its other vectors:
 
 - its **labels** (top classes with probabilities) are stored on the record (``ImageRecord.labels``);
 - its **visual feature** goes into the space ``visual`` (model id ``effnet-lite0:features``): "more like this"
   and the duplicate check compare photos there;
 - in **caption mode** (the dual encoder reads captions), a photo *without* a caption gets its ConSE vector in the
-  ``image`` space instead of an embedding of its file-name words, date and place: the image space then holds, per
-  photo, the best surrogate there is: a caption, else what the pixel model saw, else the derived words
-  (:func:`answered_by` names which, for each result). With ``dual_encoder.backend = "effnet-lite0"`` every photo's
-  image vector is its ConSE vector anyway.
+  ``image`` space instead of an embedding of its file-name words, date and place (the embedding stage reads the
+  labels this stage sets: :class:`~imagent.index.embedding.EmbedStage`): the image space then holds, per photo, the
+  best surrogate there is: a caption, else what the pixel model saw, else the derived words (:func:`answered_by`
+  names which, for each result). With ``dual_encoder.backend = "effnet-lite0"`` every photo's image vector is its
+  ConSE vector anyway (from this stage's pass: one forward pass a photo).
 
-Resumable: a photo has been through the pixel model exactly when it has a ``visual`` vector, and that vector is
-written in the transaction that stores its labels. An index built before (or without) pixels lacks the space, so the
-next ``imagent index`` runs the model over the stored photos only (:func:`add_pixels`), batch by batch, without
-reading or re-embedding anything else; a killed run resumes at the first photo without a ``visual`` vector.
+Resumable and versioned like every stage (:mod:`imagent.index.stages`): its runs are recorded with the labels and
+the ``visual`` vector, in one transaction; an index built before (or without) pixels, or with another version
+(``labels_top_k``), has photos it owes, and the next ``imagent index`` runs the model over those only, chunk by
+chunk, without reading or re-embedding anything else (in caption mode their image vectors are dropped with the new
+labels, and the embedding stage computes them again right after); a killed run resumes at the first photo not
+committed.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from imagent.core.config import PixelOptions
 from imagent.core.types import ImageRecord
-from imagent.index.gallery import SPACE_CAPTION_DUAL, SPACE_CAPTION_TEXT, SPACE_IMAGE, Gallery, split_space
+from imagent.index.gallery import (
+    SPACE_CAPTION_DUAL,
+    SPACE_CAPTION_TEXT,
+    SPACE_IMAGE,
+    Gallery,
+    GalleryError,
+    split_space,
+)
+from imagent.index.stages import Stage, Todo
+
+if TYPE_CHECKING:
+    from imagent.index.store import Writer
 
 SPACE_VISUAL = "visual"
 
 
-class PixelStage:
-    """The pixel model as the builder uses it: loaded on first use (a run with nothing to embed loads nothing),
-    with the ConSE of caption mode's image space in the image space's own text model.
+@dataclass
+class PixelRow:
+    """One photo through the pixel model: its stored labels, its top classes ``(index, p)`` (for ConSE), its
+    L2-normalised visual feature (zeros when the file could not be read: ``failed`` says why)."""
 
-    ``load_model`` builds the classifier (:class:`~imagent.models.pixels.EffNetLite0`); ``load_conse`` the
-    :class:`~imagent.models.pixels.Conse` over the caption-mode dual encoder's text model (None when the image
-    space is not caption mode: then nothing is written there). Counts what it ran, for the index report."""
+    labels: list[dict[str, Any]]
+    tops: list[tuple[int, float]]
+    feature: np.ndarray
+    failed: str = ""
 
-    def __init__(self, load_model: Callable[[], Any], load_conse: Callable[[], Any] | None,
+
+class PixelStage(Stage):
+    """The pixel model as a stage: loaded on first use (a run with nothing to compute loads nothing).
+
+    ``load_model`` builds the classifier (:class:`~imagent.models.pixels.EffNetLite0`); ``image_reads_labels``: the
+    index's image space is caption mode's, whose captionless photos take ConSE vectors of their labels (so new
+    labels on a stored photo make its image vector stale)."""
+
+    name = "pixels"
+    needs = "pixels"
+    stores = ("labels (on the record)", "vectors: visual")
+
+    def __init__(self, load_model: Callable[[], Any], options: PixelOptions, image_reads_labels: bool = False,
                  model_id: str = "effnet-lite0:features", dim: int = 1280) -> None:
         self._load_model = load_model
-        self._load_conse = load_conse
         self._model: Any = None
-        self._conse: Any = None
+        self.options = options
+        self.image_reads_labels = image_reads_labels
         self.model_id = model_id
         self.dim = dim
-        self.photos = 0
-        self.seconds = 0.0
         self.failed: list[str] = []
 
     @property
@@ -59,41 +86,59 @@ class PixelStage:
         return self._model
 
     @property
-    def conse(self) -> Any:
-        if self._conse is None and self._load_conse is not None:
-            self._conse = self._load_conse()
-        return self._conse
+    def version(self) -> str:
+        return f"{self.model_id}/labels{self.options.labels_top_k}"
 
-    @property
-    def caption_mode(self) -> bool:
-        """Whether caption mode's image space takes ConSE vectors for photos without captions."""
-        return self._load_conse is not None
+    def check(self, gallery: Gallery) -> None:
+        seen = gallery.spaces().get(SPACE_VISUAL)
+        if seen is not None and seen.model_id != self.model_id:
+            raise GalleryError(f"index {gallery.root} holds 'visual' vectors from {seen.model_id}, but the pixel "
+                               f"model is {self.model_id}; keep the index's model (pixels.model = "
+                               f"\"{seen.model_id.split(':')[0]}\"), use another --index or set pixels.model = "
+                               "\"none\"")
 
-    def run(self, records: list[ImageRecord]) -> Any:
-        """One pass over ``records`` (:class:`~imagent.models.pixels.PixelOutput`); their labels are set in place."""
-        t0 = time.perf_counter()
+    def compute(self, records: list[ImageRecord], earlier: Mapping[str, list[Any]], part: tuple[str, ...] = ()
+                ) -> list[PixelRow]:
         out = self.model.analyze(records)
-        self.seconds += time.perf_counter() - t0
-        self.photos += len(records)
-        for n, rec in enumerate(records):
-            rec.labels = out.labels[n]
-        self.failed.extend(out.failed.values())
-        return out
+        return [PixelRow(out.labels[n], out.tops[n], out.features[n], out.failed.get(n, ""))
+                for n in range(len(records))]
 
-    def conse_rows(self, records: list[ImageRecord], base: np.ndarray) -> np.ndarray:
-        """Caption mode's image vectors: ``base`` (the text embeddings) with each captionless photo that has labels
-        replaced by its ConSE vector from those labels."""
-        rows = [n for n, r in enumerate(records) if not r.has_caption and r.labels]
-        if not rows or self.conse is None:
-            return base
-        out = np.array(base, dtype=np.float32, copy=True)
-        out[rows] = self.conse.of_labels([records[n] for n in rows])
-        return out
+    def apply(self, records: Sequence[ImageRecord], out: Sequence[PixelRow]) -> None:
+        for rec, row in zip(records, out, strict=True):
+            rec.labels = row.labels
 
-    def report(self) -> dict[str, Any]:
-        rate = self.photos / self.seconds if self.seconds > 0 else None
-        return {"photos": self.photos, "seconds": round(self.seconds, 2),
-                "images_per_s": round(rate, 1) if rate else None, "unreadable": len(self.failed)}
+    def put(self, c: Writer, gallery: Gallery, records: Sequence[ImageRecord], out: Sequence[PixelRow],
+            part: tuple[str, ...] = ()) -> None:
+        gallery.ensure_space(c, SPACE_VISUAL, self.model_id, self.dim)
+        for rec, row in zip(records, out, strict=True):
+            gallery.put_vectors(c, rec.id, {SPACE_VISUAL: row.feature})
+            if row.failed:
+                self.failed.append(row.failed)
+
+    def todo(self, gallery: Gallery) -> list[Todo]:
+        # An index from before runs were recorded: a photo with a visual vector went through the model.
+        gallery.seed_stage(self.name, self.version, SPACE_VISUAL)
+        return super().todo(gallery)
+
+    def commit(self, gallery: Gallery, records: Sequence[ImageRecord], out: Sequence[PixelRow],
+               part: tuple[str, ...] = ()) -> None:
+        """Stored photos (copies; their labels set by :meth:`apply`): labels, visual vectors and runs in one
+        transaction; nothing else about them is read or embedded again, except caption mode's image vector of a
+        captionless photo, dropped here and computed again from the new labels by the embedding stage."""
+        stale = [r.id for r in records if self.image_reads_labels and not r.has_caption and r.labels]
+        with gallery.transaction() as c:
+            for rec in records:
+                gallery.update_record(c, rec)
+            self.put(c, gallery, records, out)
+            c.mark_stage(self.name, [r.id for r in records], self.version)
+            if stale:
+                c.drop_vectors(SPACE_IMAGE, stale)
+
+    def notes(self) -> list[str]:
+        if not self.failed:
+            return []
+        return [f"the pixel model could not read {len(self.failed)} file(s) (no labels, zero visual vector): "
+                f"{'; '.join(self.failed[:3])}"]
 
 
 def answered_by(record: ImageRecord, space: str, info_model: str) -> str:
@@ -141,42 +186,4 @@ def pixel_note(pixels: dict[str, Any]) -> str:
             f"for {seen['pixels']}, by file names, dates and places for {seen['names']}")
 
 
-def add_pixels(gallery: Gallery, records: list[ImageRecord], stage: PixelStage, dual: Any) -> None:
-    """Run the pixel model over stored ``records`` (copies are changed, never the gallery's) and store, in one
-    transaction: their labels, their ``visual`` vectors and, in caption mode, the ConSE image vector of each one
-    without a caption (the others keep theirs). Nothing else about them is read or embedded again."""
-    recs = [ImageRecord.from_dict(r.to_dict()) for r in records]
-    out = stage.run(recs)
-    swap = [n for n, r in enumerate(recs) if stage.caption_mode and dual is not None and not r.has_caption
-            and r.labels]
-    image = stage.conse.of_labels([recs[n] for n in swap]) if swap else None
-    with gallery.transaction() as c:
-        gallery.ensure_space(c, SPACE_VISUAL, stage.model_id, stage.dim)
-        if image is not None:
-            gallery.ensure_space(c, SPACE_IMAGE, dual.model_id, dual.dim)
-        for n, rec in enumerate(recs):
-            gallery.update_record(c, rec)
-            gallery.put_vectors(c, rec.id, {SPACE_VISUAL: out.features[n]})
-        for k, n in enumerate(swap):
-            assert image is not None
-            gallery.put_vectors(c, recs[n].id, {SPACE_IMAGE: image[k]})
-
-
-def backfill(gallery: Gallery, stage: PixelStage, dual: Any, batch_size: int,
-             progress: Callable[[int, int, str], None] | None = None) -> int:
-    """Every stored photo without a ``visual`` vector goes through the pixel model (:func:`add_pixels`), one
-    committed batch at a time: a killed run resumes where it stopped. Returns how many were done."""
-    missing = gallery.missing_vectors([SPACE_VISUAL]).get(SPACE_VISUAL, [])
-    if not missing:
-        return 0
-    gallery.reload()
-    for start in range(0, len(missing), batch_size):
-        batch = gallery.records(missing[start : start + batch_size])
-        add_pixels(gallery, batch, stage, dual)
-        if progress is not None:
-            progress(min(start + batch_size, len(missing)), len(missing), batch[-1].path)
-    gallery.reload()
-    return len(missing)
-
-
-__all__ = ["SPACE_VISUAL", "PixelStage", "add_pixels", "answered_by", "backfill", "coverage", "pixel_note"]
+__all__ = ["SPACE_VISUAL", "PixelRow", "PixelStage", "answered_by", "coverage", "pixel_note"]

@@ -14,7 +14,7 @@ import copy
 from dataclasses import replace
 from pathlib import Path
 
-from imagent.core.config import IndexOptions
+from imagent.core.config import IndexOptions, PlaceOptions
 from imagent.core.hashing import short_id
 from imagent.core.imageio import FileProbe, ImageLoadError, probe_file
 from imagent.core.text import display_path
@@ -29,14 +29,13 @@ from imagent.index.sources import RowFields, SourceItem, abspath, given
 UPGRADE_VERSION = "places-2"
 
 
-def place_for(rec: ImageRecord, options: IndexOptions) -> str | None:
+def place_for(rec: ImageRecord, options: PlaceOptions) -> str | None:
     """The offline place name of the record's coordinates (None: no GPS, a given address, none near, the
     feature off, or the data not installed)."""
-    if not options.place_names or rec.address or rec.latitude is None or rec.longitude is None:
+    if not options.names or rec.address or rec.latitude is None or rec.longitude is None:
         return None
     try:
-        found = places.reverse(rec.latitude, rec.longitude, options.place_max_km, options.place_town_km,
-                               options.place_municipal_km)
+        found = places.reverse(rec.latitude, rec.longitude, options.max_km, options.town_km, options.municipal_km)
     except places.PlacesUnavailable:
         return None
     return found.name if found is not None else None
@@ -48,10 +47,9 @@ def _derived(rec: ImageRecord, root: str | None) -> str:
 
 
 def make_record(item: SourceItem, probe: FileProbe, root: str | None = None,
-                options: IndexOptions | None = None) -> ImageRecord:
+                place_options: PlaceOptions | None = None) -> ImageRecord:
     """The record for one input. With no caption, ``derived_text`` holds what its names, date and place
     say (:mod:`imagent.index.derived`), which the caption spaces embed instead of nothing."""
-    options = options or IndexOptions()
     row = item.row or RowFields()
     found = ImageRecord(id=short_id(probe.content_hash), path=item.path, content_hash=probe.content_hash,
                         taken_time=probe.taken_time, latitude=probe.latitude, longitude=probe.longitude,
@@ -59,18 +57,18 @@ def make_record(item: SourceItem, probe: FileProbe, root: str | None = None,
     rec = replace(found, **copy.deepcopy(row.given))  # what the row gives wins over what the file says
     if given(rec.extra.get("device")):  # a manifest's "device" column (DISBench's capturedevice) names the device
         rec.device = str(rec.extra["device"]).strip()
-    rec.place = place_for(rec, options)
+    rec.place = place_for(rec, place_options or PlaceOptions())
     if not rec.captions:
         rec.derived_text = _derived(rec, root)
     return rec
 
 
-def upgraded(rec: ImageRecord, root: str | None, options: IndexOptions) -> ImageRecord | None:
+def upgraded(rec: ImageRecord, root: str | None, options: PlaceOptions) -> ImageRecord | None:
     """``rec`` with its place name and derived text as an index built now would have them, or None when
     they are the same already (nothing to store or re-embed)."""
     # Named anew by the current rule when the data is here (a stored name from an older rule is replaced);
     # without it, what is stored stays.
-    place = place_for(rec, options) if options.place_names and places.available() else rec.place
+    place = place_for(rec, options) if options.names and places.available() else rec.place
     new = replace(rec, place=place, captions=list(rec.captions), tags=list(rec.tags), extra=dict(rec.extra))
     if not new.captions:
         new.derived_text = _derived(new, root)
@@ -79,7 +77,8 @@ def upgraded(rec: ImageRecord, root: str | None, options: IndexOptions) -> Image
     return new
 
 
-def record_for_file(path: str | Path, gallery: Gallery | None, options: IndexOptions | None = None) -> ImageRecord:
+def record_for_file(path: str | Path, gallery: Gallery | None, options: IndexOptions | None = None,
+                    place_options: PlaceOptions | None = None) -> ImageRecord:
     """The gallery's record for this file's content if it has one, else a transient record.
 
     A transient record has the content-hash id, EXIF time and position (and their place name), no caption.
@@ -94,4 +93,4 @@ def record_for_file(path: str | Path, gallery: Gallery | None, options: IndexOpt
         found = gallery.record_by_hash(probe.content_hash)
         if found is not None:
             return found
-    return make_record(SourceItem(key=f"file:{p}", path=p, display=display_path(p)), probe, None, options)
+    return make_record(SourceItem(key=f"file:{p}", path=p, display=display_path(p)), probe, None, place_options)

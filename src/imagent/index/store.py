@@ -45,6 +45,10 @@ CREATE TABLE IF NOT EXISTS spaces (name TEXT PRIMARY KEY, model_id TEXT NOT NULL
 CREATE TABLE IF NOT EXISTS skipped (source_key TEXT PRIMARY KEY, path TEXT, reason TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS phash (content TEXT PRIMARY KEY, hash TEXT NOT NULL);  -- perceptual hashes (hex)
+-- which per-photo stage (imagent/index/stages.py) ran on which record, at which version
+CREATE TABLE IF NOT EXISTS stage_runs (
+    stage TEXT NOT NULL, id TEXT NOT NULL, version TEXT NOT NULL, PRIMARY KEY (stage, id)
+);
 """
 
 # Rows read from SQLite per batch when vectors are streamed into a snapshot.
@@ -169,8 +173,20 @@ class Writer(Reader):
         for i in ids:
             self._c.execute("DELETE FROM records WHERE id=?", (i,))
             self._c.execute("DELETE FROM vectors WHERE id=?", (i,))
+            self._c.execute("DELETE FROM stage_runs WHERE id=?", (i,))
         if ids:
             self.bump_generation()
+
+    def drop_vectors(self, space: str, ids: Sequence[str]) -> None:
+        """Delete ``ids``' vectors in ``space`` (stale: the stage that fills it computes them again)."""
+        self._c.executemany("DELETE FROM vectors WHERE space=? AND id=?", [(space, i) for i in ids])
+        if ids:
+            self.bump_generation()
+
+    def mark_stage(self, stage: str, ids: Sequence[str], version: str) -> None:
+        """Record that ``stage`` ran on ``ids`` at ``version`` (derived bookkeeping: no generation bump)."""
+        self._c.executemany("INSERT OR REPLACE INTO stage_runs(stage, id, version) VALUES (?,?,?)",
+                            [(stage, i, version) for i in ids])
 
     def mark_skipped(self, source_key: str, path: str, reason: str) -> None:
         self._c.execute("INSERT OR REPLACE INTO skipped(source_key, path, reason) VALUES (?,?,?)",
@@ -278,6 +294,20 @@ class Store:
             if ids:
                 out[space] = ids
         return out
+
+    def stage_pending(self, stage: str, version: str) -> list[str]:
+        """Ids of the records ``stage`` has not run on at ``version``, in row order."""
+        return [i for (i,) in self._conn().execute(
+            "SELECT r.id FROM records r LEFT JOIN stage_runs s ON s.stage = ? AND s.id = r.id "
+            "WHERE s.version IS NULL OR s.version != ? ORDER BY r.row", (stage, version))]
+
+    def seed_stage(self, stage: str, version: str, space: str) -> None:
+        """Count the records with a vector in ``space`` as run by ``stage`` at ``version`` (indexes from before
+        runs were recorded: the space was that stage's marker); once (meta ``seeded:<stage>``)."""
+        with self.transaction() as w:
+            w._c.execute("INSERT OR IGNORE INTO stage_runs(stage, id, version) SELECT ?, id, ? FROM vectors "
+                         "WHERE space = ?", (stage, version, space))
+            w.set_meta(f"seeded:{stage}", "1")
 
     def phashes(self) -> dict[str, int]:
         """content hash -> 64-bit perceptual hash (:mod:`imagent.index.duplicates`)."""

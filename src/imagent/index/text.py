@@ -10,11 +10,12 @@ reading order). This module is the one place they are matched against what a per
   none), and answers, vectorised over photos: which contain a string (``text ~ 'sol'``: case- and
   accent-insensitive, inside a word too: "solar"), which hold a phrase as whole words (``text = 'cafe sol'``, and a
   quoted search, ``"Cafe Sol"``), and which share of a query's words each photo's text holds (the boost of a plain
-  search, :func:`lift`).
+  search, :func:`lift`: over the words some text holds, weighted by their rarity, :meth:`PhotoTexts.share`).
 """
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
@@ -150,11 +151,19 @@ class PhotoTexts:
         return self._spread(u.has_phrase(words) for u in self.uniques)
 
     def share(self, words: Sequence[str]) -> np.ndarray:
-        """For each photo, the share of ``words`` (from :func:`query_words`) its text holds as whole words (0..1)."""
+        """For each photo, the share of ``words`` (from :func:`clue_words`) its text holds as whole words (0..1),
+        counted over the words some photo's text holds at all (a word no text holds, "restaurant" in "the restaurant
+        called Sol", is the content search's alone), each weighted by its rarity among the photos with text
+        (``log(1 + photos with text / photos whose text holds it)``, as BM25's idf): "the day I photographed the sign
+        for Sintra" gives the photo of SINTRA the whole share."""
         wanted = list(dict.fromkeys(words))
-        if not wanted:
+        counts = np.bincount(self.codes[self.codes >= 0], minlength=len(self.uniques))
+        df = {w: int(sum(counts[n] for n, u in enumerate(self.uniques) if w in u.words)) for w in wanted}
+        idf = {w: math.log(1 + self.with_text / df[w]) for w in wanted if df[w]}
+        total = sum(idf.values())
+        if not total:
             return np.zeros(self.size, dtype=np.float64)
-        return self._spread((sum(w in u.words for w in wanted) / len(wanted) for u in self.uniques), np.float64)
+        return self._spread((sum(v for w, v in idf.items() if w in u.words) / total for u in self.uniques), np.float64)
 
     def matched(self, row: int, words: Sequence[str]) -> list[str]:
         """Which of ``words`` the text of photo ``row`` holds."""
@@ -176,9 +185,9 @@ class PhotoTexts:
 
 def lift(scores: np.ndarray, share: np.ndarray, unit: float, boost_z: float) -> np.ndarray:
     """``scores`` with each photo lifted by ``boost_z`` robust z-units (``unit``: the scores' spread) times the share
-    of the query's words its text holds: a photo whose text holds every word rises ``boost_z`` spreads above its
-    content score (with the default above a strong match's z, from the median); one that holds half of them half
-    as far."""
+    of the query's words its text holds (:meth:`PhotoTexts.share`): a photo whose text holds them all rises
+    ``boost_z`` spreads above its content score (with the default above a strong match's z, from the median); one
+    that holds half of them (by weight) half as far."""
     return np.asarray(scores, dtype=np.float64) + unit * boost_z * np.asarray(share, dtype=np.float64)
 
 

@@ -519,7 +519,7 @@ def pixel_notice(method: Method) -> list[str]:
     if not spaces or any(s.split("@")[0] == "image" and not info[s].model_id.startswith("caption:") for s in spaces):
         return []
     key = (g.generation(), len(g), spaces[0])
-    memo = g.__dict__.setdefault("_pixel_notice", {})
+    memo = g.derived.setdefault("pixel_notice", {})  # kept with this gallery object, keyed by its generation
     if key not in memo:
         seen = [answered_by(r, spaces[0], info[spaces[0]].model_id) for r in g.records()]
         blind = seen.count("names") + seen.count("nothing")

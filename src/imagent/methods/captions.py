@@ -7,8 +7,14 @@ ranking and the numbers no longer measure the paper's method, with nothing to sa
 reads gallery captions checks the index first (:func:`check_captions`, called from ``Method.preflight``
 before any model call):
 
-- **no image of the pool has a caption** -> :class:`MissingCaptionsError`, naming the three fixes
-  (caption with a model that sees pixels, import captions, or ``allow_missing_captions=true``);
+- **no image of the pool has a caption, and the pixel model has not seen them either** ->
+  :class:`MissingCaptionsError`, naming the three fixes (caption with a model that sees pixels, import captions,
+  or ``allow_missing_captions=true``);
+- **no image of the pool has a caption, but the pixel model labelled them** (a camera folder, a benchmark with its
+  captions withheld) -> the method runs on the pixel descriptions (:mod:`imagent.index.describe`: the caption
+  space embeds them, the roles read them), and the ``checks`` step, the CLI and the eval report say so: the
+  numbers are the method's over labels as text (decision 11: Open), not the paper's over captions
+  (docs/faithfulness.md);
 - ``allow_missing_captions=true`` -> the method runs, and the first trace step (``checks``), the CLI and
   the eval report say that the captions were missing;
 - **some images lack a caption** -> the method runs, with a note giving the count (a captioner that
@@ -55,6 +61,14 @@ def caption_coverage(gallery: Gallery, ids: Iterable[str] | None = None) -> tupl
     return sum(1 for r in records if r.has_caption), len(records)
 
 
+def pixel_described(gallery: Gallery, ids: Iterable[str] | None = None, sample: int = 200) -> bool:
+    """Whether the pool's photos went through the pixel model (their labels are what a pixel description is built
+    from): at least nine in ten of the first ``sample`` of them carry labels."""
+    pool = list(gallery.ids if ids is None else ids)[:sample]
+    records = gallery.records([i for i in pool if i in gallery])
+    return bool(records) and sum(1 for r in records if r.labels) >= 0.9 * len(records)
+
+
 def check_captions(gallery: Gallery, method: str, uses: list[str], allow: bool,
                    ids: Iterable[str] | None = None) -> list[str]:
     """Refuse (:class:`MissingCaptionsError`) or warn when the gallery lacks the captions ``uses`` read.
@@ -68,6 +82,10 @@ def check_captions(gallery: Gallery, method: str, uses: list[str], allow: bool,
         return []
     what = "; ".join(uses)
     if with_caption == 0:
+        if not allow and pixel_described(gallery, ids):
+            return [f"no captions: none of the {total} gallery images has one, so {what} read the pixel model's "
+                    "descriptions of the photos (labels as text: Open track); these results do not measure the "
+                    "paper's method over captions"]
         if not allow:
             raise MissingCaptionsError(
                 f"{method} reads gallery captions ({what}), but none of the {total} images in this index has a "
@@ -122,4 +140,5 @@ __all__ = [
     "caption_coverage",
     "check_captions",
     "note_capped",
+    "pixel_described",
 ]

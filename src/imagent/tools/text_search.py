@@ -9,12 +9,13 @@ explicitly answers on its own, as its paper describes):
   phrase as whole words, in order, on one line (case and accents aside) rank first, every one of them a strong match
   (lifted together by one offset, so they keep their own order and stay above every other photo);
 - **the content words** (less words too common to be evidence: :func:`~imagent.index.text.clue_words`) match the
-  text and the content together: a photo is lifted by ``ocr.search_boost_z``
-  robust z-units (the spread of the query's scores over the gallery, as the match levels measure it,
-  :mod:`imagent.index.levels`) times the share of the words its text holds, above its content score. With the
-  default, a photo whose text holds every word is a strong match from the median; one holding half of them rises
-  half as far. A photo the content method did not rank comes in at the median of the query's scores (the typical
-  photo's: its own is not known here).
+  text and the content together: a photo is lifted by ``ocr.search_boost_z`` robust z-units (the spread of the
+  query's scores over the gallery, as the match levels measure it, :mod:`imagent.index.levels`) times the share of
+  the words its text holds, above its content score. The share counts the words some photo's text holds at all,
+  weighted by their rarity (:meth:`~imagent.index.text.PhotoTexts.share`): in "the restaurant called Sol" only
+  "sol" is text evidence, "restaurant" is the content search's. With the default, a photo whose text holds them all
+  is a strong match from the median; one holding half of them rises half as far. A photo the content method did
+  not rank comes in at the median of the query's scores (the typical photo's: its own is not known here).
 
 Each result says what matched it (``Result.text_matches``: the words its text holds; the result rows' ``matched_by``
 is ``text`` when the text alone made it a match, ``text+<space>`` when both did). The trace has a ``text`` step with
