@@ -149,6 +149,16 @@ def test_corrupt_or_huge_files_get_a_per_file_error_and_ocr_can_be_off(tmp_path,
     stage.put(None, g, [], rows)
     assert stage.notes()[0].startswith("the OCR model could not read 1 file(s)") and "truncated.jpg" in \
         stage.notes()[0]
+
+    class Failing:  # the engine failing on a photo: that photo keeps no text, said, and the others are read
+        def read_file(self, path):
+            if "ok" not in str(path):
+                raise RuntimeError("engine failure")
+            return build_text_reader(OcrOptions(threads=1)).read_file(path)
+
+    rows = TextStage(Failing, OcrOptions()).compute([ImageRecord(id="x", path=str(folder / "huge.png")),
+                                                     ImageRecord(id="o", path=str(ok))], {})
+    assert "RuntimeError: engine failure" in rows[0].failed and [x["text"] for x in rows[1].lines] == ["OPEN"]
     # off: no text stage in the composition, no text stored
     off = Workspace.from_config(sets=[f"index={tmp_path / 'off'}", "ocr.enabled=false"])
     report = off.index(folder)

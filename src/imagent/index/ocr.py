@@ -73,12 +73,16 @@ class TextStage(Stage):
                 ) -> list[TextRow]:
         from imagent.core.imageio import ImageLoadError
 
+        reader = self.reader
         out = []
         for rec in records:
             try:
-                out.append(TextRow([line.to_dict() for line in self.reader.read_file(rec.path)]))
+                out.append(TextRow([line.to_dict() for line in reader.read_file(rec.path)]))
             except ImageLoadError as exc:
                 out.append(TextRow(failed=f"cannot read {rec.path!r} (record {rec.id!r}): {exc}"))
+            except Exception as exc:  # the engine failing on one photo: that photo keeps no text, the build goes on
+                out.append(TextRow(failed=f"the OCR model failed on {rec.path!r} (record {rec.id!r}): "
+                                          f"{type(exc).__name__}: {exc}"))
         return out
 
     def apply(self, records: Sequence[ImageRecord], out: Sequence[TextRow]) -> None:
