@@ -28,7 +28,6 @@ from imagent.index.stages import Stage
 
 if TYPE_CHECKING:
     from imagent.index.gallery import Gallery
-    from imagent.index.parts import StageContext
     from imagent.index.store import Writer
 
 
@@ -111,9 +110,10 @@ class TextStage(Stage):
                 f"{'; '.join(self.failed[:3])}"]
 
 
-def text_stage(ctx: StageContext) -> TextStage | None:
-    """The stage from ``ctx.settings.ocr`` (None with ``enabled = false``), its reader bounded by the index's decode
-    limits (``ctx.settings.indexing``)."""
+def text_stage(ctx: Any) -> TextStage | None:
+    """The stage from a :class:`~imagent.index.parts.StageContext` (typed loosely: the composition imports this
+    module): ``ctx.settings.ocr`` (None with ``enabled = false``), its reader bounded by the index's decode limits
+    (``ctx.settings.indexing``)."""
     options = ctx.settings.ocr
     if not options.enabled:
         return None
