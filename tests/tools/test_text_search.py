@@ -54,6 +54,7 @@ def test_the_text_filter(gallery):
     assert f("text ~ 'café'") == ["cafe", "cafe2"]
     assert f("text = 'sol'") == ["cafe"]  # a whole word
     assert f("text = 'cafe sol'") == ["cafe"] and f("text = 'sol cafe'") == []  # in order
+    assert f("text = 'sol open'") == ["cafe"]  # in reading order, across lines
     assert f("text ~ 'garage sale'") == ["garage"] and f("text = 'sale'") == ["garage"]  # a glued run cut apart
     assert f("text != 'sol'") == ["cafe2", "garage", "sintra", "solar"]  # photos with text only
     assert len(f("not text ~ 'sol'")) == len(gallery) - 2

@@ -99,7 +99,7 @@ class _Text:
         per_line = photo_words(lines)
         self.words = frozenset(w for ws in per_line for w in ws)
         self.joined = " ".join(" ".join(ws) for ws in per_line)  # "garagesale" matches "garage sale" too
-        self.sequence = " " + " | ".join(" ".join(ws) for ws in per_line) + " "  # whole words, lines apart
+        self.sequence = f" {self.joined} "  # whole words in reading order
 
     def contains(self, pattern: str) -> bool:
         return any(pattern in x for x in self.lines) or pattern in self.joined
@@ -146,7 +146,8 @@ class PhotoTexts:
         return self._spread(u.contains(p) for u in self.uniques) if p else np.zeros(self.size, dtype=bool)
 
     def phrase(self, phrase: str) -> np.ndarray:
-        """Photos whose text holds ``phrase``'s words as whole words, in order, on one line."""
+        """Photos whose text holds ``phrase``'s words as whole words, in order, in reading order (across lines too: a
+        sign that stacks "Cafe" over "Sol")."""
         words = query_words(phrase)
         return self._spread(u.has_phrase(words) for u in self.uniques)
 

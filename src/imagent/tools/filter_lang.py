@@ -49,7 +49,7 @@ Fields (aliases in brackets):
 - ``text`` [ocr]: the text read in the photo (signs, menus, tickets: the index's OCR pass, :mod:`imagent.index.text`).
   ``text ~ 'sol'``: its text contains ``sol``, in any case and without accents, inside a word too ("Solar",
   "Sol"; ``text ~ 'cafe sol'`` the two words in a row: spaces are single); ``text = 'sol'``: its text holds ``sol``
-  as a whole word (``text = 'cafe sol'``: those words in that order on one line), as a quoted search
+  as a whole word (``text = 'cafe sol'``: those words in that order, across lines too), as a quoted search
   (``"Cafe Sol"``) matches; ``text != 'x'``: a photo with text that does not hold it. A photo without text (none
   found, or no OCR ran) matches neither.
 
