@@ -17,6 +17,10 @@ person's largest group / all faces (1.0 and 1.0: one group per person, nobody mi
 
     python benchmarks/faces.py                      # 24 photos, workers 1 and 2, HOG and CNN (6 photos)
     python benchmarks/faces.py --photos 48 --cnn-photos 0
+    python benchmarks/faces.py --quality            # false faces per 100 stamps, recall on real faces
+
+``--quality`` prints one ``faces_quality`` line per setting: the defaults (the confidence floor ``faces.min_score``
+and the landmark check), dlib's own (floor 0, no check), and each of the two alone.
 
 Last line: ``faces hog_photos_per_s_1=... hog_photos_per_s_2=... cnn_photos_per_s_1=... purity=...
 completeness=... groups=... people=...``. Timings on a shared machine are noisy: run it on a quiet one.
@@ -126,6 +130,54 @@ def purity(work: Path) -> dict[str, float]:
             "groups": len(groups), "people": len(people)}
 
 
+SHARED_STAMPS = Path(__file__).resolve().parents[2] / "shared" / "data" / "stamps" / "images"
+MINI_STAMPS = Path(__file__).resolve().parents[1] / "src" / "imagent" / "eval" / "data" / "stamps_mini" / "images"
+
+
+def real_faces(work: Path) -> list[tuple[Path, int]]:
+    """The real face photos and the faces each holds: Obama x3 and Biden (tests/data/faces), scikit-image's
+    astronaut (one face; her mission patch is the classic false face) and matplotlib's Grace Hopper."""
+    import matplotlib.cbook
+
+    out = [(FACES / name, 1) for name in PEOPLE]
+    _skimage("astronaut").save(work / "astronaut.png")
+    with matplotlib.cbook.get_sample_data("grace_hopper.jpg") as f:
+        Image.open(f).convert("RGB").save(work / "grace_hopper.jpg")
+    return [*out, (work / "astronaut.png", 1), (work / "grace_hopper.jpg", 1)]
+
+
+def detection_quality(stamps: Path, work: Path, options: FaceOptions) -> dict[str, float]:
+    """False faces per 100 photos on the stamps (clip art and photos of things: no human face) and recall on the
+    real face photos (a face counts when as many faces are found as the photo holds, at most that many extra)."""
+    from imagent.models.faces import FaceModel
+
+    model = FaceModel(options)
+    photos = sorted(p for p in stamps.iterdir() if p.suffix.lower() in {".jpg", ".jpeg", ".png"})
+    false = sum(len(model.scan_file(str(p)).faces) for p in photos)
+    found = wanted = extra = 0
+    for path, n in real_faces(work):
+        got = len(model.scan_file(str(path)).faces)
+        found, wanted, extra = found + min(got, n), wanted + n, extra + max(0, got - n)
+    return {"stamps": len(photos), "false_faces": false, "false_per_100": 100 * false / max(len(photos), 1),
+            "recall": found / max(wanted, 1), "real_extra": extra}
+
+
+def quality_main(args: argparse.Namespace) -> int:
+    stamps = Path(args.stamps) if args.stamps else (SHARED_STAMPS if SHARED_STAMPS.is_dir() else MINI_STAMPS)
+    base = FaceOptions()
+    settings = [("default", base), ("dlib_default", base.model_copy(update={"min_score": 0.0,
+                                                                            "landmark_check": False})),
+                ("score_only", base.model_copy(update={"landmark_check": False})),
+                ("landmarks_only", base.model_copy(update={"min_score": 0.0}))]
+    with tempfile.TemporaryDirectory() as d:
+        for name, opts in settings:
+            q = detection_quality(stamps, Path(d), opts)
+            print(f"faces_quality setting={name} min_score={opts.min_score:g} landmark_check={opts.landmark_check} "
+                  f"stamps={q['stamps']} false_faces={q['false_faces']} false_per_100={q['false_per_100']:.2f} "
+                  f"recall={q['recall']:.3f} real_extra={q['real_extra']}", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--photos", type=int, default=24, help="camera-sized photos for the HOG runs")
@@ -133,7 +185,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--side", type=int, default=FaceOptions().side, help="faces.side for HOG")
     ap.add_argument("--cnn-side", type=int, default=1024, help="faces.side for the CNN (2048 takes ~30 s a photo)")
+    ap.add_argument("--quality", action="store_true", help="false faces per 100 stamps and recall on real faces "
+                    "for the default detection settings and without the confidence floor or landmark check")
+    ap.add_argument("--stamps", default=None, help="the stamps' image folder (default: ../shared's, else the mini)")
     args = ap.parse_args(argv)
+    if args.quality:
+        return quality_main(args)
     out: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)

@@ -26,12 +26,12 @@ from pathlib import Path
 EAGER = """
 import sys
 from imagent.cli import main
-orig = main.get_workspace
+orig = main.workspace
 def eager(*a, **k):
     ws = orig(*a, **k)
     ws.text_embedder, ws.dual_encoder  # load both, as the index command used to
     return ws
-main.get_workspace = eager
+main.workspace = eager
 sys.argv = ["imagent", *sys.argv[1:]]
 main.app()
 """

@@ -1,5 +1,5 @@
 """The package's layers import one way (docs/architecture.md, the README's map): core <- models, index <- tools
-<- agents <- methods <- api <- eval <- cli, server. A module importing upwards would tie a low layer to an
+<- agents <- methods <- api <- library, eval <- cli, server. A module importing upwards would tie a low layer to an
 interface and is refused here; nothing is allow-listed."""
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ ALLOWED: dict[str, set[str]] = {
     "agents": {"core", "models", "index", "tools"},
     "methods": {"core", "models", "index", "tools", "agents"},
     "api": {"core", "models", "index", "tools", "agents", "methods"},
+    "library": {"core", "models", "index", "tools", "agents", "methods", "api"},
     "eval": {"__init__", "core", "models", "index", "tools", "agents", "methods", "api"},
-    "server": {"core", "models", "index", "tools", "agents", "methods", "api", "eval"},
-    "cli": {"__init__", "core", "models", "index", "tools", "agents", "methods", "api", "eval", "server"},
+    "server": {"core", "models", "index", "tools", "agents", "methods", "api", "library", "eval"},
+    "cli": {"__init__", "core", "models", "index", "tools", "agents", "methods", "api", "library", "eval", "server"},
     "__init__": {"core"},
 }
 
@@ -215,7 +216,7 @@ def test_no_file_over_700_lines():
 
 
 MAX_FUNCTION_LINES = 120
-SHELLS = {"server", "cli"}  # their long functions (create_app, the eval and oscar commands) go with issue 44's service
+SHELLS: set[str] = set()  # none left: create_app and the eval and oscar commands were split with the library service
 
 
 def functions_over(root: Path, limit: int = MAX_FUNCTION_LINES, skip: set[str] = frozenset()) -> list[str]:
@@ -233,7 +234,8 @@ def functions_over(root: Path, limit: int = MAX_FUNCTION_LINES, skip: set[str] =
     return out
 
 
-def test_no_function_over_120_lines_below_the_shells():
+def test_no_function_over_120_lines():
+    """Issue 44: no function in src/ is longer than 120 lines, the web server's and the CLI's included."""
     long = functions_over(SRC, skip=SHELLS)
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines (split them into named steps): {long}"
 

@@ -175,7 +175,7 @@ def test_first_hour_small_things(photos, geo_photos, tmp_path, monkeypatch):
     from fastapi.testclient import TestClient
 
     from imagent.server import create_app
-    from imagent.server.app import _no_server_paths, _uploaded_record
+    from imagent.server.search import _no_server_paths, _uploaded_record
 
     client = TestClient(create_app(Workspace(Settings(index=photos, cache_dir=tmp_path / "cache"))),
                         base_url="http://127.0.0.1:8765")

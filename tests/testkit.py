@@ -59,8 +59,7 @@ def eval_app() -> Any:
     """A Typer app with ``imagent eval`` (and ``score``, ``pack``, ``replay``) registered, as the CLI has it."""
     import typer
 
-    from imagent.api import Workspace
-    from imagent.cli.eval_cmd import register
+    from imagent.cli import eval_cmd
 
     app = typer.Typer()
 
@@ -68,7 +67,7 @@ def eval_app() -> Any:
     def _root() -> None:
         """test app"""
 
-    register(app, lambda config, sets: Workspace.from_config(config, sets))
+    app.add_typer(eval_cmd.app)  # as imagent.cli.main adds it
     return app
 
 

@@ -58,6 +58,7 @@ from imagent.methods.base import Method, MethodConfig, MethodContext, get_method
 from imagent.models.base import ChatModel
 from imagent.models.registry import build_chat_model
 from imagent.models.roles import Role, Roles
+from imagent.tools.photo_search import UnknownReference
 
 if TYPE_CHECKING:
     from imagent.index.builder import IndexReport
@@ -86,24 +87,6 @@ class TaskMismatch(ValueError):
         what = {"tir": "needs a reference image", "cir": "takes no reference image"}.get(task, f"takes no {task} query")
         super().__init__(f"method {method!r} {what} (it handles {sorted(tasks)} queries)")
         self.method, self.task, self.tasks = method, task, tasks
-
-
-class UnknownReference(ValueError):
-    """A reference that is neither an image id in the gallery nor a file; the message names the closest id
-    (or the id of the closest file name: folder ids are content hashes)."""
-
-    def __init__(self, ref: str, gallery: Gallery) -> None:
-        import difflib
-
-        close = difflib.get_close_matches(ref, [str(i) for i in gallery.ids], n=1, cutoff=0.6)
-        guess = f" (did you mean {close[0]!r}?)" if close else ""
-        if not close:
-            stems = {Path(r.path).stem: r.id for r in gallery.records()}
-            near = difflib.get_close_matches(ref, list(stems), n=1, cutoff=0.6)
-            if near:
-                guess = f" (did you mean {stems[near[0]]!r}, the file {near[0]!r}?)"
-        super().__init__(f"reference {ref!r} is neither an image id in the gallery nor a file{guess}")
-        self.reference = ref
 
 
 def _python_object(cls: type) -> Callable[[Any], Any]:
@@ -387,12 +370,15 @@ class Workspace:
                 p.roles = Roles(factory, self.call_cache)
             return p.roles
 
-    def gallery(self, index: str | Path | None = None, create: bool = False) -> Gallery:
+    def gallery(self, index: str | Path | None = None, create: bool = False, fresh: bool = False) -> Gallery:
+        """The gallery at ``index`` (the configured one by default), opened once and then shared. ``fresh``: reopened
+        first when a build committed since it was opened (a server serving the newest index without a restart;
+        searches still running keep the object they started with)."""
         root = Path(index).expanduser() if index else self.settings.index
         p = self.parts
         with p.lock:
             g = p.galleries.get(root)
-            if g is None:
+            if g is None or (fresh and not g.is_current()):
                 g = p.galleries[root] = Gallery(root, create=create)
                 g.configure(self.settings.indexing, self.settings.ann)
                 g.labels_as_text = self.settings.pixels.labels_as_text  # read by the album tools and DISBench's track
@@ -627,8 +613,9 @@ class Workspace:
         return self.method("photocraft", index, **(params or {})).mark_answer_correct(query, trace)
 
     def resolve_reference(self, reference: str | Path | ImageRecord, index: str | Path | None = None) -> ImageRecord:
-        """A reference given as a gallery id, a path inside the gallery, or any image file;
-        :class:`UnknownReference` (with the closest ids) when it is neither an id nor a file."""
+        """A reference given as a gallery id, an image file, or the file name (or the end of the path) of one photo
+        the index holds, from any working folder (:func:`records_named`); :class:`UnknownReference` (with the
+        closest names) when it is none of them, or names several photos."""
         if isinstance(reference, ImageRecord):
             return reference
         from imagent.index.builder import record_for_file
@@ -638,7 +625,12 @@ class Workspace:
         if ref in g:
             return g.record(ref)
         if not Path(ref).expanduser().exists():
-            raise UnknownReference(ref, g)
+            from imagent.tools.photo_search import records_named
+
+            named = records_named(g, ref)
+            if len(named) == 1:  # a file name the index knows (IMG_0053.jpg from any folder)
+                return named[0]
+            raise UnknownReference(ref, g, named)
         return record_for_file(Path(ref), g)
 
 

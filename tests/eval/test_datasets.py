@@ -7,10 +7,12 @@ import json
 import pytest
 from PIL import Image
 
-from imagent.cli.eval_cmd import route_sets
+from imagent.cli.common import route_sets
 from imagent.core.config import ConfigError
+from imagent.eval import metrics as M
 from imagent.eval.datasets import BenchmarkError, Predictions, load_benchmark
 from imagent.eval.datasets.genecis import dilated_box
+from imagent.eval.identity import select_items
 from imagent.eval.scoring import score_file
 
 
@@ -98,6 +100,24 @@ def test_disbench_per_user_galleries_and_set_metrics(tmp_path):
     assert m["overall/f1"] == pytest.approx(100 * (1 + 2 / 3) / 2)
     capped = load_benchmark("disbench", tmp_path, answer_top_k=1)
     assert capped.answer_set(items[1], ["p9", "p8"]) == ["u2/p9"]
+    assert "wording/f1_worst" not in m  # no question asked twice
+
+
+def test_disbench_questions_in_several_wordings(tmp_path):
+    disbench_files(tmp_path)
+    rows = [json.loads(x) for x in (tmp_path / "queries.jsonl").read_text().splitlines()]
+    again = {**rows[0], "query_id": "q1b", "query": "another wording"}
+    rows = [{**rows[0], "question": "g1"}, {**again, "question": "g1"}, {**rows[1], "question": "g2"}]
+    (tmp_path / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    items = load_benchmark("disbench", tmp_path).queries()
+    assert [it.query.extra["question"] for it in items] == ["g1", "g1", "g2"]
+    # --limit counts questions: a question's wordings are kept or dropped together
+    assert [it.group for it in items] == ["g1", "g1", "g2"]
+    assert [it.id for it in select_items(items, 1, "first")] == ["q1", "q1b"]
+    preds = write(tmp_path / "p.json", {"q1": rows[0]["answer"], "q1b": ["p3"], "q2": ["p9"]})
+    m = score_file("disbench", tmp_path / "queries.jsonl", preds)["metrics"]
+    assert m["wording/questions"] == 2 and m["wording/f1_best"] == 100.0
+    assert m["wording/f1_worst"] == pytest.approx(100 * (M.set_f1(["u1/p3"], items[1].truth["answer"]) + 1) / 2)
 
 
 # ----------------------------------------------------------------------------- GeneCIS attributes
@@ -234,19 +254,11 @@ def test_cirr_score_warns_on_truncated_rankings(tmp_path, stamps_root):
 
 @pytest.mark.slow
 def test_imagent_eval_cirr_runs_subset_mode_and_says_so(tmp_path, stamps_root):
-    import typer
     from typer.testing import CliRunner
 
-    from imagent.api import Workspace
-    from imagent.cli.eval_cmd import register
+    from testkit import eval_app
 
-    app = typer.Typer()
-
-    @app.callback()
-    def _root() -> None:
-        """test app"""
-
-    register(app, lambda config, sets: Workspace.from_config(config, sets))
+    app = eval_app()
     ann, names = tiny_cirr(tmp_path, stamps_root)
     run = tmp_path / "run"
     res = CliRunner().invoke(app, ["eval", "cirr", "--method", "clip", "--annotations", str(ann),

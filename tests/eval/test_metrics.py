@@ -183,6 +183,13 @@ def test_disbench_groups_by_event_type():
     assert r["inter/f1"] == pytest.approx(100 * (2 / 3 + 0) / 2)
 
 
+def test_wording_scores_mean_each_questions_worst_and_best_wording():
+    r = M.wording_scores([1.0, 0.5, 0.0, 0.8, 0.6], ["g1", "g1", "g1", "g2", "g2"])
+    assert r["wording/f1_worst"] == pytest.approx(100 * (0.0 + 0.6) / 2)
+    assert r["wording/f1_best"] == pytest.approx(100 * (1.0 + 0.8) / 2) and r["wording/questions"] == 2
+    assert M.wording_scores([1.0, 0.5], ["q1", "q2"]) == {}  # one wording a question: nothing to say
+
+
 # ----------------------------------------------------------------------------- generic
 
 

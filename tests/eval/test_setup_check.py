@@ -11,23 +11,24 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from imagent.cli.eval_cmd import register
-
 SHIPPED = Path(__file__).resolve().parents[2] / "src/imagent/eval/data/stamps_mini"
 
 
-def app() -> typer.Typer:
-    a = typer.Typer()
+@pytest.fixture(autouse=True)
+def no_workspace(monkeypatch):
+    """--check must not build a workspace (no model, no index)."""
+    from imagent.cli import eval_cmd
 
-    @a.callback()
-    def _root() -> None:
-        """test app"""
-
-    def no_models(config, sets):
+    def no_models(*_a, **_k):
         raise AssertionError("--check must not build a workspace")
 
-    register(a, no_models)
-    return a
+    monkeypatch.setattr(eval_cmd, "workspace", no_models)
+
+
+def app() -> typer.Typer:
+    from testkit import eval_app
+
+    return eval_app()
 
 
 def check(*args: str) -> tuple[int, dict, str]:

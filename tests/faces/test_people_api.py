@@ -115,11 +115,11 @@ def test_people_api_lists_names_merges_and_filters(served, faces_kit):
 
     assert list(crops_dir.rglob("*.jpg"))
     done = forget(gallery)
-    assert done["face_crops_removed"] >= 1 and not crops_dir.exists()
+    assert done.face_crops_removed >= 1 and not crops_dir.exists()
 
 
 def test_face_thumbnails_follow_the_image_rules(served):
-    from imagent.server.app import _card
+    from imagent.library import photo_card
 
     base, folder, gallery = served
     with httpx.Client(base_url=base, timeout=60) as client:
@@ -137,7 +137,7 @@ def test_face_thumbnails_follow_the_image_rules(served):
         (folder / "biden.jpg").unlink()
         assert client.get(url).status_code == 404
     rid = next(i for i in gallery.ids if Path(gallery.record(i).path).name == "obama.jpg")
-    card = _card(gallery.record(rid), gallery)
+    card = photo_card(gallery.record(rid), gallery).to_dict()
     assert card["people"] and set(card["people"][0]) == {"id", "name"}
 
 
@@ -158,3 +158,24 @@ def test_an_index_without_face_data_has_no_people(tmp_path, build_people, faces_
     assert client.get("/api/people/1").status_code == 404
     assert client.post("/api/people/1/name", json={"name": "Anna"}).status_code == 404
     assert client.get("/api/faces/1/thumbnail").status_code == 404
+
+
+def test_ids_beyond_any_integer_are_404s(served):
+    """Issue 47, finding 6: ids past SQLite's integers were an OverflowError and a 500."""
+    base, _folder, _gallery = served
+    big = 99999999999999999999999
+    with httpx.Client(base_url=base, timeout=60) as client:
+        some = client.get("/api/people").json()["people"][0]
+        face = some["face_ids"][0]
+        answers = [client.post(f"/api/people/{big}/name", json={"name": "Anna"}),
+                   client.get(f"/api/people/{big}"),
+                   client.post("/api/people/merge", json={"into": big, "ids": [some["id"]]}),
+                   client.post("/api/people/merge", json={"into": some["id"], "ids": [big]}),
+                   client.post(f"/api/faces/{big}/split", json={}),
+                   client.post(f"/api/faces/{face}/split", json={"to": big}),
+                   client.post(f"/api/faces/{big}/remove"),
+                   client.get(f"/api/faces/{big}/thumbnail")]
+        for res in answers:
+            assert res.status_code == 404, (res.request.url, res.status_code, res.text)
+            assert res.json()["detail"].startswith(("no group", "no face")), res.text
+        assert client.get("/api/people").json()["people"][0]["faces"] == some["faces"]  # nothing changed

@@ -82,7 +82,7 @@ def test_people_commands_correct_and_forget(tmp_path, faces_kit):
     split = runner.invoke(app, ["people", "split", str(face), "--to", str(biden["id"]), "--index", index])
     assert split.exit_code == 0 and f"to group {biden['id']}" in split.stdout
     merged = runner.invoke(app, ["people", "merge", str(obama["id"]), str(biden["id"]), "--index", index])
-    assert merged.exit_code == 0 and "2 face(s)" in merged.stdout
+    assert merged.exit_code == 0 and "2 faces of group" in merged.stdout
     missing = runner.invoke(app, ["people", "name", "999", "Nobody", "--index", index])
     assert missing.exit_code == 2 and "no group 999" in missing.output
     removed = runner.invoke(app, ["people", "remove", str(face), "--index", index, "--json"])
@@ -100,3 +100,41 @@ def test_people_commands_correct_and_forget(tmp_path, faces_kit):
     assert after.exit_code == 2 and "no face data" in after.output
     off = runner.invoke(app, ["index", str(photos), "--index", index, "--set", "faces.mode=off", "--json"])
     assert json.loads(off.stdout)["faces"]["status"] == "off" and not (Path(index) / "faces.sqlite").exists()
+
+
+def test_ids_beyond_any_integer_are_one_line_errors(people_index, tmp_path):
+    """Issue 47, finding 6: an id past SQLite's integers named nobody with an OverflowError traceback."""
+    _folder, built, _report = people_index
+    index = str(tmp_path / "index")
+    shutil.copytree(built, index)
+    big = "99999999999999999999999"
+    runner = CliRunner()
+    for args in (["name", big, "Anna"], ["merge", big, "1"], ["merge", "1", big], ["split", big],
+                 ["split", "1", "--to", big], ["remove", big], ["show", big]):
+        out = runner.invoke(app, ["people", *args, "--index", index])
+        assert out.exit_code == 2, (args, out.output)
+        assert "Traceback" not in out.output and "Overflow" not in out.output
+        assert out.output.startswith("error: no group") or out.output.startswith("error: no face"), (args, out.output)
+
+
+def test_the_search_hint_after_naming_is_shell_safe(people_index, tmp_path):
+    """Issue 47, finding 11: a name with both quote kinds (and $, backticks) gives a hint a shell reads back as the
+    filter for that name, and the filter finds that group's photos."""
+    import shlex
+
+    _folder, built, _report = people_index
+    index = str(tmp_path / "index")
+    shutil.copytree(built, index)
+    runner = CliRunner()
+    groups = json.loads(runner.invoke(app, ["people", "--index", index, "--json"]).stdout)["people"]
+    name = """Jo "the Bear" O'Brien $HOME `id`"""
+    named = runner.invoke(app, ["people", "name", str(groups[0]["id"]), name, "--index", index], env={"COLUMNS": "300"})
+    assert named.exit_code == 0, named.output
+    hint = named.stdout.split("search: ", 1)[1].strip()
+    argv = shlex.split(hint)
+    assert argv[:3] == ["imagent", "search", "--where"] and len(argv) == 4
+    found = runner.invoke(app, ["search", "--where", argv[3], "--index", index, "--json"])
+    assert found.exit_code == 0, found.output
+    rows = json.loads(found.stdout)["results"]
+    assert {r["id"] for r in rows} == {p["id"] for p in groups[0]["photos"]}
+    assert all(r["people"][0]["name"] == name for r in rows)

@@ -54,7 +54,7 @@ def test_photos_without_faces_create_no_groups(tmp_path, build_people, kit):
     assert (report.faces.status, report.faces.scanned, report.faces.faces) == ("done", 3, 0)
     g = Gallery(tmp_path / "index")
     assert list_people(g) == []
-    assert scan_summary(g)["photos_scanned"] == 3
+    assert scan_summary(g).photos_scanned == 3
 
 
 def _copies(src: Path, dest: Path, geo_photo, kit) -> list[str]:
@@ -152,21 +152,21 @@ def test_corrections_merge_split_remove(tmp_path, build_people, kit):
     obama = next(p for p in list_people(g) if {Path(g.record(i).path).name for i in p.photos} == set(OBAMA))
     face = obama.faces[0]
     moved = split_face(g, face.id)
-    assert moved["new_group"] and moved["from"] == obama.id
-    assert len(get_person(g, obama.id).faces) == 2 and get_person(g, moved["to"]).faces[0].pinned
-    name_person(g, moved["to"], "Anna")
+    assert moved.new_group and moved.from_group == obama.id
+    assert len(get_person(g, obama.id).faces) == 2 and get_person(g, moved.to).faces[0].pinned
+    name_person(g, moved.to, "Anna")
     with pytest.raises(PeopleError, match=r"already named 'Anna'.*merge"):
         name_person(g, obama.id, "anna")
     with pytest.raises(PeopleError, match="reads as a group number"):
         name_person(g, obama.id, "12")
-    merged = merge_people(g, obama.id, [moved["to"]])
-    assert merged["name"] == "Anna" and merged["faces_moved"] == 1  # the unnamed group takes the other's name
+    merged = merge_people(g, obama.id, [moved.to])
+    assert merged.name == "Anna" and merged.faces_moved == 1  # the unnamed group takes the other's name
     assert len(get_person(g, "Anna").faces) == 3
     with pytest.raises(PeopleError, match="no group"):
-        get_person(g, moved["to"])
+        get_person(g, moved.to)
     # a false detection is removed for good: re-indexing does not bring it back
     gone = remove_face(g, face.id)
-    assert gone["face"] == face.id
+    assert gone.face == face.id
     report = build_people(folder, index)
     assert report.faces.scanned == 0 and len(get_person(Gallery(index), "Anna").faces) == 2
 
@@ -191,8 +191,8 @@ def test_forget_leaves_no_descriptor_in_the_index(tmp_path, build_people, kit):
     assert len(descriptors) >= 5 and all(len(d) == 128 * 4 for d in descriptors)
     g = Gallery(index)
     done = forget(g)
-    assert done["faces"] == len(descriptors) and done["people"] >= 3 and done["photos_scanned"] == 7
-    assert not done["left"] and not (index / "faces.sqlite").exists()
+    assert done.faces == len(descriptors) and done.people >= 3 and done.photos_scanned == 7
+    assert not done.left and not (index / "faces.sqlite").exists()
     # no file anywhere in the index folder holds any part of any descriptor (16 bytes = 4 floats)
     blobs = [p.read_bytes() for p in index.rglob("*") if p.is_file()]
     for d in descriptors:

@@ -172,7 +172,7 @@ def test_a_camera_folder_is_searched_by_its_pixels_by_default(camera):
 
 
 def test_labels_reach_getmetadata_and_the_web_card(camera):
-    from imagent.server.app import _card
+    from imagent.library import photo_card
     from imagent.tools.album import Album
 
     ws, _, truth, _ = camera
@@ -180,7 +180,7 @@ def test_labels_reach_getmetadata_and_the_web_card(camera):
     fid = next(i for i in g.ids if truth[Path(g.record(i).path).name] == "animals__mammals__equines__zebra")
     meta = Album(g).metadata([fid])[0]
     assert meta["labels"][0]["name"] == "zebra" and set(meta["labels"][0]) == {"name", "p"}
-    assert _card(g.record(fid))["labels"][0]["name"] == "zebra"
+    assert photo_card(g.record(fid)).labels[0].name == "zebra"
     from imagent.agents.state import ToolScope
     from imagent.methods.album.tools import AlbumToolsConfig, FilterMetadataTool, GetMetadataTool
 

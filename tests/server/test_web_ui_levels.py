@@ -40,7 +40,7 @@ def _search(page, text: str) -> None:
     page.evaluate("() => { document.querySelector('#status').textContent = ''; }")  # the last search's line gone
     page.fill("#query", text)
     page.click("#search-button")
-    page.wait_for_selector("#status:has-text('results in')")
+    page.wait_for_selector("#status:text-matches('[0-9]+ results? in ')")
     page.wait_for_function("() => !document.querySelector('#results.stale')")
 
 

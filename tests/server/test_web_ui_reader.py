@@ -44,7 +44,7 @@ def test_the_search_box_shows_what_it_understood_and_a_chip_removed_searches_aga
     page.fill("#query", "photos of Barack in Kyoto")
     page.click("#search-button")
     page.wait_for_selector("#understood-box:not([hidden]) #understood li")
-    page.wait_for_selector("#status:has-text('results in')")
+    page.wait_for_selector("#status:text-matches('[0-9]+ results? in ')")
     chips = page.locator("#understood li")
     assert [c.strip() for c in chips.evaluate_all("els => els.map(e => e.querySelector('span').textContent)")] == [
         "person Barack", "place Kyoto"]
@@ -55,7 +55,7 @@ def test_the_search_box_shows_what_it_understood_and_a_chip_removed_searches_aga
     # remove the place: the search runs again, Kyoto read as a word, Barack still a filter
     page.locator("#understood li[data-key='place:Kyoto'] button").click()
     wait_until(lambda: _shown_files(page, trips_ws) == {"IMG_0001.jpg", "IMG_0002.jpg", "IMG_0006.jpg"})
-    page.wait_for_selector("#status:has-text('results in')")
+    page.wait_for_selector("#status:text-matches('[0-9]+ results? in ')")
     labels = page.locator("#understood li span").evaluate_all("els => els.map(e => e.textContent)")
     assert labels == ["person Barack", "Kyoto"]  # the filter left, the word now searched
     assert "not=place%3AKyoto" in page.url
@@ -65,3 +65,19 @@ def test_the_search_box_shows_what_it_understood_and_a_chip_removed_searches_aga
     wait_until(lambda: _shown_files(page, trips_ws) == {"IMG_0007.jpg"})
     wait_until(lambda: page.locator("#understood li span").evaluate_all("els => els.map(e => e.textContent)")
                == ["person Joe", "place Lisbon"])
+
+
+def test_a_filter_that_matches_nothing_says_the_near_miss(trips_ws, serve_app, page):
+    """Issue 47: `place = 'Kyoto'` where places are stored as "Kyoto, Japan" shows no photo and the hint the CLI
+    prints (use place ~ 'Kyoto'), in a real browser; a filter that matches says nothing of the kind."""
+    from urllib.parse import quote
+
+    base = serve_app(create_app(trips_ws))
+    page.goto(f"{base}/search?where={quote(chr(39).join(['place = ', 'Kyoto', '']))}")
+    page.wait_for_selector("#match-note:not([hidden])")
+    note = page.inner_text("#match-note")
+    assert "place ~ 'Kyoto'" in note and "Kyoto, Japan" in note, note
+    assert _shown_files(page, trips_ws) == set()
+    page.goto(f"{base}/search?where={quote(chr(39).join(['place ~ ', 'Kyoto', '']))}")
+    page.wait_for_selector("#status:text-matches('[0-9]+ results? in ')")
+    assert _shown_files(page, trips_ws) and page.locator("#match-note").is_hidden()

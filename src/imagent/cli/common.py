@@ -1,4 +1,9 @@
-"""What every CLI command shares: consoles, the user-error wrapper, the progress bar, option types."""
+"""What every CLI command shares: consoles, the user-error wrapper, the progress bar, option types, and the one way a
+command builds its :class:`~imagent.api.Workspace` (:func:`workspace`) and its library (:func:`library`).
+
+Commands are declared one way: each module's ``typer.Typer`` (``app``) holds its commands, and
+:mod:`imagent.cli.main` adds every module's app to the main one (a group under its name, or its commands at the top
+level)."""
 
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ from rich.progress import (
 from rich.text import Text
 
 from imagent.cli.terminal import SafeConsole, terminal_safe
+from imagent.core.config import ConfigError, Settings, parse_value
 from imagent.core.redact import redact
 
 # Safe consoles: a control character from a file name, caption or model answer is printed escaped.
@@ -44,6 +50,85 @@ IndexOpt = Annotated[Path | None, typer.Option("--index", "-i", help="gallery in
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable JSON output")]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+if typing.TYPE_CHECKING:
+    from imagent.api import Workspace
+    from imagent.library import LibraryService
+
+
+def expand_sets(sets: list[str] | None, method: str | None) -> list[str]:
+    """``tau=0.2`` -> ``methods.<method>.tau=0.2``; ``imagescope.tau=0.2`` -> ``methods.imagescope.tau``."""
+    if not sets:  # nothing to route: only the named method's module is imported (a cold search starts faster)
+        if method:
+            from imagent.methods.base import get_method
+
+            get_method(method)  # names an unknown method clearly, before anything else
+        return []
+    return route_sets(sets, None, method)[1]
+
+
+def route_sets(sets: list[str] | None, benchmark: str | None, method: str | None
+               ) -> tuple[dict[str, Any], list[str]]:
+    """Split ``--set`` items into loader options and fully-qualified settings keys."""
+    from imagent.eval.datasets import canonical_name
+    from imagent.methods.base import get_method, list_methods
+
+    methods = list_methods()
+    if method:
+        get_method(method)  # names an unknown method clearly
+    chosen = canonical_name(benchmark) if benchmark else None
+    options: dict[str, Any] = {}
+    settings_sets: list[str] = []
+    fields = set(Settings.model_fields)
+    for item in sets or []:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"--set takes dotted.key=value (e.g. --set methods.imagescope.k=10), got {item!r}")
+        head, dot, rest = key.partition(".")
+        if dot and canonical_name(head) is not None and head not in fields:
+            if chosen is not None and canonical_name(head) != chosen:
+                raise ConfigError(f"--set {key}: an option of {head}, but the benchmark is {benchmark}")
+            options[rest] = parse_value(value.strip())
+        elif head in fields:
+            settings_sets.append(f"{key}={value}")
+        elif dot and head in methods:
+            settings_sets.append(f"methods.{key}={value}")
+        elif dot:
+            # A dotted key must start with a settings section, a method or a benchmark: blaming the
+            # chosen method's class for an unknown section would send the user to the wrong place.
+            from imagent.eval.datasets import BENCHMARKS
+
+            choices = [*fields, *methods, *BENCHMARKS]
+            raise ConfigError(
+                f"--set {key}: {head!r} is not a settings section, a method or a benchmark"
+                f"{did_you_mean(head, choices)}; sections: {', '.join(sorted(fields))}; "
+                f"methods: {', '.join(methods)}"
+            )
+        elif method:
+            settings_sets.append(f"methods.{method}.{key}={value}")
+        elif benchmark:
+            options[key] = parse_value(value.strip())
+        else:
+            raise ConfigError(f"--set {key}: not a setting; name a method or a benchmark option")
+    return options, settings_sets
+
+
+def workspace(config: Path | None, sets: list[str] | None = None, method: str | None = None,
+              overrides: dict[str, Any] | None = None) -> Workspace:
+    """The workspace of a command: defaults <- the config file <- environment <- ``overrides`` (a pack's settings)
+    <- ``--set`` (routed: a bare key is ``method``'s field)."""
+    from imagent.api import Workspace
+    from imagent.core.config import load_settings
+
+    return Workspace(load_settings(config, overrides, expand_sets(sets, method)))
+
+
+def library(config: Path | None, sets: list[str] | None, index: Path | None) -> LibraryService:
+    """The library service of the index at ``index`` (the configured one by default) for a command."""
+    from imagent.library import LibraryService
+
+    return LibraryService(workspace(config, sets), index)
 
 
 def _user_error_types() -> tuple[type[BaseException], ...]:

@@ -17,6 +17,7 @@ from rich.console import Console
 from imagent.api import Workspace, result_rows
 from imagent.cli.render import print_result
 from imagent.core.config import user_data_dir
+from imagent.core.text import plural
 
 # file in skimage/data -> caption (what a person sees in the photo)
 DEMO_PHOTOS: dict[str, str] = {
@@ -79,7 +80,7 @@ def run_demo(ws: Workspace, console: Console, json_out: bool = False) -> dict[st
     manifest = prepare_demo_gallery(root)
     index_dir = root / "index"
     if not json_out:
-        console.print(f"[bold]imagent demo[/]: gallery of {len(DEMO_PHOTOS)} photos in {root}")
+        console.print(f"[bold]imagent demo[/]: gallery of {plural(len(DEMO_PHOTOS), 'photo')} in {root}")
         console.print(f"dual encoder: {ws.settings.dual_encoder.backend}:{ws.settings.dual_encoder.model}  "
                       f"chat model: {ws.settings.model_for_role('reasoner')[1].model}")
     report = ws.index(manifest, index_dir)

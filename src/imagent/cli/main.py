@@ -28,11 +28,13 @@ from imagent.cli.common import (
     SetOpt,
     console,
     err_console,
+    expand_sets,
     progress_bar,
     user_errors,
+    workspace,
 )
 from imagent.cli.render import SCORE_HELP
-from imagent.core.config import load_settings
+from imagent.core.text import plural
 
 app = typer.Typer(
     name="imagent",
@@ -41,32 +43,10 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 config_app = typer.Typer(help="Show or check the resolved configuration.", no_args_is_help=True)
-app.add_typer(config_app, name="config")
 models_app = typer.Typer(help="Configured models, which see pixels, and ready presets.")
-app.add_typer(models_app, name="models")
-app.add_typer(skills_cmd.app, name="skills")
-app.command(name="duplicates")(photos_cmd.duplicates)
-app.add_typer(people_cmd.app, name="people")
 
 # Results a search without --top-k shows when its ranking has no match levels (a method's own re-ranking).
 DEFAULT_TOP_K = 10
-
-
-def expand_sets(sets: list[str] | None, method: str | None) -> list[str]:
-    """``tau=0.2`` -> ``methods.<method>.tau=0.2``; ``imagescope.tau=0.2`` -> ``methods.imagescope.tau``."""
-    if not sets:  # nothing to route: only the named method's module is imported (a cold search starts faster)
-        if method:
-            from imagent.methods.base import get_method
-
-            get_method(method)  # names an unknown method clearly, before anything else
-        return []
-    from imagent.cli.eval_cmd import route_sets
-
-    return route_sets(sets, None, method)[1]
-
-
-def get_workspace(config: Path | None, sets: list[str] | None, method: str | None = None) -> Workspace:
-    return Workspace(load_settings(config, sets=expand_sets(sets, method)))
 
 
 # --------------------------------------------------------------------------- index
@@ -87,6 +67,9 @@ def index(
     ray_gpus: Annotated[float, typer.Option(help="GPUs per Ray actor (1 on a GPU cluster)", min=0)] = 0.0,
     ray_chunk: Annotated[int, typer.Option(help="photos a Ray task computes (each committed as it returns)", min=1)
                          ] = 64,
+    prune: Annotated[bool, typer.Option(
+        "--prune", help="remove every photo of a source that now holds none of them, with their faces, names and "
+                        "marks (refused without it: an unmounted disk looks like an empty folder)")] = False,
     config: ConfigOpt = None,
     set_: SetOpt = None,
     json_out: JsonOpt = False,
@@ -100,7 +83,7 @@ def index(
 
     from imagent.core.text import display_path
 
-    ws = get_workspace(config, set_)
+    ws = workspace(config, [*(set_ or []), "indexing.prune=true"] if prune else set_)
     root = index_dir or ws.settings.index
     with progress_bar("images/s") as bar:
         task = bar.add_task("indexing", total=None, item="")
@@ -113,7 +96,7 @@ def index(
     if json_out:
         console.print_json(json.dumps({"index": display_path(root), **report.to_dict()}, default=str))
         return
-    imported = f", {report.imported} captions imported" if captions is not None else ""
+    imported = f", {plural(report.imported, 'caption')} imported" if captions is not None else ""
     console.print(
         f"[bold]{escape(display_path(root))}[/]: {report.added} new, {report.updated} changed, "
         f"{report.unchanged} unchanged, {report.removed} removed, {len(report.skipped)} skipped{imported} "
@@ -186,13 +169,13 @@ def search(
     # Everything a user can get wrong is checked before any model loads.
     check_photo_options(text, where, sort, ref, like)
     route = None
-    ws = get_workspace(config, set_ if method is not None else [s for s in set_ or [] if "." in s.split("=")[0]],
+    ws = workspace(config, set_ if method is not None else [s for s in set_ or [] if "." in s.split("=")[0]],
                        method)
     gallery = ws.gallery(index_dir)
     if method is None:
         method, route = default_method(text, ref, like, gallery)
         if set_:  # the chosen method's parameters
-            ws = get_workspace(config, set_, method)
+            ws = workspace(config, set_, method)
             gallery = ws.gallery(index_dir)
     if where is not None:
         check_where(where, gallery)
@@ -218,7 +201,7 @@ def search(
     estimate = prepared.estimate
     if estimate and not json_out and not paths:
         cap = f", capped at {max_calls}" if max_calls is not None else ""
-        err_console.print(f"{method}: up to ~{estimate} model calls at the current settings{cap}",
+        err_console.print(f"{method}: up to ~{plural(estimate, 'model call')} at the current settings{cap}",
                           highlight=False)
     status = SearchStatus(err_console, method, estimate if max_calls is None else min(estimate, max_calls))
     trace = Trace(listeners=[status])  # the request's max_calls caps it
@@ -308,7 +291,7 @@ def served_search(ws: Workspace, request: Any, config: Path | None, sets: list[s
         return None
     params = dict(ws.settings.methods.get(request.method, {}))
     return try_served_search(request.index or ws.settings.index, request.model_copy(update={"params": params}),
-                             listener)
+                             listener, generation=ws.gallery(request.index).loaded_generation)
 
 
 def prepare_search(ws: Workspace, request: Any) -> Any:
@@ -356,7 +339,7 @@ def models(
         return
     from imagent.models.registry import sees_pixels_for
 
-    ws = get_workspace(config, set_)
+    ws = workspace(config, set_)
     s = ws.settings
     rows: list[dict[str, Any]] = [
         {"part": "dual_encoder", "backend": s.dual_encoder.backend, "model": s.dual_encoder.model,
@@ -533,7 +516,7 @@ def _check_part(ws: Workspace, part: str) -> dict[str, Any]:
 @user_errors
 def config_show(config: ConfigOpt = None, set_: SetOpt = None, json_out: JsonOpt = False) -> None:
     """Print the resolved configuration (defaults <- file <- environment <- --set)."""
-    ws = get_workspace(config, set_)
+    ws = workspace(config, set_)
     data = ws.settings.model_dump(mode="json")
     if json_out:
         console.print_json(json.dumps(data))
@@ -581,7 +564,7 @@ def serve(
     from imagent.server.app import serve as run_server
     from imagent.server.security import server_access
 
-    ws = get_workspace(config, set_)
+    ws = workspace(config, set_)
     token, hosts, url = server_access(host, port, token, allow_host or [], ws.settings.server.token_env)
     run_server(ws, index_dir, host=host, port=port, token=token, allowed_hosts=hosts,
                on_listening=lambda: console.print(f"imagent web UI on {url}  (Ctrl-C stops)", soft_wrap=True))
@@ -600,11 +583,17 @@ def demo(
     """Build a small gallery from real photos and run a text query and a composed query, offline."""
     from imagent.cli.demo import run_demo
 
-    run_demo(get_workspace(config, set_), console, json_out=json_out)
+    run_demo(workspace(config, set_), console, json_out=json_out)
 
 
-eval_cmd.register(app, get_workspace)
-oscar_cmd.register(app, get_workspace)
+# Every command module's app, one way: a group under its name, or (no name) its commands at the top level.
+app.add_typer(config_app, name="config")
+app.add_typer(models_app, name="models")
+app.add_typer(people_cmd.app, name="people")
+app.add_typer(skills_cmd.app, name="skills")
+app.add_typer(oscar_cmd.app, name="oscar")
+app.add_typer(photos_cmd.app)  # duplicates
+app.add_typer(eval_cmd.app)  # score, eval, pack, replay
 
 
 if __name__ == "__main__":  # pragma: no cover

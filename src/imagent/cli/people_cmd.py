@@ -11,8 +11,10 @@
     imagent people forget [--yes]         delete all face data of the index (faces, descriptors, people)
 
 Faces are found by ``imagent index`` (``faces.mode``; :mod:`imagent.index.faces`) and grouped there
-(:mod:`imagent.index.people`). Registered on the main app by :mod:`imagent.cli.main`. Options given before the
-subcommand (``imagent people --index DIR name 3 Anna``) apply to it too.
+(:mod:`imagent.index.people`); every command here goes through the library service
+(:class:`imagent.library.LibraryService`), as the web's People page does. Added to the main app by
+:mod:`imagent.cli.main`. Options given before the subcommand (``imagent people --index DIR name 3 Anna``) apply to it
+too. A group or face id the index does not hold (however large) is one error line.
 """
 
 from __future__ import annotations
@@ -22,14 +24,27 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 from rich.text import Text
 
-from imagent.cli.common import ConfigOpt, HintedError, IndexOpt, JsonOpt, SetOpt, console, user_errors
+from imagent.cli.common import (
+    ConfigOpt,
+    HintedError,
+    IndexOpt,
+    JsonOpt,
+    SetOpt,
+    console,
+    library,
+    user_errors,
+)
 from imagent.cli.render import short_path
+from imagent.core.text import display_path, plural
+
+if TYPE_CHECKING:
+    from imagent.library import LibraryService
 
 app = typer.Typer(help="People found in the photos: list, name, merge, split, remove, forget.",
                   invoke_without_command=True, no_args_is_help=False)
@@ -38,24 +53,24 @@ _NO_FACES_HINT = ("`imagent index FOLDER` finds faces in photos indexed from a f
                   "\"on\" for manifests too); the face models come with the offline extra")
 
 
-def _context(ctx: typer.Context, index_dir: Path | None, config: Path | None, sets: list[str] | None) -> Any:
-    """The workspace and gallery, with options given before the subcommand as defaults."""
-    from imagent.api import Workspace
-
+def _library(ctx: typer.Context, index_dir: Path | None, config: Path | None, sets: list[str] | None
+             ) -> LibraryService:
+    """The library service, with options given before the subcommand as defaults."""
     parent = ctx.obj or {}
-    ws = Workspace.from_config(config or parent.get("config"), (parent.get("sets") or []) + (sets or []))
-    return ws, ws.gallery(index_dir or parent.get("index"))
+    return library(config or parent.get("config"), (parent.get("sets") or []) + (sets or []),
+                   index_dir or parent.get("index"))
 
 
 @contextlib.contextmanager
-def _face_data(gallery: Any) -> Iterator[None]:
+def _face_data(lib: LibraryService) -> Iterator[None]:
     """The index's missing face data as the commands' one hinted error."""
     from imagent.index.face_store import FaceDataMissing
 
     try:
         yield
     except FaceDataMissing:
-        raise HintedError(f"the index at {gallery.root} has no face data", _NO_FACES_HINT) from None
+        raise HintedError(f"the index at {display_path(lib.gallery.root)} has no face data", _NO_FACES_HINT) \
+            from None
 
 
 def print_face_pass(faces: Any) -> None:
@@ -73,6 +88,10 @@ def _write(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
+def _path(lib: LibraryService, photo: str) -> str:
+    return display_path(lib.gallery.record(photo).path)
+
+
 @app.callback()
 @user_errors
 def people(
@@ -88,25 +107,22 @@ def people(
     ctx.obj = {"index": index_dir, "config": config, "sets": set_ or [], "json": json_out}
     if ctx.invoked_subcommand:
         return
-    from imagent.index.people import list_people, scan_summary
-
-    ws, gallery = _context(ctx, None, None, None)
-    with _face_data(gallery):
-        groups = list_people(gallery, ws.settings.faces.min_group)
-        summary = scan_summary(gallery)
+    lib = _library(ctx, None, None, None)
+    with _face_data(lib):
+        groups, summary = lib.people()
     rows = []
     for p in groups:
-        photos = [{"id": i, "path": gallery.record(i).path} for i in p.photos]
+        photos = [{"id": i, "path": _path(lib, i)} for i in p.photos]
         rows.append({"id": p.id, "name": p.name, "count": len(photos), "faces": len(p.faces), "tiny": p.tiny,
                      "photos": photos})
     if json_out:
-        _write({"index": str(gallery.root), "people": rows, "faces": summary})
+        _write({"index": display_path(lib.gallery.root), "people": rows, "faces": summary.to_dict()})
         return
     if not rows:
-        console.print(f"no people yet: {summary['photos_scanned']} photos looked at, {summary['faces']} faces",
-                      highlight=False)
+        console.print(f"no people yet: {plural(summary.photos_scanned, 'photo')} looked at, "
+                      f"{plural(summary.faces, 'face')}", highlight=False)
         return
-    table = Table(title=f"people in {gallery.root}", title_justify="left")
+    table = Table(title=f"people in {display_path(lib.gallery.root)}", title_justify="left")
     for col in ("id", "name", "faces", "photos", "files"):
         table.add_column(col, overflow="fold")
     for r in rows:
@@ -116,10 +132,10 @@ def people(
                       Text(files + more), style="dim" if r["tiny"] else None)
     console.print(table)
     tiny = sum(r["tiny"] for r in rows)
-    console.print(f"{len(rows)} {'person' if len(rows) == 1 else 'people'} from {summary['faces']} faces in "
-                  f"{summary['photos_scanned']} photos"
-                  + (f"; {tiny} tiny group(s) (fewer than {ws.settings.faces.min_group} faces) last"
-                     if tiny else "")
+    min_group = lib.settings.faces.min_group
+    console.print(f"{len(rows)} {'person' if len(rows) == 1 else 'people'} from {plural(summary.faces, 'face')} in "
+                  f"{plural(summary.photos_scanned, 'photo')}"
+                  + (f"; {plural(tiny, 'tiny group')} (fewer than {plural(min_group, 'face')}) last" if tiny else "")
                   + ". Name one: imagent people name ID NAME", highlight=False)
 
 
@@ -129,12 +145,10 @@ def show(ctx: typer.Context, person: Annotated[str, typer.Argument(help="a group
          index_dir: IndexOpt = None, config: ConfigOpt = None, set_: SetOpt = None,
          json_out: JsonOpt = False) -> None:
     """One group's faces: face id, photo, box (fractions of the photo) and size; the ids split and remove take."""
-    from imagent.index.people import get_person
-
-    _ws, gallery = _context(ctx, index_dir, config, set_)
-    with _face_data(gallery):
-        p = get_person(gallery, person)
-    faces = [{**f.to_dict(), "path": gallery.record(f.photo).path} for f in p.faces]
+    lib = _library(ctx, index_dir, config, set_)
+    with _face_data(lib):
+        p = lib.person(person)
+    faces = [{**f.to_dict(), "path": _path(lib, f.photo)} for f in p.faces]
     if json_out or (ctx.obj or {}).get("json"):
         _write({"id": p.id, "name": p.name, "faces": faces})
         return
@@ -154,6 +168,16 @@ def _done(ctx: typer.Context, json_out: bool, data: dict[str, Any], line: str) -
         console.print(Text(line))
 
 
+def search_hint(name: str) -> str:
+    """The command that lists a person's photos, safe to paste into a POSIX shell whatever the name holds (both
+    quote kinds, ``$``, backticks): the filter in the filter language's own quoting, the argument in the shell's."""
+    import shlex
+
+    from imagent.tools.filter_lang import quote_string
+
+    return f"imagent search --where {shlex.quote(f'person = {quote_string(name)}')}"
+
+
 @app.command("name")
 @user_errors
 def name(ctx: typer.Context, person: Annotated[int, typer.Argument(help="the group id (imagent people)")],
@@ -162,23 +186,15 @@ def name(ctx: typer.Context, person: Annotated[int, typer.Argument(help="the gro
          index_dir: IndexOpt = None, config: ConfigOpt = None, set_: SetOpt = None,
          json_out: JsonOpt = False) -> None:
     """Name a group. The name is kept through every re-index; search with --where "person = 'NAME'"."""
-    from imagent.index.people import name_person
-
     if (new_name is None) == (not clear):
         raise HintedError("give a NAME, or --clear to take the name off", 'e.g. imagent people name 3 "Anna"')
-    _ws, gallery = _context(ctx, index_dir, config, set_)
-    with _face_data(gallery):
-        done = name_person(gallery, person, None if clear else new_name)
-    line = (f"group {person} is now named {done['name']!r}" if done["name"] else f"group {person} has no name now")
-    if done["name"]:
-        line += f"; search: imagent search --where \"person = {_quoted(done['name'])}\""
-    _done(ctx, json_out, done, line)
-
-
-def _quoted(text: str) -> str:
-    from imagent.tools.filter_lang import quote_string
-
-    return quote_string(text)
+    lib = _library(ctx, index_dir, config, set_)
+    with _face_data(lib):
+        done = lib.name(person, None if clear else new_name)
+    line = (f"group {person} is now named {done.name!r}" if done.name else f"group {person} has no name now")
+    if done.name:
+        line += f"; search: {search_hint(done.name)}"
+    _done(ctx, json_out, done.to_dict(), line)
 
 
 @app.command("merge")
@@ -188,13 +204,12 @@ def merge(ctx: typer.Context, into: Annotated[int, typer.Argument(help="the grou
           index_dir: IndexOpt = None, config: ConfigOpt = None, set_: SetOpt = None,
           json_out: JsonOpt = False) -> None:
     """One person split over several groups: every face of the others joins the first; the others go."""
-    from imagent.index.people import merge_people
-
-    _ws, gallery = _context(ctx, index_dir, config, set_)
-    with _face_data(gallery):
-        done = merge_people(gallery, into, others)
-    _done(ctx, json_out, done, f"{done['faces_moved']} face(s) of group(s) {', '.join(map(str, done['merged']))} "
-          f"joined group {into}" + (f" ({done['name']})" if done["name"] else ""))
+    lib = _library(ctx, index_dir, config, set_)
+    with _face_data(lib):
+        done = lib.merge(into, others)
+    _done(ctx, json_out, done.to_dict(), f"{plural(done.faces_moved, 'face')} of "
+          f"{'group' if len(done.merged) == 1 else 'groups'} {', '.join(map(str, done.merged))} joined group {into}"
+          + (f" ({done.name})" if done.name else ""))
 
 
 @app.command("split")
@@ -204,13 +219,11 @@ def split(ctx: typer.Context, face: Annotated[int, typer.Argument(help="a face i
           index_dir: IndexOpt = None, config: ConfigOpt = None, set_: SetOpt = None,
           json_out: JsonOpt = False) -> None:
     """A face in the wrong group: move it to a new group of its own (or --to another); it stays there."""
-    from imagent.index.people import split_face
-
-    _ws, gallery = _context(ctx, index_dir, config, set_)
-    with _face_data(gallery):
-        done = split_face(gallery, face, to)
-    where = f"a new group {done['to']}" if done["new_group"] else f"group {done['to']}"
-    _done(ctx, json_out, done, f"face {face} moved from group {done['from']} to {where}")
+    lib = _library(ctx, index_dir, config, set_)
+    with _face_data(lib):
+        done = lib.split(face, to)
+    where = f"a new group {done.to}" if done.new_group else f"group {done.to}"
+    _done(ctx, json_out, done.to_dict(), f"face {face} moved from group {done.from_group} to {where}")
 
 
 @app.command("remove")
@@ -220,12 +233,10 @@ def remove(ctx: typer.Context, face: Annotated[int, typer.Argument(help="a face 
            json_out: JsonOpt = False) -> None:
     """A face that is nobody (a false detection, a stranger): its box and descriptor are deleted and its photo is
     not looked at again."""
-    from imagent.index.people import remove_face
-
-    _ws, gallery = _context(ctx, index_dir, config, set_)
-    with _face_data(gallery):
-        done = remove_face(gallery, face)
-    _done(ctx, json_out, done, f"face {face} deleted (it was in group {done['from']})")
+    lib = _library(ctx, index_dir, config, set_)
+    with _face_data(lib):
+        done = lib.remove_face(face)
+    _done(ctx, json_out, done.to_dict(), f"face {face} deleted (it was in group {done.from_group})")
 
 
 @app.command("forget")
@@ -235,23 +246,22 @@ def forget(ctx: typer.Context, yes: Annotated[bool, typer.Option("--yes", "-y", 
            json_out: JsonOpt = False) -> None:
     """Delete all face data of the index: every face box, descriptor, group and name (the photos, their records
     and search stay). The next `imagent index` finds faces again unless faces.mode = "off"."""
-    from imagent.index.people import forget as forget_faces
-
-    ws, gallery = _context(ctx, index_dir, config, set_)
+    lib = _library(ctx, index_dir, config, set_)
+    root = display_path(lib.gallery.root)
     if not yes:
         if not sys.stdin.isatty():
             raise HintedError("forget deletes every face, descriptor and name of the index", "add --yes to confirm")
-        typer.confirm(f"Delete all face data of {gallery.root}?", abort=True)
-    done = forget_faces(gallery)
+        typer.confirm(f"Delete all face data of {root}?", abort=True)
+    done = lib.forget()
     again = ("the next `imagent index` finds faces again; to keep them off: --set faces.mode=off or "
-             "[faces] mode = \"off\" in the config" if ws.settings.faces.mode != "off"
+             "[faces] mode = \"off\" in the config" if lib.settings.faces.mode != "off"
              else "faces.mode is \"off\": `imagent index` will not look for faces")
-    done["note"] = again
-    _done(ctx, json_out, done,
-          f"deleted all face data of {gallery.root}: {done['faces']} faces (boxes and descriptors), "
-          f"{done['people']} people, the scans of {done['photos_scanned']} photos; {done['files_removed']} file(s) "
-          f"removed ({Path(done['database']).name}), {done.get('face_crops_removed', 0)} cached face crop(s) of the "
-          f"web page deleted; nothing about a face is left in the index. {again}")
+    _done(ctx, json_out, {**done.to_dict(), "database": display_path(done.database), "note": again},
+          f"deleted all face data of {root}: {plural(done.faces, 'face')} (boxes and descriptors), "
+          f"{plural(done.people, 'person', 'people')}, the scans of {plural(done.photos_scanned, 'photo')}; "
+          f"{plural(done.files_removed, 'file')} removed ({Path(done.database).name}), "
+          f"{plural(done.face_crops_removed, 'cached face crop')} of the web page deleted; nothing about a face is "
+          f"left in the index. {again}")
 
 
-__all__ = ["app", "print_face_pass"]
+__all__ = ["app", "print_face_pass", "search_hint"]

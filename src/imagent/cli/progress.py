@@ -17,6 +17,8 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from imagent.core.text import plural
+
 
 class SearchStatus:
     def __init__(self, console: Console, method: str, estimated: int) -> None:
@@ -36,7 +38,7 @@ class SearchStatus:
             if event == "step_start":
                 self.step = str(payload.get("name", ""))
             elif event == "step_end" and not self.console.is_terminal:
-                calls = f", {self.calls} model calls" if self.calls else ""
+                calls = f", {plural(self.calls, 'model call')}" if self.calls else ""
                 self.console.print(f"{self.method}: {payload.get('name', '')} done "
                                    f"({time.perf_counter() - self.t0:.1f} s{calls})", highlight=False,
                                    markup=False, soft_wrap=True)

@@ -12,6 +12,7 @@ from rich.tree import Tree
 
 from imagent.api import result_rows
 from imagent.cli.terminal import plain
+from imagent.core.text import plural
 from imagent.core.types import MATCH_POSSIBLE, MATCH_STRONG, Result
 from imagent.index.gallery import Gallery
 
@@ -47,14 +48,14 @@ def _is_turn(out: dict[str, Any]) -> bool:
 def print_trace(console: Console, result: Result) -> None:
     t = result.trace
     # Everything from the method's outputs (captions, model text, file names) is escaped: text, never markup.
-    tree = Tree(f"[bold]trace[/] {escape(t.method)}: {t.model_calls} model calls, {t.seconds:.2f} s")
+    tree = Tree(f"[bold]trace[/] {escape(t.method)}: {plural(t.model_calls, 'model call')}, {t.seconds:.2f} s")
     for step in t.steps:
         d = step.to_dict()
         label = f"[cyan]{escape(step.name)}[/] {step.seconds:.2f} s"
         if d["model_calls"] or d["cached_calls"]:
-            label += f", {d['model_calls']} calls ({d['cached_calls']} cached)"
+            label += f", {plural(d['model_calls'], 'call')} ({d['cached_calls']} cached)"
         if d["tool_calls"]:
-            label += f", {d['tool_calls']} tool calls"
+            label += f", {plural(d['tool_calls'], 'tool call')}"
         node = tree.add(label)
         for line in _turn_lines(step.outputs) if _is_turn(step.outputs) else [
                 escape(f"{k}: {_short(v)}") for k, v in step.outputs.items()]:
@@ -121,6 +122,15 @@ def _cell(row: dict[str, Any], col: str) -> str:
     return value or ""
 
 
+NARROW = 110  # columns below which results are stacked (one block per photo) instead of a wide table
+
+
+def fit_path(path: str, limit: int) -> str:
+    """:func:`short_path`, then cut in the middle to ``limit`` characters at most (the end of the file name kept)."""
+    text = short_path(path, limit)
+    return text if len(text) <= limit else "…" + text[-(limit - 1):]
+
+
 def match_summary(result: Result, gallery: Gallery) -> str:
     """One line on where a ranking's matches stop (:mod:`imagent.index.levels`): how many strong and possible matches
     it holds and what the rest of the gallery is; "" for a ranking without match levels."""
@@ -131,14 +141,50 @@ def match_summary(result: Result, gallery: Gallery) -> str:
     strong, possible = levels.count(MATCH_STRONG), levels.count(MATCH_POSSIBLE)
     if not strong and not possible:  # nothing kept: the cut's own warning says it (matches_only)
         return "no photo matches: the best scored like the rest of the library" if result.ranking.ids else ""
-    shown = " and ".join(f"{n} {what} match{'es' if n != 1 else ''}" for n, what in
+    shown = " and ".join(plural(n, what + " match", what + " matches") for n, what in
                          ((strong, "strong"), (possible, "possible")) if n)
     none = len(levels) - strong - possible
     return shown + (f"; the other {none} shown do not match" if none else
                     "; the other photos did not match (--top-k N lists more, each with its level)")
 
 
+def _first_cell(row: dict[str, Any], levels: bool) -> str:
+    return row["match"] if levels else f"{row['score']:.4f}"
+
+
+def _wide_table(rows: list[dict[str, Any]], extra: list[str], title: str, levels: bool) -> Table:
+    table = Table(title=title or None)
+    for col in ("rank", "match" if levels else "score", "id", "path", *extra, "caption"):
+        table.add_column("by" if col == "matched_by" else col, overflow="fold")
+    for row in rows:
+        cells = [str(row["rank"]), _first_cell(row, levels), row["id"], short_path(row["path"] or "")]
+        cells += [_cell(row, c) for c in extra]
+        table.add_row(*(plain(c) for c in (*cells, row["caption"] or "")))  # text, never markup
+    return table
+
+
+def _stacked_table(rows: list[dict[str, Any]], extra: list[str], title: str, width: int, levels: bool) -> Table:
+    """A narrow terminal's results: rank and match (or score), then one block per photo: its path on one line
+    (shortened to fit), its id, when and where, labels, what matched it, and the caption (wrapped)."""
+    table = Table(title=title or None, show_lines=True)
+    table.add_column("rank", no_wrap=True, justify="right")
+    table.add_column("match" if levels else "score", no_wrap=True)
+    table.add_column("photo", overflow="fold")
+    room = max(20, width - 29)  # the photo column: the width less the first two columns, borders and padding
+    for row in rows:
+        when_where = " · ".join(x for x in (_cell(row, "taken"), row.get("place") or "") if x)
+        lines = [fit_path(row["path"] or "", room), row["id"], when_where]
+        lines += [f"{'by' if c == 'matched_by' else c}: {_cell(row, c)}" for c in extra
+                  if c not in ("taken", "place") and _cell(row, c)]
+        lines.append(row["caption"] or "")
+        table.add_row(str(row["rank"]), _first_cell(row, levels), plain("\n".join(x for x in lines if x)))
+    return table
+
+
 def print_result(console: Console, result: Result, gallery: Gallery, title: str = "") -> None:
+    """The results as a table (stacked, one block per photo, on a terminal narrower than :data:`NARROW`
+    columns: a path never folds over lines), where the matches stop, what answered them, the score's meaning and the
+    trace."""
     rows = result_rows(result, gallery)
     answered = {r.get("matched_by") for r in rows} - {None}
     levels = any(r["match"] is not None for r in rows)  # a match column instead of the raw score (kept in --json)
@@ -148,16 +194,9 @@ def print_result(console: Console, result: Result, gallery: Gallery, title: str 
     shown = ("taken", "place", "labels", "text") if with_text else ("taken", "place", "labels")
     extra = [c for c in shown if any(r.get(c) for r in rows)] + (
         ["matched_by"] if len(answered) > 1 else [])
-    table = Table(title=title or None)
-    for col in ("rank", "match" if levels else "score", "id", "path", *extra, "caption"):
-        table.add_column("by" if col == "matched_by" else col, overflow="fold")
-    for row in rows:
-        cells = [str(row["rank"]), row["match"] if levels else f"{row['score']:.4f}", row["id"],
-                 short_path(row["path"] or "")]
-        cells += [_cell(row, c) for c in extra]
-        table.add_row(*(plain(c) for c in (*cells, row["caption"] or "")))  # text, never markup
     if rows:
-        console.print(table)
+        console.print(_stacked_table(rows, extra, title, console.width, levels) if console.width < NARROW
+                      else _wide_table(rows, extra, title, levels))
     else:  # nothing shown: what the search said about it (a filter's near miss: use place ~ 'Kyoto')
         for warning in result.warnings:
             console.print(warning, style="yellow", highlight=False, markup=False, soft_wrap=True)

@@ -5,6 +5,11 @@ start. The server announces itself in ``<index>/.imagent-server.json`` (see
 :mod:`imagent.server.discovery`); this module trusts that file only when its process is alive and its
 port answers, and falls back to searching in-process otherwise (``None``). ``--no-server`` skips it.
 
+The server is asked only when it serves the same build of the index as this command sees (the gallery's build
+generation, in ``/api/info`` and in the answer): right after ``imagent index`` the server has reopened the index at
+its next request, and a server that has not (an older one) is not asked. The rows it returns say what matched each
+photo (``matched_by``) as a search in this process would.
+
 The search runs on the server's models and configuration, so it is only used when this command asks
 for nothing the server cannot know: no ``--config`` file and only method parameters in ``--set``
 (sent with the request, bounded by the server). The body is the same :class:`~imagent.api.SearchRequest` the
@@ -36,17 +41,28 @@ class ServedSearchError(ValueError):
 
 
 def find_server(index_root: str | Path) -> dict[str, Any] | None:
-    """The discovery file's content when a live server on this index answers, else None."""
+    """The discovery file's content when a live server on this index answers, else None; ``generation`` is the
+    index build the server serves (None from a server that does not say)."""
     info = read_discovery(discovery_path(index_root))
     if info is None or not pid_alive(int(info["pid"])):
         return None
     try:
-        status, _ = _request(info, "GET", "/api/info", timeout=CONNECT_TIMEOUT_S * 4)
+        status, reply = _request(info, "GET", "/api/info", timeout=CONNECT_TIMEOUT_S * 4)
     except OSError:
         return None
     if status != 200:
         return None
-    return info
+    gallery = reply.get("gallery") if isinstance(reply.get("gallery"), dict) else {}
+    return {**info, "generation": gallery.get("generation")}
+
+
+def _same_index(info: dict[str, Any], served: Any, generation: int | None) -> bool:
+    """Whether the server answers from the index build this command sees (said on stderr when not)."""
+    if generation is None or served == generation:
+        return True
+    sys.stderr.write(f"(imagent serve at {info.get('url')} serves build {served} of this index, this command sees "
+                     f"build {generation}: searching in this process)\n")
+    return False
 
 
 def served_search_allowed(config: Path | None, sets: list[str], method: str, no_server: bool) -> bool:
@@ -57,14 +73,16 @@ def served_search_allowed(config: Path | None, sets: list[str], method: str, no_
 
 
 def try_served_search(index_root: str | Path, request: SearchRequest,
-                      listener: Callable[[str, dict[str, Any]], None] | None = None) -> Any | None:
+                      listener: Callable[[str, dict[str, Any]], None] | None = None,
+                      generation: int | None = None) -> Any | None:
     """The :class:`~imagent.core.types.Result` of ``request`` from a server running on ``index_root``, or None
-    when there is none (or it cannot be reached). Raises :class:`ServedSearchError` when the server refuses
-    the request, and :class:`~imagent.models.base.ChatError` when its model calls failed."""
+    when there is none (or it cannot be reached, or it serves another build of the index than ``generation``, the
+    one this command sees: before the search and in its answer). Raises :class:`ServedSearchError` when the server
+    refuses the request, and :class:`~imagent.models.base.ChatError` when its model calls failed."""
     if os.environ.get("IMAGENT_NO_SERVER"):
         return None
     info = find_server(index_root)
-    if info is None:
+    if info is None or not _same_index(info, info.get("generation"), generation):
         return None
     body = request.wire()
     if request.reference is not None:
@@ -84,6 +102,8 @@ def try_served_search(index_root: str | Path, request: SearchRequest,
         _request(info, "POST", f"/api/searches/{job}/cancel", b"", "application/json")
         raise
     if event == "result":
+        if not _same_index(info, payload.get("generation"), generation):  # a build committed meanwhile
+            return None
         sys.stderr.write(f"(answered by imagent serve at {info.get('url')}; --no-server searches in this process)\n")
         return result_from_payload(payload)
     if event == "cancelled":
@@ -123,6 +143,7 @@ def result_from_payload(payload: dict[str, Any]) -> Any:
         source_reason=payload.get("source_reason") or "",
         counts={str(k): int(v) for k, v in (payload.get("counts") or {}).items()},
         warnings=[str(w) for w in payload.get("warnings") or []],
+        spaces=[str(x) for x in payload.get("spaces") or []],
         understood=payload.get("understood") if isinstance(payload.get("understood"), dict) else None,
     )
 

@@ -15,6 +15,7 @@ import typer
 from rich.table import Table
 
 from imagent.cli.common import ConfigOpt, JsonOpt, console, user_errors
+from imagent.core.text import plural
 
 app = typer.Typer(help="List, show or remove the skills PhotoCraft has learned (its semantic memory).",
                   no_args_is_help=True)
@@ -53,7 +54,7 @@ def list_(path: PathOpt = None, config: ConfigOpt = None, json_out: JsonOpt = Fa
     if not skills:
         console.print(f"no skills in {lib.path}", highlight=False)
         return
-    table = Table(title=f"{len(skills)} skill(s) in {lib.path}", title_justify="left")
+    table = Table(title=f"{plural(len(skills), 'skill')} in {lib.path}", title_justify="left")
     for col in ("id", "confidence", "support", "origin", "task pattern"):
         table.add_column(col, overflow="fold")
     for s in skills:

@@ -169,6 +169,9 @@ class IndexOptions(_Strict):
     duplicate_min_cosine: float = Field(0.9, ge=-1, le=1, description="image-vector cosine two near-duplicates reach")
     duplicate_min_visual: float = Field(0.6, ge=-1, le=1,
                                         description="visual-feature cosine two near-duplicates reach")
+    prune: bool = Field(False, description="let a build remove every photo of a source that now holds none of them "
+                        "(with their faces, names and marks); without it such a build is refused (an unmounted disk "
+                        "looks like an empty folder): `imagent index --prune`")
 
 
 class AnnOptions(_Strict):
@@ -211,7 +214,13 @@ class FaceOptions(_Strict):
     upsample: int = Field(0, ge=0, le=3, description="times dlib doubles the scaled photo (smaller faces)")
     min_size: int = Field(50, ge=1, description="faces narrower than this (px, scaled photo) are left out")
     max_per_photo: int = Field(50, ge=1, description="the largest faces kept per photo")
-    min_score: float = Field(0.0, description="detections scoring lower are left out (dlib's default: 0)")
+    min_score: float = Field(0.5, description="detections scoring lower are left out (dlib's default: 0; 0.5 by "
+                             "measurement: benchmarks/faces.py --quality, docs/people.md); imagent's own")
+    landmark_check: bool = Field(True, description="leave out detections whose landmarks do not sit as a face's do "
+                                 "(the nose's drop below the eyes, nose_drop_min..nose_drop_max eye distances)")
+    nose_drop_min: float = Field(0.35, ge=0, description="the nose's drop below the eye line, in eye distances, at "
+                                 "least (faces measured 0.56-0.81); imagent's own")
+    nose_drop_max: float = Field(0.95, gt=0, description="... and at most (cartoons and fruit reach 0.95-1.4)")
     threshold: float = Field(0.6, gt=0, le=2, description="descriptor distance under which faces are one person")
     min_group: int = Field(3, ge=1, description="groups with fewer faces are listed last (tiny)")
     workers: int = Field(1, ge=1, le=64, description="processes that look for faces at once (without Ray)")

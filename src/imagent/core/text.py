@@ -7,6 +7,8 @@ Python strings may hold lone surrogates (U+D800-U+DFFF) that no UTF-8 encoder ac
 applied once, where text enters, with :func:`clean_text`; file names keep their exact bytes (so the file still
 opens) and are only *shown* through :func:`display_path`.
 
+Counts are said with their noun in the right number (:func:`plural`: "1 result", "2 results").
+
 Bracket nesting is checked before text reaches a recursive parser (:func:`nested_deeper_than`): ``json.loads`` and
 ``ast.literal_eval`` recurse once per level, and a model that writes ``[[[[...`` thousands of times drove them to
 the recursion limit, where anything else that runs at that depth (a garbage collector's finalizer, the report of
@@ -59,6 +61,13 @@ def display_path(path: str | os.PathLike[str] | bytes) -> str:
         else:
             out.append(c)
     return "".join(out)
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 result``, ``2 results``, ``0 results`` (``many``: the plural when it is not ``word + "s"``, e.g.
+    ``plural(n, "person", "people")``, ``plural(n, "match", "matches")``). Every count shown to a person goes
+    through it (the web page has the same ``plural`` in its JavaScript)."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"
 
 
 # The JSON nesting imagent accepts from a model or a server (what it asks for needs fewer than 8 levels).

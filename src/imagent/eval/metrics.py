@@ -391,6 +391,19 @@ def disbench_scores(
     return out
 
 
+def wording_scores(scores: Sequence[float], questions: Sequence[str]) -> dict[str, float]:
+    """Robustness to wording (imagent's own, not DISBench's): when queries are one question asked in several
+    wordings (``questions`` names each query's question), the mean over questions of their worst wording's score
+    and of their best (x100), and how many questions; {} when no question has two wordings."""
+    by: dict[str, list[float]] = {}
+    for s, q in zip(scores, questions, strict=True):
+        by.setdefault(q, []).append(s)
+    if not any(len(v) > 1 for v in by.values()):
+        return {}
+    return {"wording/f1_worst": mean_percent(min(v) for v in by.values()),
+            "wording/f1_best": mean_percent(max(v) for v in by.values()), "wording/questions": float(len(by))}
+
+
 # --------------------------------------------------------------------------- generic (stamps, curves)
 
 

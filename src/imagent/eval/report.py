@@ -79,8 +79,10 @@ def run_stats(records: Sequence[RunRecord]) -> dict[str, Any]:
     counters: Counter[str] = Counter()
     notes: Counter[str] = Counter()
     warnings: Counter[str] = Counter()  # the methods' start-of-search checks (Method.preflight)
+    models: Counter[str] = Counter()  # every call by the model that answered it (computed or from the cache)
     for r in ok:  # notes and warnings counted once per query, however many steps repeat them
         counters.update(r.counters)
+        models.update(str(c.get("model") or "?") for s in r.steps for c in s.get("calls", []) or [])
         notes.update({n for s in r.steps for n in s.get("notes", [])})
         warnings.update(set(r.warnings))
     return {
@@ -95,6 +97,7 @@ def run_stats(records: Sequence[RunRecord]) -> dict[str, Any]:
         "cached_calls": cached,
         "cache_hit_rate": cached / (cached + calls) if (cached + calls) else None,
         "counters": dict(counters),
+        "calls_by_model": dict(models.most_common()),
         "notes": dict(notes.most_common(20)),
         "warnings": dict(warnings),
     }

@@ -435,6 +435,12 @@ class _Build:
         # Read the keys again: upserts above may have moved a record to a new key (renames).
         fresh = self.g.fingerprints()
         stale = sorted({i for k, (i, _) in fresh.items() if k.startswith(scope) and k not in self.ok_keys})
+        if stale and not self.options.prune and not any(k.startswith(scope) for k in self.ok_keys):
+            where = display_path(scope.removeprefix("file:").removeprefix("manifest:").rstrip("#"))
+            raise SourceError(
+                f"{where} holds none of the {len(stale)} photo(s) this index has from it (an unmounted "
+                "disk or a moved folder?); nothing was removed, and their faces, names and marks stay. To remove "
+                "them all: imagent index --prune")
         forget = [k for k in self.g.skipped_keys() if k.startswith(scope) and k not in self.skipped_keys]
         if stale or forget:
             with self.g.transaction() as c:

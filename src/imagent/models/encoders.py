@@ -363,7 +363,7 @@ class OpenCLIPDualEncoder:
             import torch
         except ImportError as exc:
             raise EncoderLoadError(f"the open_clip dual encoder needs open_clip_torch (pip install "
-                                   f"'imagent[open_clip]'): {exc}") from exc
+                                   f"'imagent[open-clip]'): {exc}") from exc
         self.device = _resolve_device(device)
         try:
             created = open_clip.create_model_and_transforms(model, pretrained=pretrained, device=self.device)

@@ -65,8 +65,9 @@ class FaceModelError(ValueError):
 
 def face_model_id(options: FaceOptions) -> str:
     """What the faces of a photo were found with (stored with each scan; a change scans the photos again)."""
+    check = (f"/nose{options.nose_drop_min:g}-{options.nose_drop_max:g}" if options.landmark_check else "")
     return (f"dlib:{options.detector}/up{options.upsample}/side{options.side}/min{options.min_size}"
-            f"/score{options.min_score:g}+shape_predictor_5+resnet_v1")
+            f"/score{options.min_score:g}{check}+shape_predictor_5+resnet_v1")
 
 
 @dataclass
@@ -208,10 +209,17 @@ class FaceModel:
                              "(faces.max_per_photo)")
                 clipped = clipped[: p.max_per_photo]
             out = []
+            odd = 0
             for rect, score, (left, top, right, bottom), size in clipped:
                 shape = self._shape(rgb, rect)
+                if p.landmark_check and not landmarks_plausible(shape, p.nose_drop_min, p.nose_drop_max):
+                    odd += 1
+                    continue
                 vec = np.asarray(self._describe.compute_face_descriptor(rgb, shape, 0), dtype=np.float32)
                 out.append(FoundFace((left / w, top / h, right / w, bottom / h), score, vec, int(size)))
+            if odd:
+                notes.append(f"{odd} detection(s) whose landmarks do not sit as a face's left out "
+                             "(faces.landmark_check)")
         return out, found, "; ".join(notes)
 
     def scan_file(self, path: str) -> FileFaces:
@@ -240,6 +248,27 @@ class FaceModel:
         except (RuntimeError, ValueError, MemoryError) as exc:  # dlib's own errors cost this photo, not the index
             return FileFaces(width=width, height=height, note=f"face detection failed: {exc}", error=True)
         return FileFaces(faces, width, height, found, note)
+
+
+def nose_drop(points: list[tuple[float, float]]) -> float:
+    """The 5-point landmarks' nose drop: how far the nose (point 4) sits from the line through the two eyes' centres
+    (points 0-1 and 2-3), in eye distances, whichever way the face is turned in the picture (a face's is about
+    0.55-0.85; the shape predictor fits a face's shape to anything, and on cartoons, fruit and patches it sits
+    flatter or longer)."""
+    a = np.mean(np.asarray(points[0:2], dtype=np.float64), axis=0)
+    b = np.mean(np.asarray(points[2:4], dtype=np.float64), axis=0)
+    d = float(np.linalg.norm(b - a))
+    if d < 1e-6:
+        return 0.0
+    eye = (b - a) / d
+    normal = np.array([-eye[1], eye[0]])
+    return abs(float(np.dot(np.asarray(points[4], dtype=np.float64) - (a + b) / 2, normal))) / d
+
+
+def landmarks_plausible(shape: Any, low: float, high: float) -> bool:
+    """Whether a dlib 5-point ``shape`` sits as a face's does: its :func:`nose_drop` within ``low``..``high``."""
+    drop = nose_drop([(shape.part(i).x, shape.part(i).y) for i in range(5)])
+    return low <= drop <= high
 
 
 def _lanczos() -> Any:

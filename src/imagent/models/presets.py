@@ -55,12 +55,12 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
         "offline-1.5b",
         "caption mode (MiniLM) and Qwen2.5-Coder 1.5B in-process for every chat role: three times the default's "
         "parameters, about 1.6x slower per token",
-        "nothing (PyPI packages of the offline-1.5b extra, 1.1 GB; joined and checked now)",
+        "nothing (PyPI packages of the offline-15b extra, 1.1 GB; joined and checked now)",
         {"dual_encoder": {"backend": "caption", "model": OFFLINE_TEXT_EMBEDDER},
          "text_embedder": {"backend": "sentence-transformers", "model": OFFLINE_TEXT_EMBEDDER},
          "models": {"offline-1.5b": {"backend": "llama.cpp", "model": OFFLINE_15B_MODEL}},
          "roles": {"default": "offline-1.5b"}},
-        notes=("install its parts first: pip install 'imagent[offline-1.5b]'",),
+        notes=("install its parts first: pip install 'imagent[offline-15b]'",),
         offline_model=OFFLINE_15B_MODEL,
     ),
     Preset(

@@ -6,7 +6,8 @@ side (:mod:`imagent.methods.album.tools`) turns it into typed tools and holds th
 
 - :meth:`Album.search`: cosine top-k in the album's vector spaces, optionally within a subset and
   with a *visual cue* (a photo whose vector joins the query); with ``text_clues`` (the ``album`` method: imagent's
-  own, not the papers' ImageSearch) the text read in the photos is a clue too: a photo whose text holds the query's
+  own, not the papers' ImageSearch) the text read in the photos is a clue too, in :meth:`Album.search` and
+  :meth:`Album.scores`: a photo whose text holds the query's
   words is lifted (:func:`imagent.index.text.lift`, ``ocr.search_boost_z``), so "the sign for Sintra" finds the
   photo of the sign that says SINTRA;
 - :meth:`Album.metadata`: time, place (lat, lon, address), device and people of given photos, and the pixel
@@ -51,7 +52,9 @@ METADATA_FIELDS = ("time", "place", "lat", "lon", "address", "device")
 # Also accepted, and given by default when the index has face data (imagent.index.people). Not in METADATA_FIELDS,
 # which the agents' GetMetadata schema lists, so their prompts stay as they are until they show people.
 PEOPLE_FIELD = "people"
-_QUERY_CACHE_SIZE = 256
+_QUERY_CACHE_SIZE = 4096  # text vectors kept per encoder (a 384-d vector: 1.5 KiB)
+_VECTORS: weakref.WeakKeyDictionary[Any, dict[str, np.ndarray]] = weakref.WeakKeyDictionary()
+_VECTORS_LOCK = threading.Lock()
 # gallery -> (the ids list the columns were built from, the columns); a reload replaces ``gallery.ids``.
 _META_CACHE: weakref.WeakKeyDictionary[Gallery, tuple[list[str], AlbumMeta]] = weakref.WeakKeyDictionary()
 _META_LOCK = threading.Lock()
@@ -88,7 +91,6 @@ class Album:
             first = next((s for s in DEFAULT_SPACE_ORDER if gallery.has_space(s)), None)
             spaces = [(first, 1.0)] if first else []
         self.spaces = [(s, float(w)) for s, w in spaces if w > 0 and gallery.has_space(s)]
-        self._query_vectors: dict[tuple[str, str], np.ndarray] = {}
 
     def scoped(self, ids: Sequence[str]) -> Album:
         """This album restricted to ``ids`` (DISBench: one user's photos of an index that holds every user's):
@@ -187,15 +189,29 @@ class Album:
         return enc
 
     def _text_vector(self, space: str, query: str) -> np.ndarray:
+        return self._text_vectors(space, [query])[0]
+
+    def _text_vectors(self, space: str, queries: Sequence[str]) -> np.ndarray:
+        """The text vectors of ``queries`` in ``space``: those this process has not encoded with that encoder yet
+        are encoded in one batch (the cache is the encoder's, shared by every album: a search asked again, or the
+        same words in another search, costs no encoding)."""
         enc = self._encoder(space)
-        key = (enc.model_id, query)
-        vec = self._query_vectors.get(key)
-        if vec is None:
-            vec = np.asarray(enc.encode_texts([query])[0], dtype=np.float32)
-            if len(self._query_vectors) >= _QUERY_CACHE_SIZE:
-                self._query_vectors.pop(next(iter(self._query_vectors)))
-            self._query_vectors[key] = vec
-        return vec
+        with _VECTORS_LOCK:
+            try:
+                cache = _VECTORS.setdefault(enc, {})
+            except TypeError:  # an encoder that cannot be weakly referenced: no cache beyond this call
+                cache = {}
+            known = {q: cache[q] for q in queries if q in cache}
+        missing = [q for q in dict.fromkeys(queries) if q not in known]
+        if missing:
+            known.update((q, np.asarray(v, dtype=np.float32)) for q, v in zip(missing, enc.encode_texts(missing),
+                                                                             strict=True))
+            with _VECTORS_LOCK:
+                for q in missing:
+                    if len(cache) >= _QUERY_CACHE_SIZE:
+                        cache.pop(next(iter(cache)))
+                    cache[q] = known[q]
+        return np.stack([known[q] for q in queries])
 
     def search(self, query: str = "", top_k: int = 20, within: Sequence[str] | None = None,
                visual_cue: str | None = None) -> Ranking:
@@ -216,15 +232,7 @@ class Album:
         if rows is not None and visual_cue is not None:
             rows = rows[rows != self.gallery.row(visual_cue)]
         n = len(self.gallery) if rows is None else len(rows)
-        total = np.zeros(n, dtype=np.float32)
-        weight = sum(w for _, w in self.spaces)
-        for space, w in self.spaces:
-            q = self._text_vector(space, query) if query else None
-            if visual_cue is not None:
-                cue = self.gallery.vector(space, visual_cue)
-                q = cue if q is None else q + cue
-                q = q / max(float(np.linalg.norm(q)), 1e-12)
-            total += (w / weight) * np.asarray(self.gallery.scores(q, space, rows), dtype=np.float32)
+        total = self._score_rows(query, rows, visual_cue)
         if rows is None and visual_cue is not None:
             total[self.gallery.row(visual_cue)] = -np.inf
             n -= 1
@@ -234,6 +242,64 @@ class Album:
         picked = best if rows is None else rows[best]
         ids = self.gallery.ids
         return Ranking([ids[int(r)] for r in picked], [float(total[int(b)]) for b in best])
+
+    def scores(self, queries: Sequence[str]) -> np.ndarray:
+        """Every photo's score for each of ``queries``: a ``(len(queries), len(album))`` array aligned with
+        :attr:`ids`, from one scan of each searched space for all of them (no sort): what an executor that weighs
+        a whole album for several texts at once reads."""
+        texts = [(q or "").strip() for q in queries]
+        if not texts or not all(texts):
+            raise ToolError("scores need one or more non-empty queries")
+        if not self.spaces:
+            raise GalleryError(f"the index at {self.gallery.root} has no vector space to search "
+                               f"(it has: {', '.join(self.gallery.spaces()) or 'none'})")
+        rows = self.rows
+        total = np.zeros((len(texts), len(self)), dtype=np.float32)
+        weight = sum(w for _, w in self.spaces)
+        for space, w in self.spaces:
+            got = np.asarray(self.gallery.scores(self._text_vectors(space, texts), space, rows), dtype=np.float32)
+            total += (w / weight) * got.reshape(len(texts), -1)
+        if self.text_clues:  # each text's photos whose words it holds lifted, as search lifts them
+            for k, text in enumerate(texts):
+                total[k] = self._text_lift(total[k], text, rows)
+        return total
+
+    def text_vectors(self, queries: Sequence[str]) -> np.ndarray:
+        """The text vectors of ``queries`` in the album's first searched space (to compare texts with each other)."""
+        if not self.spaces:
+            raise GalleryError(f"the index at {self.gallery.root} has no vector space to search")
+        return self._text_vectors(self.spaces[0][0], list(queries))
+
+    def scores_at(self, queries: Sequence[str], at: np.ndarray) -> np.ndarray:
+        """:meth:`scores` at the album positions ``at`` only (a ``(len(queries), len(at))`` array): what an
+        executor reads for a few photos and many texts, without a scan of the whole album per text (the cosines
+        alone: a text clue's lift is measured against the whole album's scores, which this does not scan)."""
+        texts = [(q or "").strip() for q in queries]
+        if not texts or not all(texts):
+            raise ToolError("scores need one or more non-empty queries")
+        at = np.asarray(at, dtype=np.int64)
+        rows = at if self.rows is None else self.rows[at]
+        total = np.zeros((len(texts), len(at)), dtype=np.float32)
+        weight = sum(w for _, w in self.spaces) or 1.0
+        for space, w in self.spaces:
+            got = np.asarray(self.gallery.scores(self._text_vectors(space, texts), space, rows), dtype=np.float32)
+            total += (w / weight) * got.reshape(len(texts), -1)
+        return total
+
+    def _score_rows(self, query: str, rows: np.ndarray | None, visual_cue: str | None = None) -> np.ndarray:
+        """The weighted sum over the searched spaces of the cosine of ``query`` (and/or the cue photo's vector)
+        with the photos of ``rows`` (None: every photo of the gallery)."""
+        n = len(self.gallery) if rows is None else len(rows)
+        total = np.zeros(n, dtype=np.float32)
+        weight = sum(w for _, w in self.spaces)
+        for space, w in self.spaces:
+            q = self._text_vector(space, query) if query else None
+            if visual_cue is not None:
+                cue = self.gallery.vector(space, visual_cue)
+                q = cue if q is None else q + cue
+                q = q / max(float(np.linalg.norm(q)), 1e-12)
+            total += (w / weight) * np.asarray(self.gallery.scores(q, space, rows), dtype=np.float32)
+        return total
 
     @property
     def has_text(self) -> bool:

@@ -10,9 +10,9 @@ go through :func:`apply_filter` before the method runs and :func:`finish` after 
   (the exact scan of the pool, or the approximate store's filtered search);
 - ``sort="time"`` lists the method's results in the order they were taken (photos without a time last);
 - a search with a filter and no text lists the matching photos in time order (:func:`listing`);
-- ``--like ID|FILE`` ranks by the photo itself (:func:`more_like`: its visual features when the pixel model has
-  seen the photos, else its image vector; its caption vector with ``--method caption``), the photo left out of its
-  own results.
+- ``--like ID|FILE|NAME`` ranks by the photo itself (:func:`more_like`: its visual features when the pixel model
+  has seen the photos, else its image vector; its caption vector with ``--method caption``), the photo left out of
+  its own results; a file name the index knows (``IMG_0053.jpg``) names it from any folder (:func:`records_named`).
 
 A bad expression raises :class:`~imagent.tools.filter_lang.FilterError` saying where and what is allowed; a filter
 that matches no photo says why when a near miss explains it (:func:`empty_hint`: ``place = 'Kyoto'`` where places
@@ -22,11 +22,13 @@ are stored as ``Kyoto, Japan``), in ``Result.warnings``.
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from imagent.core.config import ResultOptions
+from imagent.core.text import display_path
 from imagent.core.trace import Trace
 from imagent.core.types import ImageRecord, MetadataConstraints, Query, Ranking, Result
 from imagent.index.embedding import embedding_text
@@ -252,3 +254,42 @@ def more_like(gallery: Gallery, record: ImageRecord, vector: np.ndarray, space: 
             ranking.cut = gallery_cut(gallery, vector, space, results, leave_out=[record.id])
         step.outputs["top"] = ranking.head()
     return Result(ranking, trace)
+
+
+def records_named(gallery: Gallery, name: str) -> list[ImageRecord]:
+    """The photos whose file name is ``name`` (``IMG_0053.jpg``), or whose path ends with it (``2019/IMG_0053.jpg``):
+    exact first, else ignoring case."""
+    text = str(name).strip().replace("\\", "/")
+    if not text or text in (".", ".."):
+        return []
+    tail = "/" + text.lstrip("/")
+    exact = [r for r in gallery.records() if r.path and ("/" + r.path.replace("\\", "/")).endswith(tail)]
+    if exact:
+        return exact
+    low = tail.casefold()
+    return [r for r in gallery.records() if r.path and ("/" + r.path.replace("\\", "/")).casefold().endswith(low)]
+
+
+class UnknownReference(ValueError):
+    """A reference that is neither an image id in the gallery, nor a file, nor the name of one photo the index holds;
+    the message names the closest file names of the index (or ids), never a path it did not resolve."""
+
+    def __init__(self, ref: str, gallery: Gallery, matches: list[ImageRecord] | None = None) -> None:
+        import difflib
+
+        if matches:  # a name several photos have: which one is meant
+            shown = "; ".join(f"{r.id} ({display_path(r.path)})" for r in matches[:5])
+            more = f" and {len(matches) - 5} more" if len(matches) > 5 else ""
+            super().__init__(f"reference {ref!r} names {len(matches)} photos in the gallery: {shown}{more}; give "
+                             "one of their ids")
+            self.reference = ref
+            return
+        close = difflib.get_close_matches(ref, [str(i) for i in gallery.ids], n=1, cutoff=0.6)
+        guess = f" (did you mean {close[0]!r}?)" if close else ""
+        if not close:
+            names = {display_path(Path(r.path).name) for r in gallery.records() if r.path}
+            near = difflib.get_close_matches(display_path(Path(ref).name), sorted(names), n=3, cutoff=0.6)
+            if near:
+                guess = f" (files in the index with a similar name: {', '.join(near)})"
+        super().__init__(f"reference {ref!r} is neither an image id in the gallery nor a file{guess}")
+        self.reference = ref

@@ -115,7 +115,7 @@ class Vocabulary:
         return list(dict.fromkeys(found))
 
 
-_VOCABS: weakref.WeakKeyDictionary[Any, tuple[list[str], int, Vocabulary]] = weakref.WeakKeyDictionary()
+_VOCABS: weakref.WeakKeyDictionary[Any, tuple[list[str], int, dict[Any, Vocabulary]]] = weakref.WeakKeyDictionary()
 _VOCAB_LOCK = threading.Lock()
 
 
@@ -132,39 +132,53 @@ def _label_words(indices: Iterable[int]) -> list[list[str]]:
 
 
 def vocabulary(gallery: Any) -> Vocabulary:
-    """The :class:`Vocabulary` of ``gallery`` (or an album's), built on first use and again only when the index's
-    generation or loaded records change, from the album's metadata columns (:attr:`imagent.tools.album.Album.meta`,
-    which filters use too): its distinct addresses with their numbers of photos (each written as stored, read from
-    one record of it), the labels its photos carry and the years they were taken."""
+    """The :class:`Vocabulary` of ``gallery`` (or of an album's photos: an album scoped to some photos, one user's
+    in a shared index, is read against the places, labels and years of those photos only, so a place another user
+    visited is not a place of this album), built on first use and again only when the index's generation or loaded
+    records change, from the album's metadata columns (:attr:`imagent.tools.album.Album.meta`, which filters use
+    too): its distinct addresses with their numbers of photos (each written as stored, read from one record of it),
+    the labels its photos carry and the years they were taken."""
     from imagent.tools.album import Album
 
+    rows = gallery.rows if isinstance(gallery, Album) else None
     gallery = getattr(gallery, "gallery", gallery)
     generation = gallery.generation()
+    key = None if rows is None else (len(rows), hash(np.asarray(rows).tobytes()))
     with _VOCAB_LOCK:
         hit = _VOCABS.get(gallery)
-        if hit is not None and hit[0] is gallery.ids and hit[1] == generation:
-            return hit[2]
-    meta = Album(gallery).meta
-    codes = meta.address.codes
-    present, first, n = np.unique(codes[codes >= 0], return_index=True, return_counts=True)
-    rows = np.flatnonzero(codes >= 0)[first]
+        if hit is not None and hit[0] is gallery.ids and hit[1] == generation and key in hit[2]:
+            return hit[2][key]
+    vocab = _build(gallery, Album(gallery).meta, rows, generation)
+    with _VOCAB_LOCK:
+        hit = _VOCABS.get(gallery)
+        cached = hit[2] if hit is not None and hit[0] is gallery.ids and hit[1] == generation else {}
+        if len(cached) >= 64:  # an album per user of a shared index: a few dozen at most are kept
+            cached.pop(next(iter(cached)))
+        _VOCABS[gallery] = (gallery.ids, generation, {**cached, key: vocab})
+    return vocab
+
+
+def _build(gallery: Any, meta: Any, rows: np.ndarray | None, generation: int) -> Vocabulary:
+    """The vocabulary of ``rows`` of ``gallery`` (None: every photo)."""
+    codes = meta.address.codes if rows is None else meta.address.codes[rows]
+    where = np.flatnonzero(codes >= 0)
+    present, first, n = np.unique(codes[where], return_index=True, return_counts=True)
+    picked = where[first] if rows is None else np.asarray(rows)[where[first]]
     ids = gallery.ids
     addresses: dict[str, int] = {}
-    for row, count in zip(rows.tolist(), n.tolist(), strict=True):
+    for row, count in zip(picked.tolist(), n.tolist(), strict=True):
         name = gallery.record(ids[row]).place_name  # as stored (the column holds it in lower case)
         if name:
             addresses[name] = addresses.get(name, 0) + count
     labels: list[list[str]] = []
     if meta.labels is not None:
-        present = np.unique(meta.labels)
+        present = np.unique(meta.labels if rows is None else meta.labels[rows])
         labels = _label_words(int(i) for i in present if i >= 0)
-    times = meta.time[~np.isnan(meta.time)]
+    times = meta.time if rows is None else meta.time[rows]
+    times = times[~np.isnan(times)]
     years = np.unique(times.astype(np.int64).astype("datetime64[s]").astype("datetime64[Y]").astype(np.int64)
                       + 1970).tolist() if len(times) else []
-    vocab = Vocabulary.build(addresses, labels, years, generation)
-    with _VOCAB_LOCK:
-        _VOCABS[gallery] = (gallery.ids, generation, vocab)
-    return vocab
+    return Vocabulary.build(addresses, labels, years, generation)
 
 
 __all__ = ["PLACE_GENERIC", "Vocabulary", "fold", "stem", "vocabulary", "word_keys"]

@@ -6,8 +6,8 @@ after the content method ranked it (:func:`with_text`, on the request path of a 
 explicitly answers on its own, as its paper describes):
 
 - **quoted words** (``"Cafe Sol"``, :attr:`QueryReading.texts`) match exactly: the photos whose text holds the
-  phrase as whole words, in order (across lines too; case and accents aside) rank first, every one of them a strong match
-  (lifted together by one offset, so they keep their own order and stay above every other photo);
+  phrase as whole words, in order (across lines too; case and accents aside) rank first, every one of them a strong
+  match (lifted together by one offset, so they keep their own order and stay above every other photo);
 - **the content words** (less words too common to be evidence: :func:`~imagent.index.text.clue_words`) match the
   text and the content together: a photo is lifted by ``ocr.search_boost_z`` robust z-units (the spread of the
   query's scores over the gallery, as the match levels measure it, :mod:`imagent.index.levels`) times the share of

@@ -232,10 +232,15 @@ class DISBench(Benchmark):
             if have_meta and user not in cache:
                 cache[user] = [f"{user}/{m['photo_id']}" for m in self._metadata(user)]
             answers = [f"{user}/{a}" for a in e.get("answer") or []]
-            q = Query(text=str(e["query"]), id=str(e["query_id"]), candidates=cache.get(user),
-                      extra={"user_id": user, "event_type": etype})
+            extra = {"user_id": user, "event_type": etype}
+            if e.get("question"):  # one question asked in several wordings (imagent's generated albums)
+                extra["question"] = str(e["question"])
+            q = Query(text=str(e["query"]), id=str(e["query_id"]), candidates=cache.get(user), extra=extra)
             truth = {"answer": answers, "event_type": etype, "user": user} if "answer" in e else {}
-            items.append(EvalItem(q, truth, answers, q.id))
+            if truth and "question" in extra:
+                truth["question"] = extra["question"]
+            # a question's wordings are one group: --limit keeps or drops them together
+            items.append(EvalItem(q, truth, answers, extra.get("question") or q.id))
         return items
 
     def gallery_manifest(self, split=None, images_root=None, work_dir=None, allow_missing=False):
@@ -299,11 +304,14 @@ class DISBench(Benchmark):
         scored = [it for it in items if it.has_truth]
         if not scored:
             return {}
-        return M.disbench_scores(
-            [self.predicted_set(it, predictions) for it in scored],
-            [it.truth["answer"] for it in scored],
-            [it.truth["event_type"] for it in scored],
-        )
+        predicted = [self.predicted_set(it, predictions) for it in scored]
+        out = M.disbench_scores(predicted, [it.truth["answer"] for it in scored],
+                                [it.truth["event_type"] for it in scored])
+        if any("question" in it.truth for it in scored):  # several wordings of one question: the worst and best
+            out.update(M.wording_scores([M.set_f1(p, it.truth["answer"]) for p, it in zip(predicted, scored,
+                                                                                         strict=True)],
+                                        [str(it.truth.get("question") or it.id) for it in scored]))
+        return out
 
     def set_scores(self, predictions: Predictions, items: Sequence[EvalItem]) -> dict[str, dict[str, float]]:
         groups: dict[str, list[tuple[float, float, float]]] = {"overall": []}

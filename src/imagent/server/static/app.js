@@ -98,8 +98,8 @@ function renderKeyValues(obj, depth = 0) {
 
 function stepCost(step) {
   let cost = `${step.seconds.toFixed(2)} s`;
-  if (step.model_calls || step.cached_calls) cost += ` · ${step.model_calls} model calls (${step.cached_calls} cached)`;
-  if (step.tool_calls) cost += ` · ${step.tool_calls} tool calls`;
+  if (step.model_calls || step.cached_calls) cost += ` · ${plural(step.model_calls, "model call")} (${step.cached_calls} cached)`;
+  if (step.tool_calls) cost += ` · ${plural(step.tool_calls, "tool call")}`;
   return cost;
 }
 
@@ -143,7 +143,7 @@ function runningStep(name, index) {
 }
 
 function renderTraceSummary(trace) {
-  const summary = `${trace.method}: ${trace.model_calls} model calls, ${trace.seconds.toFixed(2)} s`;
+  const summary = `${trace.method}: ${plural(trace.model_calls, "model call")}, ${trace.seconds.toFixed(2)} s`;
   $("trace-summary").replaceChildren(el("p", { text: summary }),
     Object.keys(trace.counters).length ? renderKeyValues(trace.counters) : "");
 }
@@ -247,12 +247,22 @@ function renderResults(data, append = false) {
   $("source-note").textContent = note;
   renderFilter(data.filter);
   renderMatches(data.results, append);
+  if (!append) showEmptyHint(data.results.length ? [] : (data.warnings || []));
   const answer = data.answer_set;
   $("answer-box").hidden = !Array.isArray(answer);
   if (Array.isArray(answer)) {
     addCards($("answer"), data.answer || answer.map((id) => ({ id, caption: "" })), false);
     $("answer-count").textContent = plural(answer.length, "photo");
   }
+}
+
+// Why a search or a filter found nothing, when the server says it (a near miss: "no photo's place is exactly
+// 'Kyoto'; ... use place ~ 'Kyoto'"), in the match note above the empty results.
+function showEmptyHint(lines) {
+  const note = $("match-note");
+  if (!lines.length) return;
+  note.textContent = lines.join(" ");
+  note.hidden = false;
 }
 
 // The results of a search, stopped where its matches stop: the strong matches, then the possible ones folded, then
@@ -372,7 +382,7 @@ function liveStatus() {
   const secs = ((performance.now() - current.t0) / 1000).toFixed(1);
   const est = current.estimate ? ` / ~${current.estimate}` : "";
   const step = current.step ? `step ${current.step} · ` : "";
-  setStatus(`searching with ${current.method}… ${step}${current.calls}${est} model calls · ${secs} s`);
+  setStatus(`searching with ${current.method}… ${step}${current.calls}${est} model call${current.calls === 1 && !est ? "" : "s"} · ${secs} s`);
 }
 
 function finish(message, isError) {
@@ -450,6 +460,23 @@ function moreLike(id) {
   $("search-form").requestSubmit();
 }
 
+// "More like this": the photo the results are like, above them (its thumbnail, name, when and where).
+async function showLikePhoto(id) {
+  const box = $("like-box");
+  box.hidden = !id;
+  if (!id) return;
+  $("like-img").src = thumbUrl(id);
+  $("like-link").href = photoUrl(id);
+  $("like-name").textContent = "this photo";
+  $("like-when").textContent = "";
+  try {
+    const p = await getJson(`/api/photos/${enc(id)}`);
+    $("like-img").alt = altText(p);
+    $("like-name").textContent = p.file;
+    $("like-when").textContent = whenWhere(p.taken, p.place);
+  } catch (e) { /* the results still show; the photo may be gone from the library */ }
+}
+
 function showRoute(r) {
   const note = $("route-note");
   if (r.fallback) note.textContent = `Searched by content (${r.method}): ${r.fallback}.`;
@@ -478,7 +505,8 @@ async function runSearch(push) {
     if (url !== location.pathname + location.search) history.pushState({}, "", url);
   }
   showView("search");
-  document.title = `${text.trim() || "Search"} · ${lib.name || "imagent"}`;
+  showLikePhoto(like);
+  document.title = `${like ? "More like this" : (text.trim() || "Search")} · ${lib.name || "imagent"}`;
   const pageSize = Math.min(Number($("top-k").value) || 60, MAX_RESULTS);
   const cut = !$("top-k").value;  // no number asked for: the results stop where the matches stop
   if (where && !text.trim() && !reference && !upload && !like) {  // a filter alone: its photos in time order
@@ -532,10 +560,11 @@ async function runListing(state, append) {
   $("possible").replaceChildren();
   renderFilter({ where: state.where, sort: "time", matches: data.total });
   addCards($("results"), data.photos, append);
-  $("trace-summary").replaceChildren(el("p", { text: `filter: ${plural(data.total, "match")}, in time order, no model` }));
+  showEmptyHint(data.total ? [] : [data.hint || "No photo matches this filter."]);
+  $("trace-summary").replaceChildren(el("p", { text: `filter: ${plural(data.total, "match", "matches")}, in time order, no model` }));
   $("trace").replaceChildren();
   updateMore();
-  setStatus(`${$("results").children.length} results in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+  setStatus(`${plural($("results").children.length, "result")} in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
 }
 
 function moreResults() {
@@ -594,7 +623,7 @@ async function startSearch(body, state, append) {
     renderTrace(p.trace);
     updateMore();
     const n = $("results").children.length + $("possible").children.length;
-    finish(`${n} results in ${((performance.now() - current.t0) / 1000).toFixed(1)} s`, false);
+    finish(`${plural(n, "result")} in ${((performance.now() - current.t0) / 1000).toFixed(1)} s`, false);
   });
   onEvent("error", (p) => {
     if (p.trace) renderTraceSummary(p.trace);

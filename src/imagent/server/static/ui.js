@@ -27,7 +27,9 @@ const fileName = (path) => (path ? String(path).split(/[\\/]/).pop() : "");
 // ISO 8601 everywhere: "2019-07-14 09:15" (the camera's wall-clock time, as stored).
 const isoDay = (iso) => (iso ? String(iso).slice(0, 10) : "");
 const isoMinute = (iso) => (iso ? String(iso).replace("T", " ").slice(0, 16) : "");
-const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+// "1 result", "2 results" (many: the plural when it is not word + "s": plural(n, "match", "matches")); every count on
+// the page goes through it, as the CLI's go through imagent.core.text.plural.
+const plural = (n, word, many) => `${n} ${n === 1 ? word : (many || `${word}s`)}`;
 
 function whenWhere(taken, place) {
   return [isoMinute(taken), place || ""].filter(Boolean).join(" · ");
