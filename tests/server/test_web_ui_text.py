@@ -36,7 +36,8 @@ def test_a_text_search_shows_the_photo_with_its_text(text_ws, serve_app, page, t
     page.wait_for_selector("#gallery-info:has-text('23 photos')")
     page.fill("#query", '"Cafe Sol"')
     page.click("#search-button")
-    page.wait_for_selector("#status:has-text('results in')")
+    page.wait_for_selector("#status:text-matches('[0-9]+ results? in ')")
+    page.wait_for_function("() => !document.querySelector('#results.stale')")
     first = page.locator("#results .result").first
     assert first.get_attribute("data-id") == ids["sign_cafe.jpg"]
     assert first.locator(".match").inner_text() == "match"
