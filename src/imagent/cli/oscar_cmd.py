@@ -51,17 +51,11 @@ def solve(
     json_out: JsonOpt = False,
 ) -> None:
     """Solve both MIPs of one instance and print the plan (stage 1 selection, stage 2 composition, final set)."""
-    from imagent.tools.oscar_mip import solve_document
+    from imagent.tools.oscar_mip import read_instance_file, solve_document
 
     ws = workspace(config, set_, "oscar")
     cfg = _oscar_config(ws)
-    if not instance.is_file():
-        raise FileNotFoundError(f"no instance file at {instance}")
-    try:
-        data = json.loads(instance.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{instance}: not valid JSON ({exc})") from None
-    inst, plan = solve_document(data, cfg.weights(), cfg.mip_time_limit_s)
+    inst, plan = solve_document(read_instance_file(instance), cfg.weights(), cfg.mip_time_limit_s)
     for stage in (plan.stage1, plan.stage2):
         if not stage.optimal:
             err_console.print("[yellow]warning:[/] the time limit stopped HiGHS before it proved optimality")

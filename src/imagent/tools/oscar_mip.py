@@ -88,6 +88,18 @@ class MipInputError(ValueError):
     """An instance that cannot be solved as given (unknown ids, bad polarity, duplicate ids, ...)."""
 
 
+def read_instance_file(path: str | Path) -> Any:
+    """The JSON document of an instance file: :class:`FileNotFoundError` when there is none, :class:`MipInputError`
+    when it is not JSON."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"no instance file at {p}")
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise MipInputError(f"{p}: not valid JSON ({exc})") from None
+
+
 class MipWeights(BaseModel):
     """The weights of decision 2 (the paper gives none). See the module docstring for the defaults."""
 
@@ -190,14 +202,7 @@ class MipInstance:
 
     @classmethod
     def from_file(cls, path: str | Path, default_weights: MipWeights | None = None) -> MipInstance:
-        p = Path(path)
-        if not p.is_file():
-            raise FileNotFoundError(f"no instance file at {p}")
-        try:
-            data = json.loads(p.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise MipInputError(f"{p}: not valid JSON ({exc})") from None
-        return cls.from_dict(data, default_weights)
+        return cls.from_dict(read_instance_file(path), default_weights)
 
     def to_dict(self) -> dict[str, Any]:
         return {"gallery": list(self.gallery), "positives": list(self.positives),
