@@ -121,6 +121,10 @@ def test_the_album_tools_and_the_descriptions_read_the_text(signs):
     assert album.search("the day I photographed the sign for Sintra", top_k=1).ids == [ids["sign_sintra.jpg"]]
     assert album.filter("text ~ 'platform'") == [ids["sign_platform.jpg"]]
     assert album.metadata([ids["sign_cafe.jpg"]])[0]["text"] == ["Cafe Sol"]
+    from imagent.methods.album.tools import AlbumToolsConfig, FilterMetadataTool, _metadata_line
+
+    assert _metadata_line(album.metadata([ids["sign_cafe.jpg"]])[0]).endswith("text 'Cafe Sol'")  # GetMetadata
+    assert "text ~ 'sintra'" in FilterMetadataTool(album, AlbumToolsConfig()).description  # offered when there is text
     assert 'text in the photo: "SINTRA"' in g.record(ids["sign_sintra.jpg"]).description
 
 
