@@ -64,6 +64,9 @@ def test_the_signs_are_read_and_photos_without_text_store_none(signs):
     flamingo = next(i for i in stamps if g.record(i).path.endswith("animals__birds__adelaide-rosella.jpg"))
     assert g.record(flamingo).text_lines == [] and "text_lines" not in g.record(flamingo).to_dict()
     assert report["stages"]["text"]["photos"] == 53 and report["stages"]["text"]["version"].startswith("rapidocr/")
+    assert report["with_text"] == sum(bool(g.record(i).text_lines) for i in g.ids) >= 3
+    assert report["text_note"].startswith("text: 53 photo(s) read") and f"{report['with_text']} photo(s)" in \
+        report["text_note"]
 
 
 def test_quoted_search_ranks_the_sign_first_and_the_text_filter_finds_exactly_it(signs):
