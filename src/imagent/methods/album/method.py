@@ -121,7 +121,7 @@ class AlbumSearch(Method):
         return 1 + int(config.check)
 
     def album(self, query: Query) -> Album:
-        album = Album(self.ctx.gallery, self.ctx.dual, self.ctx.text)
+        album = Album(self.ctx.gallery, self.ctx.dual, self.ctx.text, text_clues=True)  # words read in photos count
         return album if query.candidates is None else album.scoped(query.candidates)
 
     def search_spaces(self) -> list[str]:
