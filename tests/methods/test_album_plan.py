@@ -258,6 +258,12 @@ def test_read_plan_checks_the_object_against_the_search():
     plan = read_plan({"target": "crow", "anchor": "crow", "relation": "same trip"},
                      "What did I photograph on the trip where I saw the crow?")
     assert plan.every_photo and plan.anchor == "crow"  # "what did I photograph" asks for every photo of the trip
+    plan = read_plan({"target": "trip", "anchor": "blueberries", "relation": "same trip"},
+                     "the whole trip with the blueberries")
+    assert plan.every_photo  # a stretch of time is no thing a photo shows: every photo of it
+    plan = read_plan({"target": "yam", "anchor": "yam", "relation": "same trip", "exclude": "beach"},
+                     "the vases from the trip where I saw the yam, except at the beach", target="vases")
+    assert (plan.target, plan.anchor, plan.relation) == ("vases", "yam", "same trip")  # the first plan's target
     plan = read_plan({"target": "lighthouse", "anchor": "lighthouse", "relation": "same day"},
                      "photos of the lighthouse")
     assert not plan.anchored and plan.target == "lighthouse"  # no word says a day: no relation to keep

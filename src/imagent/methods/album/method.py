@@ -206,7 +206,7 @@ class AlbumSearch(Method):
                 step.outputs["parsed"] = False
                 return None
             try:
-                plan = read_plan(value, query.text)
+                plan = read_plan(value, query.text, target=failed[0].target if failed is not None else "")
             except ValueError as exc:
                 step.note(f"the planner's reply is not a plan: {exc}")
                 step.outputs["parsed"] = False

@@ -197,6 +197,9 @@ SPAN_EDGE_STOP = frozenset({
     "album", "albums", "collection", "library", "camera", "phone"})
 # Words that ask for every photo ("every picture from ...", "all the photos of ...").
 ASKS_EVERY = frozenset({"all", "every", "everything", "whole", "entire"})
+# Words that name a stretch of time, never a thing a photo shows: a target of only these is every photo of it.
+MOMENT_WORDS = frozenset({"trip", "trips", "journey", "holiday", "holidays", "vacation", "getaway", "day", "days",
+                          "week", "weeks", "weekend", "month", "months", "year", "years", "visit", "stay"})
 # The verbs of photographing: "what did I photograph on ..." asks for every photo of the moment.
 PHOTOGRAPH_VERBS = frozenset({"photograph", "photographed", "shoot", "shot", "take", "took", "snap", "snapped",
                               "capture", "captured"})
@@ -308,7 +311,8 @@ class Plan:
     def every_photo(self) -> bool:
         """The target asks for every photo the chain keeps ("the photos from my second trip ...")."""
         t = [w for w in words(self.target) if w not in _COMMON]
-        return not t or all(w in GENERIC_TARGETS for w in t)
+        # "the whole trip", "that day": a unit of time or place is no thing a photo shows, it is the photos of it
+        return not t or all(w in GENERIC_TARGETS or w in MOMENT_WORDS for w in t)
 
     def to_dict(self) -> dict[str, Any]:
         return {"target": self.target, "place": self.place, "hops": [h.to_dict() for h in self.hops],
@@ -527,8 +531,9 @@ def asks_every_photo(query: str) -> bool:
     return bool(asked & ASKS_EVERY or asked & photo_nouns or ("what" in asked and asked & PHOTOGRAPH_VERBS))
 
 
-def read_plan(value: Any, query: str) -> Plan:
-    """The model's JSON object (:data:`PLAN_FIELDS`) as a :class:`Plan`, checked against the search's words:
+def read_plan(value: Any, query: str, target: str = "") -> Plan:
+    """The model's JSON object (:data:`PLAN_FIELDS`) as a :class:`Plan`, checked against the search's words
+    (``target``: an earlier plan's target, for a second plan that wrote its anchor as its target):
 
     - ``place``, ``anchor``, ``anchor2`` and ``exclude`` must share a word with the search, else they are dropped
       (a small model copies an example's words); a relation without an anchor is ``none``, an anchor without a
@@ -575,6 +580,11 @@ def read_plan(value: Any, query: str) -> Plan:
             notes.append(f"target {fields['target']!r} is the anchor {fields['anchor']!r} and the search asks for "
                          "every photo of that moment: the target is every photo")
             fields["target"] = "photos"
+        elif target and relation in RELATIONS and RELATIONS[relation].agrees(said) and \
+                not _circular(target, fields["anchor"]) and _grounded(target, q):
+            notes.append(f"target {fields['target']!r} is the anchor {fields['anchor']!r}: the first plan's target "
+                         f"{target!r} is kept")
+            fields["target"] = target
         else:
             notes.append(f"anchor {fields['anchor']!r} is the target itself: no anchor")
             fields["anchor"], relation = "", "none"
