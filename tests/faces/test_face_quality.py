@@ -23,9 +23,39 @@ def test_unsure_groups_go_below_a_named_person():
     order = [p.name or p.id for p in sorted([patchy, sure, named], key=people_order)]
     assert order == [3, "Barack", 2]  # by size, the unsure three-face group below the one-face named person
     assert not unsure(Person(4, "Named by a person", [_face(7, 0.6)]))  # a person vouched for it
-    from imagent.index.people import SURE_SCORE
+    assert FaceOptions().min_score < FaceOptions().sure_score == 1.0
+    # the bar is faces.sure_score: at 0.5 the three-face group is sure and comes first
+    assert [p.name or p.id for p in sorted([patchy, sure, named], key=lambda p: people_order(p, 0.5))] == [
+        2, 3, "Barack"]
 
-    assert FaceOptions().min_score < SURE_SCORE
+
+@pytest.mark.real_model
+def test_people_lists_by_the_configured_sure_score(people_index, tmp_path):
+    """``faces.sure_score`` reaches the People listing (``imagent people``, the web's /api/people): above every
+    real face's score, each group no person named is unsure and the named one comes first."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from imagent.cli.main import app
+
+    index = shutil.copytree(people_index[1], tmp_path / "index")
+    runner = CliRunner()
+
+    def listed(*sets: str) -> list[tuple[int, str | None, set[str]]]:
+        out = runner.invoke(app, ["people", "--index", str(index), "--json", "--set", "faces.min_group=1",
+                                  *(a for s in sets for a in ("--set", s))])
+        assert out.exit_code == 0, out.output
+        return [(g["id"], g["name"], {Path(p["path"]).name for p in g["photos"]})
+                for g in json.loads(out.stdout)["people"]]
+
+    biden = next(g[0] for g in listed() if g[2] == {"biden.jpg"})
+    assert runner.invoke(app, ["people", "name", str(biden), "Joe", "--index", str(index)]).exit_code == 0
+    obama = {"obama.jpg", "obama2.jpg", "obama3.jpg"}
+    assert listed()[0][2] == obama  # his detections score 1.5-1.9: sure at the default 1.0, the largest group first
+    assert listed("faces.sure_score=2.5")[0] == (biden, "Joe", {"biden.jpg"})  # unnamed groups all unsure at 2.5
 
 
 def test_nose_drop_of_a_face_and_of_a_flat_shape():

@@ -223,6 +223,9 @@ class FaceOptions(_Strict):
     nose_drop_max: float = Field(0.95, gt=0, description="... and at most (cartoons and fruit reach 0.95-1.4)")
     threshold: float = Field(0.6, gt=0, le=2, description="descriptor distance under which faces are one person")
     min_group: int = Field(3, ge=1, description="groups with fewer faces are listed last (tiny)")
+    sure_score: float = Field(1.0, description="a group no person named whose detections all score below this is "
+                              "listed after the other groups of its size class (unsure: real faces measured "
+                              "0.88-1.99, false ones at most 0.2; docs/people.md); imagent's own")
     workers: int = Field(1, ge=1, le=64, description="processes that look for faces at once (without Ray)")
 
     @field_validator("mode", mode="before")

@@ -15,7 +15,9 @@ are stored and the snapshot written, so a kill here leaves a searchable index:
   ``faces.min_size`` px dropped, at most ``faces.max_per_photo`` kept (:mod:`imagent.models.faces`); a photo
   that cannot be read, is too small or holds too many faces gets a note and the pass goes on;
 - the scans run where the build's runner computes: here (``faces.workers`` > 1: in that many worker processes;
-  dlib holds the GIL, so threads would not help) or on Ray actors, results committed here in photo order;
+  dlib holds the GIL, so threads would not help; they end with this process, and a chunk whose worker died is
+  scanned again in new ones a bounded number of times, then its photos get a note: :mod:`imagent.core.workers`)
+  or on Ray actors, results committed here in photo order;
 - then the faces without a group are grouped, here (:func:`imagent.index.people.assign_new_faces`).
 
 The storage is :mod:`imagent.index.face_store` (``faces.sqlite`` in the index folder).
@@ -32,8 +34,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from imagent.core.config import FaceOptions
-from imagent.core.text import display_path
+from imagent.core.text import display_path, plural
 from imagent.core.types import ImageRecord
+from imagent.core.workers import WORKER_DIED, SpawnPool
 from imagent.index.face_store import FaceStore, drop_empty_people, drop_photos, put_scan
 from imagent.index.people import assign_new_faces, count_people, has_ungrouped, people_count
 from imagent.index.stages import Stage, Todo
@@ -60,13 +63,14 @@ class FacesReport:
     dropped: int = 0  # scans of photos gone from the index, removed
     pending: int = 0  # photos left for the next run (only after an interruption)
     people: int = 0  # groups in the index after the run
+    worker_restarts: int = 0  # times the worker processes were started again after one died
     notes: list[tuple[str, str]] = field(default_factory=list)  # (photo, note)
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {"status": self.status, "reason": self.reason, "scanned": self.scanned, "faces": self.faces,
                 "photos_with_faces": self.with_faces, "new_people": self.new_people, "joined": self.joined,
-                "dropped": self.dropped, "people": self.people,
+                "dropped": self.dropped, "people": self.people, "worker_restarts": self.worker_restarts,
                 "notes": [{"path": p, "note": n} for p, n in self.notes], "seconds": round(self.seconds, 3)}
 
     def summary(self) -> str:
@@ -76,10 +80,14 @@ class FacesReport:
         if self.status != "done":
             return ""
         if not self.scanned:
-            return f"faces: no new photos to look at; {self.people} people (imagent people)"
+            looked = (f"none of {plural(len(self.notes), 'photo')} could be looked at (see the notes; the next run "
+                      "tries again)") if self.notes else "no new photos to look at"
+            return f"faces: {looked}; {plural(self.people, 'person', 'people')} (imagent people)"
+        restarts = (f"; a worker process died, {plural(self.worker_restarts, 'restart')}" if self.worker_restarts
+                    else "")
         return (f"faces: {self.scanned} photos looked at, {self.faces} faces in {self.with_faces} of them; "
                 f"{self.new_people} new people, {self.joined} faces joined known people; {self.people} people in "
-                f"all (imagent people)")
+                f"all (imagent people){restarts}")
 
 
 def _pending(gallery: Gallery, scans: dict[str, tuple[str, str]], everything: bool, model_id: str) -> list[str]:
@@ -125,7 +133,7 @@ class FaceStage(Stage):
         self.model_id = face_model_id(options)
         self._load_model = load_model
         self._model: Any = None
-        self._pool: Any = None
+        self._pool: SpawnPool | None = None
         self.workers = workers
         self.report = FacesReport()
         self._todo: list[str] | None = None
@@ -141,26 +149,27 @@ class FaceStage(Stage):
     def compute(self, records: list[ImageRecord], earlier: Any, part: tuple[str, ...] = ()) -> list[Any]:
         paths = [r.path for r in records]
         if self.workers > 1:
-            return list(self._workers().map(_scan_in_worker, paths))
+            pool = self._workers()
+            before = pool.restarts
+            out = pool.map(_scan_in_worker, paths)
+            self.report.worker_restarts += pool.restarts - before
+            return [_died(pool.retries) if res is WORKER_DIED else res for res in out]
         if self._model is None:
             self._model = self._load_model()
         return [self._model.scan_file(p) for p in paths]
 
-    def _workers(self) -> Any:
+    def _workers(self) -> SpawnPool:
+        """The worker processes (:class:`~imagent.core.workers.SpawnPool`: they end with this process, and a chunk
+        whose worker died is scanned again in new ones, up to ``WORKER_RETRIES`` times)."""
         if self._pool is None:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-
             from imagent.models.faces import worker_init
 
-            # spawn: a forked copy of a process that has torch's threads running can hang
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=worker_init, initargs=(self._load_model,))
+            self._pool = SpawnPool(self.workers, worker_init, (self._load_model,))
         return self._pool
 
     def close(self) -> None:
         if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
+            self._pool.close()
             self._pool = None
 
     # ------------------------------------------------------------------ the driver: which photos, store, group
@@ -236,6 +245,15 @@ class FaceStage(Stage):
                 report.people = count_people(c)
         report.seconds = time.perf_counter() - self._t0
         self._todo = None
+
+
+def _died(retries: int) -> Any:
+    """The result of a photo whose worker process died on each of its ``retries + 1`` tries: a note, and not
+    stored (the next run scans it again)."""
+    from imagent.models.faces import FileFaces
+
+    return FileFaces(note=f"face scan failed: its worker process died {retries + 1} times (the next imagent index "
+                     "tries again)", error=True)
 
 
 def _scan_in_worker(path: str) -> Any:

@@ -196,9 +196,9 @@ class IndexParts:
            captioner: Role | None = None, limits: IndexOptions | None = None, runner: Runner | None = None,
            settings: Settings | None = None) -> IndexParts:
         """Parts around encoders (and a pixel model) already made: tests, benchmarks, the Python API. ``faces``
-        (default ``FaceOptions()``, mode auto) configures the face stage; ``limits`` bound its decodes; ``runner``
-        (default: this process) is where the stages compute; ``settings`` gives the sections not named here (a
-        stage's own, e.g. ``[ocr]``), the named ones replacing its."""
+        (default ``FaceOptions()``, mode auto) configures the face stage (its ``workers`` when computing here);
+        ``limits`` bound its decodes; ``runner`` (default: this process) is where the stages compute; ``settings``
+        gives the sections not named here (a stage's own, e.g. ``[ocr]``), the named ones replacing its."""
         caption_mode = False
         if pixel_model is not None and dual is not None and not getattr(dual, "sees_pixels", True):
             caption_mode = hasattr(dual.get() if isinstance(dual, LazyEncoder) else dual, "text_embedder")
@@ -206,7 +206,8 @@ class IndexParts:
         named = {"pixels": pixel_options, "faces": faces, "places": places, "ann": ann, "indexing": limits}
         s = base.model_copy(update={k: v for k, v in named.items() if v is not None})
         ctx = StageContext(s, dual, text, list(extras), (lambda: pixel_model) if pixel_model is not None else None,
-                           getattr(pixel_model, "name", None) or "effnet-lite0", caption_mode)
+                           getattr(pixel_model, "name", None) or "effnet-lite0", caption_mode,
+                           s.faces.workers if runner is None or isinstance(runner, LocalRunner) else 1)
         return _assemble(ctx, captioner, runner or LocalRunner())
 
 

@@ -14,7 +14,8 @@ Grouping (:func:`assign_new_faces`, at the end of every face pass of ``imagent i
 A user's corrections are kept: ``merge`` moves every face of some groups into one; ``split`` moves a face into a
 new group (or another one) and pins it there; ``remove`` deletes a face that is nobody (a false detection, a
 stranger), and its photo is not scanned again; ``forget`` deletes all face data. Groups with fewer than
-``faces.min_group`` (3) faces are "tiny" and listed last.
+``faces.min_group`` (3) faces are "tiny" and listed last; a group no person named whose detections all score below
+``faces.sure_score`` (1.0) is listed after the other groups of its size class (:func:`unsure`).
 
 :func:`people_index` is the read side for search: which photos hold which people, for the filter field
 ``person`` (``person = 'Anna'``, exact and case-insensitive; ``person ~ 'ann'``; ``person = 7`` a group by its
@@ -36,10 +37,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from imagent.core.config import FaceOptions
 from imagent.index.face_store import FaceDataMissing, FaceStore, drop_empty_people, drop_face_crops
 from imagent.index.store import from_sql, sql_text
 
 DEFAULT_MIN_GROUP = 3
+DEFAULT_SURE_SCORE: float = FaceOptions.model_fields["sure_score"].default
 MAX_NAME_CHARS = 100
 MAX_ID = 2**63 - 1  # SQLite's largest integer: a group or face id above it names nothing (and is not an error)
 _ID_REF = re.compile(r"#?(\d+)")
@@ -187,10 +190,11 @@ def _face(row: Sequence[Any]) -> Face:
 _FACE_COLS = "id, photo, x0, y0, x1, y1, score, size, person, pinned"
 
 
-def list_people(gallery: Gallery, min_group: int = DEFAULT_MIN_GROUP) -> list[Person]:
-    """Every group with at least one face of a photo in the index: the larger ones first (by faces), tiny
-    ones (fewer than ``min_group`` faces) last; ties by id. Named groups without faces are listed at the end.
-    :class:`FaceDataMissing` when the index has no face data."""
+def list_people(gallery: Gallery, min_group: int = DEFAULT_MIN_GROUP,
+                sure_score: float = DEFAULT_SURE_SCORE) -> list[Person]:
+    """Every group with at least one face of a photo in the index, in :func:`people_order`: tiny ones (fewer than
+    ``min_group`` faces) last, unsure ones (below ``sure_score``) after the others of their size class. Named groups
+    without faces are listed at the end. :class:`FaceDataMissing` when the index has no face data."""
     store = FaceStore(gallery.root)
     with store.read() as c:
         names = {int(i): n for i, n in c.execute("SELECT id, name FROM people")}
@@ -207,22 +211,20 @@ def list_people(gallery: Gallery, min_group: int = DEFAULT_MIN_GROUP) -> list[Pe
             people[pid] = Person(pid, name)
     for p in people.values():
         p.tiny = len(p.faces) < min_group
-    return sorted(people.values(), key=people_order)
+    return sorted(people.values(), key=lambda p: people_order(p, sure_score))
 
 
-def people_order(p: Person) -> tuple:
+def people_order(p: Person, sure_score: float = DEFAULT_SURE_SCORE) -> tuple:
     """How People lists groups: those with faces first, the tiny ones last, groups of unsure detections after
     the others (:func:`unsure`), then by size (faces) and the best detection's confidence."""
-    return (not p.faces, p.tiny, unsure(p), -len(p.faces), -max((f.score for f in p.faces), default=0.0), p.id)
+    return (not p.faces, p.tiny, unsure(p, sure_score), -len(p.faces),
+            -max((f.score for f in p.faces), default=0.0), p.id)
 
 
-SURE_SCORE = 1.0  # a detection this confident is a face beyond doubt (dlib HOG margins of real faces: 0.9-2.0)
-
-
-def unsure(p: Person) -> bool:
-    """A group no person named made only of detections below :data:`SURE_SCORE`: listed after every other group
-    of its size class, so a named person is never below one (issue 47)."""
-    return not p.name and all(f.score < SURE_SCORE for f in p.faces)
+def unsure(p: Person, sure_score: float = DEFAULT_SURE_SCORE) -> bool:
+    """A group no person named made only of detections below ``sure_score`` (``faces.sure_score``): listed after
+    every other group of its size class, so a named person is never below one (issue 47)."""
+    return not p.name and all(f.score < sure_score for f in p.faces)
 
 
 def get_person(gallery: Gallery, person: int | str) -> Person:

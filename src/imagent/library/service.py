@@ -271,7 +271,7 @@ class LibraryService:
     def people(self) -> tuple[list[Person], ScanSummary]:
         """Every group (the larger first, tiny ones last) and the counts of the face data."""
         g = self.gallery
-        return list_people(g, self._min_group()), scan_summary(g)
+        return list_people(g, self._min_group(), self.settings.faces.sure_score), scan_summary(g)
 
     def person(self, ref: int | str) -> Person:
         """One group by id (``7``, ``#7``) or name."""
