@@ -223,6 +223,8 @@ class FaceOptions(_Strict):
     nose_drop_max: float = Field(0.95, gt=0, description="... and at most (cartoons and fruit reach 0.95-1.4)")
     threshold: float = Field(0.6, gt=0, le=2, description="descriptor distance under which faces are one person")
     min_group: int = Field(3, ge=1, description="groups with fewer faces are listed last (tiny)")
+    group_batch: int = Field(1000, ge=1, le=100_000, description="new faces grouped at a time, each batch written in "
+                             "a short transaction of its own (memory and write-lock time bounded by it); imagent's own")
     workers: int = Field(1, ge=1, le=64, description="processes that look for faces at once (without Ray)")
 
     @field_validator("mode", mode="before")
