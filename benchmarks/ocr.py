@@ -22,10 +22,20 @@ Prints, each as a ``name key=value ...`` line:
    rendered photos (with text) and on 12-megapixel photos without text, with the pixel model's per-photo pass
    (``effnet-lite*``, the configured default) over the same photos in the same run, and ``ratio`` = OCR seconds /
    pixel seconds: what the OCR pass adds to an index build. The machine's load is printed beside.
+5. ``search``: what the words read in photos do to a plain-words search (``ocr.search_boost_z``,
+   imagent/tools/text_search.py). ``--search-signs`` rendered photos (the first of the rendered set) among
+   ``--search-stamps`` stamps without text are indexed by the real pipeline (``Workspace.index``: the pixel model,
+   MiniLM in caption mode, the OCR stage); each sign's words (as the truth has them, unquoted) are searched as a
+   person types them, through the plain-words path (the query reader, the routed method), at each boost: the sign's
+   rank (``top1``, ``mrr`` over the top 20) and whether it is a strong match (``strong``); and the stamps' category
+   words ("birds", "flowers"...), whose photos hold no text, with how many of their top 10 differ from boost 0
+   (``category_changed``: what the lift does to searches it has nothing to do with). ``quoted``: the same signs'
+   words in double quotes.
 
 Options: ``--photos N`` rendered photos (default 80), ``--seed S``, ``--threads T`` (default 2), ``--sides
-768,960,1280`` (the max_side values compared), ``--save DIR`` keeps the rendered photos and their truth
-(``truth.json``) for a look.
+768,960,1280`` (the max_side values compared), ``--boosts 0,3,6,10`` (the search part's values),
+``--skip quality,notext,speed,search``, ``--save DIR`` keeps the rendered photos and their truth (``truth.json``) for a
+look.
 """
 
 from __future__ import annotations
@@ -39,6 +49,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -373,16 +384,82 @@ def speed(truth: list[dict], threads: int, n_large: int = 12, rounds: int = 2) -
                   f"load={os.getloadavg()[0]:.1f}", flush=True)
 
 
+CATEGORY_WORDS = ("birds", "flowers", "fish", "insects", "fruit", "mammals", "a cat", "a dog")
+
+
+def _search_folder(dest: Path, truth: list[dict], n_signs: int, n_stamps: int) -> dict[str, list[str]]:
+    """The search part's folder: the first ``n_signs`` rendered photos and ``n_stamps`` stamps without text;
+    file name -> the sign's words (truth)."""
+    import shutil
+
+    dest.mkdir(parents=True, exist_ok=True)
+    for p in notext_stamps()[:n_stamps]:
+        shutil.copyfile(p, dest / p.name)
+    out = {}
+    for t in truth[:n_signs]:
+        shutil.copyfile(t["path"], dest / Path(t["path"]).name)
+        out[Path(t["path"]).name] = t["lines"]
+    return out
+
+
+def search(truth: list[dict], n_signs: int, n_stamps: int, boosts: list[float]) -> None:
+    """Part 5 (module doc): the text lift measured on the plain-words path."""
+    from imagent.api import Workspace, route_method
+    from imagent.core.types import MATCH_STRONG
+
+    with tempfile.TemporaryDirectory() as tmp:
+        signs = _search_folder(Path(tmp) / "photos", truth, n_signs, n_stamps)
+        base = [f"index={Path(tmp) / 'index'}", f"cache_dir={Path(tmp) / 'cache'}", "faces.mode=off",
+                f"ocr.threads={max(1, os.cpu_count() or 1)}"]
+        t0 = time.perf_counter()
+        Workspace.from_config(sets=base).index(Path(tmp) / "photos")
+        print(f"search_index photos={len(signs) + n_stamps} seconds={time.perf_counter() - t0:.1f} "
+              f"load={os.getloadavg()[0]:.1f}", flush=True)
+        reference: dict[str, list[str]] = {}
+        for boost in boosts:
+            ws = Workspace.from_config(sets=[*base, f"ocr.search_boost_z={boost}"])
+            g = ws.gallery()
+            by_name = {Path(g.record(i).path).name: i for i in g.ids}
+
+            def ranked(text: str, ws: Any = ws, g: Any = g) -> Any:  # as the CLI routes plain words
+                return ws.search(text, method=route_method(text, g).method, read_query=True, top_k=20)
+
+            for kind, quote in (("plain", ""), ("quoted", '"')):
+                ranks, strong = [], 0
+                for name, lines in signs.items():
+                    words = " ".join(lines)
+                    r = ranked(f"{quote}{words}{quote}")
+                    at = r.ranking.ids.index(by_name[name]) if by_name[name] in r.ranking.ids else None
+                    ranks.append(at)
+                    cut = r.ranking.cut
+                    strong += bool(at is not None and cut is not None
+                                   and cut.level(r.ranking.scores[at]) == MATCH_STRONG)
+                mrr = sum(1 / (a + 1) for a in ranks if a is not None) / len(ranks)
+                print(f"search kind={kind} boost_z={boost:g} signs={len(ranks)} "
+                      f"top1={sum(a == 0 for a in ranks) / len(ranks):.3f} mrr={mrr:.3f} "
+                      f"strong={strong / len(ranks):.3f}", flush=True)
+            changed = 0
+            for word in CATEGORY_WORDS:
+                top = ranked(word).ranking.ids[:10]
+                reference.setdefault(word, top)
+                changed += len(set(top) - set(reference[word]))
+            print(f"search kind=category boost_z={boost:g} queries={len(CATEGORY_WORDS)} "
+                  f"category_changed={changed}/{10 * len(CATEGORY_WORDS)}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--photos", type=int, default=80)
     ap.add_argument("--seed", type=int, default=45)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--sides", default="768,960,1280", help="comma list of max_side values to compare")
-    ap.add_argument("--skip", default="", help="comma list of parts to leave out: quality, notext, speed")
+    ap.add_argument("--skip", default="", help="comma list of parts to leave out: quality, notext, speed, search")
+    ap.add_argument("--boosts", default="0,3,6,10", help="comma list of ocr.search_boost_z values (search part)")
+    ap.add_argument("--search-signs", type=int, default=30)
+    ap.add_argument("--search-stamps", type=int, default=60)
     ap.add_argument("--save", type=Path, help="keep the rendered photos and truth.json here")
     args = ap.parse_args()
-    parts = {"quality", "notext", "speed"} - {p.strip() for p in args.skip.split(",") if p.strip()}
+    parts = {"quality", "notext", "speed", "search"} - {p.strip() for p in args.skip.split(",") if p.strip()}
     print(f"machine cpus={os.cpu_count()} load={' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         dest = args.save.expanduser() if args.save else Path(tmp) / "rendered"
@@ -393,6 +470,8 @@ def main() -> None:
             notext(args.threads)
         if "speed" in parts:
             speed(truth, args.threads)
+        if "search" in parts:
+            search(truth, args.search_signs, args.search_stamps, [float(b) for b in args.boosts.split(",")])
 
 
 if __name__ == "__main__":

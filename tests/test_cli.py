@@ -43,7 +43,7 @@ def test_index_then_reindex_then_search_the_stamps(runner, tmp_path, stamps_dir)
     payload = json.loads(out.stdout)
     first_hit = payload["results"][0]
     assert set(first_hit) == {"rank", "id", "score", "match", "path", "caption", "taken", "place", "labels",
-                              "matched_by", "people"}
+                              "text", "matched_by", "people"}
     assert first_hit["match"] == "strong" and payload["match_cut"]["photos"] == 627
     assert "penguin" in first_hit["caption"].lower() and first_hit["rank"] == 1
     assert payload["trace"]["method"] == "caption" and payload["trace"]["steps"]

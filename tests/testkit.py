@@ -183,3 +183,45 @@ def name_trip_people(gallery: Any) -> dict[str, int]:
                 name_person(gallery, p.id, name)
                 out[name] = p.id
     return out
+
+
+# --------------------------------------------------------------------------- text in photos (OCR)
+
+SHARED = Path(os.environ.get("IMAGENT_SHARED", TESTS.parents[1] / "shared"))
+SIGNS = {"sign_sintra.jpg": ["SINTRA"], "sign_cafe.jpg": ["Cafe Sol"], "sign_platform.jpg": ["Platform 9"]}
+
+
+def sign_photo(path: Path, lines: list[str], background: str = "chelsea", size: tuple[int, int] = (1024, 768),
+               angle: float = 6.0) -> Path:
+    """A photo of a sign: ``lines`` in dark letters on a pale plate (a font matplotlib ships), turned ``angle``
+    degrees, pasted on one of scikit-image's photos (``background``: chelsea, coffee, astronaut, rocket...), as a
+    JPEG."""
+    import matplotlib
+    import skimage.data as sd
+    from PIL import Image, ImageDraw, ImageFont, ImageOps
+
+    font = ImageFont.truetype(str(Path(matplotlib.__file__).parent / "mpl-data/fonts/ttf/DejaVuSans-Bold.ttf"), 64)
+    width = max(int(font.getlength(line)) for line in lines) + 60
+    plate = Image.new("RGBA", (width, 90 * len(lines) + 40), (235, 230, 210, 255))
+    d = ImageDraw.Draw(plate)
+    for n, line in enumerate(lines):
+        d.text((30, 20 + 90 * n), line, font=font, fill=(30, 30, 80, 255))
+    plate = plate.rotate(angle, expand=True, resample=Image.Resampling.BICUBIC)
+    photo = ImageOps.fit(Image.fromarray(getattr(sd, background)()).convert("RGB"), size)
+    photo.paste(plate, (size[0] // 5, size[1] // 3), plate)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    photo.save(path, "JPEG", quality=88)
+    return path
+
+
+def signs_among_stamps(folder: Path, stamps: int = 50) -> dict[str, Path]:
+    """``folder`` with the first ``stamps`` shipped stamps (../shared/data/stamps, as they are) and three photos of
+    rendered signs (:data:`SIGNS`: "SINTRA", "Cafe Sol", "Platform 9", each on another background); returns file
+    name -> path of the signs."""
+    images = sorted((SHARED / "data" / "stamps" / "images").glob("*.jpg"))[:stamps]
+    assert len(images) == stamps, f"test data missing: {SHARED / 'data' / 'stamps'}"
+    folder.mkdir(parents=True, exist_ok=True)
+    for p in images:
+        shutil.copyfile(p, folder / p.name)
+    return {name: sign_photo(folder / name, lines, background)
+            for (name, lines), background in zip(SIGNS.items(), ("chelsea", "coffee", "rocket"), strict=True)}

@@ -384,6 +384,7 @@ class Workspace:
                 g.labels_as_text = self.settings.pixels.labels_as_text  # read by the album tools and DISBench's track
                 g.label_min_p = self.settings.pixels.label_min_p
                 g.pixel_options = self.settings.pixels  # result cards' labels, pixel descriptions (label_show_p)
+                g.ocr_options = self.settings.ocr  # the album tools' text clues (search_boost_z)
             return g
 
     def context(self, index: str | Path | None = None) -> MethodContext:
@@ -504,6 +505,10 @@ class Workspace:
         else:
             result = prepared.method.search(prepared.query, top_k=top_k, trace=trace, warnings=prepared.warnings)
             result.spaces = list(prepared.method.search_spaces() or [])
+            if prepared.reading is not None:  # the words read in the photos (quoted: exactly), with the content
+                from imagent.tools.text_search import with_text
+
+                result = with_text(result, g, prepared.query, prepared.reading, top_k, self.settings.ocr)
         result = photo_search.finish(result, g, prepared.query, req.sort)
         if req.collapse_duplicates:
             result = photo_search.collapse_duplicates(result, g, self.duplicate_groups(req.index), req.top_k)

@@ -164,18 +164,22 @@ def _photo_folder(dest: Path) -> Path:
 
 @pytest.mark.real_model
 def test_every_stage_on_ray_equals_a_local_build_with_real_models(tmp_path, cluster):
-    """MiniLM (caption mode), EfficientNet-Lite0 and dlib on two actors, two photos a task: labels, vectors, face
-    boxes and descriptors and the people grouped from them equal a single-process build's."""
+    """MiniLM (caption mode), EfficientNet-Lite0, RapidOCR and dlib on two actors, two photos a task: labels, text,
+    vectors, face boxes and descriptors and the people grouped from them equal a single-process build's."""
     from imagent.api import Workspace
+    from testkit import sign_photo
 
     folder = _photo_folder(tmp_path / "photos")
+    sign_photo(folder / "sign.jpg", ["EXIT"], size=(640, 480))
     ws = Workspace.from_config(sets=[f"cache_dir={tmp_path / 'cache'}"])
     local = ws.index(folder, tmp_path / "local")
     on_ray = ws.index(folder, tmp_path / "ray", ray="auto", ray_actors=2, ray_chunk=2)
-    assert local.added == on_ray.added == 7 and on_ray.faces.status == "done"
-    for name in ("pixels", "embed", "faces"):
-        assert on_ray.stages[name]["photos"] == 7, on_ray.stages  # every stage computed (on the actors)
-    assert all(r.labels for r in Gallery(tmp_path / "ray").records())
+    assert local.added == on_ray.added == 8 and on_ray.faces.status == "done"
+    for name in ("pixels", "embed", "text", "faces"):
+        assert on_ray.stages[name]["photos"] == 8, on_ray.stages  # every stage computed (on the actors)
+    records = Gallery(tmp_path / "ray").records()
+    assert all(r.labels for r in records)
+    assert "EXIT" in [x["text"] for r in records for x in r.text_lines]  # (and the lines equal the local build's)
     _same_index(tmp_path / "local", tmp_path / "ray")
     _same_faces(tmp_path / "local", tmp_path / "ray")
     assert on_ray.faces.people == local.faces.people >= 2

@@ -348,14 +348,18 @@ def test_eval_index_key_covers_extra_encoders_and_is_unchanged_without_them(tmp_
         def index_key() -> dict:  # a benchmark whose loader options leave the gallery as it is
             return {}
 
-    plain = Workspace(load_settings(None, {"pixels": {"model": "none"}}))
+    plain = Workspace(load_settings(None, {"pixels": {"model": "none"}, "ocr": {"enabled": False}}))
     key = {"images_root": str(tmp_path.resolve()), "dual_encoder": plain.settings.dual_encoder.model_dump(mode="json"),
            "text_embedder": plain.settings.text_embedder.model_dump(mode="json")}
     old = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     assert shared_index_dir(plain, Bench, "cir", None).name == f"stamps-cir-{old}"  # indexes built before stay found
     # The pixel model (on by default) is a stage of the build: an index cached without its pass is not reused.
-    pixels = Workspace(load_settings(None, {}))
+    pixels = Workspace(load_settings(None, {"ocr": {"enabled": False}}))
     assert shared_index_dir(pixels, Bench, "cir", None).name != f"stamps-cir-{old}"
+    # So is the text in photos (on by default): its own key, apart from the pixel model's.
+    names = {shared_index_dir(Workspace(load_settings(None, s)), Bench, "cir", None).name
+             for s in ({}, {"ocr": {"enabled": False}}, {"pixels": {"model": "none"}})}
+    assert len(names) == 3 and f"stamps-cir-{old}" not in names
     extra = Workspace(load_settings(None, {"encoders": {"b": {"backend": "sentence-transformers", "model": "m"}}}))
     other = Workspace(load_settings(None, {"encoders": {"b": {"backend": "sentence-transformers", "model": "n"}}}))
     names = {shared_index_dir(w, Bench, "cir", None).name for w in (plain, extra, other)}

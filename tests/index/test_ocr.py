@@ -98,6 +98,14 @@ def test_a_corrupt_truncated_or_huge_file_gets_the_image_load_error(reader, tmp_
     assert words(reader.read_file(tmp_path / "ok.jpg")) == ["exit"]  # the reader still works
 
 
+def test_slivers_and_tiny_images_are_read_without_an_engine_error(reader):
+    from PIL import Image
+
+    # RapidOCR rounds sides to multiples of 32: a 78 x 14 stamp (enlarged to 156 x 28) would round to 0 and fail
+    for size in ((78, 14), (14, 78), (300, 12), (2000, 10), (1, 1)):
+        assert reader.read(Image.new("RGB", size, (200, 120, 40))) == []
+
+
 def test_input_size_and_threads_are_bounded(reader):
     from imagent.core.config import OcrOptions
     from imagent.models.ocr import scale_for

@@ -102,14 +102,18 @@ def test_a_killed_catch_up_keeps_its_chunks_and_the_next_run_does_the_rest(folde
 def test_the_composition_is_built_from_the_settings_without_loading_a_model():
     s = Settings()
     parts = compose_index(s)
-    assert [st.name for st in parts.stages] == ["pixels", "embed", "faces"]
-    assert [st.name for st in parts.inline] == ["pixels", "embed"] and [st.name for st in parts.after] == ["faces"]
+    assert [st.name for st in parts.stages] == ["pixels", "embed", "text", "faces"]
+    assert [st.name for st in parts.inline] == ["pixels", "embed", "text"]
+    assert [st.name for st in parts.after] == ["faces"]
     info = parts.describe()
     assert info["pixels"]["version"] == "effnet-lite0:features/labels10"
+    assert info["text"]["version"].startswith("rapidocr/1.4.4-") and info["text"]["needs"] == "pixels"
     assert info["faces"]["version"].startswith("dlib:hog/up0/side2048/min50") and info["faces"]["needs"] == "pixels"
     assert not parts.dual.loaded and not parts.text.loaded  # model ids from the config
     off = compose_index(load_settings(None, {"pixels": {"model": "none"}, "faces": {"side": 1024}}))
-    assert [st.name for st in off.stages] == ["embed", "faces"] and "side1024" in off.stage("faces").version
+    assert [st.name for st in off.stages] == ["embed", "text", "faces"] and "side1024" in off.stage("faces").version
+    assert [st.name for st in compose_index(load_settings(None, {"ocr": {"enabled": False}})).stages] == [
+        "pixels", "embed", "faces"]
 
 
 def test_a_stage_is_registered_by_one_factory_in_stages_and_reads_its_own_section(folder, tmp_path, tiny,
@@ -124,9 +128,10 @@ def test_a_stage_is_registered_by_one_factory_in_stages_and_reads_its_own_sectio
 
     monkeypatch.setattr(parts_module, "STAGES", (path_lengths, *parts_module.STAGES))
     composed = compose_index(Settings())
-    assert [st.name for st in composed.stages] == ["lengths", "pixels", "embed", "faces"]
+    assert [st.name for st in composed.stages] == ["lengths", "pixels", "embed", "text", "faces"]
     assert made[-1].settings.faces.mode == "auto" and not made[-1].dual.loaded  # built from the settings, lazily
-    assert [st.name for st in IndexParts.of(None, tiny, faces=FaceOptions(mode="off")).stages] == ["embed", "faces"]
+    assert [st.name for st in IndexParts.of(None, tiny, faces=FaceOptions(mode="off")).stages] == [
+        "embed", "text", "faces"]
 
     parts = IndexParts.of(None, tiny, settings=Settings(faces={"mode": "off"}), faces=FaceOptions(mode="auto",
                                                                                                workers=1))

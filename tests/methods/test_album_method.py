@@ -257,3 +257,26 @@ def test_eval_disbench_album_on_the_mini_album(monkeypatch, tmp_path):
     behaviour = saved["behaviour"]
     assert behaviour["sources"] == {"method": 2} and behaviour["code_selected_share"] == 1.0
     assert saved["run"]["calls_by_model"] == {"scripted:script.json": 2}  # every call's model, in metrics.json
+
+
+def test_a_day_within_a_trip_is_read_from_the_words_the_plan_left_unused():
+    from imagent.methods.album.method import day_within_trip
+
+    q = "the fruit from the day of the tamarin during my koala trip"
+    plan = read_plan({"target": "fruit", "anchor": "koala trip", "relation": "same trip"}, q)
+    fixed = day_within_trip(plan, ["tamarin"], q)
+    assert [(h.anchor, h.relation) for h in fixed.hops] == [("tamarin", "same day"), ("koala", "same trip")]
+    q = "musical instruments from the hammer day of the dolphinfish trip"
+    plan = read_plan({"target": "musical instruments", "anchor": "hammer day", "relation": "trip day", "count": 1}, q)
+    fixed = day_within_trip(plan, ["dolphinfish"], q)
+    assert [(h.anchor, h.relation) for h in fixed.hops] == [("hammer", "same day"), ("dolphinfish", "same trip")]
+    # no trip said, or nothing unused, or a relation of another unit: the plan as the model wrote it
+    q = "the fruit from the day of the tamarin"
+    plan = read_plan({"target": "fruit", "anchor": "tamarin", "relation": "same day"}, q)
+    assert day_within_trip(plan, ["red"], q) is plan
+    q = "red fruit from the trip with the koala, the day after"
+    plan = read_plan({"target": "fruit", "anchor": "koala", "relation": "days after"}, q)
+    assert day_within_trip(plan, [], q) is plan
+    q = "fruit the year of the tamarin day of the koala trip"
+    plan = read_plan({"target": "fruit", "anchor": "koala", "relation": "same year"}, q)
+    assert day_within_trip(plan, ["tamarin"], q) is plan

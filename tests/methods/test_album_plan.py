@@ -24,6 +24,7 @@ from imagent.methods.album.plan import (
     plan_schema,
     query_tokens,
     read_plan,
+    said_words,
     spans,
 )
 
@@ -251,6 +252,21 @@ def test_read_plan_checks_the_object_against_the_search():
     plan = read_plan({"target": "kite trip", "anchor": "kite trip", "relation": "same trip"},
                      "every picture from my kite trip")
     assert plan.every_photo and plan.anchor == "kite trip"  # asked for every photo: the anchor stays
+    plan = read_plan({"target": "kite", "anchor": "kite trip", "relation": "same trip"},
+                     "every picture from my kite trip")
+    assert plan.every_photo and plan.relation == "same trip"  # the target inside the anchor: still every photo
+    plan = read_plan({"target": "crow", "anchor": "crow", "relation": "same trip"},
+                     "What did I photograph on the trip where I saw the crow?")
+    assert plan.every_photo and plan.anchor == "crow"  # "what did I photograph" asks for every photo of the trip
+    plan = read_plan({"target": "trip", "anchor": "blueberries", "relation": "same trip"},
+                     "the whole trip with the blueberries")
+    assert plan.every_photo  # a stretch of time is no thing a photo shows: every photo of it
+    plan = read_plan({"target": "yam", "anchor": "yam", "relation": "same trip", "exclude": "beach"},
+                     "the vases from the trip where I saw the yam, except at the beach", target="vases")
+    assert (plan.target, plan.anchor, plan.relation) == ("vases", "yam", "same trip")  # the first plan's target
+    plan = read_plan({"target": "lighthouse", "anchor": "lighthouse", "relation": "same day"},
+                     "photos of the lighthouse")
+    assert not plan.anchored and plan.target == "lighthouse"  # no word says a day: no relation to keep
     plan = read_plan({"target": "dogs", "anchor": "boat", "relation": "same day", "anchor2": "lighthouse",
                       "relation2": "same trip"}, "dogs the day of the boat on the lighthouse trip")
     assert [h.relation for h in plan.hops] == ["same day", "same trip"] and plan.hops[1].anchor == "lighthouse"
@@ -260,6 +276,18 @@ def test_read_plan_checks_the_object_against_the_search():
     assert "lighthouse" in Plan.single("dogs", "lighthouse", "same day").describe()
     with pytest.raises(ValueError):
         Hop("lighthouse", "none")
+
+
+def test_which_visit_the_words_say():
+    other, ranked = RELATIONS["other visit"], RELATIONS["visit"]
+    for said in ("houses from a different visit to the place where I saw the penguin",
+                 "the houses from my other visit to where I photographed the penguin",
+                 "houses I saw when I went back another time to the penguin place"):
+        ws = set(said_words(said))
+        assert other.agreement(ws) > ranked.agreement(ws), said
+    for said in ("the first time I went where I took the pumpkin photo", "houses on my last visit to the penguin spot"):
+        ws = set(said_words(said))
+        assert ranked.agreement(ws) > other.agreement(ws), said
 
 
 def test_words_narrow_the_models_reading():

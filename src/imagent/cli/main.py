@@ -118,6 +118,8 @@ def index(
         console.print(Text(report.caption_note()))
     if report.pixel_note():  # what answers an image search, per photo (caption, pixels, names)
         console.print(Text(report.pixel_note()))
+    if report.text_note():  # the words read in photos (the text stage)
+        console.print(Text(report.text_note()))
 
 
 # --------------------------------------------------------------------------- search

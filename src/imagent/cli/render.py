@@ -102,7 +102,12 @@ def short_path(path: str, limit: int = 48) -> str:
 # ``matched_by`` in words (imagent.index.pixels.answered_by).
 ANSWERED = {"pixels": "pixels (the image encoder, or the pixel model's labels)", "caption": "caption",
             "names": "file-name words, date and place", "looks": "looks (the pixel model's visual features)",
-            "nothing": "nothing (no caption, no pixels seen, no names)"}
+            "nothing": "nothing (no caption, no pixels seen, no names)", "text": "text read in the photo"}
+
+
+def answered_words(by: str) -> str:
+    """``matched_by`` in words; ``text+pixels`` is both ("text read in the photo and pixels (...)")."""
+    return " and ".join(ANSWERED.get(part, part) for part in by.split("+"))
 
 
 def _cell(row: dict[str, Any], col: str) -> str:
@@ -112,6 +117,8 @@ def _cell(row: dict[str, Any], col: str) -> str:
         return (value or "")[:19].replace("T", " ")
     if col == "labels":
         return ", ".join(x["name"] for x in value or [])
+    if col == "text":  # the words read in the photo, when the search matched them: its first lines
+        return " / ".join(x if len(x) <= 40 else x[:39] + "…" for x in (value or [])[:3])
     return value or ""
 
 
@@ -182,7 +189,10 @@ def print_result(console: Console, result: Result, gallery: Gallery, title: str 
     answered = {r.get("matched_by") for r in rows} - {None}
     levels = any(r["match"] is not None for r in rows)  # a match column instead of the raw score (kept in --json)
     # What answered each result: a column when it differs between rows, else one line under the table.
-    extra = [c for c in ("taken", "place", "labels") if any(r.get(c) for r in rows)] + (
+    # the text read in the photos: when the search matched it, or every result has some (a text filter's listing)
+    with_text = result.text_matches or (rows and all(r.get("text") for r in rows))
+    shown = ("taken", "place", "labels", "text") if with_text else ("taken", "place", "labels")
+    extra = [c for c in shown if any(r.get(c) for r in rows)] + (
         ["matched_by"] if len(answered) > 1 else [])
     if rows:
         console.print(_stacked_table(rows, extra, title, console.width, levels) if console.width < NARROW
@@ -194,7 +204,7 @@ def print_result(console: Console, result: Result, gallery: Gallery, title: str 
     if summary:
         console.print(summary, highlight=False, markup=False)
     if len(answered) == 1:
-        console.print(f"every result answered by its {ANSWERED.get(next(iter(answered)), next(iter(answered)))}",
+        console.print(f"every result answered by its {answered_words(next(iter(answered)))}",
                       style="dim", highlight=False, markup=False)
     if result.is_error:
         console.print(f"the method could not answer (error: {result.source_reason}); shown instead: a stand-in, "

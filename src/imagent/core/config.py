@@ -322,6 +322,12 @@ class OcrOptions(_Strict):
     box_threshold: float = Field(0.5, ge=0, le=1, description="detector score a text box needs (RapidOCR's default)")
     use_direction: bool = Field(True, description="the direction classifier turns upside-down lines before reading")
     threads: int = Field(0, ge=0, description="onnxruntime intra-op threads (0: every core)")
+    search_boost_z: float = Field(6.0, ge=0, le=50, description="a plain-words search lifts a photo whose text "
+                                  "holds the query's words (those some photo's text holds, weighted by rarity) this "
+                                  "many robust z-units (the match levels' spread) above its content score, one holding "
+                                  "half of them half as far; quoted words rank first regardless (0: only quotes and "
+                                  "the filter text ~ match text); imagent's own: above [results] strong_z, so a photo "
+                                  "whose text holds the words is a strong match (benchmarks/ocr.py, part search)")
 
 
 class ResultOptions(_Strict):

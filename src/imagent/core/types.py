@@ -43,6 +43,10 @@ class ImageRecord:
     # What the pixel model (imagent.models.pixels) sees, best first: ``{"name", "p", "index"}`` (ImageNet class
     # name, probability, class index); empty when no pixel model ran on the photo.
     labels: list[dict[str, Any]] = field(default_factory=list)
+    # The text read in the photo (imagent.models.ocr, the index's ``text`` stage), in reading order: ``{"text", "box",
+    # "confidence"}`` (box: four ``[x, y]`` corners as fractions of the upright photo); empty when none was found or
+    # no OCR ran on the photo.
+    text_lines: list[dict[str, Any]] = field(default_factory=list)
     # What the pixel model saw, in words, for a photo without a caption (:mod:`imagent.index.describe`: its labels
     # above the card floor with their everyday parent category, the people named in it, the text found in it): what
     # a model that cannot see pixels reads for it (:meth:`surrogate`). Built by the gallery from what the index
@@ -65,6 +69,11 @@ class ImageRecord:
     @property
     def has_caption(self) -> bool:
         return bool(self.captions)
+
+    @property
+    def text(self) -> str:
+        """The text read in the photo, one line each, in reading order ("" when none)."""
+        return "\n".join(str(x.get("text", "")) for x in self.text_lines)
 
     def surrogate(self) -> str:
         """The text that stands in for the pixels when a model cannot see images (caption mode): the captions, else
@@ -101,6 +110,7 @@ class ImageRecord:
             "device": self.device,
             "place": self.place,
             **({"labels": [dict(x) for x in self.labels]} if self.labels else {}),
+            **({"text_lines": [dict(x) for x in self.text_lines]} if self.text_lines else {}),
         }
 
     @classmethod
@@ -124,6 +134,7 @@ class ImageRecord:
             device=d.get("device"),
             place=d.get("place"),
             labels=[dict(x) for x in d.get("labels") or []],
+            text_lines=[dict(x) for x in d.get("text_lines") or []],
         )
 
 
@@ -317,6 +328,10 @@ class Result:
     # :mod:`imagent.tools.query_reader`: the people, places and dates linked as filters, the content words, notes);
     # None when the question was not read (a method named explicitly, a reference, "more like this").
     understood: dict[str, Any] | None = None
+    # Photos the text read in them matched (:mod:`imagent.tools.text_search`): id -> ``{"words", "quoted", "share",
+    # "content_score"}`` (the phrases and words its text holds; ``content_score`` the method's own score, None when
+    # the method did not rank it). Empty when no text was matched.
+    text_matches: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         Source.check(self.source)
@@ -354,4 +369,6 @@ class Result:
             d["code_selected_share"] = self.code_selected_share
         if self.understood is not None:
             d["understood"] = self.understood
+        if self.text_matches:
+            d["text_matches"] = {k: dict(v) for k, v in self.text_matches.items()}
         return d

@@ -81,7 +81,8 @@ def index_encoders(settings: Settings) -> dict[str, Any]:
     """What a benchmark index is built with (its cache key and marker): the dual encoder, the text embedder, when any
     are configured the extra encoders (``[encoders.*]``; left out when there are none), and the per-photo stages a
     manifest's build runs besides the embedding, with their versions (``stages``: the pixel model when
-    ``pixels.model`` is set; faces with ``faces.mode = "on"``), so an index cached without a stage is not reused."""
+    ``pixels.model`` is set; the text in photos with ``ocr.enabled``; faces with ``faces.mode = "on"``), so an index
+    cached without a stage is not reused."""
     out: dict[str, Any] = {
         "dual_encoder": settings.dual_encoder.model_dump(mode="json"),
         "text_embedder": settings.text_embedder.model_dump(mode="json"),

@@ -117,6 +117,7 @@ class IndexReport:
     faces: FacesReport | None = None  # the face pass, None when it did not run
     pixels: dict[str, Any] = field(default_factory=dict)  # the pixel model's run and what answers image search
     stages: dict[str, dict[str, Any]] = field(default_factory=dict)  # per stage: version, photos, seconds, photos/s
+    with_text: int | None = None  # records of the index with text read in them (None: no text stage ran)
 
     def coverage(self, gallery: Gallery, dual: Any) -> None:
         """Count captions in the index, for :meth:`caption_note`."""
@@ -134,6 +135,18 @@ class IndexReport:
         from imagent.index.pixels import pixel_note
 
         return pixel_note(self.pixels)
+
+    def text_note(self) -> str:
+        """The text stage's line: photos read this run, at what speed, and how many photos of the index hold text
+        ("" when no text stage ran)."""
+        run = self.stages.get("text")
+        if run is None or self.with_text is None:
+            return ""
+        rate = run.get("photos_per_s")
+        head = (f"text: {run.get('photos', 0)} photo(s) read" + (f" ({rate} images/s)" if rate else "")
+                if run.get("photos") else "text: no photo to read")
+        return (f"{head}; {self.with_text} photo(s) of the index hold text (search \"quoted words\", "
+                "--where \"text ~ 'word'\")")
 
     def caption_note(self) -> str:
         """What search relies on for images without captions, in plain words ("" when all have one)."""
@@ -176,6 +189,8 @@ class IndexReport:
             "upgraded": self.upgraded,
             "pixels": dict(self.pixels),
             "pixel_note": self.pixel_note(),
+            "with_text": self.with_text,
+            "text_note": self.text_note(),
             "warnings": list(self.warnings),
             "faces": self.faces.to_dict() if self.faces is not None else None,
             "stages": {k: dict(v) for k, v in self.stages.items()},
@@ -553,6 +568,8 @@ def build_index(
     faces = [s for s in parts.after if s.name == "faces"]
     report.faces = getattr(faces[0], "report", None) if faces else None
     report.stages = {s.name: {"version": s.version, **parts.runner.stats.of(s.name)} for s in parts.stages}
+    if "text" in report.stages:
+        report.with_text = sum(1 for r in gallery.records() if r.text_lines)
     report.seconds = time.perf_counter() - t0
     return report
 

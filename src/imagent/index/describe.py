@@ -11,8 +11,8 @@ pixel model has seen the photo (:mod:`imagent.index.pixels`) the index knows mor
   labels below the floor reach together ("bird (perhaps jacamar, macaw)"), at most :data:`MAX_LABELS`; "nothing it
   could name with confidence" when nothing reaches the floor;
 - the people named in it (face groups with a name, :mod:`imagent.index.people`);
-- the text found in it: :func:`text_in_photo` is the one place where the OCR stage's text lines join (issue 45,
-  item 1); it gives nothing until that stage stores them;
+- the text read in it (the OCR stage's lines, :mod:`imagent.index.text`): :func:`text_in_photo`, in reading order,
+  at most :data:`~imagent.index.text.MAX_DESCRIBED_LINES` lines ("text in the photo: "SINTRA" / "Cafe Sol"");
 - the date and place follow in the surrogate, as for every photo.
 
 The text says it is the pixel model's and not a caption ("Seen by the pixel model (not a caption): ..."), so a model
@@ -74,9 +74,12 @@ def described_labels(record: ImageRecord, options: PixelOptions) -> list[str]:
 
 
 def text_in_photo(record: ImageRecord) -> list[str]:
-    """The text lines found in the photo, best first: where the OCR stage's text joins the description (issue 45,
-    item 1: it stores each photo's text lines on the record). Nothing until that stage exists."""
-    return []
+    """The text lines read in the photo (``ImageRecord.text_lines``, the OCR stage's), in reading order, at most
+    :data:`~imagent.index.text.MAX_DESCRIBED_LINES`, each shortened to
+    :data:`~imagent.index.text.MAX_LINE_CHARS` characters."""
+    from imagent.index.text import described_lines
+
+    return described_lines(record.text_lines)
 
 
 def pixel_description(record: ImageRecord, people: list[str], options: PixelOptions,

@@ -147,6 +147,8 @@ class Gallery:
         self.derived: dict[str, Any] = {}
         # The [pixels] settings a photo's pixel description and result cards read (imagent.index.describe).
         self.pixel_options = PixelOptions()
+        # The [ocr] settings the album tools' text clues read (an OcrOptions; None: its defaults).
+        self.ocr_options: Any = None
         self._ann_stores: dict[str, AnnStore] = {}
         self._store = Store(db)
         self._load()

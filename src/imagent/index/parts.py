@@ -8,7 +8,8 @@ the web) gets its parts here and hands them to :func:`imagent.index.builder.buil
   new loads no model;
 - the per-photo stages, in the order they run (:mod:`imagent.index.stages`): the pixel model
   (:class:`~imagent.index.pixels.PixelStage`, ``[pixels]``), the encoders' embedding
-  (:class:`~imagent.index.embedding.EmbedStage`) and faces (:class:`~imagent.index.faces.FaceStage`, ``[faces]``);
+  (:class:`~imagent.index.embedding.EmbedStage`), the text in photos (:class:`~imagent.index.ocr.TextStage`,
+  ``[ocr]``) and faces (:class:`~imagent.index.faces.FaceStage`, ``[faces]``);
 - the captioner role (``--caption-missing``), the place names (``[places]``) and the approximate store (``[ann]``);
 - the runner the stages compute on: this process, or Ray actors (``--ray``:
   :class:`~imagent.index.distributed.RayRunner`, each actor composing its own parts from the same settings).
@@ -38,6 +39,7 @@ from imagent.core.config import (
 )
 from imagent.index.embedding import EmbedStage, ExtraEncoder, LazyEncoder
 from imagent.index.faces import FaceStage
+from imagent.index.ocr import text_stage
 from imagent.index.pixels import PixelStage
 from imagent.index.stages import LocalRunner, Runner, Stage
 from imagent.models.base import DualEncoder, TextEmbedder
@@ -258,7 +260,7 @@ def _face_stage(ctx: StageContext) -> FaceStage:
 # The per-photo stages in the order they run: a stage sees the results of those before it in a chunk (the embedding
 # reads the pixel model's labels and top classes). A factory returns None when its stage is off. A new pass is one
 # line here: its factory, defined beside its Stage class in its own module (docs/architecture.md, "Adding a stage").
-STAGES: tuple[StageFactory, ...] = (_pixel_stage, _embed_stage, _face_stage)
+STAGES: tuple[StageFactory, ...] = (_pixel_stage, _embed_stage, text_stage, _face_stage)
 
 
 def _assemble(ctx: StageContext, captioner: Role | None, runner: Runner) -> IndexParts:
@@ -315,10 +317,12 @@ def actor_parts(settings: Settings) -> IndexParts:
 
 
 def _actor_settings(settings: Settings, ray: RayPlan) -> Settings:
-    """The settings an actor composes from: its torch threads bounded by the CPUs it reserves, faces scanned in the
-    actor itself (the actors are the parallel workers)."""
+    """The settings an actor composes from: its torch (and onnxruntime: OCR) threads bounded by the CPUs it
+    reserves, faces scanned in the actor itself (the actors are the parallel workers)."""
     threads = max(1, int(ray.cpus_per_actor)) if ray.cpus_per_actor else settings.pixels.threads
+    ocr_threads = max(1, int(ray.cpus_per_actor)) if ray.cpus_per_actor else settings.ocr.threads
     return settings.model_copy(update={"pixels": settings.pixels.model_copy(update={"threads": threads}),
+                                       "ocr": settings.ocr.model_copy(update={"threads": ocr_threads}),
                                        "faces": settings.faces.model_copy(update={"workers": 1})})
 
 

@@ -8,19 +8,24 @@ from typing import Any
 
 from imagent.core.types import MATCH_NONE, ImageRecord, Ranking, Result
 from imagent.index.gallery import Gallery
+from imagent.index.text import line_texts
 
 
 def result_rows(result: Result, gallery: Gallery) -> list[dict[str, Any]]:
-    """One row per result: ``{rank, id, score, match, path, caption, taken, place, labels, matched_by, people}``
+    """One row per result: ``{rank, id, score, match, path, caption, taken, place, labels, text, matched_by,
+    people}``
     (what ``--json`` and the web API return); ``match`` how well it matches (:mod:`imagent.index.levels`):
     ``strong``, ``possible`` or ``none``, or None for a ranking whose scores are not compared with the gallery's (a
     method's re-ranking, a result with an answer set, a small gallery); ``path`` for showing
     (:func:`imagent.core.text.display_path`: a file name that is not UTF-8 reads ``caf\\xe9.jpg``; the record holds the
     path that opens the file); ``taken`` (ISO date-time) and ``place`` (the given address, else the place name found
     for the GPS, else "lat, lon") are None when unknown; ``labels`` what the pixel model saw (``[{"name", "p"}]``,
-    those of at least ``pixels.label_show_p``: :func:`card_labels`); ``matched_by`` what the score compared the query
-    with for this photo: ``pixels``, ``caption``, ``names`` (file-name words, date, place), ``looks`` (visual
-    features), ``nothing``, or None when the result does not say which space answered; ``people`` the groups whose
+    those of at least ``pixels.label_show_p``: :func:`card_labels`); ``text`` the lines of text read in the photo ([]
+    when none: :mod:`imagent.index.text`); ``matched_by`` what the score compared the query with for this photo:
+    ``pixels``, ``caption``, ``names`` (file-name words, date, place), ``looks`` (visual features), ``nothing``, or
+    None when the result does not say which space answered; ``text`` when the words read in it made it a match (a
+    quoted phrase, or the query's words: :mod:`imagent.tools.text_search`), ``text+pixels`` (``text+caption``...)
+    when its content matched too; ``people`` the groups whose
     faces the photo holds, ``[{"id", "name"}]`` (name None until given; [] without face data:
     :mod:`imagent.index.people`). ``score`` is the method's raw score: for the trace and ``--json``, never shown on a
     card."""
@@ -40,9 +45,23 @@ def result_rows(result: Result, gallery: Gallery) -> list[dict[str, Any]]:
                      "path": display_path(rec.path) if rec.path else rec.path,
                      "caption": rec.caption, "taken": rec.taken_time.isoformat() if rec.taken_time else None,
                      "place": record_place(rec), "labels": card_labels(rec, gallery),
-                     "matched_by": answered_by(rec, main, spaces[main].model_id) if main else None,
+                     "text": line_texts(rec.text_lines),
+                     "matched_by": matched_by(result, rec, cut, answered_by(rec, main, spaces[main].model_id)
+                                              if main else None),
                      "people": people.people_of(image_id)})
     return rows
+
+
+def matched_by(result: Result, rec: ImageRecord, cut: Any, answered: str | None) -> str | None:
+    """``answered`` (what the space compared), or ``text`` / ``text+<answered>`` for a photo the text read in it
+    matched (``Result.text_matches``): ``text`` alone when its content score was no match (or not known)."""
+    hit = result.text_matches.get(rec.id)
+    if hit is None:
+        return answered
+    content = hit.get("content_score")
+    if content is None or (cut is not None and cut.level(float(content)) == MATCH_NONE) or not answered:
+        return "text"
+    return f"text+{answered}"
 
 
 def matches_only(result: Result, limit: int) -> Result:

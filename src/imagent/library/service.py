@@ -78,6 +78,7 @@ from imagent.library.types import (
     PhotoCard,
     PhotoDetail,
     PhotoFile,
+    TextLine,
 )
 from imagent.tools.photo_search import empty_hint, where_rows
 
@@ -90,6 +91,12 @@ class UnknownPhoto(LookupError):
 
 class CannotShow(Exception):
     """The photo's file is the one indexed but cannot be decoded for display (a thumbnail, a face crop, a HEIC)."""
+
+
+def text_lines(rec: ImageRecord) -> list[TextLine]:
+    """The lines of text read in the photo (``ImageRecord.text_lines``), cleaned for showing, with their boxes."""
+    return [TextLine(clean_text(str(x.get("text", ""))), [[float(v) for v in corner] for corner in x.get("box", [])],
+                     float(x.get("confidence", 0.0))) for x in rec.text_lines]
 
 
 def photo_card(rec: ImageRecord, gallery: Gallery | None = None) -> PhotoCard:
@@ -196,7 +203,7 @@ class LibraryService:
                            device=clean_text(rec.device) if rec.device else rec.device, latitude=rec.latitude,
                            longitude=rec.longitude, width=rec.width, height=rec.height,
                            captions=[clean_text(c) for c in rec.captions], caption_source=rec.caption_source,
-                           position=at, total=len(lib.rows), previous=near[0], next=near[1])
+                           text_lines=text_lines(rec), position=at, total=len(lib.rows), previous=near[0], next=near[1])
 
     def page(self, page: str | None = None, per_page: str | None = None, where: str | None = None) -> LibraryPage:
         """One page of the library newest first (photos without a date last), or with ``where`` of a filter's

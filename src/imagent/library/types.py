@@ -28,6 +28,16 @@ class PersonRef:
 
 
 @dataclass
+class TextLine:
+    """A line of text read in a photo (the index's OCR pass): its text, its box (four ``[x, y]`` corners as fractions
+    of the upright photo) and the recogniser's confidence."""
+
+    text: str
+    box: list[list[float]]
+    confidence: float
+
+
+@dataclass
 class PhotoCard:
     """A photo as a grid or a result list shows it. ``path`` and ``file`` are for showing (not for opening)."""
 
@@ -56,6 +66,7 @@ class PhotoDetail(PhotoCard):
     height: int | None = None
     captions: list[str] = field(default_factory=list)
     caption_source: str | None = None
+    text_lines: list[TextLine] = field(default_factory=list)  # the text read in it (the photo view draws the boxes)
     position: int = 0
     total: int = 0
     previous: str | None = None

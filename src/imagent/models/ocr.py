@@ -50,6 +50,9 @@ PACKAGE_VERSION = "1.4.4"
 MODEL_ID = "rapidocr:pp-ocrv4"
 INSTALL_HINT = f'pip install "imagent[offline]" (or: pip install {PACKAGE}=={PACKAGE_VERSION})'
 MAX_UPSCALE = 2.0  # a small photo is enlarged at most this much before text is looked for
+# The engine rounds sides to multiples of 32 (its detector's stride): a side under this, even after the photo is
+# enlarged, is padded to it (RapidOCR would round it to 0 and fail).
+MIN_ENGINE_SIDE = 32
 
 # role -> (file inside rapidocr_onnxruntime/models, size in bytes, sha256), as the 1.4.4 wheel ships them.
 MODEL_FILES: dict[str, tuple[str, int, str]] = {
@@ -196,7 +199,7 @@ class RapidOCRReader:
         self.threads = threads
         self.max_pixels = max_pixels
         self.max_bytes = max_bytes
-        self.version = self._version(paths)
+        self.version = self.version_for(self.options, paths)
         self.stats = ReaderStats()
         self._lock = threading.Lock()  # the engine keeps per-call state: one call at a time
 
@@ -206,8 +209,13 @@ class RapidOCRReader:
         return cls(options, max_pixels=kw.get("max_pixels") or 100_000_000,
                    max_bytes=kw.get("max_bytes") or 200 * 1024 * 1024)
 
-    def _version(self, paths: dict[str, str]) -> str:
-        o = self.options
+    @classmethod
+    def version_for(cls, options: OcrOptions, paths: dict[str, str] | None = None) -> str:
+        """The ``version`` a reader of ``options`` has, without loading the models (the index's stage asks before
+        anything runs): the package, the model files (each checked: :class:`OcrModelError` when one is missing or
+        damaged) and the settings that change what is read."""
+        o = options
+        paths = paths if paths is not None else model_paths()
         what = [PACKAGE_VERSION, [MODEL_FILES[r][2][:16] for r in sorted(paths)], o.min_confidence, o.max_side,
                 o.min_side, o.box_threshold, o.use_direction]
         return f"{PACKAGE_VERSION}-{hashlib.sha256(json.dumps(what).encode()).hexdigest()[:10]}"
@@ -227,9 +235,11 @@ class RapidOCRReader:
         not read is left to :func:`~imagent.core.imageio.open_image_scaled` to refuse."""
         from PIL import Image
 
+        from imagent.core.imageio import ALLOWED_FORMATS
+
         side = self.options.max_side
         try:
-            with Image.open(path) as im:
+            with Image.open(path, formats=ALLOWED_FORMATS) as im:  # no parser outside the allow-list sees it
                 w, h = im.size
         except Exception:  # refused with its reason by the checked decode that follows
             return side
@@ -255,6 +265,10 @@ class RapidOCRReader:
             im = im.resize((max(1, round(w * f)), max(1, round(h * f))), Image.Resampling.BICUBIC)
         bgr = np.ascontiguousarray(np.asarray(im, dtype=np.uint8)[:, :, ::-1])
         sw, sh = bgr.shape[1], bgr.shape[0]
+        if min(sw, sh) < MIN_ENGINE_SIDE:  # a sliver (a 200 x 12 banner): padded white at the right and bottom
+            padded = np.full((max(sh, MIN_ENGINE_SIDE), max(sw, MIN_ENGINE_SIDE), 3), 255, dtype=np.uint8)
+            padded[:sh, :sw] = bgr
+            bgr = padded
         with self._lock:
             t1 = time.perf_counter()
             result, elapsed = self._engine(bgr, use_det=True, use_cls=self.options.use_direction, use_rec=True)

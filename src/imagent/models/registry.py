@@ -85,6 +85,14 @@ def build_text_reader(options: OcrOptions, **kw: Any) -> Any:
     return _resolve("ocr", options.model)(options, **kw)
 
 
+def text_reader_version(options: OcrOptions) -> str:
+    """``options.model``'s version for ``options`` (what its output depends on: files, settings), without loading
+    it: its class's ``version_for``."""
+    factory = _resolve("ocr", options.model)
+    cls = getattr(factory, "__self__", factory)
+    return str(cls.version_for(options))
+
+
 def _backend_class(kind: str, config: EncoderConfig) -> Any:
     """The class behind ``config``'s backend (its ``from_config``'s class; importing its module is cheap), or
     None for a third-party factory that is not a class method."""

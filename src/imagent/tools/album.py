@@ -5,11 +5,16 @@ is the data side of PhotoCraft's and ImageSeeker's tools (Table 4 of the PhotoCr
 side (:mod:`imagent.methods.album.tools`) turns it into typed tools and holds the named subsets.
 
 - :meth:`Album.search`: cosine top-k in the album's vector spaces, optionally within a subset and
-  with a *visual cue* (a photo whose vector joins the query);
+  with a *visual cue* (a photo whose vector joins the query); with ``text_clues`` (the ``album`` method: imagent's
+  own, not the papers' ImageSearch) the text read in the photos is a clue too, in :meth:`Album.search` and
+  :meth:`Album.scores`: a photo whose text holds the query's
+  words is lifted (:func:`imagent.index.text.lift`, ``ocr.search_boost_z``), so "the sign for Sintra" finds the
+  photo of the sign that says SINTRA;
 - :meth:`Album.metadata`: time, place (lat, lon, address), device and people of given photos, and the pixel
-  model's labels (``labels``: ``[{"name", "p"}]``) when the photos have them and the run offers them as text;
-- :meth:`Album.filter`: the photos matching a filter expression (:mod:`imagent.tools.filter_lang`),
-  evaluated over column arrays built once per album;
+  model's labels (``labels``: ``[{"name", "p"}]``) when the photos have them and the run offers them as text, and
+  the text read in them (``text``: its lines) when they have some;
+- :meth:`Album.filter`: the photos matching a filter expression (:mod:`imagent.tools.filter_lang`, ``text ~
+  'sintra'`` among its fields), evaluated over column arrays built once per album;
 - :meth:`Album.view`: image parts for photos, each tied to its id (a blind model receives the
   record's surrogate: captions, date, place).
 
@@ -29,10 +34,13 @@ from typing import Any
 
 import numpy as np
 
+from imagent.core.config import OcrOptions
 from imagent.core.types import ImageRecord, Ranking
 from imagent.index.gallery import SPACE_CAPTION_DUAL, SPACE_CAPTION_TEXT, SPACE_IMAGE, Gallery, GalleryError
+from imagent.index.levels import MIN_SPREAD
 from imagent.index.people import people_index
 from imagent.index.scoring import top_k as top_k_rows
+from imagent.index.text import clue_words, lift, line_texts, spread
 from imagent.models.base import DualEncoder, ImagePart, TextEmbedder
 from imagent.tools.base import ToolError
 from imagent.tools.filter_lang import AlbumMeta, label_indices
@@ -64,6 +72,7 @@ class Album:
     ``spaces``: ``[(space, weight), ...]`` scored by :meth:`search` (weights renormalised over the
     spaces the index has); default: the first of image, caption_dual, caption_text the index has.
     ``dual`` encodes text queries for the image and caption_dual spaces, ``text`` for caption_text.
+    ``text_clues``: :meth:`search` lifts photos whose text holds the query's words (module doc).
     """
 
     def __init__(
@@ -72,10 +81,12 @@ class Album:
         dual: DualEncoder | None = None,
         text: TextEmbedder | None = None,
         spaces: Sequence[tuple[str, float]] | None = None,
+        text_clues: bool = False,
     ) -> None:
         self.gallery = gallery
         self.dual = dual
         self.text = text
+        self.text_clues = text_clues
         if spaces is None:
             first = next((s for s in DEFAULT_SPACE_ORDER if gallery.has_space(s)), None)
             spaces = [(first, 1.0)] if first else []
@@ -84,7 +95,7 @@ class Album:
     def scoped(self, ids: Sequence[str]) -> Album:
         """This album restricted to ``ids`` (DISBench: one user's photos of an index that holds every user's):
         searches, filters and id checks never leave the scope; ids the gallery lacks are ignored."""
-        return _ScopedAlbum(self.gallery, self.dual, self.text, self.spaces, ids)
+        return _ScopedAlbum(self.gallery, self.dual, self.text, self.spaces, ids, self.text_clues)
 
     # ------------------------------------------------------------------ ids
     @property
@@ -142,14 +153,16 @@ class Album:
                 return hit[1]
             ids = self.gallery.ids
             cols = self.gallery.metadata_columns(["taken_time", "latitude", "longitude", "address", "device", "place",
-                                                  "labels"])
+                                                  "labels", "text_lines"])
             min_p = self.label_min_p
+            texts = None
             if cols is not None:  # the given address, else the place name found for the GPS
+                texts = [line_texts(json.loads(x)) if x else None for x in cols.pop()]
                 raw = cols.pop()
                 labels = None if min_p is None else [label_indices(json.loads(x), min_p) if x else [] for x in raw]
                 cols[3] = [a or p for a, p in zip(cols[3], cols.pop(), strict=True)]
             meta = (AlbumMeta.from_records(self.gallery.records(), min_p) if cols is None
-                    else AlbumMeta.from_columns(*cols, labels=labels))
+                    else AlbumMeta.from_columns(*cols, labels=labels, texts=texts))
             meta.people = _people_of(self.gallery)  # the filter field person (imagent.index.people)
             _META_CACHE[self.gallery] = (ids, meta)
             return meta
@@ -223,6 +236,8 @@ class Album:
         if rows is None and visual_cue is not None:
             total[self.gallery.row(visual_cue)] = -np.inf
             n -= 1
+        if self.text_clues and query:
+            total = self._text_lift(total, query, rows)
         best = top_k_rows(total, min(top_k, n))
         picked = best if rows is None else rows[best]
         ids = self.gallery.ids
@@ -244,6 +259,9 @@ class Album:
         for space, w in self.spaces:
             got = np.asarray(self.gallery.scores(self._text_vectors(space, texts), space, rows), dtype=np.float32)
             total += (w / weight) * got.reshape(len(texts), -1)
+        if self.text_clues:  # each text's photos whose words it holds lifted, as search lifts them
+            for k, text in enumerate(texts):
+                total[k] = self._text_lift(total[k], text, rows)
         return total
 
     def text_vectors(self, queries: Sequence[str]) -> np.ndarray:
@@ -254,7 +272,8 @@ class Album:
 
     def scores_at(self, queries: Sequence[str], at: np.ndarray) -> np.ndarray:
         """:meth:`scores` at the album positions ``at`` only (a ``(len(queries), len(at))`` array): what an
-        executor reads for a few photos and many texts, without a scan of the whole album per text."""
+        executor reads for a few photos and many texts, without a scan of the whole album per text (the cosines
+        alone: a text clue's lift is measured against the whole album's scores, which this does not scan)."""
         texts = [(q or "").strip() for q in queries]
         if not texts or not all(texts):
             raise ToolError("scores need one or more non-empty queries")
@@ -282,13 +301,33 @@ class Album:
             total += (w / weight) * np.asarray(self.gallery.scores(q, space, rows), dtype=np.float32)
         return total
 
+    @property
+    def has_text(self) -> bool:
+        """Whether any photo of the gallery has text read from it."""
+        return bool(self.meta.text.with_text)
+
+    def _text_lift(self, total: np.ndarray, query: str, rows: np.ndarray | None) -> np.ndarray:
+        """``total`` (scores over ``rows``, None: every row) with each photo lifted by the share of the query's words
+        (framing words aside: "the sign for Sintra" -> sign, sintra) its text holds, ``ocr.search_boost_z`` robust
+        spreads of these scores for all of them."""
+        texts = self.meta.text
+        boost = (getattr(self.gallery, "ocr_options", None) or OcrOptions()).search_boost_z
+        words = clue_words(query)
+        if not texts.with_text or boost <= 0 or not words:
+            return total
+        share = texts.share(words)
+        share = share if rows is None else share[rows]
+        if not share.any():
+            return total
+        return lift(total, share, spread(total, MIN_SPREAD), boost).astype(np.float32)
+
     # ------------------------------------------------------------------ metadata
     def metadata(self, ids: Sequence[str], fields: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """For each known id: its time, place (lat, lon, address), device and people (``fields`` picks some;
         ``place`` stands for lat, lon and address; ``people`` are names, ``#id`` for a group not named yet, and
         come only when asked for or when the index has face data), and with all fields (``fields`` None) its pixel
-        labels (``labels``: ``[{"name", "p"}]``) when it has some and they are offered as text. Unknown ids raise
-        :class:`ToolError`."""
+        labels (``labels``: ``[{"name", "p"}]``) when it has some and they are offered as text, and the text read in
+        it (``text``: its lines) when it has some. Unknown ids raise :class:`ToolError`."""
         wanted = set(fields or (*METADATA_FIELDS, PEOPLE_FIELD))
         bad = wanted - {*METADATA_FIELDS, PEOPLE_FIELD}
         if bad:
@@ -318,6 +357,8 @@ class Album:
             min_p = self.label_min_p
             if fields is None and r.labels and min_p is not None:
                 row["labels"] = [{"name": x["name"], "p": x["p"]} for x in r.labels if float(x["p"]) >= min_p]
+            if fields is None and r.text_lines:
+                row["text"] = line_texts(r.text_lines)
             out.append(row)
         return out
 
@@ -363,15 +404,16 @@ class _ScopedAlbum(Album):
     """An album holding only ``scope`` of the gallery's photos (:meth:`Album.scoped`)."""
 
     def __init__(self, gallery: Gallery, dual: DualEncoder | None, text: TextEmbedder | None,
-                 spaces: Sequence[tuple[str, float]], scope: Sequence[str]) -> None:
-        super().__init__(gallery, dual, text, spaces)
+                 spaces: Sequence[tuple[str, float]], scope: Sequence[str], text_clues: bool = False) -> None:
+        super().__init__(gallery, dual, text, spaces, text_clues)
         # In gallery order, by row numbers: work in the scope's size, never a Python loop over the gallery.
         self._rows = np.unique(gallery.rows(scope))
         self._scope_ids: list[str] = gallery.id_array[self._rows].tolist()
         self._scope = set(self._scope_ids)
 
     def scoped(self, ids: Sequence[str]) -> Album:
-        return _ScopedAlbum(self.gallery, self.dual, self.text, self.spaces, [i for i in ids if i in self._scope])
+        return _ScopedAlbum(self.gallery, self.dual, self.text, self.spaces, [i for i in ids if i in self._scope],
+                            self.text_clues)
 
     @property
     def ids(self) -> list[str]:

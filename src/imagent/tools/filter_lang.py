@@ -46,9 +46,15 @@ Fields (aliases in brackets):
   car wheel but never a "carnivore"); ``label = 'flamingo'``: a label's class name is exactly that; ``label !=
   'x'``: a labelled photo with no such label. A photo the pixel model has not seen has no label (false, as any missing
   field). An index without labels, or a run with ``pixels.labels_as_text = false``, refuses the field.
+- ``text`` [ocr]: the text read in the photo (signs, menus, tickets: the index's OCR pass, :mod:`imagent.index.text`).
+  ``text ~ 'sol'``: its text contains ``sol``, in any case and without accents, inside a word too ("Solar",
+  "Sol"; ``text ~ 'cafe sol'`` the two words in a row: spaces are single); ``text = 'sol'``: its text holds ``sol``
+  as a whole word (``text = 'cafe sol'``: those words in that order, across lines too), as a quoted search
+  (``"Cafe Sol"``) matches; ``text != 'x'``: a photo with text that does not hold it. A photo without text (none
+  found, or no OCR ran) matches neither.
 
 ``~`` (``contains``) needs something to look for: an empty pattern (``address ~ ''``, ``person ~ ''``, ``label ~
-''``) is an error on every text field, not "matches everything" on one and "nothing" on another. Nesting
+''``, ``text ~ ''``) is an error on every text field, not "matches everything" on one and "nothing" on another. Nesting
 (parentheses and ``not``/``!``) is bounded at :data:`MAX_NESTING` levels: deeper is an error, never a crash.
 
 A comparison on a photo that lacks that field is false (``time != '2013'`` skips photos without a
@@ -71,6 +77,8 @@ import numpy as np
 
 from imagent.core.types import ImageRecord
 from imagent.index.scoring import haversine_km
+from imagent.index.text import PhotoTexts, line_texts
+from imagent.index.text import query_words as text_words
 from imagent.tools.base import ToolError
 
 ALLOWED = (
@@ -78,7 +86,8 @@ ALLOWED = (
     "'2013-06-09 14:30'); address (or place) or device with ~ (case-insensitive contains), = or !=; lat, lon "
     "with = != < <= > >= and a number; near(lat, lon, km) or near('Vienna', km); person with = (a name, any case, or "
     "a group number) or ~ (part of a name); label (what the pixel model saw) with ~ (a whole word of a class or of "
-    "a parent category such as 'bird'), = or !=; field between A and B; combined "
+    "a parent category such as 'bird'), = or !=; text (words read in the photo) with ~ (contains, any case) or = "
+    "(whole words); field between A and B; combined "
     "with and, or, not and parentheses. Example: time >= '2013-06-09' and time < '2013-06-10' and address ~ 'paris'"
 )
 
@@ -90,6 +99,7 @@ FIELDS = {
     "lon": "lon", "lng": "lon", "longitude": "lon",
     "person": "person", "people": "person",
     "label": "label", "labels": "label",
+    "text": "text", "ocr": "text",
     "month": "month", "weekday": "weekday", "day_of_week": "weekday", "hour": "hour",
 }
 # The calendar fields: a number, or a name that stands for one.
@@ -105,6 +115,7 @@ _OPS_BY_FIELD = {
     "device": {"=", "!=", "~"},
     "person": {"=", "!=", "~"},
     "label": {"=", "!=", "~"},
+    "text": {"=", "!=", "~"},
     "month": {"=", "!=", "<", "<=", ">", ">="},
     "weekday": {"=", "!=", "<", "<=", ">", ">="},
     "hour": {"=", "!=", "<", "<=", ">", ">="},
@@ -340,7 +351,7 @@ class _Parser:
         field = FIELDS.get(t.value)
         if field is None:
             raise self.err(f"unknown field {t.text!r}; fields are time, address, device, lat, lon, person, label, "
-                                 "month, weekday, hour")
+                                 "text, month, weekday, hour")
         self.i += 1
         if self.is_kw("between"):
             self.i += 1
@@ -388,6 +399,8 @@ class _Parser:
         if op == "~" and not text:
             raise self.err(f"{field} ~ needs something to look for, not an empty string (it would match every photo "
                            f"with a {field}, or none)", t)
+        if field == "text" and not text_words(text):
+            raise self.err(f"text {'~' if op == '~' else op} needs letters or digits to look for, not {t.text}", t)
         return text
 
     def calendar_value(self, field: str, t: Token) -> float:
@@ -504,10 +517,12 @@ class AlbumMeta:
 
     ``time``: wall-clock seconds (NaN: no time); ``lat``/``lon``: degrees (NaN: no GPS); ``address`` and
     ``device``: text per photo (None: unknown); ``labels``: per photo its stored labels' class indices (None: the
-    label field is refused, as when the index has no labels or they are not offered as text)."""
+    label field is refused, as when the index has no labels or they are not offered as text); ``texts``: per photo
+    the lines of text read in it (None: none read in any photo)."""
 
     def __init__(self, time: np.ndarray, lat: np.ndarray, lon: np.ndarray, address: Sequence[str | None],
-                 device: Sequence[str | None], labels: Sequence[Sequence[int]] | None = None) -> None:
+                 device: Sequence[str | None], labels: Sequence[Sequence[int]] | None = None,
+                 texts: Sequence[Sequence[str] | None] | None = None) -> None:
         self.size = len(time)
         self.time = np.asarray(time, dtype=np.float64)
         self.lat = np.asarray(lat, dtype=np.float64)
@@ -520,6 +535,7 @@ class AlbumMeta:
             self.labels = np.full((self.size, width), -1, dtype=np.int32)
             for n, x in enumerate(labels):
                 self.labels[n, : len(x)] = x
+        self.text = PhotoTexts(texts if texts is not None else [None] * self.size)  # the field text
         # Rows in chronological order (photos without a time last): results are listed this way.
         self.chrono = np.argsort(np.where(np.isnan(self.time), np.inf, self.time), kind="stable")
         # () -> the people of the rows, an object with ``mask(op, value)`` (imagent.index.people.PeopleIndex;
@@ -537,18 +553,21 @@ class AlbumMeta:
             np.fromiter((np.nan if r.latitude is None else r.latitude for r in records), np.float64, n),
             np.fromiter((np.nan if r.longitude is None else r.longitude for r in records), np.float64, n),
             [r.place_name for r in records], [r.device for r in records],
-            None if label_min_p is None else [label_indices(r.labels, label_min_p) for r in records])
+            None if label_min_p is None else [label_indices(r.labels, label_min_p) for r in records],
+            [line_texts(r.text_lines) for r in records])
 
     @classmethod
     def from_columns(cls, taken: Sequence[str | None], lat: Sequence[float | None], lon: Sequence[float | None],
                      address: Sequence[str | None], device: Sequence[str | None],
-                     labels: Sequence[Sequence[int]] | None = None) -> AlbumMeta:
+                     labels: Sequence[Sequence[int]] | None = None,
+                     texts: Sequence[Sequence[str] | None] | None = None) -> AlbumMeta:
         """From stored values: ``taken`` as ISO 8601 text (``ImageRecord.to_dict``), parsed by numpy in C;
         the first 19 characters are the wall-clock time (fractions of a second and any offset dropped)."""
         stamps = np.array([t[:19] if t else "NaT" for t in taken], dtype="datetime64[s]")
         seconds = stamps.astype(np.int64).astype(np.float64)
         seconds[np.isnat(stamps)] = np.nan
-        return cls(seconds, np.array(lat, dtype=np.float64), np.array(lon, dtype=np.float64), address, device, labels)
+        return cls(seconds, np.array(lat, dtype=np.float64), np.array(lon, dtype=np.float64), address, device, labels,
+                   texts)
 
     def evaluate(self, node: Any) -> np.ndarray:
         """A boolean mask over rows."""
@@ -581,6 +600,8 @@ class AlbumMeta:
                 return self._person(node)
             if node.field == "label":
                 return self._label_mask(node.op, node.value)
+            if node.field == "text":
+                return self._text_mask(node.op, node.value)
             if node.field in {"address", "device"}:
                 return getattr(self, node.field).mask(node.op, node.value)
             col = self.calendar(node.field) if node.field in CALENDAR_FIELDS else \
@@ -648,6 +669,12 @@ class AlbumMeta:
         if op == "!=":
             return ~found & (self.labels >= 0).any(axis=1)
         return found
+
+    def _text_mask(self, op: str, value: str) -> np.ndarray:
+        if op == "~":
+            return self.text.contains(value)
+        found = self.text.phrase(value)
+        return ~found & self.text.has_text if op == "!=" else found
 
     def filter_rows(self, expr: str, rows: np.ndarray | None = None) -> np.ndarray:
         """Rows matching ``expr`` (within ``rows`` when given), in chronological order."""

@@ -139,6 +139,9 @@ def empty_hint(gallery: Gallery, where: str) -> str | None:
     meta = Album(gallery).meta
     hints = []
     for node in _comparisons(parse_filter(where)):
+        if node.field == "text":
+            hints.extend(text_hint(meta, node))
+            continue
         if node.field not in ("address", "device") or node.op != "=" or meta.evaluate(node).any():
             continue
         near = getattr(meta, node.field).containing(node.value)
@@ -152,6 +155,21 @@ def empty_hint(gallery: Gallery, where: str) -> str | None:
         hints.append(f"no photo's {word} is exactly {quote_string(typed)}; {word}s containing it: {listed}{more}: "
                      f"use {word} ~ {quote_string(typed)}")
     return "; ".join(hints) or None
+
+
+def text_hint(meta: Any, node: Compare) -> list[str]:
+    """Why a ``text`` comparison matched nothing, when it can be said: no photo has text read from it (the OCR pass
+    did not run, or found none), or a whole-word match missed words that contain it."""
+    if node.op == "!=" or meta.evaluate(node).any():
+        return []
+    if not meta.text.with_text:
+        return ["no photo in this library has text read from it (imagent index reads the text in photos unless "
+                "ocr.enabled = false; a photo indexed before that is read by the next imagent index)"]
+    if node.op == "=" and meta.text.contains(node.value).any():
+        words = ", ".join(quote_string(w) for w in meta.text.near(node.value))
+        return [f"no photo's text holds {quote_string(node.value)} as a whole word; words containing it: {words}: use "
+                f"text ~ {quote_string(node.value)}"]
+    return []
 
 
 def listing(gallery: Gallery, query: Query, top_k: int, trace: Trace | None = None) -> Result:

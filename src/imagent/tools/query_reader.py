@@ -17,6 +17,10 @@ Spans of the question are linked to what this library holds:
   ``hemisphere="south"``), weekdays, parts of the day, explicit dates, ranges and dates relative to ``today``;
 - **the Nth day of a trip** ("my second day in Kyoto", "day 3", "the last day"): :attr:`QueryReading.trip_day`,
   not a filter (the ``album`` method applies it);
+- **quoted words**: a phrase in double quotes (``"Cafe Sol"``, ``“EXIT”``) is text to find in the photos (the words
+  read in them, :mod:`imagent.index.text`): :attr:`QueryReading.texts`, never linked to a person, place or date; its
+  words stay content too, so the content search sees them (the request path ranks the photos whose text holds the
+  phrase first: :mod:`imagent.tools.text_search`);
 - **label words**: words naming what the pixel model saw in this library's photos (their stored labels, with
   synonyms and parent categories: "bird" for a flamingo). They stay **content** words and are only marked
   (:attr:`QueryReading.labels`): the content search finds them, a label filter would lose every photo the
@@ -38,7 +42,8 @@ The public API (stable; the ``album`` method and the agents' tools call it):
 - :func:`read_query` ``(question, gallery, *, today=None, unlink=(), hemisphere="north") -> QueryReading``: the
   question read against the gallery's vocabulary (``gallery`` may be an :class:`~imagent.tools.album.Album`);
 - :class:`QueryReading`: ``people``, ``places``, ``times`` (each a list of :class:`Understood`: ``kind``,
-  ``value``, ``where``, ``text``, ``key``, ``label``), ``content``, ``labels``, ``trip_day``, ``notes``, ``spans``
+  ``value``, ``where``, ``text``, ``key``, ``label``), ``content``, ``labels``, ``texts``, ``trip_day``, ``notes``,
+  ``spans``
   (every word's :class:`Span`), ``understood`` (all links in question order), ``where``, ``describe()``,
   ``to_dict()``; ``unlink`` takes :attr:`Understood.key` values (``"place:Kyoto"``) a person removed (the chips of
   the web app): those words are read as content;
@@ -58,6 +63,7 @@ from datetime import date
 from typing import Any
 
 from imagent.core.trace import Trace
+from imagent.index.text import quoted_phrases
 from imagent.tools.filter_lang import quote_string
 from imagent.tools.query_time import MONTHS, SEASONS, WEEKDAYS, TimeLink, Word, find_times
 from imagent.tools.query_vocab import Vocabulary, fold, stem, vocabulary, word_keys
@@ -148,7 +154,8 @@ def _people_names(gallery: Any) -> list[str]:
 @dataclass(frozen=True)
 class Span:
     """A run of the question's words and how it was read: ``kind`` one of person, place, time (filters), trip_day,
-    content (searched; ``value`` the label it names when it is a label word), frame (words that only frame the
+    content (searched; ``value`` the label it names when it is a label word), text (a quoted phrase, ``value`` the
+    phrase without its quotes: text to find in the photos), frame (words that only frame the
     question: "photos of", "my"); ``start``/``end`` character offsets; ``value`` what it links to; ``where`` its
     filter ("" for none)."""
 
@@ -200,6 +207,7 @@ class QueryReading:
     times: list[Understood] = field(default_factory=list)
     content: str = ""
     labels: list[str] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)  # quoted phrases: text to find in the photos
     trip_day: int | None = None
     notes: list[str] = field(default_factory=list)
     spans: list[Span] = field(default_factory=list)
@@ -237,6 +245,7 @@ class QueryReading:
         parts = [u.label for u in self.understood]
         if self.trip_day is not None:
             parts.append(f"trip day {self.trip_day if self.trip_day > 0 else 'last'}")
+        parts.extend(f'text "{t}"' for t in self.texts)
         if self.content:
             parts.append(f"content {self.content!r}")
         return " · ".join(parts) or "nothing"
@@ -246,8 +255,8 @@ class QueryReading:
         that reads the question itself gets it whole)."""
         with trace.step("read", question=self.text) as step:
             step.outputs = {"understood": [u.label for u in self.understood], "where": self.where,
-                            "content": self.content, "labels": list(self.labels), "trip_day": self.trip_day,
-                            "filtered": applied}
+                            "content": self.content, "labels": list(self.labels), "texts": list(self.texts),
+                            "trip_day": self.trip_day, "filtered": applied}
             for note in self.notes:
                 step.note(note)
             if not applied and self.where:
@@ -257,7 +266,7 @@ class QueryReading:
         return {"text": self.text, "understood": [u.to_dict() for u in self.understood],
                 "people": [u.value for u in self.people], "places": [u.value for u in self.places],
                 "times": [u.value for u in self.times], "content": self.content, "labels": list(self.labels),
-                "trip_day": self.trip_day, "where": self.where, "notes": list(self.notes),
+                "texts": list(self.texts), "trip_day": self.trip_day, "where": self.where, "notes": list(self.notes),
                 "unlinked": list(self.unlinked), "describe": self.describe(),
                 "spans": [s.to_dict() for s in self.spans]}
 
@@ -295,6 +304,13 @@ class _Reader:
         self.hemisphere = hemisphere
         self.notes: list[str] = []
         self.journeys: set[int] = set()  # journey words framed by a linked place or date
+        # Quoted phrases ("Cafe Sol"): (first word, end word, phrase); their words are never linked.
+        self.quotes: list[tuple[int, int, str]] = []
+        for start, end, phrase in quoted_phrases(question):
+            inside = [k for k, w in enumerate(self.words) if start <= w.start < end]
+            if inside:
+                self.quotes.append((inside[0], inside[-1] + 1, phrase))
+        self.quoted = {k for a, b, _ in self.quotes for k in range(a, b)}
 
     def at(self, i: int) -> str:
         return self.w[i] if 0 <= i < len(self.w) else ""
@@ -388,7 +404,8 @@ class _Reader:
                 i = td[0]
                 continue
             candidates = [c for c in (self.person(i), self.place(i), self._time(time_at.get(i))) if c is not None]
-            candidates = [c for c in candidates if not self.removed(c.kind, c.value)]
+            candidates = [c for c in candidates if not self.removed(c.kind, c.value)
+                          and not self.quoted.intersection(range(c.start, c.end))]
             if not candidates:
                 i += 1
                 continue
@@ -425,8 +442,17 @@ class _Reader:
                 bucket.append(u)
         self._frame_journeys(covered, links)
         content: list[str] = []
+        quote_at = {a: (b, phrase) for a, b, phrase in self.quotes}
         i = 0
         while i < len(self.words):
+            if i in quote_at:  # a quoted phrase: text to find in the photos, its words content too
+                end, phrase = quote_at[i]
+                reading.texts.append(phrase)
+                content.extend(w.text for w in self.words[i:end])
+                reading.spans.append(Span(self.words[i].start, self.words[end - 1].end, self._text(i, end), "text",
+                                          phrase))
+                i = end
+                continue
             if i in trip_days:
                 end, n = trip_days[i]
                 reading.trip_day = n
@@ -494,7 +520,8 @@ class _Reader:
         """Notes for capitalised words where a person or a place is expected that link to nothing."""
         notes = []
         for i, word in enumerate(self.words):
-            if i in covered or i in trip_days or not word.cap or word.lower in NOT_NAMES or self._common(i):
+            if i in covered or i in trip_days or i in self.quoted or not word.cap or word.lower in NOT_NAMES \
+                    or self._common(i):
                 continue
             if i == 0 and not word.possessive:
                 continue  # the first word of a sentence is capitalised anyway

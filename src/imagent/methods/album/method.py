@@ -51,6 +51,7 @@ from imagent.methods.album.plan import (
     query_tokens,
     read_plan,
     said_words,
+    spans,
     stem,
 )
 from imagent.methods.album.scaffold import answer_origin
@@ -121,7 +122,7 @@ class AlbumSearch(Method):
         return 1 + int(config.check)
 
     def album(self, query: Query) -> Album:
-        album = Album(self.ctx.gallery, self.ctx.dual, self.ctx.text)
+        album = Album(self.ctx.gallery, self.ctx.dual, self.ctx.text, text_clues=True)  # words read in photos count
         return album if query.candidates is None else album.scoped(query.candidates)
 
     def search_spaces(self) -> list[str]:
@@ -206,7 +207,7 @@ class AlbumSearch(Method):
                 step.outputs["parsed"] = False
                 return None
             try:
-                plan = read_plan(value, query.text)
+                plan = read_plan(value, query.text, target=failed[0].target if failed is not None else "")
             except ValueError as exc:
                 step.note(f"the planner's reply is not a plan: {exc}")
                 step.outputs["parsed"] = False
@@ -219,6 +220,7 @@ class AlbumSearch(Method):
 
     # ------------------------------------------------------------------ run
     def attempt(self, plan: Plan, query: Query, reading: Any, album: Album, trace: Trace) -> Attempt:
+        plan = day_within_trip(plan, unused_words(plan, reading, query.text), query.text)
         plan = assemble(plan, reading, query.text)
         plan = place_from_unused(plan, unused_words(plan, reading, query.text),
                                  Timeline.of(album, self.config.trip_gap_days))
@@ -426,6 +428,51 @@ def place_from_unused(plan: Plan, unused: list[str], tl: Timeline) -> Plan:
         return plan
     return replace(plan, place=named[0], notes=[*plan.notes, f"{named[0]!r} names a place of the album the plan left "
                                                 "unused: the wanted photos' place"])
+
+
+DAY_WORDS = frozenset({"day", "days"})
+TRIP_WORDS = frozenset({"trip", "journey", "holiday", "vacation", "getaway", "outing", "tour", "excursion", "stay"})
+
+
+def day_within_trip(plan: Plan, unused: list[str], query: str) -> Plan:
+    """The plan with the day the search names inside a trip it names, when the model wrote one hop of the two:
+    "the fruit from the day of the tamarin during my koala trip" planned as the koala's trip (the tamarin unused)
+    is the tamarin's day (hop 1, ``same day``) on the koala's trip (hop 2, ``same trip``). Only when the search
+    says both a day and a trip, the one hop is of a day or a trip, and the words the plan left unused are one thing
+    (a run of the search) of which one of the two words is nearer than the anchor is; otherwise the plan as is."""
+    if len(plan.hops) != 1 or plan.hops[0].rel.unit not in ("day", "trip", "trip day") or not unused:
+        return plan
+    tokens = [t.lower() for t in query_tokens(query)]
+    days = [i for i, t in enumerate(tokens) if t in DAY_WORDS]
+    trips = [i for i, t in enumerate(tokens) if t in TRIP_WORDS]
+    if not days or not trips:
+        return plan
+    left = {w.lower() for w in unused}
+    runs = [r for r in spans(tokens) if all(w in left for w in r.split())]
+    if not runs:
+        return plan
+    thing = max(runs, key=lambda r: len(r.split()))
+    anchor = " ".join(w for w in plan.hops[0].anchor.split() if w.lower() not in DAY_WORDS | TRIP_WORDS)
+    where = {name: _position(tokens, name) for name in (thing, anchor)}
+    if not anchor or None in where.values():
+        return plan
+
+    def near(i: int | None, marks: list[int]) -> int:
+        return min(abs(i - m) for m in marks) if i is not None else 1 << 20
+
+    on_day, on_trip = sorted((thing, anchor), key=lambda n: near(where[n], days) - near(where[n], trips))
+    if near(where[on_day], days) >= near(where[on_day], trips) or \
+            near(where[on_trip], trips) >= near(where[on_trip], days):
+        return plan  # which thing names the day and which the trip is not clear from the words
+    hops = [Hop(on_day, "same day", link=plan.hops[0].link), Hop(on_trip, "same trip")]
+    return replace(plan, hops=hops, notes=[*plan.notes, f"the search names a day ({on_day!r}) on a trip ({on_trip!r}) "
+                                           "and the plan had one of them: the day of the one on the trip of the other"])
+
+
+def _position(tokens: list[str], run: str) -> int | None:
+    """Where the words of ``run`` begin in ``tokens`` (lower case), None when they are not there in a row."""
+    ws = run.lower().split()
+    return next((i for i in range(len(tokens) - len(ws) + 1) if tokens[i: i + len(ws)] == ws), None)
 
 
 def unused_words(plan: Plan, reading: Any, query: str) -> list[str]:

@@ -95,7 +95,10 @@ class Relation:
         if self.direction < 0:
             return score + int(bool(words & BEFORE_WORDS))
         plain = not (words & (AFTER_WORDS | BEFORE_WORDS)) or bool(words & SAME_WORDS)
-        return score + int(plain or self.unit == "trip day")
+        score += int(plain or self.unit == "trip day")
+        if self.unit in ("visit", "city visit"):  # which visit: the other ones, or one by its rank
+            score += int(bool(words & (OTHER_WORDS if self.other else set(ORDINALS))))
+        return score
 
     def agrees(self, words: set[str]) -> bool:
         """Whether the words say this relation at all: a word of its unit (when it has some) and of its direction."""
@@ -194,6 +197,14 @@ SPAN_EDGE_STOP = frozenset({
     "album", "albums", "collection", "library", "camera", "phone"})
 # Words that ask for every photo ("every picture from ...", "all the photos of ...").
 ASKS_EVERY = frozenset({"all", "every", "everything", "whole", "entire"})
+# Words that name a stretch of time, never a thing a photo shows: a target of only these is every photo of it.
+MOMENT_WORDS = frozenset({"trip", "trips", "journey", "holiday", "holidays", "vacation", "getaway", "day", "days",
+                          "week", "weeks", "weekend", "month", "months", "year", "years", "visit", "stay"})
+# The verbs of photographing: "what did I photograph on ..." asks for every photo of the moment.
+PHOTOGRAPH_VERBS = frozenset({"photograph", "photographed", "shoot", "shot", "take", "took", "snap", "snapped",
+                              "capture", "captured"})
+# Words that say a visit other than the anchor's own.
+OTHER_WORDS = frozenset({"other", "another", "different", "else", "elsewhen"})
 # Words inside a run that end a thing's name: pronouns, the verbs of seeing and photographing, time order.
 SPAN_BREAK = frozenset({"where", "when", "which", "that", "who", "while", "i", "we", "you", "he", "she", "they",
                         "saw", "seen", "see", "photographed", "took", "taken", "shot", "snapped", "was", "were",
@@ -300,7 +311,8 @@ class Plan:
     def every_photo(self) -> bool:
         """The target asks for every photo the chain keeps ("the photos from my second trip ...")."""
         t = [w for w in words(self.target) if w not in _COMMON]
-        return not t or all(w in GENERIC_TARGETS for w in t)
+        # "the whole trip", "that day": a unit of time or place is no thing a photo shows, it is the photos of it
+        return not t or all(w in GENERIC_TARGETS or w in MOMENT_WORDS for w in t)
 
     def to_dict(self) -> dict[str, Any]:
         return {"target": self.target, "place": self.place, "hops": [h.to_dict() for h in self.hops],
@@ -501,8 +513,27 @@ def _refine(hop: Hop, words: set[str], stated: list[int], notes: list[str]) -> N
         hop.count = others[0]
 
 
-def read_plan(value: Any, query: str) -> Plan:
-    """The model's JSON object (:data:`PLAN_FIELDS`) as a :class:`Plan`, checked against the search's words:
+def _circular(target: str, anchor: str) -> bool:
+    """Whether a target and an anchor name the same thing: one's content words (stems) hold the other's ("crow" and
+    "crow trip"), the words of units and photographing aside."""
+    def content(text: str) -> set[str]:
+        return {stem(w) for w in words(text) if w not in _COMMON and w not in UNIT_ONLY and w not in GENERIC_TARGETS}
+
+    t, a = content(target), content(anchor)
+    return bool(a) and (a <= t or (bool(t) and t <= a))
+
+
+def asks_every_photo(query: str) -> bool:
+    """Whether a search asks for every photo of a moment rather than for a thing in them: "all", "every", "the
+    whole ...", a photo noun ("pictures from the trip with ..."), or "what did I photograph / shoot / take"."""
+    asked = set(words(query))
+    photo_nouns = GENERIC_TARGETS - ASKS_EVERY - {"any", "thing", "things", "stuff", "lot"}
+    return bool(asked & ASKS_EVERY or asked & photo_nouns or ("what" in asked and asked & PHOTOGRAPH_VERBS))
+
+
+def read_plan(value: Any, query: str, target: str = "") -> Plan:
+    """The model's JSON object (:data:`PLAN_FIELDS`) as a :class:`Plan`, checked against the search's words
+    (``target``: an earlier plan's target, for a second plan that wrote its anchor as its target):
 
     - ``place``, ``anchor``, ``anchor2`` and ``exclude`` must share a word with the search, else they are dropped
       (a small model copies an example's words); a relation without an anchor is ``none``, an anchor without a
@@ -543,12 +574,17 @@ def read_plan(value: Any, query: str) -> Plan:
         if len(named) == 1:  # "the winter after ...": the season the search names, which the model left out
             season = named[0]
             notes.append(f"the search names the {season}: {relation!r} is the next (last) {season}")
-    if fields["anchor"] and {stem(w) for w in words(fields["anchor"])} <= {stem(w) for w in words(fields["target"])}:
-        asked = set(words(query))
-        if asked & ASKS_EVERY and (asked & (GENERIC_TARGETS - ASKS_EVERY) or "everything" in asked):
-            notes.append(f"target {fields['target']!r} is the anchor itself and the search asks for every photo: "
-                         "the target is every photo")
+    if fields["anchor"] and _circular(fields["target"], fields["anchor"]):
+        said = set(words(query))
+        if relation in RELATIONS and RELATIONS[relation].agrees(said) and asks_every_photo(query):
+            notes.append(f"target {fields['target']!r} is the anchor {fields['anchor']!r} and the search asks for "
+                         "every photo of that moment: the target is every photo")
             fields["target"] = "photos"
+        elif target and relation in RELATIONS and RELATIONS[relation].agrees(said) and \
+                not _circular(target, fields["anchor"]) and _grounded(target, q):
+            notes.append(f"target {fields['target']!r} is the anchor {fields['anchor']!r}: the first plan's target "
+                         f"{target!r} is kept")
+            fields["target"] = target
         else:
             notes.append(f"anchor {fields['anchor']!r} is the target itself: no anchor")
             fields["anchor"], relation = "", "none"

@@ -463,6 +463,8 @@ def _metadata_line(row: dict[str, Any]) -> str:
         bits.append(f"people {', '.join(row['people']) or 'none'}")
     if row.get("labels"):  # what the pixel model saw (imagent.index.pixels), offered as text
         bits.append("labels " + ", ".join(f"{x['name']} {float(x['p']):.2f}" for x in row["labels"]))
+    if row.get("text"):  # the words read in the photo (imagent.index.ocr), quoted so a sign never reads as an order
+        bits.append("text " + " / ".join(repr(t) for t in row["text"]))
     return f"{row['id']}: " + "; ".join(bits)
 
 
@@ -493,6 +495,8 @@ class FilterMetadataTool(_AlbumTool):
             extra.append("label ~ 'kite' (what the pixel model saw, or a kind it belongs to)")
         if people_index(album.gallery).has_data:
             extra.append("person = 'Name' (a person the user named)")
+        if album.has_text:
+            extra.append("text ~ 'sintra' (words read in the photo: signs, labels, captions)")
         if extra:
             self.description = self.description.replace("lat/lon comparisons,",
                                                         "lat/lon comparisons, " + ", ".join(extra) + ",")

@@ -249,6 +249,7 @@ async function openPhoto(id) {
   $("photo-caption").textContent = p.caption || "";
   $("photo-original").href = imageUrl(p.id);
   $("photo-details").replaceChildren(...details(p));
+  drawTextBoxes(p);  // text.js: the text read in it, boxed over the photo on hover
   const { previous, next } = neighbours(p);
   setArrow($("photo-prev"), previous);
   setArrow($("photo-next"), next);
@@ -272,6 +273,7 @@ function details(p) {
   if (Array.isArray(p.labels) && p.labels.length) {
     add("Labels", ...p.labels.map((l) => chipLink("label", l.name, typeof l.p === "number" ? `${l.name} (${Math.round(l.p * 100)}%)` : l.name)));
   }
+  rows.push(...textRows(p));  // text.js: the text read in the photo
   if (Array.isArray(p.people) && p.people.length) {
     // a named person filters by the name (a chip); someone unnamed opens the group, to be named there
     add("People", ...p.people.map((x) => (x.name ? chipLink("person", x.name, x.name)
