@@ -19,6 +19,25 @@ person's largest group / all faces (1.0 and 1.0: one group per person, nobody mi
     python benchmarks/faces.py --photos 48 --cnn-photos 0
     python benchmarks/faces.py --quality            # false faces per 100 stamps, recall on real faces
 
+    python benchmarks/faces.py --grouping 10000,50000   # grouping at scale: seconds, peak memory, purity
+
+``--grouping`` groups synthetic descriptors (no model, no photos) in the real face store in a temporary folder, as
+the face pass of ``imagent index`` does (:func:`imagent.index.people.group_faces`, ``--group-batch`` faces at a
+time, default ``faces.group_batch``): the faces are stored (load), grouped (a first index: every face new), then 1%
+more faces of the same people are added and grouped (the next index), each step in a fresh Python process so that
+its peak RSS (``ru_maxrss``: Python, numpy, dlib and SQLite included) is that step's own.
+
+The descriptors are clustered like a family's library: ``--identities`` (300) people, 128-d centres about 0.9 apart
+(two people's dlib descriptors lie 0.7-1.0 apart), one in ten with a look-alike 0.5-0.7 from another (siblings:
+their faces come closer than the threshold now and then), face counts per person falling as 1/rank (a few people
+in most photos), each face its person's centre plus noise (one person's faces 0.3-0.5 apart, within dlib's 0.6),
+and ``--strangers`` (15%) of the faces people seen once. Purity = faces of each group's majority person / all
+faces; completeness = faces in each person's largest group / all faces (a person split over batches lowers it).
+
+Each size prints ``grouping faces=N batch=B load_s=... seconds=... peak_mb=... purity=... completeness=...
+groups=... people=... batches=... longest_write_s=... add_faces=... add_seconds=... add_peak_mb=...``
+(``longest_write_s``: the longest write transaction, what a rename may have waited).
+
 ``--quality`` prints one ``faces_quality`` line per setting: the defaults (the confidence floor ``faces.min_score``
 and the landmark check), dlib's own (floor 0, no check), and each of the two alone.
 
@@ -29,14 +48,19 @@ completeness=... groups=... people=...``. Timings on a shared machine are noisy:
 from __future__ import annotations
 
 import argparse
+import json
 import random
+import resource
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # run from a checkout without installing
 
+import numpy as np
 from PIL import Image
 
 from imagent.core.config import FaceOptions
@@ -178,6 +202,105 @@ def quality_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def synthetic_faces(n: int, identities: int, strangers: float, seed: int) -> tuple[list[str], np.ndarray]:
+    """``n`` synthetic descriptors clustered like a library's faces (see the module doc) and each one's person
+    (``"p<k>"``, a stranger ``"s<k>"``)."""
+    rng = np.random.default_rng(seed)
+    make = np.random.default_rng(7)
+    centres = make.normal(0, 0.9 / 16, (identities, 128))  # ~0.9 apart (sqrt(2 * 128) * s)
+    for k in range(1, identities, 10):  # one person in ten has a look-alike (a sibling): 0.5-0.7 from another
+        step = make.normal(0, 1, 128)
+        centres[k] = centres[k - 1] + step / np.linalg.norm(step) * make.uniform(0.5, 0.7)
+    spread = np.random.default_rng(8).uniform(0.019, 0.031, identities)  # one person's faces 0.3-0.5 apart
+    weights = 1.0 / np.arange(1, identities + 1)
+    who = rng.choice(identities, size=n, p=weights / weights.sum())
+    vecs = centres[who] + rng.normal(0, 1, (n, 128)) * spread[who, None]
+    names = [f"p{k}" for k in who]
+    for i in np.flatnonzero(rng.random(n) < strangers).tolist():
+        vecs[i] = rng.normal(0, 0.9 / 16, 128)
+        names[i] = f"s{seed}-{i}"
+    return names, vecs.astype(np.float32)
+
+
+def _store_faces(store: Any, names: list[str], vecs: np.ndarray, start: int) -> None:
+    """One photo per face, stored as the face pass stores a scan (:func:`put_scan`), 2,000 photos a transaction."""
+    from types import SimpleNamespace
+
+    from imagent.index.face_store import put_scan
+
+    for at in range(0, len(names), 2000):
+        with store.write(create=True) as c:
+            for k in range(at, min(at + 2000, len(names))):
+                face = SimpleNamespace(box=(0.4, 0.3, 0.6, 0.6), score=1.5, size=120, descriptor=vecs[k])
+                put_scan(c, f"{names[k]}/{start + k}", "synthetic", "synthetic",
+                         SimpleNamespace(faces=[face], found=1, width=4000, height=3000, note=""))
+
+
+def _group_quality(store: Any) -> dict[str, float]:
+    from collections import Counter
+
+    with store.read() as c:
+        pairs = Counter((int(p), photo.split("/")[0]) for p, photo in c.execute("SELECT person, photo FROM faces"))
+    total = sum(pairs.values())
+    majority: dict[int, int] = {}
+    largest: dict[str, int] = {}
+    for (group, person), n in pairs.items():
+        majority[group] = max(majority.get(group, 0), n)
+        largest[person] = max(largest.get(person, 0), n)
+    return {"purity": sum(majority.values()) / total, "completeness": sum(largest.values()) / total,
+            "groups": len(majority), "people": len(largest)}
+
+
+def grouping_child(args: argparse.Namespace) -> int:
+    """One step of one size in this (fresh) process, on the face store in ``--dir``: ``load`` stores the synthetic
+    faces, ``group`` groups them (a first index), ``add`` stores 1% more and groups them (the next index). One JSON
+    line: the step's seconds and this process's peak RSS."""
+    from imagent.index.face_store import FaceStore
+    from imagent.index.people import group_faces
+
+    n, step = args.grouping_child, args.step
+    store = FaceStore(args.dir)
+    extra = max(1, n // 100)
+    t0 = time.perf_counter()
+    if step != "group":
+        start, count = (0, n) if step == "load" else (n, extra)
+        for at in range(0, count, 10000):  # made and stored 10,000 at a time
+            names, vecs = synthetic_faces(min(10000, count - at), args.identities, args.strangers, seed=start + at)
+            _store_faces(store, names, vecs, start + at)
+    out: dict[str, Any] = {}
+    if step != "load":
+        done = group_faces(store, FaceOptions().threshold, args.group_batch)
+        out = {"batches": done.batches, "longest_write_s": done.longest_write_s, "joined": done.joined,
+               "new_groups": done.new_people, **(_group_quality(store) if step == "group" else {"faces": extra})}
+    out |= {"seconds": time.perf_counter() - t0, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    print(json.dumps(out))
+    return 0
+
+
+def grouping_main(args: argparse.Namespace) -> int:
+    """Each size's load, grouping and addition each in a fresh process (its peak RSS is that step's own); one line
+    per size."""
+    for n in [int(x) for x in args.grouping.split(",") if x.strip()]:
+        r: dict[str, dict[str, Any]] = {}
+        with tempfile.TemporaryDirectory() as d:
+            t0 = time.perf_counter()
+            for step in ("load", "group", "add"):
+                cmd = [sys.executable, __file__, "--grouping-child", str(n), "--step", step, "--dir", d,
+                       "--group-batch", str(args.group_batch), "--identities", str(args.identities),
+                       "--strangers", str(args.strangers)]
+                done = subprocess.run(cmd, check=True, capture_output=True, text=True)
+                r[step] = json.loads(done.stdout.strip().splitlines()[-1])
+            load, group, add = r["load"], r["group"], r["add"]
+        print(f"grouping faces={n} batch={args.group_batch} load_s={load['seconds']:.1f} "
+              f"seconds={group['seconds']:.1f} peak_mb={group['peak_mb']:.0f} purity={group['purity']:.4f} "
+              f"completeness={group['completeness']:.4f} groups={group['groups']} people={group['people']} "
+              f"batches={group['batches']} longest_write_s={max(group['longest_write_s'], add['longest_write_s']):.3f} "
+              f"add_faces={add['faces']} add_seconds={add['seconds']:.2f} add_peak_mb={add['peak_mb']:.0f} "
+              f"add_joined={add['joined']} add_new_groups={add['new_groups']} load_peak_mb={load['peak_mb']:.0f} "
+              f"total_s={time.perf_counter() - t0:.1f}", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--photos", type=int, default=24, help="camera-sized photos for the HOG runs")
@@ -188,7 +311,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quality", action="store_true", help="false faces per 100 stamps and recall on real faces "
                     "for the default detection settings and without the confidence floor or landmark check")
     ap.add_argument("--stamps", default=None, help="the stamps' image folder (default: ../shared's, else the mini)")
+    ap.add_argument("--grouping", default=None, help="grouping at these numbers of synthetic faces (10000,50000)")
+    ap.add_argument("--group-batch", type=int, default=FaceOptions().group_batch, help="faces.group_batch")
+    ap.add_argument("--identities", type=int, default=300, help="people in the synthetic faces")
+    ap.add_argument("--strangers", type=float, default=0.15, help="share of synthetic faces of people seen once")
+    ap.add_argument("--grouping-child", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--step", choices=("load", "group", "add"), default="load", help=argparse.SUPPRESS)
+    ap.add_argument("--dir", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.grouping_child:
+        return grouping_child(args)
+    if args.grouping:
+        return grouping_main(args)
     if args.quality:
         return quality_main(args)
     out: dict[str, float] = {}

@@ -226,6 +226,8 @@ class FaceOptions(_Strict):
     sure_score: float = Field(1.0, description="a group no person named whose detections all score below this is "
                               "listed after the other groups of its size class (unsure: real faces measured "
                               "0.88-1.99, false ones at most 0.2; docs/people.md); imagent's own")
+    group_batch: int = Field(1000, ge=1, le=100_000, description="new faces grouped at a time, each batch written in "
+                             "a short transaction of its own (memory and write-lock time bounded by it); imagent's own")
     workers: int = Field(1, ge=1, le=64, description="processes that look for faces at once (without Ray)")
 
     @field_validator("mode", mode="before")

@@ -18,7 +18,7 @@ are stored and the snapshot written, so a kill here leaves a searchable index:
   dlib holds the GIL, so threads would not help; they end with this process, and a chunk whose worker died is
   scanned again in new ones a bounded number of times, then its photos get a note: :mod:`imagent.core.workers`)
   or on Ray actors, results committed here in photo order;
-- then the faces without a group are grouped, here (:func:`imagent.index.people.assign_new_faces`).
+- then the faces without a group are grouped, here, a batch at a time (:func:`imagent.index.people.group_faces`).
 
 The storage is :mod:`imagent.index.face_store` (``faces.sqlite`` in the index folder).
 """
@@ -38,7 +38,7 @@ from imagent.core.text import display_path, plural
 from imagent.core.types import ImageRecord
 from imagent.core.workers import WORKER_DIED, SpawnPool
 from imagent.index.face_store import FaceStore, drop_empty_people, drop_photos, put_scan
-from imagent.index.people import assign_new_faces, count_people, has_ungrouped, people_count
+from imagent.index.people import group_faces, has_ungrouped, people_count
 from imagent.index.stages import Stage, Todo
 
 if TYPE_CHECKING:
@@ -228,21 +228,21 @@ class FaceStage(Stage):
                 report.with_faces += bool(n)
 
     def finish(self, gallery: Gallery) -> None:
-        """Group the faces without a group (a killed run's too) into people."""
+        """Group the faces without a group (a killed run's too) into people, a batch at a time, each batch its own
+        short write (:func:`imagent.index.people.group_faces`)."""
         report = self.report
         store = FaceStore(gallery.root)
-        if self._fresh:  # nothing was scanned or dropped: only what a killed run left ungrouped
-            if has_ungrouped(store):
-                with store.write() as c:
-                    report.new_people, report.joined = assign_new_faces(c, self.options.threshold)
-            report.people = people_count(store)
-        else:
+        if not self._fresh:
             with store.write(create=True) as c:
                 drop_empty_people(c)  # groups whose faces went with a changed photo's old content
-                report.new_people, report.joined = assign_new_faces(c, self.options.threshold)
+        if not self._fresh or has_ungrouped(store):  # fresh: nothing scanned or dropped, only a killed run's faces
+            grouped = group_faces(store, self.options.threshold, self.options.group_batch)
+            report.new_people, report.joined = grouped.new_people, grouped.joined
+        if not self._fresh:
+            with store.write() as c:
                 c.execute("INSERT OR REPLACE INTO meta(key, value) VALUES('grouped_at', ?)",
                           (datetime.now(UTC).isoformat(timespec="seconds"),))
-                report.people = count_people(c)
+        report.people = people_count(store)
         report.seconds = time.perf_counter() - self._t0
         self._todo = None
 

@@ -1,15 +1,21 @@
 """People: the index's faces grouped by who they are, named once, kept stable as the library grows.
 
-Grouping (:func:`assign_new_faces`, at the end of every face pass of ``imagent index``):
+Grouping (:func:`group_faces`, at the end of every face pass of ``imagent index``):
 
 - faces already in a group stay there: a group's id never changes and is never reused, and its name (given
   with ``imagent people name``) stays with it through any re-index;
-- a new face joins the group of its nearest grouped face when that face is closer than
-  ``faces.threshold`` (0.6, dlib's own threshold for its ResNet descriptor: it was trained to put two
-  faces of one person within 0.6 of each other);
-- the new faces that match no one are clustered among themselves with dlib's chinese-whispers clustering
-  (edges between faces closer than the threshold) and each cluster starts a new group. On a first index every
-  face is new, so it is exactly chinese whispers over all faces.
+- the faces without a group are taken ``faces.group_batch`` (1,000) at a time in the order they were found; a
+  face joins the group of its nearest grouped face when that face is closer than ``faces.threshold`` (0.6,
+  dlib's own threshold for its ResNet descriptor: it was trained to put two faces of one person within 0.6 of
+  each other); the grouped faces include those of the batches before, so a person met in batch 1 is joined in
+  batch 9;
+- the faces of a batch that match no one are clustered among themselves with dlib's chinese-whispers clustering
+  (edges between faces closer than the threshold) and each cluster starts a new group;
+- bounded: the nearest grouped face is found by streaming the grouped faces a batch at a time, so no matrix is
+  larger than a batch by a batch and memory stays flat as the library grows; each batch is written in a write
+  transaction of its own that lasts milliseconds, so a rename from the web or the CLI never waits on grouping.
+  On a first index the result is therefore chinese whispers within each batch and nearest-face joins across
+  batches, not one chinese whispers over every face (which held all faces' edges at once: 2.3 GB at 16k faces).
 
 A user's corrections are kept: ``merge`` moves every face of some groups into one; ``split`` moves a face into a
 new group (or another one) and pins it there; ``remove`` deletes a face that is nobody (a false detection, a
@@ -28,6 +34,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import threading
+import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -85,43 +92,101 @@ def _new_person(c: sqlite3.Connection) -> int:
     return int(cur.lastrowid or 0)
 
 
-def assign_new_faces(c: sqlite3.Connection, threshold: float) -> tuple[int, int]:
-    """Put every face without a group into one (see the module doc), inside the caller's write transaction.
-    Returns ``(groups started, faces that joined an existing group)``."""
-    from imagent.models.faces import chinese_whispers, face_distance
+DEFAULT_GROUP_BATCH = 1000  # faces.group_batch: new faces grouped at a time (imagent's own)
 
-    new = c.execute("SELECT id, descriptor FROM faces WHERE person IS NULL ORDER BY id").fetchall()
-    if not new:
-        return 0, 0
-    new_ids = [int(i) for i, _ in new]
-    new_vecs = _descriptors([b for _, b in new])
-    known = c.execute("SELECT person, descriptor FROM faces WHERE person IS NOT NULL").fetchall()
-    joined = 0
-    rest = list(range(len(new_ids)))
-    if known:
-        persons = np.array([int(p) for p, _ in known], dtype=np.int64)
-        known_vecs = _descriptors([b for _, b in known])
-        rest = []
-        for start in range(0, len(new_ids), 1024):  # bounded memory: 1,024 new faces against all known at once
-            dist = face_distance(new_vecs[start : start + 1024], known_vecs)
-            nearest = dist.argmin(1)
-            for k, j in enumerate(nearest.tolist()):
-                n = start + k
-                if dist[k, j] < threshold:
-                    c.execute("UPDATE faces SET person = ? WHERE id = ?", (int(persons[j]), new_ids[n]))
-                    joined += 1
-                else:
-                    rest.append(n)
-    labels = chinese_whispers(new_vecs[rest], threshold)
-    clusters: dict[int, list[int]] = {}
-    for n, label in zip(rest, labels, strict=True):
-        clusters.setdefault(label, []).append(n)
-    # The largest clusters get the lowest new ids; ties in the order their first face was found.
-    order = sorted(clusters.values(), key=lambda members: (-len(members), members[0]))
-    for members in order:
+
+@dataclass
+class Grouping:
+    """What one grouping did: groups started, faces that joined a group made before their batch, batches, and the
+    longest write transaction (seconds: the time another writer, a rename, may have waited)."""
+
+    new_people: int = 0
+    joined: int = 0
+    batches: int = 0
+    longest_write_s: float = 0.0
+
+
+def group_faces(store: FaceStore, threshold: float, batch: int = DEFAULT_GROUP_BATCH) -> Grouping:
+    """Put every face without a group into one (see the module doc), ``batch`` faces at a time in id order.
+
+    Each batch is read and compared in a read transaction (WAL: writers are not held up), against the grouped faces
+    streamed ``batch`` at a time, so no matrix is larger than ``batch x batch`` whatever the library's size; its
+    result is written in one short write transaction of its own, so a rename or merge from the web or the CLI gets
+    through between batches. A face is joined to the group its nearest face is in *at that write* (a merge meanwhile
+    is followed); one the user grouped meanwhile (``split``) is left where it is."""
+    from imagent.models.faces import chinese_whispers
+
+    out = Grouping()
+    batch = max(1, int(batch))
+    after = 0
+    while True:
+        with store.read() as c:
+            rows = c.execute("SELECT id, descriptor FROM faces WHERE person IS NULL AND id > ? ORDER BY id LIMIT ?",
+                             (after, batch)).fetchall()
+            if not rows:
+                break
+            ids = [int(i) for i, _ in rows]
+            vecs = _descriptors([b for _, b in rows])
+            nearest, dist = _nearest_grouped(c, vecs, batch)
+        del rows
+        near = dist < threshold
+        rest = np.flatnonzero(~near)
+        labels = chinese_whispers(vecs[rest], threshold)
+        clusters: dict[int, list[int]] = {}
+        for n, label in zip(rest.tolist(), labels, strict=True):
+            clusters.setdefault(label, []).append(ids[n])
+        # The largest clusters get the lowest new ids; ties in the order their first face was found.
+        order = sorted(clusters.values(), key=lambda members: (-len(members), members[0]))
+        joins = [(int(nearest[n]), int(nearest[n]), ids[n]) for n in np.flatnonzero(near).tolist()]
+        t0 = time.perf_counter()
+        with store.write() as c:
+            out.joined += c.executemany(
+                "UPDATE faces SET person = (SELECT person FROM faces WHERE id = ?) WHERE person IS NULL AND "
+                "(SELECT person FROM faces WHERE id = ?) IS NOT NULL AND id = ?", joins).rowcount
+            out.new_people += _start_groups(c, order)
+        out.longest_write_s = max(out.longest_write_s, time.perf_counter() - t0)
+        out.batches += 1
+        after = ids[-1]
+    return out
+
+
+def _nearest_grouped(c: sqlite3.Connection, vecs: np.ndarray, batch: int) -> tuple[np.ndarray, np.ndarray]:
+    """For each row of ``vecs``: the id of its nearest grouped face and the distance to it (inf: none), the grouped
+    faces read ``batch`` at a time in id order."""
+    from imagent.models.faces import face_distance
+
+    best = np.full(len(vecs), np.inf, dtype=np.float32)
+    best_id = np.zeros(len(vecs), dtype=np.int64)
+    rows_at = np.arange(len(vecs))
+    after = 0
+    while True:
+        # `+person`: walk the faces by id (the primary key), not through the person index (which would sort)
+        known = c.execute("SELECT id, descriptor FROM faces WHERE id > ? AND +person IS NOT NULL ORDER BY id "
+                          "LIMIT ?", (after, batch)).fetchall()
+        if not known:
+            return best_id, best
+        known_ids = np.array([int(i) for i, _ in known], dtype=np.int64)
+        dist = face_distance(vecs, _descriptors([b for _, b in known]))
+        j = dist.argmin(1)
+        d = dist[rows_at, j]
+        better = d < best
+        best[better] = d[better]
+        best_id[better] = known_ids[j[better]]
+        after = int(known_ids[-1])
+
+
+def _start_groups(c: sqlite3.Connection, clusters: list[list[int]]) -> int:
+    """One new group per cluster of face ids (faces the user grouped meanwhile left out; a group that would be
+    empty is not made). Returns the groups made."""
+    made = 0
+    for members in clusters:
         pid = _new_person(c)
-        c.executemany("UPDATE faces SET person = ? WHERE id = ?", [(pid, new_ids[n]) for n in members])
-    return len(order), joined
+        if c.executemany("UPDATE faces SET person = ? WHERE id = ? AND person IS NULL",
+                         [(pid, f) for f in members]).rowcount:
+            made += 1
+        else:
+            c.execute("DELETE FROM people WHERE id = ?", (pid,))
+    return made
 
 
 def count_people(c: sqlite3.Connection) -> int:
@@ -592,8 +657,8 @@ def photo_people(gallery: Gallery, photo: str) -> list[dict[str, Any]]:
     return people_index(gallery).people_of(photo)
 
 
-__all__ = ["DEFAULT_MIN_GROUP", "MAX_ID", "Face", "FaceRemoved", "Forgotten", "Merged", "Moved", "PeopleError",
-           "PeopleIndex", "Person", "Renamed", "ScanSummary", "UnknownPeople", "assign_new_faces", "check_name",
-           "existing_faces", "face_of", "faces_in_photo", "forget", "get_person", "has_ungrouped", "list_people",
-           "merge_people", "name_person", "people_count", "people_index", "photo_people", "remove_face",
-           "scan_summary", "split_face"]
+__all__ = ["DEFAULT_GROUP_BATCH", "DEFAULT_MIN_GROUP", "MAX_ID", "Face", "FaceRemoved", "Forgotten", "Grouping",
+           "Merged", "Moved", "PeopleError", "PeopleIndex", "Person", "Renamed", "ScanSummary", "UnknownPeople",
+           "check_name", "existing_faces", "face_of", "faces_in_photo", "forget", "get_person", "group_faces",
+           "has_ungrouped", "list_people", "merge_people", "name_person", "people_count", "people_index",
+           "photo_people", "remove_face", "scan_summary", "split_face"]

@@ -298,8 +298,12 @@ def face_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Euclidean distances between descriptor rows ``a`` (n, 128) and ``b`` (m, 128): (n, m)."""
     a = np.asarray(a, dtype=np.float32)
     b = np.asarray(b, dtype=np.float32)
-    sq = (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * (a @ b.T)
-    return np.sqrt(np.maximum(sq, 0.0))
+    sq = a @ b.T  # one (n, m) matrix, worked on in place (grouping calls this once per batch of grouped faces)
+    sq *= -2.0
+    sq += (a * a).sum(1)[:, None]
+    sq += (b * b).sum(1)[None, :]
+    np.maximum(sq, 0.0, out=sq)
+    return np.sqrt(sq, out=sq)
 
 
 def chinese_whispers(descriptors: np.ndarray, threshold: float) -> list[int]:
