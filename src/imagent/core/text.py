@@ -7,6 +7,9 @@ Python strings may hold lone surrogates (U+D800-U+DFFF) that no UTF-8 encoder ac
 applied once, where text enters, with :func:`clean_text`; file names keep their exact bytes (so the file still
 opens) and are only *shown* through :func:`display_path`.
 
+Accents are taken off in one place (:func:`unaccent`: ``Café`` -> ``Cafe``), for every comparison that ignores
+them (place names, the query reader's vocabulary, the text read in photos).
+
 Counts are said with their noun in the right number (:func:`plural`: "1 result", "2 results").
 
 Bracket nesting is checked before text reaches a recursive parser (:func:`nested_deeper_than`): ``json.loads`` and
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 
 REPLACEMENT = "\ufffd"
 
@@ -61,6 +65,12 @@ def display_path(path: str | os.PathLike[str] | bytes) -> str:
         else:
             out.append(c)
     return "".join(out)
+
+
+def unaccent(text: str) -> str:
+    """``text`` without accents (combining marks after NFKD), case kept: ``Café`` -> ``Cafe``."""
+    norm = unicodedata.normalize("NFKD", text)
+    return "".join(c for c in norm if not unicodedata.combining(c))
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:

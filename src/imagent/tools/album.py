@@ -37,10 +37,10 @@ import numpy as np
 from imagent.core.config import OcrOptions
 from imagent.core.types import ImageRecord, Ranking
 from imagent.index.gallery import SPACE_CAPTION_DUAL, SPACE_CAPTION_TEXT, SPACE_IMAGE, Gallery, GalleryError
-from imagent.index.levels import MIN_SPREAD
+from imagent.index.levels import robust_spread
 from imagent.index.people import people_index
 from imagent.index.scoring import top_k as top_k_rows
-from imagent.index.text import clue_words, lift, line_texts, spread
+from imagent.index.text import clue_words, lift, line_texts
 from imagent.models.base import DualEncoder, ImagePart, TextEmbedder
 from imagent.tools.base import ToolError
 from imagent.tools.filter_lang import AlbumMeta, label_indices
@@ -319,7 +319,7 @@ class Album:
         share = share if rows is None else share[rows]
         if not share.any():
             return total
-        return lift(total, share, spread(total, MIN_SPREAD), boost).astype(np.float32)
+        return lift(total, share, robust_spread(total), boost).astype(np.float32)
 
     # ------------------------------------------------------------------ metadata
     def metadata(self, ids: Sequence[str], fields: Sequence[str] | None = None) -> list[dict[str, Any]]:

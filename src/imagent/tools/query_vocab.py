@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import re
 import threading
-import unicodedata
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from imagent.core.text import unaccent
 
 WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)*")  # a word: letters and digits, with inner apostrophes
 # Generic words of a place's name, left aside when a span is compared with it ("Place des Festivals").
@@ -26,8 +27,7 @@ PLACE_GENERIC = frozenset({"place", "the", "of", "de", "des", "du", "la", "le", 
 
 def fold(text: str) -> str:
     """Lower case without accents: ``Montréal`` and ``montreal`` match."""
-    norm = unicodedata.normalize("NFKD", text.replace("’", "'"))
-    return "".join(c for c in norm if not unicodedata.combining(c)).casefold()
+    return unaccent(text.replace("’", "'")).casefold()
 
 
 def stem(word: str) -> str:

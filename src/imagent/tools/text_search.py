@@ -33,8 +33,8 @@ import numpy as np
 from imagent.core.config import OcrOptions
 from imagent.core.types import Query, Ranking, Result
 from imagent.index.gallery import Gallery
-from imagent.index.levels import MIN_SPREAD
-from imagent.index.text import clue_words, lift, spread
+from imagent.index.levels import robust_spread
+from imagent.index.text import clue_words, lift
 from imagent.tools.album import Album
 
 # How far above the best other photo the quoted matches start (in spreads), so the order says they are first.
@@ -42,17 +42,13 @@ QUOTED_MARGIN = 1.0
 
 
 def _allowed(gallery: Gallery, query: Query) -> np.ndarray:
-    """Rows the query may return: its filter's, less its exclusions."""
-    n = len(gallery)
-    mask = np.zeros(n, dtype=bool)
-    rows = query.constraints.rows if query.constraints is not None else None
+    """Rows the query may return, as a mask: the gallery's own candidate rows for its filter, candidates and
+    exclusions (:meth:`~imagent.index.gallery.Gallery.candidate_rows`, what every search ranks)."""
+    rows = gallery.candidate_rows(query.constraints, query.candidates, query.exclude)
     if rows is None:
-        mask[:] = True
-    else:
-        mask[np.asarray(rows, dtype=np.int64)] = True
-    for i in query.exclude:
-        if i in gallery:
-            mask[gallery.row(i)] = False
+        return np.ones(len(gallery), dtype=bool)
+    mask = np.zeros(len(gallery), dtype=bool)
+    mask[rows] = True
     return mask
 
 
@@ -100,7 +96,7 @@ def _rank(result: Result, gallery: Gallery, texts: Any, hits: np.ndarray, quoted
     r = result.ranking
     cut = r.cut
     ranked = np.asarray(r.scores, dtype=np.float64)
-    unit = cut.spread if cut is not None else spread(ranked, MIN_SPREAD)
+    unit = cut.spread if cut is not None else robust_spread(ranked)
     typical = cut.median if cut is not None else (float(ranked.min()) if len(ranked) else 0.0)
     ids = list(r.ids)
     known = {i: n for n, i in enumerate(ids)}

@@ -34,6 +34,7 @@ from imagent.core.types import Query, Ranking, Result, Source
 from imagent.methods.album.config import AlbumConfig
 from imagent.methods.album.execute import Execution, execute
 from imagent.methods.album.plan import (
+    ASKS_EVERY,
     GENERIC_TARGETS,
     NEGATIONS,
     NUMBER_WORDS,
@@ -78,7 +79,6 @@ RELATION_WORDS = frozenset(stem(w) for w in (
     "been", "back", "away", "anywhere", "ones", "everything", "album", "ever", "own", "remember", "too", "which",
     "lot", "kind", "sort", "anything", "something", "out", "ones", *SEASON_NAMES, "fall", *NUMBER_WORDS, *ORDINALS,
     *NEGATIONS, *GENERIC_TARGETS))
-ASKS_ALL = frozenset({"all", "every", "everything", "whole", "entire"})
 # The units of a relation that, from an anchor that is only a place or a date, keep just that place or date.
 FILTER_UNITS = frozenset({"place", "city", "day", "month", "season", "year"})
 
@@ -224,7 +224,7 @@ class AlbumSearch(Method):
         plan = assemble(plan, reading, query.text)
         plan = place_from_unused(plan, unused_words(plan, reading, query.text),
                                  Timeline.of(album, self.config.trip_gap_days))
-        asks_all = bool({w.lower() for w in query_tokens(query.text)} & ASKS_ALL)
+        asks_all = bool({w.lower() for w in query_tokens(query.text)} & ASKS_EVERY)
         done = execute(plan, album, self.config, trace, asks_all=asks_all)
         said = relation_words(query.text, reading)
         best = best_relations(said)
