@@ -118,12 +118,17 @@ class IndexReport:
     pixels: dict[str, Any] = field(default_factory=dict)  # the pixel model's run and what answers image search
     stages: dict[str, dict[str, Any]] = field(default_factory=dict)  # per stage: version, photos, seconds, photos/s
     with_text: int | None = None  # records of the index with text read in them (None: no text stage ran)
+    _texted: int = 0  # the same count, whether a text stage ran or not (set by coverage())
 
     def coverage(self, gallery: Gallery, dual: Any) -> None:
         """Count captions in the index, for :meth:`caption_note`."""
         self.with_caption, total = gallery.caption_coverage()
         self.without_caption = total - self.with_caption
-        self.derived = sum(1 for r in gallery.records() if not r.has_caption and r.derived_text)
+        self.derived = texted = 0
+        for r in gallery.records():  # one pass over the records for both counts
+            self.derived += bool(not r.has_caption and r.derived_text)
+            texted += bool(r.text_lines)
+        self._texted = texted
         self.sees_pixels = None if dual is None else bool(getattr(dual, "sees_pixels", True))
         if self.pixels or gallery.has_space("visual"):
             from imagent.index.pixels import coverage
@@ -568,8 +573,8 @@ def build_index(
     faces = [s for s in parts.after if s.name == "faces"]
     report.faces = getattr(faces[0], "report", None) if faces else None
     report.stages = {s.name: {"version": s.version, **parts.runner.stats.of(s.name)} for s in parts.stages}
-    if "text" in report.stages:
-        report.with_text = sum(1 for r in gallery.records() if r.text_lines)
+    if "text" in report.stages:  # counted by coverage(), before the after-stages (they add no text)
+        report.with_text = report._texted
     report.seconds = time.perf_counter() - t0
     return report
 
