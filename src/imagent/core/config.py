@@ -229,6 +229,8 @@ class FaceOptions(_Strict):
     group_batch: int = Field(1000, ge=1, le=100_000, description="new faces grouped at a time, each batch written in "
                              "a short transaction of its own (memory and write-lock time bounded by it); imagent's own")
     workers: int = Field(1, ge=1, le=64, description="processes that look for faces at once (without Ray)")
+    worker_retries: int = Field(2, ge=0, le=10, description="times a chunk whose worker process died is scanned "
+                                "again in new workers before its photos get a note; imagent's own")
 
     @field_validator("mode", mode="before")
     @classmethod

@@ -28,7 +28,7 @@ from concurrent.futures import Future
 from typing import Any
 
 PARENT_POLL_S = 0.5  # how often a worker checks that its parent is alive
-WORKER_RETRIES = 2  # new pools tried for a task whose worker died, after the first try; imagent's own
+WORKER_RETRIES = 2  # new pools tried for a task whose worker died, after the first try (faces.worker_retries)
 
 
 class _Died:

@@ -160,11 +160,11 @@ class FaceStage(Stage):
 
     def _workers(self) -> SpawnPool:
         """The worker processes (:class:`~imagent.core.workers.SpawnPool`: they end with this process, and a chunk
-        whose worker died is scanned again in new ones, up to ``WORKER_RETRIES`` times)."""
+        whose worker died is scanned again in new ones, up to ``faces.worker_retries`` times)."""
         if self._pool is None:
             from imagent.models.faces import worker_init
 
-            self._pool = SpawnPool(self.workers, worker_init, (self._load_model,))
+            self._pool = SpawnPool(self.workers, worker_init, (self._load_model,), retries=self.options.worker_retries)
         return self._pool
 
     def close(self) -> None:
