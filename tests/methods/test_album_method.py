@@ -280,3 +280,89 @@ def test_a_day_within_a_trip_is_read_from_the_words_the_plan_left_unused():
     q = "fruit the year of the tamarin day of the koala trip"
     plan = read_plan({"target": "fruit", "anchor": "koala", "relation": "same year"}, q)
     assert day_within_trip(plan, ["tamarin"], q) is plan
+
+
+def test_a_day_and_a_trip_are_told_apart_by_the_words_that_introduce_them(album_method, scripted):
+    """The thing right after "the day I saw" names the day, the one after "the trip where I photographed" the trip,
+    whichever comes first and however far apart; the model wrote the trip alone, the day's thing unused. The sailing
+    boat of the other trip (a decoy beside a dog in Porto) is not chosen."""
+    for text in ("the dogs from the day I saw the sailing boat, on the trip where I photographed the lighthouse",
+                 "on the trip where I photographed the lighthouse, which dogs did I see the day of the sailing boat",
+                 "dogs I took the day I came across the sailing boat on the holiday with the lighthouse"):
+        model = scripted(default=plan_reply(target="dogs", anchor="lighthouse", relation="same trip"))
+        result = ask(album_method(model, check=False), text)
+        assert result.answer_set == ["a6"], text
+        plan = next(s for s in result.trace.steps if s.name == "answer").inputs["plan"]
+        assert "sailing boat" in plan and "lighthouse" in plan, text
+
+
+def test_a_plan_that_wrote_its_anchor_as_its_target_gets_the_thing_it_left_out(album_method, scripted):
+    """Target and anchor both "lighthouse", the dogs unused: the dogs are the target, on the lighthouse's day."""
+    for text in ("the dogs I photographed the day I saw the lighthouse", "I saw a lighthouse one day, and dogs too",
+                 "pics of dogs on lighthouse day"):
+        model = scripted(default=plan_reply(target="lighthouse", anchor="lighthouse", relation="same day"))
+        result = ask(album_method(model, check=False), text)
+        assert set(result.answer_set) == {"a2", "a3"}, text
+        assert any("left 'dogs' unused" in n for s in result.trace.steps for n in s.notes), text
+
+
+def test_a_place_written_as_the_anchor_of_a_time_is_where_the_photos_were_taken(album_method, scripted):
+    """"At the harbour" read as the anchor of the trip, the lighthouse unused: the wanted photos are those at the
+    harbour (Harbour Road, by stem) on the lighthouse's trip, so not the spotted dog at Salamanca Place that trip."""
+    for text in ("dogs at the harbour on the trip where I saw the lighthouse",
+                 "which dogs did I photograph at the harbour during my lighthouse trip",
+                 "pics of dogs at the harbour, the trip with the lighthouse"):
+        model = scripted(default=plan_reply(target="dogs", anchor="harbour", relation="same trip"))
+        result = ask(album_method(model, check=False), text)
+        assert set(result.answer_set) == {"a2", "a3"}, text
+
+
+def test_the_last_day_of_a_trip_is_not_read_as_the_last_visit(album_method, scripted):
+    """"The last day of my lighthouse trip": the reader read the Nth day, so the words back the model's "trip day"
+    at least as well as a visit (an ordinal alone no longer ranks a visit when it ranks the day): no second call,
+    the trip's last day answers."""
+    for text in ("all my pictures from the last day of my lighthouse trip", "pics from the lighthouse trip, last day",
+                 "photos from my last day on the trip where I saw the lighthouse"):
+        model = scripted([(r"That plan", plan_reply(target="photos", anchor="lighthouse", relation="visit",
+                                                    count=-1))],
+                         default=plan_reply(target="photos", anchor="lighthouse", relation="trip day", count=-1))
+        result = ask(album_method(model), text)
+        assert set(result.answer_set) == {"a5", "a6"} and len(model.calls) == 1, text
+
+
+def test_a_check_of_unused_words_keeps_a_target_said_before_them(album_method, scripted):
+    """The first plan left "kite" unused; its target "dogs" comes first in the search, so the second plan must keep
+    it and place the kite (not ask for the kite instead)."""
+    model = scripted([(r"That plan", plan_reply(target="dogs", anchor="kite", relation="same day"))],
+                     default=plan_reply(target="dogs"))
+    result = ask(album_method(model), "the dogs from the day I came across the kite")
+    assert len(model.calls) == 2 and result.answer_set == ["c4"]
+    second = model.calls[1][1].json_schema["anyOf"]
+    assert all(b["properties"]["target"] == {"enum": ["dogs"]} for b in second)
+    # the target said after the unused words is not kept: the second plan may read the target anew
+    model = scripted([(r"That plan", plan_reply(target="dogs", anchor="kite", relation="same day"))],
+                     default=plan_reply(target="dogs"))
+    ask(album_method(model), "on the day I came across the kite, the dogs")
+    assert model.calls[1][1].json_schema["anyOf"][0]["properties"]["target"] != {"enum": ["dogs"]}
+
+
+def test_prepositions_are_never_a_thing_left_unused():
+    text = "the dogs I photographed on the day I came across the lighthouse"
+    plan = read_plan({"target": "dogs", "anchor": "lighthouse", "relation": "same day"}, text)
+    assert unused_words(plan, None, text) == []
+
+
+def test_a_linked_place_written_as_the_anchor_of_a_time_filters_the_target(album_method, scripted):
+    """"In Bergen" is a place the reader links; the model made it the anchor of the month and left the kite unused:
+    the dogs are those in Bergen in the month of the kite (the white dog of April, in Bergen too, is not). A place
+    said after the thing is the thing's own: the plan stands."""
+    text = "the dogs in Bergen the same month I saw the kite"
+    model = scripted(default=plan_reply(target="dogs", anchor="Bergen", relation="same month"))
+    result = ask(album_method(model, check=False), text)
+    assert result.answer_set == ["c4"]
+    steps = {s.name: s for s in result.trace.steps}
+    assert any("left unused" in n for n in steps["album.assemble"].notes)
+    text = "the dogs the month after I saw the kite in Bergen"
+    model = scripted(default=plan_reply(target="dogs", anchor="Bergen", relation="months after"))
+    result = ask(album_method(model, check=False), text)
+    assert not any("left unused" in n for s in result.trace.steps for n in s.notes)

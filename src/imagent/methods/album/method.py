@@ -37,6 +37,7 @@ from imagent.methods.album.plan import (
     ASKS_EVERY,
     GENERIC_TARGETS,
     NEGATIONS,
+    NTH_DAY,
     NUMBER_WORDS,
     ORDINALS,
     RELATIONS,
@@ -220,10 +221,18 @@ class AlbumSearch(Method):
 
     # ------------------------------------------------------------------ run
     def attempt(self, plan: Plan, query: Query, reading: Any, album: Album, trace: Trace) -> Attempt:
+        written = len(plan.notes)
+        plan = target_from_unused(plan, unused_words(plan, reading, query.text), query.text)
         plan = day_within_trip(plan, unused_words(plan, reading, query.text), query.text)
+        timeline = Timeline.of(album, self.config.trip_gap_days)
+        plan = place_from_anchor(plan, unused_words(plan, reading, query.text), query.text, timeline, reading)
         plan = assemble(plan, reading, query.text)
-        plan = place_from_unused(plan, unused_words(plan, reading, query.text),
-                                 Timeline.of(album, self.config.trip_gap_days))
+        plan = place_from_unused(plan, unused_words(plan, reading, query.text), timeline)
+        if plan.notes[written:]:  # what the code read into the model's plan (the reader's links, the repairs)
+            with trace.step("album.assemble", plan=plan.describe()) as step:
+                for n in plan.notes[written:]:
+                    step.note(n)
+                step.outputs = {"plan": plan.to_dict(), "reads": plan.describe()}
         asks_all = bool({w.lower() for w in query_tokens(query.text)} & ASKS_EVERY)
         done = execute(plan, album, self.config, trace, asks_all=asks_all)
         said = relation_words(query.text, reading)
@@ -252,7 +261,11 @@ class AlbumSearch(Method):
                 said = relation_words(query.text, reading)
                 said_best = [r for r in best_relations(said) if RELATIONS[r].agrees(said)]
                 without = tuple(r for r in RELATIONS if r != "none" and r not in said_best)
-            keep = plan.target if empty or first.disagree else ""  # a check of the relation keeps the target
+            # a check of the relation keeps the target; so does a check of words left unused when the target
+            # comes before them in the search (the thing asked for is said first: "the vegetables from the day I
+            # saw the wrench, ..."), so that the second plan places those words rather than asks for them
+            keep = plan.target if empty or first.disagree or said_first(plan.target, first.unused, query.text) \
+                else ""
             second = self.plan(query, trace, failed=(plan, why), without=without, target=keep)
             if second is not None:
                 other = self.attempt(second, query, reading, album, trace)
@@ -322,12 +335,16 @@ def _model_fields(plan: Plan) -> dict[str, Any]:
 
 def relation_words(query: str, reading: Any) -> set[str]:
     """The search's words that can say a relation (:func:`~imagent.methods.album.plan.said_words`), less the names
-    of people and places the reader linked ("the Old Town Square" names a place, not a town)."""
+    of people and places the reader linked ("the Old Town Square" names a place, not a town), and
+    :data:`~imagent.methods.album.plan.NTH_DAY` when the reader read the Nth day of a trip."""
     text = query
     if reading is not None:
         for s in sorted((s for s in reading.spans if s.kind in ("person", "place")), key=lambda s: -s.start):
             text = text[: s.start] + " " + text[s.end:]
-    return said_words(text)
+    said = said_words(text)
+    if reading is not None and reading.trip_day is not None:  # "my last day in Krakow": the Nth day of a trip
+        said.add(NTH_DAY)
+    return said
 
 
 def _check_reason(first: Attempt) -> str:
@@ -417,6 +434,78 @@ def assemble(plan: Plan, reading: Any, query: str) -> Plan:
                 understood=understood, trip_day=trip_day, notes=notes)
 
 
+def unused_thing(unused: list[str], query: str) -> str:
+    """The longest run of the search's words that are all among ``unused`` (one thing the plan left out: "big eared
+    rabbit"); "" when there is none."""
+    left = {w.lower() for w in unused}
+    runs = [r for r in spans([t.lower() for t in query_tokens(query)]) if all(w in left for w in r.split())]
+    return max(runs, key=lambda r: len(r.split())) if runs else ""
+
+
+def said_first(target: str, unused: list[str], query: str) -> bool:
+    """Whether the words of ``target`` come, in a row, before every word of ``unused`` in the search."""
+    tokens = [t.lower() for t in query_tokens(query)]
+    start = _position(tokens, target) if target else None
+    if start is None or not unused:
+        return False
+    return all(start < i for i, t in enumerate(tokens) if t in {w.lower() for w in unused})
+
+
+def target_from_unused(plan: Plan, unused: list[str], query: str) -> Plan:
+    """The plan whose anchor the model also wrote as its target (:attr:`Plan.circular`), when the search names one
+    other thing the plan left out: that thing is the target, and the dropped hop is given back ("the fruit I took
+    the day I saw the red apple" planned as target and anchor "red apple": the fruit on the red apple's day; "pics
+    of fruit on red apple day", read as every photo of that day, likewise)."""
+    if plan.circular is None or (plan.hops and not plan.every_photo):
+        return plan
+    thing = unused_thing(unused, query)
+    if not thing:
+        return plan
+    return replace(plan, target=thing, hops=plan.hops or [plan.circular], circular=None,
+                   notes=[*plan.notes, f"the plan wrote its anchor {plan.circular.anchor!r} as its target and left "
+                          f"{thing!r} unused: {thing!r} is the target, in {plan.circular.relation!r} to the anchor"])
+
+
+# The units of relations of time: their anchor is a moment (a thing photographed), not where the photos were taken.
+TIME_UNITS = frozenset({"day", "trip", "trip day", "week", "month", "season", "year", "occasion"})
+
+
+def place_from_anchor(plan: Plan, unused: list[str], query: str, tl: Timeline, reading: Any = None) -> Plan:
+    """The plan whose one hop of time is anchored on a place while a thing of the search is left unused: the place
+    is where the wanted photos were taken and the thing is the anchor ("the houses at the castle the autumn after
+    the round tower" planned as the autumn after the castle, the tower unused). The anchor is a place when it is
+    only a place the reader linked ("in Bergen": the link then filters the target, :func:`assemble`) or its words
+    all name a place of the album by stem (the plan's place). Only when the place comes before the thing in the
+    search: "the birds the year after I saw the crane in Kyoto" says where the crane was."""
+    if len(plan.hops) != 1 or plan.hops[0].rel.unit not in TIME_UNITS:
+        return plan
+    hop = plan.hops[0]
+    thing = unused_thing(unused, query)
+    tokens = [t.lower() for t in query_tokens(query)]
+    at, of = _position(tokens, hop.anchor), _position(tokens, thing) if thing else None
+    if not thing or at is None or of is None or at > of:
+        return plan
+    linked = _only_linked_place(hop.anchor, reading, query)
+    if not linked and (plan.place or not tl.named_place_mask(hop.anchor).any()):
+        return plan
+    note = (f"anchor {hop.anchor!r} is a place and {thing!r} was left unused: the wanted photos were taken at "
+            f"{hop.anchor!r}, the anchor is {thing!r}")
+    return replace(plan, place=plan.place if linked else hop.anchor,
+                   hops=[Hop(thing, hop.relation, hop.count, hop.season, link=hop.link)], notes=[*plan.notes, note])
+
+
+def _only_linked_place(anchor: str, reading: Any, query: str) -> bool:
+    """Whether ``anchor``'s words in the search are places the reader linked and framing words only."""
+    where = _find(query, anchor)
+    if reading is None or where is None:
+        return False
+    rest = query[where[0]: where[1]]
+    places = [s for s in reading.spans if s.kind == "place" and where[0] <= s.start and s.end <= where[1]]
+    for s in sorted(places, key=lambda s: -s.start):
+        rest = rest[: s.start - where[0]] + " " + rest[s.end - where[0]:]
+    return bool(places) and all(w.lower() in SPAN_EDGE_STOP for w in query_tokens(rest))
+
+
 def place_from_unused(plan: Plan, unused: list[str], tl: Timeline) -> Plan:
     """The plan with a place its words name: when it has none and one of the search's words it left unused names a
     place of the album (by stem: "the gardens" ~ "Botanical Garden"), the wanted photos were taken there ("the
@@ -438,8 +527,9 @@ def day_within_trip(plan: Plan, unused: list[str], query: str) -> Plan:
     """The plan with the day the search names inside a trip it names, when the model wrote one hop of the two:
     "the fruit from the day of the tamarin during my koala trip" planned as the koala's trip (the tamarin unused)
     is the tamarin's day (hop 1, ``same day``) on the koala's trip (hop 2, ``same trip``). Only when the search
-    says both a day and a trip, the one hop is of a day or a trip, and the words the plan left unused are one thing
-    (a run of the search) of which one of the two words is nearer than the anchor is; otherwise the plan as is."""
+    says both a day and a trip, the one hop is of a day or a trip, the words the plan left unused are one thing
+    (a run of the search), and the words tie that thing and the anchor to different ones of the two
+    (:func:`_unit_of`); otherwise the plan as is."""
     if len(plan.hops) != 1 or plan.hops[0].rel.unit not in ("day", "trip", "trip day") or not unused:
         return plan
     tokens = [t.lower() for t in query_tokens(query)]
@@ -447,26 +537,35 @@ def day_within_trip(plan: Plan, unused: list[str], query: str) -> Plan:
     trips = [i for i, t in enumerate(tokens) if t in TRIP_WORDS]
     if not days or not trips:
         return plan
-    left = {w.lower() for w in unused}
-    runs = [r for r in spans(tokens) if all(w in left for w in r.split())]
-    if not runs:
+    thing = unused_thing(unused, query)
+    if not thing:
         return plan
-    thing = max(runs, key=lambda r: len(r.split()))
     anchor = " ".join(w for w in plan.hops[0].anchor.split() if w.lower() not in DAY_WORDS | TRIP_WORDS)
-    where = {name: _position(tokens, name) for name in (thing, anchor)}
-    if not anchor or None in where.values():
+    if not anchor:
         return plan
-
-    def near(i: int | None, marks: list[int]) -> int:
-        return min(abs(i - m) for m in marks) if i is not None else 1 << 20
-
-    on_day, on_trip = sorted((thing, anchor), key=lambda n: near(where[n], days) - near(where[n], trips))
-    if near(where[on_day], days) >= near(where[on_day], trips) or \
-            near(where[on_trip], trips) >= near(where[on_trip], days):
+    kinds = {name: _unit_of(tokens, name, days, trips) for name in (thing, anchor)}
+    if None in kinds.values() or kinds[thing] == kinds[anchor]:
         return plan  # which thing names the day and which the trip is not clear from the words
+    on_day, on_trip = (thing, anchor) if kinds[thing] == "day" else (anchor, thing)
     hops = [Hop(on_day, "same day", link=plan.hops[0].link), Hop(on_trip, "same trip")]
     return replace(plan, hops=hops, notes=[*plan.notes, f"the search names a day ({on_day!r}) on a trip ({on_trip!r}) "
                                            "and the plan had one of them: the day of the one on the trip of the other"])
+
+
+def _unit_of(tokens: list[str], run: str, days: list[int], trips: list[int]) -> str | None:
+    """Whether the thing ``run`` names a day or a trip in the search's words: the unit word right after it ("the
+    hammer day", "my koala trip"), else the nearest one before it ("the day I saw the wrench", "the trip where I
+    photographed the rabbit", "the day of the tamarin"); None when neither."""
+    start = _position(tokens, run)
+    if start is None:
+        return None
+    end = start + len(run.split())
+    if end in days or end in trips:
+        return "day" if end in days else "trip"
+    before = [i for i in (*days, *trips) if i < start]
+    if not before:
+        return None
+    return "day" if max(before) in days else "trip"
 
 
 def _position(tokens: list[str], run: str) -> int | None:
@@ -495,4 +594,5 @@ def unused_words(plan: Plan, reading: Any, query: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-__all__ = ["AlbumConfig", "AlbumSearch", "assemble", "place_from_unused", "unused_words"]
+__all__ = ["AlbumConfig", "AlbumSearch", "assemble", "place_from_anchor", "place_from_unused", "target_from_unused",
+           "unused_words"]

@@ -84,8 +84,10 @@ class Relation:
         """How well a search's words say this relation: one point for a word of its unit (the visits of a city
         count the city's words and the visits' both), one for its direction (a word such as "after" or "before";
         for the anchor's own day, trip or period, no word of time order, or one such as "same" or "during" beside
-        it; a rank or a place has no direction of its own). A soft measure: the plan check weighs it, and a second
-        plan is offered the relations the words say best; a first plan may say any relation."""
+        it; a rank or a place has no direction of its own), and one for the rank of a trip's day or a visit (the
+        Nth day the reader read, :data:`NTH_DAY`; an ordinal, or "other" for the other visits). A soft measure: the
+        plan check weighs it, and a second plan is offered the relations the words say best; a first plan may say
+        any relation."""
         if self.unit == "album":
             return 2
         unit = UNIT_WORDS.get(self.unit, frozenset())
@@ -96,8 +98,11 @@ class Relation:
             return score + int(bool(words & BEFORE_WORDS))
         plain = not (words & (AFTER_WORDS | BEFORE_WORDS)) or bool(words & SAME_WORDS)
         score += int(plain or self.unit == "trip day")
-        if self.unit in ("visit", "city visit"):  # which visit: the other ones, or one by its rank
-            score += int(bool(words & (OTHER_WORDS if self.other else set(ORDINALS))))
+        if self.unit == "trip day":  # which day of the trip: the reader read its rank
+            score += int(NTH_DAY in words)
+        if self.unit in ("visit", "city visit"):  # which visit: the other ones, or one by a rank not the day's
+            ranked = bool(words & set(ORDINALS)) and NTH_DAY not in words
+            score += int(bool(words & OTHER_WORDS) if self.other else ranked)
         return score
 
     def agrees(self, words: set[str]) -> bool:
@@ -191,7 +196,9 @@ SPAN_EDGE_STOP = frozenset({
     "do", "does", "have", "has", "had", "ever", "all", "every", "some", "any", "photo", "photos",
     "picture", "pictures", "pic", "pics", "image", "images", "there", "very", "just", "right", "than", "not",
     "except", "but", "also", "then", "once", "so", "it", "them", "they", "here", "if", "up", "out",
-    "about", "into", "over", "under", "again", "too", "only", "got", "get", "came", "come", "visited", "visit",
+    "about", "into", "over", "under", "across", "along", "through", "toward", "towards", "upon", "onto", "among",
+    "between", "beside", "behind", "within", "via", "off", "down", "again", "too", "only", "got", "get", "came",
+    "come", "visited", "visit",
     "next", "following", "previous", "other", "another", "later", "earlier", "first", "second", "third", "last",
     "would", "could", "can", "like", "around", "near", "back", "away", "anywhere", "everything", "whole", "time",
     "album", "albums", "collection", "library", "camera", "phone"})
@@ -203,6 +210,9 @@ MOMENT_WORDS = frozenset({"trip", "trips", "journey", "holiday", "holidays", "va
 # The verbs of photographing: "what did I photograph on ..." asks for every photo of the moment.
 PHOTOGRAPH_VERBS = frozenset({"photograph", "photographed", "shoot", "shot", "take", "took", "snap", "snapped",
                               "capture", "captured"})
+# Not a word: said (:func:`~imagent.methods.album.method.relation_words`) when the query reader read the Nth day of
+# a trip ("my last day in Krakow", "day 3"), the rank of a ``trip day``; its ordinal then ranks no visit.
+NTH_DAY = "#nth-day"
 # Words that say a visit other than the anchor's own.
 OTHER_WORDS = frozenset({"other", "another", "different", "else", "elsewhen"})
 # Words inside a run that end a thing's name: pronouns, the verbs of seeing and photographing, time order.
@@ -272,7 +282,9 @@ class Hop:
 class Plan:
     """A parsed album search (module docstring). ``notes``: what :func:`read_plan` changed and why; ``where``: the
     query reader's filters (filter language), ``understood`` what they say in words; ``trip_day`` the Nth day of a
-    trip the reader read (applied to the target's photos when no hop says it)."""
+    trip the reader read (applied to the target's photos when no hop says it); ``circular`` the hop whose anchor
+    the model also wrote as the target, which :func:`read_plan` dropped or read as asking for every photo (the
+    method reads it back when the search names another thing the plan left out: ``method.target_from_unused``)."""
 
     target: str
     hops: list[Hop] = field(default_factory=list)
@@ -282,6 +294,7 @@ class Plan:
     understood: list[str] = field(default_factory=list)
     trip_day: int | None = None
     notes: list[str] = field(default_factory=list)
+    circular: Hop | None = None
 
     def __post_init__(self) -> None:
         if len(self.hops) > MAX_HOPS:
@@ -554,6 +567,7 @@ def read_plan(value: Any, query: str, target: str = "") -> Plan:
     season = text("season").lower()
     season = season if season in SEASON_NAMES else ""
     fields = {k: text(k) for k in ("target", "place", "anchor", "anchor2", "exclude")}
+    circular: Hop | None = None
     generic = Plan(fields["target"] or "photos").every_photo
     if not generic and not _grounded(fields["target"], q):
         notes.append(f"target {fields['target']!r} names nothing the search says: the search's own words are the "
@@ -580,6 +594,8 @@ def read_plan(value: Any, query: str, target: str = "") -> Plan:
             notes.append(f"target {fields['target']!r} is the anchor {fields['anchor']!r} and the search asks for "
                          "every photo of that moment: the target is every photo")
             fields["target"] = "photos"
+            circular = _hop(fields["anchor"], relation, _count(value.get("count")), season, [], "relation",
+                            text("link"))
         elif target and relation in RELATIONS and RELATIONS[relation].agrees(said) and \
                 not _circular(target, fields["anchor"]) and _grounded(target, q):
             notes.append(f"target {fields['target']!r} is the anchor {fields['anchor']!r}: the first plan's target "
@@ -587,6 +603,8 @@ def read_plan(value: Any, query: str, target: str = "") -> Plan:
             fields["target"] = target
         else:
             notes.append(f"anchor {fields['anchor']!r} is the target itself: no anchor")
+            circular = _hop(fields["anchor"], relation, _count(value.get("count")), season, [], "relation",
+                            text("link"))
             fields["anchor"], relation = "", "none"
     first = _hop(fields["anchor"], relation, _count(value.get("count")), season, notes, "relation",
                  text("link"))
@@ -599,9 +617,10 @@ def read_plan(value: Any, query: str, target: str = "") -> Plan:
         _refine(h, said, stated, notes)
     if second is not None and first is None:
         notes.append("a second hop without a first: it is the plan's only hop")
-    return Plan(fields["target"], hops, place=fields["place"], exclude=fields["exclude"], notes=notes)
+    return Plan(fields["target"], hops, place=fields["place"], exclude=fields["exclude"], notes=notes,
+                circular=circular)
 
 
-__all__ = ["GENERIC_TARGETS", "MAX_HOPS", "PLAN_FIELDS", "PLAN_SCHEMA", "RELATIONS", "RELATION_TABLE",
+__all__ = ["GENERIC_TARGETS", "MAX_HOPS", "NTH_DAY", "PLAN_FIELDS", "PLAN_SCHEMA", "RELATIONS", "RELATION_TABLE",
            "SEASON_NAMES", "Hop", "Plan", "Relation", "best_relations", "offered_relations", "plan_prompt",
            "plan_schema", "read_plan", "said_words", "stated_counts", "stem"]
