@@ -346,6 +346,14 @@ def test_a_check_of_unused_words_keeps_a_target_said_before_them(album_method, s
     assert model.calls[1][1].json_schema["anyOf"][0]["properties"]["target"] != {"enum": ["dogs"]}
 
 
+def test_a_target_is_said_first_by_its_stem():
+    from imagent.methods.album.method import said_first
+
+    assert said_first("dog", ["kite"], "the dogs from the day I came across the kite")
+    assert not said_first("dogs", ["kite"], "on the day of the kite, the dogs")
+    assert not said_first("dogs", [], "the dogs") and not said_first("", ["kite"], "the kite")
+
+
 def test_prepositions_are_never_a_thing_left_unused():
     text = "the dogs I photographed on the day I came across the lighthouse"
     plan = read_plan({"target": "dogs", "anchor": "lighthouse", "relation": "same day"}, text)

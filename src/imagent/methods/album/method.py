@@ -443,12 +443,14 @@ def unused_thing(unused: list[str], query: str) -> str:
 
 
 def said_first(target: str, unused: list[str], query: str) -> bool:
-    """Whether the words of ``target`` come, in a row, before every word of ``unused`` in the search."""
-    tokens = [t.lower() for t in query_tokens(query)]
-    start = _position(tokens, target) if target else None
+    """Whether the words of ``target`` come, in a row, before every word of ``unused`` in the search (by stem:
+    "fruit" is said in "the fruits from ...")."""
+    tokens = [stem(t.lower()) for t in query_tokens(query)]
+    start = _position(tokens, " ".join(stem(w.lower()) for w in target.split())) if target else None
     if start is None or not unused:
         return False
-    return all(start < i for i, t in enumerate(tokens) if t in {w.lower() for w in unused})
+    left = {stem(w.lower()) for w in unused}
+    return all(start < i for i, t in enumerate(tokens) if t in left)
 
 
 def target_from_unused(plan: Plan, unused: list[str], query: str) -> Plan:
