@@ -374,3 +374,32 @@ def test_a_linked_place_written_as_the_anchor_of_a_time_filters_the_target(album
     model = scripted(default=plan_reply(target="dogs", anchor="Bergen", relation="months after"))
     result = ask(album_method(model, check=False), text)
     assert not any("left unused" in n for s in result.trace.steps for n in s.notes)
+
+
+def test_a_wh_question_names_its_target(album_method, scripted):
+    """"Which dogs ...": the dogs are the target even when the model wrote another thing of the search as the
+    target; the model's target is then left for the check to place, and the check keeps the dogs."""
+    from imagent.methods.album.method import asked_thing
+
+    assert asked_thing("on the trip with the kite, which dogs did I see") == "dogs"
+    assert asked_thing("what musical instruments did I take") == "musical instruments"
+    assert asked_thing("what did I photograph on the kite trip") == "" and asked_thing("dogs in Bergen") == ""
+    text = "the kite day: which dogs did I see"
+    model = scripted([(r"That plan", plan_reply(target="dogs", anchor="kite", relation="same day"))],
+                     default=plan_reply(target="kite"))
+    result = ask(album_method(model), text)
+    assert result.answer_set == ["c4"] and len(model.calls) == 2
+    assert all(b["properties"]["target"] == {"enum": ["dogs"]} for b in model.calls[1][1].json_schema["anyOf"])
+
+
+def test_a_place_said_beside_the_target_is_the_targets(album_method, scripted):
+    """The place is the target's when said nearer it than the thing left unused, wherever the thing stands."""
+    text = "on the trip where I saw the lighthouse, which dogs did I photograph at the harbour?"
+    model = scripted(default=plan_reply(target="dogs", anchor="harbour", relation="same trip"))
+    assert set(ask(album_method(model, check=False), text).answer_set) == {"a2", "a3"}
+
+
+def test_the_words_of_an_anchor_written_as_the_target_are_not_left_unused():
+    text = "the last time I was at the place of the huge lighthouse, which dogs did I photograph"
+    plan = read_plan({"target": "lighthouse", "anchor": "huge lighthouse", "relation": "visit", "count": -1}, text)
+    assert plan.circular is not None and unused_words(plan, None, text) == ["dogs"]

@@ -223,6 +223,7 @@ class AlbumSearch(Method):
     def attempt(self, plan: Plan, query: Query, reading: Any, album: Album, trace: Trace) -> Attempt:
         written = len(plan.notes)
         plan = target_from_unused(plan, unused_words(plan, reading, query.text), query.text)
+        plan = target_asked(plan, unused_words(plan, reading, query.text), query.text)
         plan = day_within_trip(plan, unused_words(plan, reading, query.text), query.text)
         timeline = Timeline.of(album, self.config.trip_gap_days)
         plan = place_from_anchor(plan, unused_words(plan, reading, query.text), query.text, timeline, reading)
@@ -261,11 +262,14 @@ class AlbumSearch(Method):
                 said = relation_words(query.text, reading)
                 said_best = [r for r in best_relations(said) if RELATIONS[r].agrees(said)]
                 without = tuple(r for r in RELATIONS if r != "none" and r not in said_best)
-            # a check of the relation keeps the target; so does a check of words left unused when the target
-            # comes before them in the search (the thing asked for is said first: "the vegetables from the day I
-            # saw the wrench, ..."), so that the second plan places those words rather than asks for them
-            keep = plan.target if empty or first.disagree or said_first(plan.target, first.unused, query.text) \
-                else ""
+            # a check of the relation keeps the target; so does a check of words left unused when the target is
+            # the thing a wh-question asks for ("which mammals ...") or, in a search without one, comes before
+            # them ("the vegetables from the day I saw the wrench, ..."): the second plan places those words
+            # rather than asks for them
+            asked = asked_thing(query.text)
+            led = _same_words(asked, first.plan.target) if asked else said_first(plan.target, first.unused,
+                                                                                   query.text)
+            keep = first.plan.target if asked and led else plan.target if empty or first.disagree or led else ""
             second = self.plan(query, trace, failed=(plan, why), without=without, target=keep)
             if second is not None:
                 other = self.attempt(second, query, reading, album, trace)
@@ -442,6 +446,43 @@ def unused_thing(unused: list[str], query: str) -> str:
     return max(runs, key=lambda r: len(r.split())) if runs else ""
 
 
+WH_WORDS = frozenset({"which", "what", "whichever", "whatever"})
+
+
+def asked_thing(query: str) -> str:
+    """The thing a wh-question asks for: the run of words right after "which" or "what" ("which fish did I
+    photograph ...": "fish"; "what musical instruments ...": "musical instruments"); "" when the word after it is
+    no thing ("what did I photograph", "which day", "what kind of")."""
+    tokens = [t.lower() for t in query_tokens(query)]
+    for i, t in enumerate(tokens[:-1]):
+        if t not in WH_WORDS:
+            continue
+        run = []
+        for w in tokens[i + 1:]:
+            if w in SPAN_EDGE_STOP or stem(w) in RELATION_WORDS or w.isdigit():
+                break
+            run.append(w)
+        if run:
+            return " ".join(run)
+    return ""
+
+
+def _same_words(a: str, b: str) -> bool:
+    return [stem(w.lower()) for w in query_tokens(a)] == [stem(w.lower()) for w in query_tokens(b)]
+
+
+def target_asked(plan: Plan, unused: list[str], query: str) -> Plan:
+    """The plan whose target is not the thing a wh-question asks for, that thing left unused: it is the target
+    ("the shrimp trip: which mammals did I take the day I saw the tent" planned with target "shrimp"); the model's
+    target is then left unused, for the check to place."""
+    asked = asked_thing(query)
+    left = {stem(w.lower()) for w in unused}
+    if not asked or _same_words(asked, plan.target) or not all(stem(w) in left for w in asked.split()):
+        return plan
+    return replace(plan, target=asked, notes=[*plan.notes, f"the search asks {asked!r} (which / what {asked}), left "
+                                              f"unused: the target is {asked!r}, not {plan.target!r}"])
+
+
 def said_first(target: str, unused: list[str], query: str) -> bool:
     """Whether the words of ``target`` come, in a row, before every word of ``unused`` in the search (by stem:
     "fruit" is said in "the fruits from ...")."""
@@ -477,15 +518,16 @@ def place_from_anchor(plan: Plan, unused: list[str], query: str, tl: Timeline, r
     is where the wanted photos were taken and the thing is the anchor ("the houses at the castle the autumn after
     the round tower" planned as the autumn after the castle, the tower unused). The anchor is a place when it is
     only a place the reader linked ("in Bergen": the link then filters the target, :func:`assemble`) or its words
-    all name a place of the album by stem (the plan's place). Only when the place comes before the thing in the
-    search: "the birds the year after I saw the crane in Kyoto" says where the crane was."""
+    all name a place of the album by stem (the plan's place). Not when the place is said right after the thing
+    (at most two words between): "the birds the year after I saw the crane in Kyoto" says where the crane was; "on
+    the trip with the deer, what mammals did I photograph at the beach?" where the mammals were."""
     if len(plan.hops) != 1 or plan.hops[0].rel.unit not in TIME_UNITS:
         return plan
     hop = plan.hops[0]
     thing = unused_thing(unused, query)
-    tokens = [t.lower() for t in query_tokens(query)]
-    at, of = _position(tokens, hop.anchor), _position(tokens, thing) if thing else None
-    if not thing or at is None or of is None or at > of:
+    tokens = [stem(t.lower()) for t in query_tokens(query)]
+    at, of = (_span_at(tokens, hop.anchor), _span_at(tokens, thing)) if thing else (None, None)
+    if at is None or of is None or 0 <= at[0] - of[1] <= 2:
         return plan
     linked = _only_linked_place(hop.anchor, reading, query)
     if not linked and (plan.place or not tl.named_place_mask(hop.anchor).any()):
@@ -494,6 +536,13 @@ def place_from_anchor(plan: Plan, unused: list[str], query: str, tl: Timeline, r
             f"{hop.anchor!r}, the anchor is {thing!r}")
     return replace(plan, place=plan.place if linked else hop.anchor,
                    hops=[Hop(thing, hop.relation, hop.count, hop.season, link=hop.link)], notes=[*plan.notes, note])
+
+
+def _span_at(tokens: list[str], run: str) -> tuple[int, int] | None:
+    """Where the words of ``run`` (by stem) stand in the search's stemmed ``tokens``: (first, last + 1)."""
+    ws = " ".join(stem(w.lower()) for w in query_tokens(run))
+    start = _position(tokens, ws) if ws else None
+    return None if start is None else (start, start + len(ws.split()))
 
 
 def _only_linked_place(anchor: str, reading: Any, query: str) -> bool:
@@ -529,10 +578,11 @@ def day_within_trip(plan: Plan, unused: list[str], query: str) -> Plan:
     """The plan with the day the search names inside a trip it names, when the model wrote one hop of the two:
     "the fruit from the day of the tamarin during my koala trip" planned as the koala's trip (the tamarin unused)
     is the tamarin's day (hop 1, ``same day``) on the koala's trip (hop 2, ``same trip``). Only when the search
-    says both a day and a trip, the one hop is of a day or a trip, the words the plan left unused are one thing
+    says both a day and a trip (no visit: "my shrimp trip" is not a visit), the one hop is of a day, a trip or a
+    visit, the words the plan left unused are one thing
     (a run of the search), and the words tie that thing and the anchor to different ones of the two
     (:func:`_unit_of`); otherwise the plan as is."""
-    if len(plan.hops) != 1 or plan.hops[0].rel.unit not in ("day", "trip", "trip day") or not unused:
+    if len(plan.hops) != 1 or plan.hops[0].rel.unit not in ("day", "trip", "trip day", "visit") or not unused:
         return plan
     tokens = [t.lower() for t in query_tokens(query)]
     days = [i for i, t in enumerate(tokens) if t in DAY_WORDS]
@@ -578,9 +628,11 @@ def _position(tokens: list[str], run: str) -> int | None:
 
 def unused_words(plan: Plan, reading: Any, query: str) -> list[str]:
     """The search's words that name something (not function words, framing, relations, numbers, or what the
-    reader linked) and that no field of the plan uses."""
-    used = {stem(w.lower()) for part in (plan.target, plan.place, plan.exclude, *(h.anchor for h in plan.hops))
-            for w in query_tokens(part)}
+    reader linked) and that no field of the plan uses (the anchor it wrote as its target counts as used: "huge" of
+    "the huge dump truck" when the target was "dump truck")."""
+    circular = (plan.circular.anchor,) if plan.circular is not None else ()
+    used = {stem(w.lower()) for part in (plan.target, plan.place, plan.exclude, *(h.anchor for h in plan.hops),
+                                         *circular) for w in query_tokens(part)}
     linked: set[int] = set()
     if reading is not None:
         for s in reading.spans:
@@ -596,5 +648,5 @@ def unused_words(plan: Plan, reading: Any, query: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-__all__ = ["AlbumConfig", "AlbumSearch", "assemble", "place_from_anchor", "place_from_unused", "target_from_unused",
-           "unused_words"]
+__all__ = ["AlbumConfig", "AlbumSearch", "asked_thing", "assemble", "place_from_anchor", "place_from_unused",
+           "target_asked", "target_from_unused", "unused_words"]
