@@ -403,3 +403,15 @@ def test_the_words_of_an_anchor_written_as_the_target_are_not_left_unused():
     text = "the last time I was at the place of the huge lighthouse, which dogs did I photograph"
     plan = read_plan({"target": "lighthouse", "anchor": "huge lighthouse", "relation": "visit", "count": -1}, text)
     assert plan.circular is not None and unused_words(plan, None, text) == ["dogs"]
+
+
+def test_the_winter_after_is_never_another_season(album_method, scripted):
+    """No winter with photos follows the snowman's (January 2022, Bergen): "the winter after" keeps nothing and
+    says so, rather than the spring after it (the golden retriever in Porto, March 2022)."""
+    model = scripted(default=plan_reply(target="dogs", anchor="snowman", relation="season after", season="winter"))
+    result = ask(album_method(model, check=False), "dogs the winter after the snowman")
+    assert result.answer_set == [] and result.source_reason
+    constraint = next(s for s in result.trace.steps if s.name == "album.constraint")
+    assert "no winter with photos after" in json.dumps(constraint.outputs)
+    model = scripted(default=plan_reply(target="dogs", anchor="snowman", relation="season after", season="spring"))
+    assert ask(album_method(model, check=False), "dogs the spring after the snowman").answer_set == ["i2"]

@@ -247,6 +247,9 @@ def _season_relation(hop: Hop, tl: Timeline, a: int) -> tuple[np.ndarray, str, b
         blocks = np.unique(tl.season_block[tl.has_day])
         later = blocks[blocks > block] if rel.direction > 0 else blocks[blocks < block][::-1]
         named = [int(b) for b in later if not hop.season or tl.season_name(int(b), south) == hop.season]
+        if hop.season and not named:  # "the winter after ...": never the next season of another name
+            side = "after" if rel.direction > 0 else "before"
+            return _none(tl), f"no {hop.season} with photos {side} photo {tl.ids[a]}", True
         block = named[0] if named else block + rel.direction
     mask = tl.season_block == block
     name = tl.season_name(block, south)
