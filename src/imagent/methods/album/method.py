@@ -221,14 +221,17 @@ class AlbumSearch(Method):
 
     # ------------------------------------------------------------------ run
     def attempt(self, plan: Plan, query: Query, reading: Any, album: Album, trace: Trace) -> Attempt:
+        def unused(p: Plan) -> list[str]:
+            return unused_words(p, reading, query.text)
+
         written = len(plan.notes)
-        plan = target_from_unused(plan, unused_words(plan, reading, query.text), query.text)
-        plan = target_asked(plan, unused_words(plan, reading, query.text), query.text)
-        plan = day_within_trip(plan, unused_words(plan, reading, query.text), query.text)
+        plan = target_from_unused(plan, unused(plan), query.text)
+        plan = target_asked(plan, unused(plan), query.text)
+        plan = day_within_trip(plan, unused(plan), query.text)
         timeline = Timeline.of(album, self.config.trip_gap_days)
-        plan = place_from_anchor(plan, unused_words(plan, reading, query.text), query.text, timeline, reading)
+        plan = place_from_anchor(plan, unused(plan), query.text, timeline, reading)
         plan = assemble(plan, reading, query.text)
-        plan = place_from_unused(plan, unused_words(plan, reading, query.text), timeline)
+        plan = place_from_unused(plan, unused(plan), timeline)
         if plan.notes[written:]:  # what the code read into the model's plan (the reader's links, the repairs)
             with trace.step("album.assemble", plan=plan.describe()) as step:
                 for n in plan.notes[written:]:
@@ -241,7 +244,7 @@ class AlbumSearch(Method):
         disagree = [h.relation for h in plan.hops[:1] if h.relation not in best]
         agreement = plan.hops[0].rel.agreement(said) if plan.hops else max(
             RELATIONS[r].agreement(said) for r in best)
-        return Attempt(plan, done, unused_words(plan, reading, query.text), disagree, agreement)
+        return Attempt(plan, done, unused(plan), disagree, agreement)
 
     def run(self, query: Query, top_k: int, trace: Trace) -> Result:
         album = self.album(query)
@@ -269,7 +272,7 @@ class AlbumSearch(Method):
             asked = asked_thing(query.text)
             led = _same_words(asked, first.plan.target) if asked else said_first(plan.target, first.unused,
                                                                                    query.text)
-            keep = first.plan.target if asked and led else plan.target if empty or first.disagree or led else ""
+            keep = (first.plan.target if asked and led else plan.target) if empty or first.disagree or led else ""
             second = self.plan(query, trace, failed=(plan, why), without=without, target=keep)
             if second is not None:
                 other = self.attempt(second, query, reading, album, trace)
@@ -487,11 +490,11 @@ def said_first(target: str, unused: list[str], query: str) -> bool:
     """Whether the words of ``target`` come, in a row, before every word of ``unused`` in the search (by stem:
     "fruit" is said in "the fruits from ...")."""
     tokens = [stem(t.lower()) for t in query_tokens(query)]
-    start = _position(tokens, " ".join(stem(w.lower()) for w in target.split())) if target else None
-    if start is None or not unused:
+    where = _span_at(tokens, target) if target else None
+    if where is None or not unused:
         return False
     left = {stem(w.lower()) for w in unused}
-    return all(start < i for i, t in enumerate(tokens) if t in left)
+    return all(where[0] < i for i, t in enumerate(tokens) if t in left)
 
 
 def target_from_unused(plan: Plan, unused: list[str], query: str) -> Plan:
@@ -579,9 +582,8 @@ def day_within_trip(plan: Plan, unused: list[str], query: str) -> Plan:
     "the fruit from the day of the tamarin during my koala trip" planned as the koala's trip (the tamarin unused)
     is the tamarin's day (hop 1, ``same day``) on the koala's trip (hop 2, ``same trip``). Only when the search
     says both a day and a trip (no visit: "my shrimp trip" is not a visit), the one hop is of a day, a trip or a
-    visit, the words the plan left unused are one thing
-    (a run of the search), and the words tie that thing and the anchor to different ones of the two
-    (:func:`_unit_of`); otherwise the plan as is."""
+    visit, the words the plan left unused are one thing (a run of the search), and the words tie that thing and the
+    anchor to different ones of the two (:func:`_unit_of`); otherwise the plan as is."""
     if len(plan.hops) != 1 or plan.hops[0].rel.unit not in ("day", "trip", "trip day", "visit") or not unused:
         return plan
     tokens = [t.lower() for t in query_tokens(query)]

@@ -590,12 +590,12 @@ def read_plan(value: Any, query: str, target: str = "") -> Plan:
             notes.append(f"the search names the {season}: {relation!r} is the next (last) {season}")
     if fields["anchor"] and _circular(fields["target"], fields["anchor"]):
         said = set(words(query))
+        dropped = _hop(fields["anchor"], relation, _count(value.get("count")), season, [], "relation", text("link"))
         if relation in RELATIONS and RELATIONS[relation].agrees(said) and asks_every_photo(query):
             notes.append(f"target {fields['target']!r} is the anchor {fields['anchor']!r} and the search asks for "
                          "every photo of that moment: the target is every photo")
             fields["target"] = "photos"
-            circular = _hop(fields["anchor"], relation, _count(value.get("count")), season, [], "relation",
-                            text("link"))
+            circular = dropped
         elif target and relation in RELATIONS and RELATIONS[relation].agrees(said) and \
                 not _circular(target, fields["anchor"]) and _grounded(target, q):
             notes.append(f"target {fields['target']!r} is the anchor {fields['anchor']!r}: the first plan's target "
@@ -603,8 +603,7 @@ def read_plan(value: Any, query: str, target: str = "") -> Plan:
             fields["target"] = target
         else:
             notes.append(f"anchor {fields['anchor']!r} is the target itself: no anchor")
-            circular = _hop(fields["anchor"], relation, _count(value.get("count")), season, [], "relation",
-                            text("link"))
+            circular = dropped
             fields["anchor"], relation = "", "none"
     first = _hop(fields["anchor"], relation, _count(value.get("count")), season, notes, "relation",
                  text("link"))
