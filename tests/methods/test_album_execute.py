@@ -255,6 +255,18 @@ def test_evidence_cut_floor_share_and_gap():
     assert "kept no photo" in evidence_cut(z, np.zeros(5, dtype=bool), cfg)[1]
 
 
+def test_evidence_cut_never_ends_between_two_clear_matches():
+    """A category's best kind stands far above its next (a hammer at 10.6, a drill at 7.2 for "tools"): both
+    clearly show it, so the largest drop between them does not end the answer; one below ``match_sure`` may."""
+    cfg = AlbumConfig(match_floor=2.5, match_share=0.0, match_gap=3.0, match_sure=5.0)
+    z = np.array([10.6, 7.2, 6.6, 5.4, 2.6, 0.1, -0.4])
+    kept = np.ones(len(z), dtype=bool)
+    assert evidence_cut(z, kept, cfg)[0].tolist() == [0, 1, 2, 3, 4]
+    assert evidence_cut(z, kept, cfg.model_copy(update={"match_sure": 11.0}))[0].tolist() == [0]
+    z = np.array([10.6, 3.0, 2.6, 0.1])  # one clear match among near misses still answers alone
+    assert evidence_cut(z, np.ones(len(z), dtype=bool), cfg)[0].tolist() == [0]
+
+
 def test_a_category_target_reads_its_kinds(synthetic_album):
     """"Mammals" names a WordNet category of the pixel model's classes: the answer cut also reads each photo's best
     score for its kinds closest to the words (never "hot dog" for dogs: categories by their parents), so the breeds

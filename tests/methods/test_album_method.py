@@ -415,3 +415,87 @@ def test_the_winter_after_is_never_another_season(album_method, scripted):
     assert "no winter with photos after" in json.dumps(constraint.outputs)
     model = scripted(default=plan_reply(target="dogs", anchor="snowman", relation="season after", season="spring"))
     assert ask(album_method(model, check=False), "dogs the spring after the snowman").answer_set == ["i2"]
+
+
+def test_the_thing_a_search_rules_out_is_read_from_its_words():
+    from imagent.methods.album.method import excluded_thing
+
+    for text, said in (("Houses on my Circus tent trip but not at the lighthouse point.", "lighthouse point"),
+                       ("the houses from the trip of the tent, except the ones at the lighthouse point", "lighthouse "
+                        "point"),
+                       ("houses trip with the tent minus the lighthouse point ones", "lighthouse point"),
+                       ("what mammals did I take on that holiday, not counting the botanical garden", "botanical "
+                        "garden"),
+                       ("vehicles I did not take at the castle hill", "castle hill"),
+                       ("vehicles anywhere but the castle hill", "castle hill"),
+                       ("birds other than at the zoo", "zoo"), ("photos I didn't take in Lisbon", "lisbon"),
+                       ("fish from the trip, leave out the beach", "beach"),
+                       ("birds apart from the head of lettuce ones", "head of lettuce"),
+                       ("Which flowers did I shoot away from the central market?", "central market")):
+        assert excluded_thing(text) == said, text
+    assert excluded_thing("the birds I saw the day after the crane") == ""
+    assert excluded_thing("the other trip to the zoo") == ""
+
+
+def test_a_thing_ruled_out_written_as_the_anchor_gives_way_to_the_thing_left_out(album_method, scripted):
+    """The model anchored the trip on the harbour the search rules out, the red car unused: the dogs of the red car's
+    trip (T1), not at the harbour (Harbour Road, by stem): the spotted dog at Salamanca Place alone."""
+    for text in ("the dogs from my red car trip, except the ones at the harbour",
+                 "dogs on the trip with the red car but not at the harbour",
+                 "which dogs did I take on the red car holiday, not counting the harbour"):
+        model = scripted(default=plan_reply(target="dogs", anchor="harbour", relation="same trip"))
+        result = ask(album_method(model, check=False), text)
+        assert result.answer_set == ["a6"], text
+        notes = [n for s in result.trace.steps if s.name == "album.assemble" for n in s.notes]
+        assert any("rules out 'harbour'" in n and "'red car'" in n for n in notes), text
+    # the model read "not" as the other visits: the words say no other visit, so it is the red car's trip
+    model = scripted(default=plan_reply(target="dogs", anchor="harbour", relation="other visit"))
+    assert ask(album_method(model, check=False), "dogs on my red car trip but not at the harbour").answer_set == ["a6"]
+    # a place the reader links is ruled out too, though the model left it out of the plan
+    model = scripted(default=plan_reply(target="dogs", anchor="red car", relation="visit", count=1))
+    result = ask(album_method(model, check=False), "dogs on my red car trip minus the Salamanca Place ones")
+    assert set(result.answer_set) == {"a2", "a3"}
+
+
+def test_a_visit_the_words_do_not_count_is_the_anchors_trip(album_method, scripted):
+    """"My red car trip" counts no visit: the model's "visit 1" (the red car's place, Harbour Road, on its first
+    visit) is read as the red car's trip, so the spotted dog at Salamanca Place that trip answers too; a visit the
+    words count stays a visit."""
+    for text in ("dogs from my red car trip", "the dogs I saw on the holiday with the red car",
+                 "pics of dogs from the trip where I photographed the red car"):
+        model = scripted(default=plan_reply(target="dogs", anchor="red car", relation="visit", count=1))
+        result = ask(album_method(model, check=False), text)
+        assert set(result.answer_set) == {"a2", "a3", "a6"}, text
+    model = scripted(default=plan_reply(target="dogs", anchor="red car", relation="visit", count=1))
+    result = ask(album_method(model, check=False), "dogs from my first visit to the place of the red car")
+    assert set(result.answer_set) == {"a2", "a3"}
+
+
+def test_a_target_that_is_the_searchs_command_is_every_photo(album_method, scripted):
+    for text in ("Show me everything from the trip with the red car", "show me all the photos of my red car trip",
+                 "Find me everything I took on the red car holiday"):
+        model = scripted(default=plan_reply(target=text.split()[0].lower(), anchor="red car", relation="same trip"))
+        result = ask(album_method(model, check=False), text)
+        assert set(result.answer_set) == {"a1", "a2", "a3", "a4", "a5", "a6"}, text
+
+
+def test_a_wh_target_written_as_the_anchor_too_keeps_the_target(album_method, scripted):
+    """"Which dogs ... the red car": the model wrote the dogs as target and anchor, the red car unused: the red car
+    is the anchor (not the target)."""
+    for text in ("Which dogs did I shoot on the trip where I saw the red car?",
+                 "which dogs did I take on my red car holiday", "what dogs are from the trip with the red car"):
+        model = scripted(default=plan_reply(target="dogs", anchor="dogs", relation="same trip"))
+        result = ask(album_method(model, check=False), text)
+        assert set(result.answer_set) == {"a2", "a3", "a6"}, text
+
+
+def test_a_place_of_only_a_word_for_places_is_no_place():
+    from imagent.methods.album.method import place_not_unit, unused_thing
+
+    text = "which dogs did I shoot the last time I was in the town where I saw the kite"
+    plan = read_plan({"target": "dogs", "anchor": "kite", "relation": "city visit", "count": -1, "place": "town"},
+                     text)
+    assert plan.place == "town" and place_not_unit(plan).place == ""
+    plan = read_plan({"target": "dogs", "place": "old town"}, "dogs in the old town")
+    assert place_not_unit(plan).place == "old town"
+    assert unused_thing(["pair", "pliers"], "houses the winter after the pair of pliers") == "pair of pliers"

@@ -326,3 +326,35 @@ def test_prompt_is_a_static_prefix_with_the_search_last():
         if line.startswith("{"):
             value = json.loads(line)
             assert set(value) <= set(PLAN_SCHEMA["properties"]) and value.get("relation", "none") in RELATIONS
+
+
+def test_a_visit_and_a_trips_day_agree_only_when_the_words_rank_them():
+    """A visit is counted only when the words say which ("my first", "the last time", "other"); a day of a trip only
+    when the reader read its rank: "one day after the apple core" is a day after, "my hippo trip" the trip."""
+    said = {w.lower() for w in query_tokens("houses one day after the apple core")}
+    assert RELATIONS["days after"].agrees(said) and not RELATIONS["trip day"].agrees(said)
+    said = {w.lower() for w in query_tokens("every picture from my hippopotamus trip")}
+    assert RELATIONS["same trip"].agrees(said) and not RELATIONS["visit"].agrees(said)
+    assert not RELATIONS["other visit"].agrees(said)
+    said = {w.lower() for w in query_tokens("tools from my first trip to the place of the cello")}
+    assert RELATIONS["visit"].agrees(said)
+    said = {w.lower() for w in query_tokens("flowers from my other visits to the seahorse spot")}
+    assert RELATIONS["other visit"].agrees(said)
+    said = {w.lower() for w in query_tokens("vehicles the last time I was in the town of the lionfish")}
+    assert RELATIONS["city visit"].agrees(said)
+
+
+def test_every_photo_of_a_trip_the_words_do_not_count_is_the_anchors_trip():
+    for text in ("every picture from my hippopotamus trip", "all the photos of the hippopotamus trip",
+                 "everything from the trip with the hippopotamus"):
+        plan = read_plan({"target": "hippopotamus", "anchor": "hippopotamus", "relation": "visit", "count": 1}, text)
+        assert plan.every_photo and [h.relation for h in plan.hops] == ["same trip"], text
+
+
+def test_a_dropped_hop_is_read_as_the_words_rank_it():
+    text = "All the photos from the trip where I saw the onion."
+    plan = read_plan({"target": "onion", "anchor": "onion", "relation": "trip day", "count": 1}, text)
+    assert plan.every_photo and [h.relation for h in plan.hops] == ["same trip"]
+    text = "Which vehicles did I shoot the last time I was in the town where I saw the lionfish?"
+    plan = read_plan({"target": "vehicles", "anchor": "vehicles", "relation": "city visit"}, text)
+    assert plan.circular is not None and plan.circular.count == -1

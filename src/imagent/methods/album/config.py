@@ -43,10 +43,10 @@ class AlbumConfig(MethodConfig):
                               "target_kinds_weight x its best score for the category's target_kinds kinds closest "
                               "to the words (a yak is a mammal although 'mammals' and 'a yak' read apart); 0: off")
     target_kinds_weight: float = Field(0.5, ge=0, description="weight of the best kind's score in the answer cut")
-    match_floor: float = Field(2.0, ge=0, description="answer cut over the album (no anchor): a photo can show the "
+    match_floor: float = Field(2.5, ge=0, description="answer cut over the album (no anchor): a photo can show the "
                                "target only when its score stands at least this many robust deviations above the "
-                               "album's median score for the target (calibrated on albums of seeds >= 3000: "
-                               "docs/album.md)")
+                               "album's median score for the target (calibrated on albums of seeds >= 3000, then "
+                               "7101-7602: docs/album.md)")
     match_floor_anchored: float = Field(1.0, ge=0, description="answer cut within the photos a chain of relations "
                                         "kept (a moment or place the question names: its photos are likelier to "
                                         "show the target): the floor there")
@@ -55,6 +55,9 @@ class AlbumConfig(MethodConfig):
     match_gap: float = Field(3.0, ge=0, description="answer cut: of those, the answer ends at the largest drop "
                              "between consecutive standings when that drop is at least this many deviations (one "
                              "clear match among near misses answers alone)")
+    match_sure: float = Field(5.0, ge=0, description="answer cut: ... but never between two photos that both stand "
+                              "at least this many deviations above the median (both clearly show the target: a "
+                              "category's best and next best kinds; calibrated with match_floor, docs/album.md)")
     day_tolerance: int = Field(1, ge=0, description="N days after/before: the nearest photo day within this many "
                                "days when the day itself has no photo")
     week_tolerance: int = Field(3, ge=0, description="N weeks after/before: the trip of the nearest photo day within "

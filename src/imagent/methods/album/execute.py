@@ -168,7 +168,8 @@ def evidence_cut(z: np.ndarray, kept: np.ndarray, cfg: AlbumConfig, anchored: bo
     shows it when its robust score ``z`` is at least the floor (``match_floor``; ``match_floor_anchored`` within
     the photos a chain of relations kept) and at least ``match_share`` of the best kept photo's; of those, the
     answer ends at the largest drop between consecutive scores (the floor counting as the score after the last)
-    when that drop is at least ``match_gap``: a clear group is kept whole, a lone clear match answers alone."""
+    when that drop is at least ``match_gap`` and the photo after it stands under ``match_sure``: a clear group is
+    kept whole, a lone clear match answers alone."""
     idx = np.flatnonzero(kept)
     if not len(idx):
         return idx, "the chain kept no photo"
@@ -181,6 +182,7 @@ def evidence_cut(z: np.ndarray, kept: np.ndarray, cfg: AlbumConfig, anchored: bo
                        f"above the album's median for the target, under the floor {least:g}")
     order = above[np.argsort(-z[above], kind="stable")]
     drops = -np.diff(np.append(z[order], floor))
+    drops[:-1][z[order][1:] >= cfg.match_sure] = 0.0  # never between two photos that both clearly show it
     cut = int(np.argmax(drops))
     if drops[cut] >= cfg.match_gap and cut < len(order) - 1:
         return order[: cut + 1], ""

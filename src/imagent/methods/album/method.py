@@ -40,6 +40,7 @@ from imagent.methods.album.plan import (
     NTH_DAY,
     NUMBER_WORDS,
     ORDINALS,
+    OTHER_WORDS,
     RELATIONS,
     SEASON_NAMES,
     SPAN_EDGE_STOP,
@@ -61,6 +62,7 @@ from imagent.methods.base import Method, MethodConfig, register_method
 from imagent.models.base import Message
 from imagent.models.roles import Role
 from imagent.tools.album import Album
+from imagent.tools.query_reader import COMMAND_WORDS
 from imagent.tools.timeline import Timeline
 
 # Above any cosine: the answer set ranks before every other photo.
@@ -225,10 +227,14 @@ class AlbumSearch(Method):
             return unused_words(p, reading, query.text)
 
         written = len(plan.notes)
+        timeline = Timeline.of(album, self.config.trip_gap_days)
+        plan = place_not_unit(plan)
+        plan = target_not_command(plan, unused(plan), query.text)
         plan = target_from_unused(plan, unused(plan), query.text)
+        plan = exclusion_from_words(plan, unused(plan), query.text)
         plan = target_asked(plan, unused(plan), query.text)
         plan = day_within_trip(plan, unused(plan), query.text)
-        timeline = Timeline.of(album, self.config.trip_gap_days)
+        plan = trip_from_visit(plan, query.text, timeline, reading)
         plan = place_from_anchor(plan, unused(plan), query.text, timeline, reading)
         plan = assemble(plan, reading, query.text)
         plan = place_from_unused(plan, unused(plan), timeline)
@@ -445,8 +451,13 @@ def unused_thing(unused: list[str], query: str) -> str:
     """The longest run of the search's words that are all among ``unused`` (one thing the plan left out: "big eared
     rabbit"); "" when there is none."""
     left = {w.lower() for w in unused}
-    runs = [r for r in spans([t.lower() for t in query_tokens(query)]) if all(w in left for w in r.split())]
+    runs = [r for r in spans([t.lower() for t in query_tokens(query)])
+            if all(w in left or w in JOINERS for w in r.split())]
     return max(runs, key=lambda r: len(r.split())) if runs else ""
+
+
+# Words inside the name of one thing the plan left out ("pair of pliers", "head of lettuce").
+JOINERS = frozenset({"of"})
 
 
 WH_WORDS = frozenset({"which", "what", "whichever", "whatever"})
@@ -507,6 +518,11 @@ def target_from_unused(plan: Plan, unused: list[str], query: str) -> Plan:
     thing = unused_thing(unused, query)
     if not thing:
         return plan
+    asked = asked_thing(query)
+    if asked and _same_words(asked, plan.target) and not plan.hops:  # "which vehicles ... where I saw the lionfish"
+        return replace(plan, hops=[replace(plan.circular, anchor=thing, content=thing, clues="")], circular=None,
+                       notes=[*plan.notes, f"the plan wrote the asked {asked!r} as its anchor too and left {thing!r} "
+                              f"unused: {thing!r} is the anchor, in {plan.circular.relation!r}"])
     return replace(plan, target=thing, hops=plan.hops or [plan.circular], circular=None,
                    notes=[*plan.notes, f"the plan wrote its anchor {plan.circular.anchor!r} as its target and left "
                           f"{thing!r} unused: {thing!r} is the target, in {plan.circular.relation!r} to the anchor"])
@@ -628,6 +644,132 @@ def _position(tokens: list[str], run: str) -> int | None:
     return next((i for i in range(len(tokens) - len(ws) + 1) if tokens[i: i + len(ws)] == ws), None)
 
 
+# Words after which a search names what it rules out ("except the beach", "did not take at the castle", "minus the
+# garden ones", "apart from the zoo"); "but" and "than" only after "anywhere" / "other" ("anywhere but the hill").
+EXCLUSION_MARKERS = frozenset({"except", "excluding", "exclude", "excepting", "minus", "besides", "without",
+                               "barring", "not", "apart", "aside", "ignoring", "omitting", "skipping"})
+_EXCLUSION_AFTER = {"but": frozenset({"anywhere", "everywhere", "all", "everything", "nothing"}),
+                    "than": frozenset({"other", "rather"}), "out": frozenset({"leave", "leaving", "left"})}
+# Words between the marker and the thing it rules out ("not counting the ones from the garden").
+_EXCLUSION_SKIP = frozenset({"counting", "including", "include", "showing", "show", "shows", "those", "ones", "out",
+                             "from", "anything", "any"})
+
+
+def excluded_thing(query: str) -> str:
+    """The thing the search rules out: the first run of words naming a thing after a word of exclusion
+    (:data:`EXCLUSION_MARKERS`; "n't"), at most four words, "of" inside ("except the head of lettuce"); "" when the
+    search rules nothing out."""
+    tokens = [t.lower() for t in query_tokens(query)]
+    for i, t in enumerate(tokens):
+        marker = t in EXCLUSION_MARKERS or re.search(r"n['’]t$", t) or (
+            t in _EXCLUSION_AFTER and i > 0 and tokens[i - 1] in _EXCLUSION_AFTER[t]) or (
+            t == "away" and tokens[i + 1: i + 2] == ["from"])
+        if not marker:
+            continue
+        j = i + 1
+        while j < len(tokens) and (tokens[j] in SPAN_EDGE_STOP or tokens[j] in _EXCLUSION_SKIP
+                                   or tokens[j] in EXCLUSION_MARKERS):
+            j += 1
+        run: list[str] = []
+        while j < len(tokens) and len(run) < 4:
+            w = tokens[j]
+            if w in JOINERS and run and j + 1 < len(tokens) and tokens[j + 1] not in SPAN_EDGE_STOP:
+                run.append(w)
+            elif w in SPAN_EDGE_STOP or w in _EXCLUSION_SKIP or stem(w) in RELATION_WORDS or w.isdigit():
+                break
+            else:
+                run.append(w)
+            j += 1
+        if run:
+            return " ".join(run)
+    return ""
+
+
+def _stems(text: str) -> set[str]:
+    return {stem(w.lower()) for w in query_tokens(text) if w.lower() not in SPAN_EDGE_STOP}
+
+
+def exclusion_from_words(plan: Plan, unused: list[str], query: str) -> Plan:
+    """The plan with the thing the search rules out (:func:`excluded_thing`) as its exclusion, when it has none:
+    "the houses on my circus tent trip but not at the lighthouse point" planned with the lighthouse point as the
+    anchor (or the target, or the place) and the circus tent unused is the circus tent's trip without the
+    lighthouse point. The thing left out takes the anchor's (or the target's) place; an anchor with no such thing
+    is dropped, a target with none stays as is."""
+    said = excluded_thing(query)
+    if not said or plan.exclude:
+        return plan
+    ruled = _stems(said)
+    hit = [k for k, h in enumerate(plan.hops) if _stems(h.anchor) & ruled]
+    on_target = bool(_stems(plan.target) & ruled) and not plan.every_photo
+    on_place = bool(plan.place) and bool(_stems(plan.place) & ruled)
+    used = set().union(*(_stems(t) for t in (plan.target, plan.place, *(h.anchor for h in plan.hops))))
+    if not hit and not on_target and not on_place and ruled & used:
+        return plan
+    thing = unused_thing(unused, query)
+    if on_target and not thing:
+        return plan
+    hops = list(plan.hops)
+    for k in hit:
+        hops[k] = replace(hops[k], anchor=thing, content=thing, clues="") if thing else None
+    hops = [h for h in hops if h is not None]
+    note = f"the search rules out {said!r}: the plan's exclusion"
+    if hit or on_target:
+        note += f"; {thing!r}, left unused, takes its place" if thing else "; its hop is dropped"
+    return replace(plan, target=thing if on_target else plan.target, hops=hops, exclude=said,
+                   place="" if on_place else plan.place, notes=[*plan.notes, note])
+
+
+def _ranked_words(query: str) -> bool:
+    tokens = [t.lower() for t in query_tokens(query)]
+    return any(t in ORDINALS or re.fullmatch(r"\d+(st|nd|rd|th)", t) for t in tokens)
+
+
+def trip_from_visit(plan: Plan, query: str, tl: Timeline, reading: Any = None) -> Plan:
+    """The plan with a ``visit`` hop whose rank the search does not say ("my hippopotamus trip", "the holiday
+    where I saw the crane": no "first", "second", "last"), or an ``other visit`` hop where it says no "other",
+    "another" or "different", read as the anchor's trip: a visit is counted only when the words count it. Not for
+    an anchor that is a place ("my trip to Kyoto": its visits are the place's)."""
+    tokens = {t.lower() for t in query_tokens(query)}
+    uncounted = set() if _ranked_words(query) else {"visit"}
+    uncounted |= set() if tokens & OTHER_WORDS else {"other visit"}
+    if not any(h.relation in uncounted for h in plan.hops):
+        return plan
+    hops, changed = [], []
+    for h in plan.hops:
+        place = _only_linked_place(h.anchor, reading, query) or tl.named_place_mask(h.anchor).any()
+        if h.relation in uncounted and not place:
+            h = replace(h, relation="same trip", count=0)
+            changed.append(h.anchor)
+        hops.append(h)
+    if not changed:
+        return plan
+    return replace(plan, hops=hops, notes=[*plan.notes, "the search counts no visit: the visit of "
+                                           + ", ".join(repr(a) for a in changed) + " read as 'same trip'"])
+
+
+def target_not_command(plan: Plan, unused: list[str], query: str) -> Plan:
+    """The plan whose target is the search's command ("Show me everything from ..." planned with target "show"):
+    the thing left out is the target, else every photo."""
+    tokens = [t.lower() for t in query_tokens(query)]
+    t = [w.lower() for w in query_tokens(plan.target)]
+    if len(t) != 1 or t[0] not in COMMAND_WORDS or t[0] not in tokens:
+        return plan
+    i = tokens.index(t[0])
+    if not (i == 0 or (i + 1 < len(tokens) and tokens[i + 1] in ("me", "us"))):
+        return plan
+    thing = unused_thing(unused, query) or "photos"
+    return replace(plan, target=thing, notes=[*plan.notes, f"target {plan.target!r} is the search's command: the "
+                                              f"target is {thing!r}"])
+
+
+def place_not_unit(plan: Plan) -> Plan:
+    """The plan whose place is only a word for a place or town ("the town where I saw ...") names no place."""
+    ws = [w.lower() for w in query_tokens(plan.place)]
+    if not ws or not all(w in SPAN_EDGE_STOP or w in UNIT_WORDS["city"] | UNIT_WORDS["place"] for w in ws):
+        return plan
+    return replace(plan, place="", notes=[*plan.notes, f"place {plan.place!r} is no place's name: not applied"])
+
+
 def unused_words(plan: Plan, reading: Any, query: str) -> list[str]:
     """The search's words that name something (not function words, framing, relations, numbers, or what the
     reader linked) and that no field of the plan uses (the anchor it wrote as its target counts as used: "huge" of
@@ -650,5 +792,6 @@ def unused_words(plan: Plan, reading: Any, query: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-__all__ = ["AlbumConfig", "AlbumSearch", "asked_thing", "assemble", "place_from_anchor", "place_from_unused",
-           "target_asked", "target_from_unused", "unused_words"]
+__all__ = ["AlbumConfig", "AlbumSearch", "asked_thing", "assemble", "excluded_thing", "exclusion_from_words",
+           "place_from_anchor", "place_from_unused", "place_not_unit", "target_asked", "target_from_unused",
+           "target_not_command", "trip_from_visit", "unused_words"]

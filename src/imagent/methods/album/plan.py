@@ -96,19 +96,21 @@ class Relation:
             return score + int(bool(words & AFTER_WORDS))
         if self.direction < 0:
             return score + int(bool(words & BEFORE_WORDS))
+        if self.unit == "trip day":  # which day of the trip: the reader read its rank (else a day, or a trip)
+            return score + 2 * int(NTH_DAY in words)
         plain = not (words & (AFTER_WORDS | BEFORE_WORDS)) or bool(words & SAME_WORDS)
-        score += int(plain or self.unit == "trip day")
-        if self.unit == "trip day":  # which day of the trip: the reader read its rank
-            score += int(NTH_DAY in words)
+        score += int(plain)
         if self.unit in ("visit", "city visit"):  # which visit: the other ones, or one by a rank not the day's
             ranked = bool(words & set(ORDINALS)) and NTH_DAY not in words
             score += int(bool(words & OTHER_WORDS) if self.other else ranked)
         return score
 
     def agrees(self, words: set[str]) -> bool:
-        """Whether the words say this relation at all: a word of its unit (when it has some) and of its direction."""
+        """Whether the words say this relation at all: a word of its unit (when it has some) and of its direction,
+        and for a visit which one (a rank, or "other")."""
         unit = UNIT_WORDS.get(self.unit, frozenset())
-        return self.agreement(words) >= (2 if unit else 1) + int(self.unit == "city visit")
+        return self.agreement(words) >= (2 if unit else 1) + int(self.unit == "city visit") + int(
+            self.unit in ("visit", "city visit"))
 
 
 RELATION_TABLE: tuple[Relation, ...] = (
@@ -590,6 +592,12 @@ def read_plan(value: Any, query: str, target: str = "") -> Plan:
             notes.append(f"the search names the {season}: {relation!r} is the next (last) {season}")
     if fields["anchor"] and _circular(fields["target"], fields["anchor"]):
         said = set(words(query))
+        if relation in RELATIONS and RELATIONS[relation].unit in ("visit", "trip day") and \
+                not RELATIONS[relation].agrees(said):  # "every picture from my hippopotamus trip": not a visit
+            plain = next((r for r in ("same trip", "same day") if RELATIONS[r].agrees(said)), None)
+            if plain:
+                notes.append(f"the search ranks no visit or day: {relation!r} read as {plain!r}")
+                relation = plain
         dropped = _hop(fields["anchor"], relation, _count(value.get("count")), season, [], "relation", text("link"))
         if relation in RELATIONS and RELATIONS[relation].agrees(said) and asks_every_photo(query):
             notes.append(f"target {fields['target']!r} is the anchor {fields['anchor']!r} and the search asks for "
@@ -614,6 +622,8 @@ def read_plan(value: Any, query: str, target: str = "") -> Plan:
     stated = stated_counts([t for t in query_tokens(query) if t.lower() not in ("a", "an")])
     for h in hops:
         _refine(h, said, stated, notes)
+    if circular is not None:  # the hop a reading may give back counts what the search states too
+        _refine(circular, said, stated, [])
     if second is not None and first is None:
         notes.append("a second hop without a first: it is the plan's only hop")
     return Plan(fields["target"], hops, place=fields["place"], exclude=fields["exclude"], notes=notes,
