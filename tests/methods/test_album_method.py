@@ -431,7 +431,9 @@ def test_the_thing_a_search_rules_out_is_read_from_its_words():
                        ("birds other than at the zoo", "zoo"), ("photos I didn't take in Lisbon", "lisbon"),
                        ("fish from the trip, leave out the beach", "beach"),
                        ("birds apart from the head of lettuce ones", "head of lettuce"),
-                       ("Which flowers did I shoot away from the central market?", "central market")):
+                       ("Which flowers did I shoot away from the central market?", "central market"),
+                       ("vehicles on the trip with the hibiscus, away from the old town", "old town"),
+                       ("birds except on the beach day", "beach")):
         assert excluded_thing(text) == said, text
     assert excluded_thing("the birds I saw the day after the crane") == ""
     assert excluded_thing("the other trip to the zoo") == ""
@@ -499,3 +501,22 @@ def test_a_place_of_only_a_word_for_places_is_no_place():
     plan = read_plan({"target": "dogs", "place": "old town"}, "dogs in the old town")
     assert place_not_unit(plan).place == "old town"
     assert unused_thing(["pair", "pliers"], "houses the winter after the pair of pliers") == "pair of pliers"
+
+
+def test_a_thing_ruled_out_replaces_the_models_own_exclusion_when_it_anchored_on_it(album_method, scripted):
+    """The model ruled out the red car and anchored on the harbour the words rule out: the two swap (the red car's
+    trip, not at the harbour); and when it ruled out the harbour and anchored on it too, the thing left out is the
+    anchor."""
+    text = "which dogs did I photograph on the trip with the red car, away from the harbour"
+    model = scripted(default=plan_reply(target="dogs", anchor="harbour", relation="same trip", exclude="red car"))
+    assert ask(album_method(model, check=False), text).answer_set == ["a6"]
+    text = "the dogs from the trip where I saw the red car, except the ones at the harbour"
+    model = scripted(default=plan_reply(target="dogs", anchor="harbour", relation="same trip", exclude="harbour"))
+    assert ask(album_method(model, check=False), text).answer_set == ["a6"]
+
+
+def test_the_thing_ruled_out_says_no_relation():
+    from imagent.methods.album.method import relation_words
+
+    said = relation_words("Which vehicles did I take on the trip with the hibiscus, away from the old town?", None)
+    assert "trip" in said and "town" not in said

@@ -43,10 +43,10 @@ class AlbumConfig(MethodConfig):
                               "target_kinds_weight x its best score for the category's target_kinds kinds closest "
                               "to the words (a yak is a mammal although 'mammals' and 'a yak' read apart); 0: off")
     target_kinds_weight: float = Field(0.5, ge=0, description="weight of the best kind's score in the answer cut")
-    match_floor: float = Field(2.5, ge=0, description="answer cut over the album (no anchor): a photo can show the "
+    match_floor: float = Field(2.0, ge=0, description="answer cut over the album (no anchor): a photo can show the "
                                "target only when its score stands at least this many robust deviations above the "
-                               "album's median score for the target (calibrated on albums of seeds >= 3000, then "
-                               "7101-7602: docs/album.md)")
+                               "album's median score for the target (calibrated on albums of seeds >= 3000: "
+                               "docs/album.md)")
     match_floor_anchored: float = Field(1.0, ge=0, description="answer cut within the photos a chain of relations "
                                         "kept (a moment or place the question names: its photos are likelier to "
                                         "show the target): the floor there")

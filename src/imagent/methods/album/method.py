@@ -348,12 +348,16 @@ def _model_fields(plan: Plan) -> dict[str, Any]:
 
 def relation_words(query: str, reading: Any) -> set[str]:
     """The search's words that can say a relation (:func:`~imagent.methods.album.plan.said_words`), less the names
-    of people and places the reader linked ("the Old Town Square" names a place, not a town), and
-    :data:`~imagent.methods.album.plan.NTH_DAY` when the reader read the Nth day of a trip."""
+    of people and places the reader linked ("the Old Town Square" names a place, not a town) and the thing the
+    search rules out ("away from the old town": no town), and :data:`~imagent.methods.album.plan.NTH_DAY` when the
+    reader read the Nth day of a trip."""
     text = query
     if reading is not None:
         for s in sorted((s for s in reading.spans if s.kind in ("person", "place")), key=lambda s: -s.start):
             text = text[: s.start] + " " + text[s.end:]
+    ruled = _find(text, excluded_thing(text))
+    if ruled is not None:
+        text = text[: ruled[0]] + " " + text[ruled[1]:]
     said = said_words(text)
     if reading is not None and reading.trip_day is not None:  # "my last day in Krakow": the Nth day of a trip
         said.add(NTH_DAY)
@@ -655,6 +659,10 @@ _EXCLUSION_SKIP = frozenset({"counting", "including", "include", "showing", "sho
                              "from", "anything", "any"})
 
 
+# Words for a place that end a place's name ("the old town", "the market square"): inside a thing ruled out.
+PLACE_NOUNS = UNIT_WORDS["city"] | UNIT_WORDS["place"]
+
+
 def excluded_thing(query: str) -> str:
     """The thing the search rules out: the first run of words naming a thing after a word of exclusion
     (:data:`EXCLUSION_MARKERS`; "n't"), at most four words, "of" inside ("except the head of lettuce"); "" when the
@@ -675,7 +683,8 @@ def excluded_thing(query: str) -> str:
             w = tokens[j]
             if w in JOINERS and run and j + 1 < len(tokens) and tokens[j + 1] not in SPAN_EDGE_STOP:
                 run.append(w)
-            elif w in SPAN_EDGE_STOP or w in _EXCLUSION_SKIP or stem(w) in RELATION_WORDS or w.isdigit():
+            elif w in SPAN_EDGE_STOP or w in _EXCLUSION_SKIP or w.isdigit() or (
+                    stem(w) in RELATION_WORDS and not (run and w in PLACE_NOUNS)):  # "the old town", not "day"
                 break
             else:
                 run.append(w)
@@ -696,16 +705,21 @@ def exclusion_from_words(plan: Plan, unused: list[str], query: str) -> Plan:
     lighthouse point. The thing left out takes the anchor's (or the target's) place; an anchor with no such thing
     is dropped, a target with none stays as is."""
     said = excluded_thing(query)
-    if not said or plan.exclude:
+    if not said:
         return plan
     ruled = _stems(said)
     hit = [k for k, h in enumerate(plan.hops) if _stems(h.anchor) & ruled]
     on_target = bool(_stems(plan.target) & ruled) and not plan.every_photo
     on_place = bool(plan.place) and bool(_stems(plan.place) & ruled)
     used = set().union(*(_stems(t) for t in (plan.target, plan.place, *(h.anchor for h in plan.hops))))
-    if not hit and not on_target and not on_place and ruled & used:
+    other = plan.exclude and not _stems(plan.exclude) & ruled  # the model ruled out another thing of the search
+    if (not hit and not on_target and not on_place and (ruled & used or plan.exclude)) or (
+            other and not hit and not on_target):
         return plan
-    thing = unused_thing(unused, query)
+    # the thing that takes the place of the one ruled out: the model's own exclusion when it named another thing
+    # ("flowers on the trip with the brown potato, away from the harbour" planned as the harbour's trip without
+    # the potato), else the thing the plan left out
+    thing = plan.exclude if other else unused_thing(unused, query)
     if on_target and not thing:
         return plan
     hops = list(plan.hops)
