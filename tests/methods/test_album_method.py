@@ -13,8 +13,9 @@ from typer.testing import CliRunner
 
 from imagent.core.types import Query
 from imagent.methods.album.config import AlbumConfig
-from imagent.methods.album.method import AlbumSearch, assemble, unused_words
+from imagent.methods.album.method import AlbumSearch, assemble
 from imagent.methods.album.plan import plan_schema, read_plan
+from imagent.methods.album.readings import unused_words
 from imagent.methods.base import describe_methods, get_method
 from imagent.methods.origins import field_origins
 from imagent.tools.query_reader import read_query
@@ -260,7 +261,7 @@ def test_eval_disbench_album_on_the_mini_album(monkeypatch, tmp_path):
 
 
 def test_a_day_within_a_trip_is_read_from_the_words_the_plan_left_unused():
-    from imagent.methods.album.method import day_within_trip
+    from imagent.methods.album.readings import day_within_trip
 
     q = "the fruit from the day of the tamarin during my koala trip"
     plan = read_plan({"target": "fruit", "anchor": "koala trip", "relation": "same trip"}, q)
@@ -347,7 +348,7 @@ def test_a_check_of_unused_words_keeps_a_target_said_before_them(album_method, s
 
 
 def test_a_target_is_said_first_by_its_stem():
-    from imagent.methods.album.method import said_first
+    from imagent.methods.album.readings import said_first
 
     assert said_first("dog", ["kite"], "the dogs from the day I came across the kite")
     assert not said_first("dogs", ["kite"], "on the day of the kite, the dogs")
@@ -379,7 +380,7 @@ def test_a_linked_place_written_as_the_anchor_of_a_time_filters_the_target(album
 def test_a_wh_question_names_its_target(album_method, scripted):
     """"Which dogs ...": the dogs are the target even when the model wrote another thing of the search as the
     target; the model's target is then left for the check to place, and the check keeps the dogs."""
-    from imagent.methods.album.method import asked_thing
+    from imagent.methods.album.readings import asked_thing
 
     assert asked_thing("on the trip with the kite, which dogs did I see") == "dogs"
     assert asked_thing("what musical instruments did I take") == "musical instruments"
@@ -418,7 +419,7 @@ def test_the_winter_after_is_never_another_season(album_method, scripted):
 
 
 def test_the_thing_a_search_rules_out_is_read_from_its_words():
-    from imagent.methods.album.method import excluded_thing
+    from imagent.methods.album.readings import excluded_thing
 
     for text, said in (("Houses on my Circus tent trip but not at the lighthouse point.", "lighthouse point"),
                        ("the houses from the trip of the tent, except the ones at the lighthouse point", "lighthouse "
@@ -492,7 +493,7 @@ def test_a_wh_target_written_as_the_anchor_too_keeps_the_target(album_method, sc
 
 
 def test_a_place_of_only_a_word_for_places_is_no_place():
-    from imagent.methods.album.method import place_not_unit, unused_thing
+    from imagent.methods.album.readings import place_not_unit, unused_thing
 
     text = "which dogs did I shoot the last time I was in the town where I saw the kite"
     plan = read_plan({"target": "dogs", "anchor": "kite", "relation": "city visit", "count": -1, "place": "town"},
