@@ -224,7 +224,7 @@ class AlbumSearch(Method):
         written = len(plan.notes)
         timeline = Timeline.of(album, self.config.trip_gap_days)
         plan = place_not_unit(plan)
-        plan = target_not_command(plan, unused(plan), query.text)
+        plan = target_not_command(plan, unused(plan), query.text, reading)
         plan = target_from_unused(plan, unused(plan), query.text)
         plan = exclusion_from_words(plan, unused(plan), query.text)
         plan = target_asked(plan, unused(plan), query.text)

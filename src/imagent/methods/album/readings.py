@@ -363,15 +363,12 @@ def trip_from_visit(plan: Plan, query: str, tl: Timeline, reading: Any = None) -
                                            + ", ".join(repr(a) for a in changed) + " read as 'same trip'"])
 
 
-def target_not_command(plan: Plan, unused: list[str], query: str) -> Plan:
-    """The plan whose target is the search's command ("Show me everything from ..." planned with target "show"):
-    the thing left out is the target, else every photo."""
-    tokens = [t.lower() for t in query_tokens(query)]
+def target_not_command(plan: Plan, unused: list[str], query: str, reading: Any = None) -> Plan:
+    """The plan whose target is the search's command ("Show me everything from ..." planned with target "show"; the
+    query reader marks a command as framing): the thing left out is the target, else every photo."""
     t = [w.lower() for w in query_tokens(plan.target)]
-    if len(t) != 1 or t[0] not in COMMAND_WORDS or t[0] not in tokens:
-        return plan
-    i = tokens.index(t[0])
-    if not (i == 0 or (i + 1 < len(tokens) and tokens[i + 1] in ("me", "us"))):
+    if reading is None or len(t) != 1 or t[0] not in COMMAND_WORDS or not any(
+            s.kind == "frame" and s.text.lower() == t[0] for s in reading.spans):
         return plan
     thing = unused_thing(unused, query) or "photos"
     return replace(plan, target=thing, notes=[*plan.notes, f"target {plan.target!r} is the search's command: the "
@@ -381,7 +378,7 @@ def target_not_command(plan: Plan, unused: list[str], query: str) -> Plan:
 def place_not_unit(plan: Plan) -> Plan:
     """The plan whose place is only a word for a place or town ("the town where I saw ...") names no place."""
     ws = [w.lower() for w in query_tokens(plan.place)]
-    if not ws or not all(w in SPAN_EDGE_STOP or w in UNIT_WORDS["city"] | UNIT_WORDS["place"] for w in ws):
+    if not ws or not all(w in SPAN_EDGE_STOP or w in PLACE_NOUNS for w in ws):
         return plan
     return replace(plan, place="", notes=[*plan.notes, f"place {plan.place!r} is no place's name: not applied"])
 
